@@ -1,0 +1,193 @@
+"""Typed view of the GPU model catalog (``catalog_data``).
+
+Pure: no I/O.  The planner, the simulator and the GRES generator all read MIG
+facts from here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from slurm_gpupool.core import catalog_data
+from slurm_gpupool.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile, as ``nvidia-smi mig -lgip`` lists it."""
+
+    name: str  # NVIDIA spelling, e.g. "1g.10gb" or "1g.10gb+me"
+    nvml_enum: int  # NVML_GPU_INSTANCE_PROFILE_* (query key)
+    profile_id: int  # info.id: what create/list calls take
+    compute_slices: int
+    memory_slices: int  # placement size on the memory-slice axis
+    memory_mib: int
+    max_count: int
+    sm_count: int
+    copy_engines: int
+    decoders: int
+    jpegs: int
+    ofas: int
+    placement_starts: tuple[int, ...]
+
+    @property
+    def has_media_extensions(self) -> bool:
+        return self.name.endswith("+me")
+
+    @property
+    def full_ci_slices(self) -> int:
+        """Compute slices of the full-size CI, the one ``-cgi ... -C`` creates."""
+        return self.compute_slices
+
+
+@dataclass(frozen=True)
+class MigGeometry:
+    memory_slots: int
+    compute_slices: int
+    max_mig_devices: int
+    profiles: tuple[MigProfile, ...]
+
+    def by_name(self, name: str) -> MigProfile | None:
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        return None
+
+    def by_id(self, profile_id: int) -> MigProfile | None:
+        for p in self.profiles:
+            if p.profile_id == profile_id:
+                return p
+        return None
+
+    def by_enum(self, nvml_enum: int) -> MigProfile | None:
+        for p in self.profiles:
+            if p.nvml_enum == nvml_enum:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str  # catalog name, e.g. "A100-SXM4-40GB"
+    nvml_name: str  # nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB"
+    pci_device_id: int
+    architecture: str
+    memory_mib: int
+    nvlink_version: int
+    nvlinks: int
+    temp_slowdown_c: int
+    temp_shutdown_c: int
+    mig: MigGeometry | None
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig is not None
+
+    @property
+    def mig_mode_needs_reset(self) -> bool:
+        return catalog_data.RESET_FOR_MIG_MODE.get(self.architecture, False)
+
+    def profile(self, name: str) -> MigProfile:
+        """The named profile, or a ConfigError listing the ones this model has."""
+        if self.mig is None:
+            raise ConfigError(self.key, "", f"{self.nvml_name} does not support MIG (no profile {name!r})")
+        p = self.mig.by_name(name)
+        if p is None:
+            names = ", ".join(q.name for q in self.mig.profiles)
+            raise ConfigError(self.key, "", f"unknown MIG profile {name!r}; {self.key} has: {names}")
+        return p
+
+
+def _build(key: str, raw: dict) -> GpuModel:
+    mig = None
+    if raw["mig"] is not None:
+        m = raw["mig"]
+        mig = MigGeometry(
+            memory_slots=m["memory_slots"],
+            compute_slices=m["compute_slices"],
+            max_mig_devices=m["max_mig_devices"],
+            profiles=tuple(MigProfile(*row) for row in m["profiles"]),
+        )
+    return GpuModel(
+        key=key,
+        nvml_name=raw["nvml_name"],
+        pci_device_id=raw["pci_device_id"],
+        architecture=raw["architecture"],
+        memory_mib=raw["memory_mib"],
+        nvlink_version=raw["nvlink_version"],
+        nvlinks=raw["nvlinks"],
+        temp_slowdown_c=raw["temp_slowdown_c"],
+        temp_shutdown_c=raw["temp_shutdown_c"],
+        mig=mig,
+    )
+
+
+@cache
+def all_models() -> dict[str, GpuModel]:
+    return {k: _build(k, v) for k, v in catalog_data.MODELS.items()}
+
+
+def get_model(key: str) -> GpuModel:
+    models = all_models()
+    if key in models:
+        return models[key]
+    by_name = model_by_nvml_name(key)
+    if by_name is not None:
+        return by_name
+    raise ConfigError(
+        "GPU model catalog",
+        key,
+        "unknown GPU model",
+        hint="known models: " + ", ".join(sorted(models)),
+    )
+
+
+def model_by_nvml_name(nvml_name: str) -> GpuModel | None:
+    """Match what ``nvmlDeviceGetName`` returns (old drivers lack the 'NVIDIA ' prefix)."""
+    for m in all_models().values():
+        if nvml_name in (m.nvml_name, m.nvml_name.removeprefix("NVIDIA ")):
+            return m
+    return None
+
+
+def model_by_pci_device_id(device_id: int) -> GpuModel | None:
+    for m in all_models().values():
+        if m.pci_device_id == device_id:
+            return m
+    return None
+
+
+def ci_sizes(gi_compute_slices: int) -> tuple[int, ...]:
+    """CI sizes (compute slices) offered inside a GI (``nvidia-smi mig -lcip``)."""
+    return catalog_data.CI_SIZES_BY_GI_SLICES.get(gi_compute_slices, (gi_compute_slices,))
+
+
+def ci_profile_id(ci_slices: int) -> int:
+    """CI profile ID (= NVML_COMPUTE_INSTANCE_PROFILE_* enum) for a CI size."""
+    return catalog_data.CI_ENUM_BY_SLICES[ci_slices]
+
+
+def ci_slices_for_enum(ci_enum: int) -> int | None:
+    for slices, enum in catalog_data.CI_ENUM_BY_SLICES.items():
+        if enum == ci_enum:
+            return slices
+    return None
+
+
+def gi_slot_id(geometry: MigGeometry, start: int, size: int) -> int:
+    """The GPU-instance ID recent drivers give a placement ("slot number" scheme).
+
+    Only the simulator uses this: the real tool always reads GI IDs back
+    (``nvmlGpuInstanceGetInfo(gi).id``), because transcripts contradict the scheme.
+    On 8-slot boards: full GPU 0, halves 1-2, quarters 3-6, eighths 7-13.
+    On the 4-slot A30: full 0, halves 1-2, quarters 3-6.
+    """
+    slots = geometry.memory_slots
+    if size >= slots:
+        return 0
+    if size * 2 == slots:
+        return 1 + start // size
+    if size * 4 == slots:
+        return 3 + start // size
+    return 7 + start

@@ -1,0 +1,191 @@
+"""The simulated GPUs of one node, kept in one JSON file shared by every process.
+
+The prolog, the CLI and the repartitioner run in different processes, so the
+simulated GPUs live in a file: ``<sim_dir>/<node>.json``.  Writers take an
+exclusive ``flock`` on ``<node>.json.lock`` and replace the file atomically
+(write, fsync, rename); readers need no lock because a rename is atomic, and
+they re-read only when the file changed (inode, size, mtime).
+
+The state is self-contained: it is built once from a machine description and the
+catalog, so the simulated library never parses YAML.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.errors import StateError
+
+SCHEMA = 1
+DEFAULT_DRIVER = "550.90.07"
+DEFAULT_CUDA = 12040  # nvmlSystemGetCudaDriverVersion: 12.4
+
+
+def write_json_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
+    """Write JSON through a temp file in the same directory, fsync, then rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class SimStore:
+    """Locked, cached access to one node's simulated-GPU state file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._cache: dict[str, Any] | None = None
+        self._cache_key: tuple[int, int, int] | None = None
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if self._cache is not None and key == self._cache_key:
+                    return self._cache
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            raise StateError(
+                f"simulated GPU state {self.path}",
+                "no such file",
+                hint="create it with `gpupool sim init` or `gpupool sandbox up`",
+            ) from None
+        except (OSError, ValueError) as e:
+            raise StateError(f"simulated GPU state {self.path}", f"unreadable: {e}") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise StateError(f"simulated GPU state {self.path}", f"unknown schema (expected {SCHEMA})")
+        self._cache, self._cache_key = data, key
+        return data
+
+    def read(self) -> dict[str, Any]:
+        """The current state.  Treat it as read-only: it may be the cached object."""
+        return self._load()
+
+    @contextlib.contextmanager
+    def modify(self) -> Iterator[dict[str, Any]]:
+        """Exclusive read-modify-write.  Nothing is written if the body raises."""
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._cache = None
+            data = json.loads(json.dumps(self._load()))  # private deep copy
+            yield data
+            write_json_atomic(self.path, data)
+            self._cache = None
+        finally:
+            os.close(fd)
+
+
+def _hex(seed: str, n: int) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:n]
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable GPU UUID for a simulated GPU (``GPU-`` + 8-4-4-4-12 hex)."""
+    h = _hex(f"gpu/{node}/{index}", 32)
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def mig_uuid(gpu_uuid_: str, serial: int) -> str:
+    """A MIG device UUID: stable for the CI's lifetime, new when it is re-created.
+
+    Real R470+ MIG UUIDs look version-5 style (third group starts with 5).
+    """
+    h = _hex(f"mig/{gpu_uuid_}/{serial}", 32)
+    return f"MIG-{h[:8]}-{h[8:12]}-5{h[13:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def new_node_state(
+    node: str, machine: Any, driver_version: str = DEFAULT_DRIVER, dev_root: str = "/dev"
+) -> dict[str, Any]:
+    """The state of a freshly booted node of this machine type: MIG off everywhere.
+
+    ``machine`` is a :class:`slurm_gpupool.machines.MachineSpec`.
+    """
+    from slurm_gpupool.core.catalog import get_model
+
+    level_code = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+    switch_bus = [f"00000000:{0xC0 + k:02X}:00.0" for k in range(6)]  # NVSwitch PCI functions
+    gpus = []
+    for g in machine.gpus:
+        model = get_model(g.model)
+        links: list[list[Any]] = []  # [remote_bus_id, remote_type] per link index
+        if machine.interconnect == "nvswitch":
+            for k in range(machine.nvswitch_links_per_gpu):
+                links.append([switch_bus[k % len(switch_bus)], 2])  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+        else:
+            for other in machine.gpus:
+                for _ in range(machine.nvlinks(g.index, other.index)):
+                    links.append([other.pci_bus_id, 0])  # NVML_NVLINK_DEVICE_TYPE_GPU
+        gpus.append(
+            {
+                "index": g.index,
+                "model": model.key,
+                "uuid": gpu_uuid(node, g.index),
+                "serial": str(1560000000000 + int(_hex(f"serial/{node}/{g.index}", 8), 16) % 10**9),
+                "minor": g.minor,
+                "pci_bus_id": g.pci_bus_id,
+                "numa_node": g.numa_node,
+                "cpus": list(g.cpus),
+                "nvlinks": links,
+                "pcie_levels": [
+                    0 if o.index == g.index else level_code[machine.pcie_level(g.index, o.index)] for o in machine.gpus
+                ],
+                "mig": {"current": 0, "pending": 0} if model.mig_capable else None,
+                "gis": [],
+                "processes": [],
+                # other NVML clients (nvidia-persistenced, DCGM): on Ampere they make the
+                # reset inside nvmlDeviceSetMigMode fail, so the change stays pending.
+                "clients": 1 if model.mig_mode_needs_reset else 0,
+                "utilization": {"gpu": 0, "memory": 0},
+                "health": {
+                    "ecc": {"corrected": [0, 0], "uncorrected": [0, 0]},  # [volatile, aggregate]
+                    "retired_pages": {"sbe": [], "dbe": []},
+                    "retired_pending": 0,
+                    "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
+                    "temperature_c": 34,
+                },
+            }
+        )
+    return {
+        "schema": SCHEMA,
+        "node": node,
+        "machine": machine.name,
+        "driver_version": driver_version,
+        "dev_root": dev_root,
+        "cuda_version": DEFAULT_CUDA,
+        "next_serial": 1,
+        "gpus": gpus,
+        "faults": [],
+        "calls": {},
+    }
+
+
+def create_node_state(path: Path, node: str, machine: Any, overwrite: bool = False, dev_root: str = "/dev") -> bool:
+    """Create the state file; returns False (and changes nothing) if it exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not overwrite:
+        return False
+    write_json_atomic(path, new_node_state(node, machine, dev_root=dev_root))
+    return True

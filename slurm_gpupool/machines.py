@@ -1,0 +1,263 @@
+"""Machine descriptions: the hardware of a node type, for simulation and planning.
+
+A description (``etc/machines/<name>.yaml``) says which GPUs a node has, on which
+PCI bus, NUMA node and CPUs, and how they are connected (NVSwitch, direct NVLink
+pairs, PCIe switches).  On real nodes the same facts come from NVML; here they
+seed the simulator and let the planner and GRES generator work for nodes that are
+not in front of us.  The format is documented in ``etc/machines/README.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.core.catalog import GpuModel, get_model
+from slurm_gpupool.errors import ConfigError
+from slurm_gpupool.resources import machines_dir
+
+INTERCONNECTS = ("nvswitch", "nvlink", "pcie")
+# nvidia-smi topo -m PCIe relations, nearest first (reference §5.1).
+PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    index: int  # NVML index (GPUs enumerate in PCI bus order)
+    model: str  # catalog key
+    pci_bus_id: str  # NVML form "00000000:07:00.0"
+    minor: int  # /dev/nvidia<minor>; may differ from index
+    numa_node: int
+    cpus: tuple[int, ...]  # logical CPUs local to the GPU (CPU affinity)
+
+    @property
+    def gpu_model(self) -> GpuModel:
+        return get_model(self.model)
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    name: str
+    description: str
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    memory_mib: int
+    numa_cpus: dict[int, tuple[int, ...]]
+    interconnect: str
+    gpus: tuple[GpuSpec, ...]
+    nvlink_pairs: dict[tuple[int, int], int] = field(default_factory=dict)
+    nvswitch_links_per_gpu: int = 0
+    pcie_switches: tuple[tuple[int, ...], ...] = ()
+    source: str = ""
+
+    @property
+    def cpus_total(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    def nvlinks(self, a: int, b: int) -> int:
+        """Direct NVLink links between GPUs a and b (0 through NVSwitch or PCIe)."""
+        if a == b:
+            return 0
+        return self.nvlink_pairs.get((min(a, b), max(a, b)), 0)
+
+    def nvlink_connected(self, a: int, b: int) -> bool:
+        """Whether a and b talk over NVLink, directly or through NVSwitch."""
+        if self.interconnect == "nvswitch":
+            return a != b
+        return self.nvlinks(a, b) > 0
+
+    def pcie_level(self, a: int, b: int) -> str:
+        """The PCIe relation of two GPUs, as ``nvidia-smi topo -m`` prints it."""
+        for group in self.pcie_switches:
+            if a in group and b in group:
+                return "PIX"
+        ga, gb = self.gpus[a], self.gpus[b]
+        if ga.numa_node == gb.numa_node:
+            return "PHB" if len(self.numa_cpus) == 1 else "NODE"
+        if self.socket_of_cpu(ga.cpus[0]) == self.socket_of_cpu(gb.cpus[0]):
+            return "NODE"
+        return "SYS"
+
+    def core_of_cpu(self, cpu: int) -> int:
+        """Slurm's core index of a logical CPU (Linux numbers hyperthreads last)."""
+        return cpu % (self.sockets * self.cores_per_socket)
+
+    def socket_of_cpu(self, cpu: int) -> int:
+        return self.core_of_cpu(cpu) // self.cores_per_socket
+
+    def socket_cores(self, socket: int) -> range:
+        return range(socket * self.cores_per_socket, (socket + 1) * self.cores_per_socket)
+
+
+def _cpulist(text: Any, where: str, source: str) -> tuple[int, ...]:
+    """Parse a Linux CPU list such as ``0-15,128-143``."""
+    out: list[int] = []
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise ConfigError(source, where, f"not a CPU list: {text!r} (expected e.g. 0-15,128-143)") from None
+    return tuple(out)
+
+
+def _require(d: dict, key: str, typ: type | tuple[type, ...], where: str, source: str) -> Any:
+    if key not in d:
+        raise ConfigError(source, f"{where}{key}", "required key is missing")
+    val = d[key]
+    if not isinstance(val, typ) or (isinstance(val, bool) and typ is int):
+        tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise ConfigError(source, f"{where}{key}", f"expected {tname}, got {type(val).__name__}")
+    return val
+
+
+def _check_keys(d: dict, allowed: set[str], where: str, source: str) -> None:
+    for k in d:
+        if k not in allowed:
+            raise ConfigError(source, f"{where}{k}", "unknown key", hint="allowed: " + ", ".join(sorted(allowed)))
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """``07:00.0`` or ``0000:07:00.0`` → NVML's ``00000000:07:00.0``."""
+    parts = bus_id.strip().upper().split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    dom, bus, devfn = parts
+    return f"{int(dom, 16):08X}:{bus.zfill(2)}:{devfn}"
+
+
+def parse_machine(raw: Any, source: str) -> MachineSpec:
+    """Validate a decoded machine description; every error names file and key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "", "a machine description must be a mapping")
+    _check_keys(
+        raw,
+        {"machine", "description", "cpu", "memory_mib", "numa", "interconnect", "nvswitch", "nvlink", "pcie", "gpus"},
+        "",
+        source,
+    )
+    name = _require(raw, "machine", str, "", source)
+    cpu = _require(raw, "cpu", dict, "", source)
+    _check_keys(cpu, {"sockets", "cores_per_socket", "threads_per_core"}, "cpu.", source)
+    sockets = _require(cpu, "sockets", int, "cpu.", source)
+    cores = _require(cpu, "cores_per_socket", int, "cpu.", source)
+    threads = _require(cpu, "threads_per_core", int, "cpu.", source)
+    memory_mib = _require(raw, "memory_mib", int, "", source)
+    numa_raw = _require(raw, "numa", dict, "", source)
+    numa = {int(k): _cpulist(v, f"numa.{k}", source) for k, v in numa_raw.items()}
+    ncpus = sockets * cores * threads
+    for node, cpus in numa.items():
+        bad = [c for c in cpus if c >= ncpus]
+        if bad:
+            raise ConfigError(source, f"numa.{node}", f"CPU {bad[0]} beyond the {ncpus} CPUs of cpu:")
+    interconnect = _require(raw, "interconnect", str, "", source)
+    if interconnect not in INTERCONNECTS:
+        raise ConfigError(source, "interconnect", f"must be one of {', '.join(INTERCONNECTS)}, not {interconnect!r}")
+    gpus_raw = _require(raw, "gpus", list, "", source)
+    gpus: list[GpuSpec] = []
+    for i, g in enumerate(gpus_raw):
+        where = f"gpus[{i}]."
+        if not isinstance(g, dict):
+            raise ConfigError(source, f"gpus[{i}]", "expected a mapping")
+        _check_keys(g, {"model", "pci_bus_id", "minor", "numa_node"}, where, source)
+        model = _require(g, "model", str, where, source)
+        try:
+            get_model(model)
+        except ConfigError as e:
+            raise ConfigError(source, f"{where}model", e.why, e.hint) from None
+        bus = normalise_bus_id(_require(g, "pci_bus_id", str, where, source))
+        numa_node = _require(g, "numa_node", int, where, source)
+        if numa_node not in numa:
+            raise ConfigError(source, f"{where}numa_node", f"NUMA node {numa_node} is not listed under numa:")
+        minor = g.get("minor", i)
+        gpus.append(GpuSpec(i, model, bus, minor, numa_node, numa[numa_node]))
+    if len({g.pci_bus_id for g in gpus}) != len(gpus):
+        raise ConfigError(source, "gpus", "two GPUs share a PCI bus id")
+    if len({g.minor for g in gpus}) != len(gpus):
+        raise ConfigError(source, "gpus", "two GPUs share a device minor")
+    if [g.pci_bus_id for g in gpus] != sorted(g.pci_bus_id for g in gpus):
+        raise ConfigError(source, "gpus", "list GPUs in PCI bus order (that is the NVML index order)")
+
+    pairs: dict[tuple[int, int], int] = {}
+    for j, row in enumerate(raw.get("nvlink") or []):
+        if not (isinstance(row, list) and len(row) == 3 and all(isinstance(x, int) for x in row)):
+            raise ConfigError(source, f"nvlink[{j}]", "expected [gpu_a, gpu_b, links]")
+        a, b, n = row
+        if not (0 <= a < len(gpus) and 0 <= b < len(gpus)) or a == b or n <= 0:
+            raise ConfigError(source, f"nvlink[{j}]", f"bad link {row}: GPUs must be distinct indices, links > 0")
+        pairs[(min(a, b), max(a, b))] = n
+    for idx, g in enumerate(gpus):
+        used = sum(n for (a, b), n in pairs.items() if idx in (a, b))
+        if used > g.gpu_model.nvlinks:
+            raise ConfigError(
+                source, "nvlink", f"GPU {idx} uses {used} links but a {g.model} has {g.gpu_model.nvlinks}"
+            )
+    switch_links = 0
+    if interconnect == "nvswitch":
+        sw = _require(raw, "nvswitch", dict, "", source)
+        _check_keys(sw, {"links_per_gpu"}, "nvswitch.", source)
+        switch_links = _require(sw, "links_per_gpu", int, "nvswitch.", source)
+    elif interconnect == "nvlink" and not pairs:
+        raise ConfigError(source, "nvlink", "interconnect is nvlink but no links are listed")
+    pcie = raw.get("pcie") or {}
+    _check_keys(pcie, {"switches"}, "pcie.", source)
+    switches = tuple(tuple(int(x) for x in grp) for grp in pcie.get("switches", []))
+    return MachineSpec(
+        name=name,
+        description=str(raw.get("description", "")),
+        sockets=sockets,
+        cores_per_socket=cores,
+        threads_per_core=threads,
+        memory_mib=memory_mib,
+        numa_cpus=numa,
+        interconnect=interconnect,
+        gpus=tuple(gpus),
+        nvlink_pairs=pairs,
+        nvswitch_links_per_gpu=switch_links,
+        pcie_switches=switches,
+        source=source,
+    )
+
+
+def load_machine_file(path: Path) -> MachineSpec:
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(str(path), "", f"not valid YAML: {e}") from None
+    return parse_machine(raw, str(path))
+
+
+@cache
+def _load_cached(path: str) -> MachineSpec:
+    return load_machine_file(Path(path))
+
+
+def find_machine(name: str, search: tuple[Path, ...] = ()) -> MachineSpec:
+    """A machine description by name, from ``search`` dirs first, then the built-ins."""
+    dirs = (*search, machines_dir())
+    for d in dirs:
+        p = d / f"{name}.yaml"
+        if p.is_file():
+            return _load_cached(str(p.resolve()))
+    known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+    raise ConfigError(
+        "machine descriptions",
+        name,
+        "no such machine description",
+        hint=f"looked in {', '.join(str(d) for d in dirs)}; known: {', '.join(known)}",
+    )
+
+
+def builtin_machine_names() -> list[str]:
+    return sorted(p.stem for p in machines_dir().glob("*.yaml"))

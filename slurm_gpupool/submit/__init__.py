@@ -1,0 +1,1 @@
+"""``gpupool-sbatch``: a drop-in sbatch that understands friendly GPU requests."""

@@ -1,0 +1,84 @@
+"""The catalog is data; these checks keep it internally consistent and true to
+the reference tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_gpupool.core import catalog
+from slurm_gpupool.core.devices import ci_cap_minor, gi_cap_minor, mig_device_files, mig_minors_table
+from slurm_gpupool.errors import ConfigError
+
+REQUIRED = {"A100-SXM4-40GB", "A100-SXM4-80GB", "A30", "H100-SXM5-80GB", "H100-NVL", "H200"}
+
+
+def test_required_models_present():
+    assert set(catalog.all_models()) >= REQUIRED
+
+
+@pytest.mark.parametrize("key", sorted(REQUIRED))
+def test_profiles_fit_their_axes(key):
+    geo = catalog.get_model(key).mig
+    assert geo is not None
+    for p in geo.profiles:
+        assert p.placement_starts, p.name
+        for s in p.placement_starts:
+            assert s >= 0 and s + p.memory_slices <= geo.memory_slots, (p.name, s)
+        assert p.compute_slices <= geo.compute_slices
+        assert p.max_count >= 1
+        assert p.memory_mib < catalog.get_model(key).memory_mib
+        assert p.profile_id != p.nvml_enum  # two numbering systems (reference §1.3)
+    names = [p.name for p in geo.profiles]
+    assert len(set(names)) == len(names)
+    assert len({p.profile_id for p in geo.profiles}) == len(names)
+
+
+def test_enum_and_id_differ_where_the_reference_says():
+    a100 = catalog.get_model("A100-SXM4-40GB").mig
+    assert a100 is not None
+    assert (a100.by_enum(0).profile_id, a100.by_enum(4).profile_id) == (19, 0)  # type: ignore[union-attr]
+    a30 = catalog.get_model("A30").mig
+    assert a30 is not None
+    assert a30.by_name("1g.6gb").profile_id == 14  # type: ignore[union-attr]
+    assert a30.by_name("4g.24gb").profile_id == 0  # type: ignore[union-attr]
+
+
+def test_lookup_by_nvml_name_and_unknown_model():
+    assert catalog.model_by_nvml_name("NVIDIA H100 80GB HBM3").key == "H100-SXM5-80GB"  # type: ignore[union-attr]
+    assert catalog.model_by_nvml_name("A100-SXM4-40GB").key == "A100-SXM4-40GB"  # type: ignore[union-attr]
+    with pytest.raises(ConfigError) as e:
+        catalog.get_model("B9000")
+    assert "unknown GPU model" in str(e.value)
+
+
+def test_ampere_needs_reset_for_mig_mode_hopper_does_not():
+    assert catalog.get_model("A100-SXM4-40GB").mig_mode_needs_reset
+    assert not catalog.get_model("H100-SXM5-80GB").mig_mode_needs_reset
+
+
+def test_gi_slot_ids_follow_the_observed_scheme():
+    geo = catalog.get_model("A100-SXM4-40GB").mig
+    assert geo is not None
+    assert catalog.gi_slot_id(geo, 0, 8) == 0
+    assert (catalog.gi_slot_id(geo, 0, 4), catalog.gi_slot_id(geo, 4, 4)) == (1, 2)
+    assert [catalog.gi_slot_id(geo, s, 2) for s in (0, 2, 4, 6)] == [3, 4, 5, 6]
+    assert [catalog.gi_slot_id(geo, s, 1) for s in (0, 6)] == [7, 13]
+    a30 = catalog.get_model("A30").mig
+    assert a30 is not None
+    assert [catalog.gi_slot_id(a30, s, 1) for s in range(4)] == [3, 4, 5, 6]
+
+
+def test_cap_minor_formula_matches_real_files():
+    # reference §4.1: real files and the MIG user guide's first/last entries
+    assert gi_cap_minor(4, 7) == 606 and ci_cap_minor(4, 7, 0) == 607
+    assert (gi_cap_minor(0, 7), ci_cap_minor(0, 7, 0)) == (66, 67)
+    assert gi_cap_minor(0, 11) == 102
+    assert [ci_cap_minor(0, 1, c) for c in range(3)] == [13, 14, 15] and gi_cap_minor(0, 1) == 12
+    table = mig_minors_table()
+    assert table[:4] == [("config", 1), ("monitor", 2), ("gpu0/gi0/access", 3), ("gpu0/gi0/ci0/access", 4)]
+    assert table[-1] == ("gpu31/gi14/ci7/access", 4322)
+    assert mig_device_files(0, 7, 0) == (
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap66",
+        "/dev/nvidia-caps/nvidia-cap67",
+    )

@@ -1,0 +1,60 @@
+"""The wheel is what admins install: it must carry the templates and etc/ files."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(TOP)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (whl,) = out.glob("slurm_gpupool-*.whl")
+    return zipfile.ZipFile(whl)
+
+
+def test_wheel_contains_every_template_and_machine(wheel: zipfile.ZipFile):
+    names = set(wheel.namelist())
+    templates = [p.relative_to(TOP / "templates") for p in (TOP / "templates").rglob("*.j2")]
+    assert templates, "no templates in the source tree"
+    for t in templates:
+        assert f"slurm_gpupool/templates/{t}" in names
+    for m in (TOP / "etc" / "machines").glob("*.yaml"):
+        assert f"slurm_gpupool/etc/machines/{m.name}" in names
+
+
+def test_wheel_declares_the_console_scripts(wheel: zipfile.ZipFile):
+    (ep,) = [n for n in wheel.namelist() if n.endswith("entry_points.txt")]
+    cp = configparser.ConfigParser()
+    cp.read_string(wheel.read(ep).decode())
+    assert set(cp["console_scripts"]) == {
+        "gpupool",
+        "gpupool-prolog",
+        "gpupool-epilog",
+        "gpupool-taskprolog",
+        "gpupool-sbatch",
+    }
+
+
+def test_pyproject_only_declares_the_build_system():
+    text = (TOP / "pyproject.toml").read_text()
+    assert [line for line in text.splitlines() if line.startswith("[")] == ["[build-system]"]
+
+
+@pytest.mark.parametrize("cmd", ["gpupool", "gpupool-prolog", "gpupool-epilog", "gpupool-taskprolog", "gpupool-sbatch"])
+def test_console_scripts_answer_help(cmd: str):
+    res = subprocess.run([cmd, "--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "usage" in res.stdout.lower()
