@@ -17,6 +17,7 @@ from typing import Any
 from slurm_gpupool.core.catalog import GpuModel, get_model
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.resources import machines_dir
+from slurm_gpupool.validate import Where
 
 INTERCONNECTS = ("nvswitch", "nvlink", "pcie")
 # nvidia-smi topo -m PCIe relations, nearest first (reference §5.1).
@@ -92,7 +93,7 @@ class MachineSpec:
         return range(socket * self.cores_per_socket, (socket + 1) * self.cores_per_socket)
 
 
-def _cpulist(text: Any, where: str, source: str) -> tuple[int, ...]:
+def _cpulist(text: Any, where: Where) -> tuple[int, ...]:
     """Parse a Linux CPU list such as ``0-15,128-143``."""
     out: list[int] = []
     try:
@@ -104,24 +105,8 @@ def _cpulist(text: Any, where: str, source: str) -> tuple[int, ...]:
             elif part:
                 out.append(int(part))
     except ValueError:
-        raise ConfigError(source, where, f"not a CPU list: {text!r} (expected e.g. 0-15,128-143)") from None
+        raise where.error(f"not a CPU list: {text!r} (expected e.g. 0-15,128-143)") from None
     return tuple(out)
-
-
-def _require(d: dict, key: str, typ: type | tuple[type, ...], where: str, source: str) -> Any:
-    if key not in d:
-        raise ConfigError(source, f"{where}{key}", "required key is missing")
-    val = d[key]
-    if not isinstance(val, typ) or (isinstance(val, bool) and typ is int):
-        tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise ConfigError(source, f"{where}{key}", f"expected {tname}, got {type(val).__name__}")
-    return val
-
-
-def _check_keys(d: dict, allowed: set[str], where: str, source: str) -> None:
-    for k in d:
-        if k not in allowed:
-            raise ConfigError(source, f"{where}{k}", "unknown key", hint="allowed: " + ", ".join(sorted(allowed)))
 
 
 def normalise_bus_id(bus_id: str) -> str:
@@ -133,81 +118,90 @@ def normalise_bus_id(bus_id: str) -> str:
     return f"{int(dom, 16):08X}:{bus.zfill(2)}:{devfn}"
 
 
+_TOP_KEYS = {
+    "machine",
+    "description",
+    "cpu",
+    "memory_mib",
+    "numa",
+    "interconnect",
+    "nvswitch",
+    "nvlink",
+    "pcie",
+    "gpus",
+}
+
+
 def parse_machine(raw: Any, source: str) -> MachineSpec:
     """Validate a decoded machine description; every error names file and key."""
-    if not isinstance(raw, dict):
-        raise ConfigError(source, "", "a machine description must be a mapping")
-    _check_keys(
-        raw,
-        {"machine", "description", "cpu", "memory_mib", "numa", "interconnect", "nvswitch", "nvlink", "pcie", "gpus"},
-        "",
-        source,
-    )
-    name = _require(raw, "machine", str, "", source)
-    cpu = _require(raw, "cpu", dict, "", source)
-    _check_keys(cpu, {"sockets", "cores_per_socket", "threads_per_core"}, "cpu.", source)
-    sockets = _require(cpu, "sockets", int, "cpu.", source)
-    cores = _require(cpu, "cores_per_socket", int, "cpu.", source)
-    threads = _require(cpu, "threads_per_core", int, "cpu.", source)
-    memory_mib = _require(raw, "memory_mib", int, "", source)
-    numa_raw = _require(raw, "numa", dict, "", source)
-    numa = {int(k): _cpulist(v, f"numa.{k}", source) for k, v in numa_raw.items()}
+    top = Where(source)
+    top.check_type(raw, dict)
+    top.only_keys(raw, _TOP_KEYS)
+    name = top.require(raw, "machine", str)
+    cpu = top.require(raw, "cpu", dict)
+    w_cpu = top.key("cpu")
+    w_cpu.only_keys(cpu, {"sockets", "cores_per_socket", "threads_per_core"})
+    sockets = w_cpu.require(cpu, "sockets", int)
+    cores = w_cpu.require(cpu, "cores_per_socket", int)
+    threads = w_cpu.require(cpu, "threads_per_core", int)
+    memory_mib = top.require(raw, "memory_mib", int)
+    numa_raw = top.require(raw, "numa", dict)
+    numa = {int(k): _cpulist(v, top.key("numa").key(k)) for k, v in numa_raw.items()}
     ncpus = sockets * cores * threads
     for node, cpus in numa.items():
         bad = [c for c in cpus if c >= ncpus]
         if bad:
-            raise ConfigError(source, f"numa.{node}", f"CPU {bad[0]} beyond the {ncpus} CPUs of cpu:")
-    interconnect = _require(raw, "interconnect", str, "", source)
+            raise top.key("numa").key(node).error(f"CPU {bad[0]} beyond the {ncpus} CPUs of cpu:")
+    interconnect = top.require(raw, "interconnect", str)
     if interconnect not in INTERCONNECTS:
-        raise ConfigError(source, "interconnect", f"must be one of {', '.join(INTERCONNECTS)}, not {interconnect!r}")
-    gpus_raw = _require(raw, "gpus", list, "", source)
+        raise top.key("interconnect").error(f"must be one of {', '.join(INTERCONNECTS)}, not {interconnect!r}")
+    gpus_raw = top.require(raw, "gpus", list)
     gpus: list[GpuSpec] = []
     for i, g in enumerate(gpus_raw):
-        where = f"gpus[{i}]."
-        if not isinstance(g, dict):
-            raise ConfigError(source, f"gpus[{i}]", "expected a mapping")
-        _check_keys(g, {"model", "pci_bus_id", "minor", "numa_node"}, where, source)
-        model = _require(g, "model", str, where, source)
+        wg = top.key("gpus").index(i)
+        wg.check_type(g, dict)
+        wg.only_keys(g, {"model", "pci_bus_id", "minor", "numa_node"})
+        model = wg.require(g, "model", str)
         try:
             get_model(model)
         except ConfigError as e:
-            raise ConfigError(source, f"{where}model", e.why, e.hint) from None
-        bus = normalise_bus_id(_require(g, "pci_bus_id", str, where, source))
-        numa_node = _require(g, "numa_node", int, where, source)
+            raise wg.key("model").error(e.why, e.hint) from None
+        bus = normalise_bus_id(wg.require(g, "pci_bus_id", str))
+        numa_node = wg.require(g, "numa_node", int)
         if numa_node not in numa:
-            raise ConfigError(source, f"{where}numa_node", f"NUMA node {numa_node} is not listed under numa:")
-        minor = g.get("minor", i)
+            raise wg.key("numa_node").error(f"NUMA node {numa_node} is not listed under numa:")
+        minor = wg.optional(g, "minor", int, i)
         gpus.append(GpuSpec(i, model, bus, minor, numa_node, numa[numa_node]))
+    w_gpus = top.key("gpus")
     if len({g.pci_bus_id for g in gpus}) != len(gpus):
-        raise ConfigError(source, "gpus", "two GPUs share a PCI bus id")
+        raise w_gpus.error("two GPUs share a PCI bus id")
     if len({g.minor for g in gpus}) != len(gpus):
-        raise ConfigError(source, "gpus", "two GPUs share a device minor")
+        raise w_gpus.error("two GPUs share a device minor")
     if [g.pci_bus_id for g in gpus] != sorted(g.pci_bus_id for g in gpus):
-        raise ConfigError(source, "gpus", "list GPUs in PCI bus order (that is the NVML index order)")
+        raise w_gpus.error("list GPUs in PCI bus order (that is the NVML index order)")
 
     pairs: dict[tuple[int, int], int] = {}
-    for j, row in enumerate(raw.get("nvlink") or []):
+    for j, row in enumerate(top.optional(raw, "nvlink", list, [])):
+        wl = top.key("nvlink").index(j)
         if not (isinstance(row, list) and len(row) == 3 and all(isinstance(x, int) for x in row)):
-            raise ConfigError(source, f"nvlink[{j}]", "expected [gpu_a, gpu_b, links]")
+            raise wl.error("expected [gpu_a, gpu_b, links]")
         a, b, n = row
         if not (0 <= a < len(gpus) and 0 <= b < len(gpus)) or a == b or n <= 0:
-            raise ConfigError(source, f"nvlink[{j}]", f"bad link {row}: GPUs must be distinct indices, links > 0")
+            raise wl.error(f"bad link {row}: GPUs must be distinct indices, links > 0")
         pairs[(min(a, b), max(a, b))] = n
     for idx, g in enumerate(gpus):
         used = sum(n for (a, b), n in pairs.items() if idx in (a, b))
         if used > g.gpu_model.nvlinks:
-            raise ConfigError(
-                source, "nvlink", f"GPU {idx} uses {used} links but a {g.model} has {g.gpu_model.nvlinks}"
-            )
+            raise top.key("nvlink").error(f"GPU {idx} uses {used} links but a {g.model} has {g.gpu_model.nvlinks}")
     switch_links = 0
     if interconnect == "nvswitch":
-        sw = _require(raw, "nvswitch", dict, "", source)
-        _check_keys(sw, {"links_per_gpu"}, "nvswitch.", source)
-        switch_links = _require(sw, "links_per_gpu", int, "nvswitch.", source)
+        sw = top.require(raw, "nvswitch", dict)
+        top.key("nvswitch").only_keys(sw, {"links_per_gpu"})
+        switch_links = top.key("nvswitch").require(sw, "links_per_gpu", int)
     elif interconnect == "nvlink" and not pairs:
-        raise ConfigError(source, "nvlink", "interconnect is nvlink but no links are listed")
-    pcie = raw.get("pcie") or {}
-    _check_keys(pcie, {"switches"}, "pcie.", source)
+        raise top.key("nvlink").error("interconnect is nvlink but no links are listed")
+    pcie = top.optional(raw, "pcie", dict, {})
+    top.key("pcie").only_keys(pcie, {"switches"})
     switches = tuple(tuple(int(x) for x in grp) for grp in pcie.get("switches", []))
     return MachineSpec(
         name=name,

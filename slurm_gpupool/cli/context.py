@@ -17,6 +17,7 @@ import click
 class AppContext:
     node: str | None = None
     sim_dir: str | None = None
+    config_path: str | None = None
     debug: bool = False
     json_output: bool = False
     factories: dict[str, Callable[[AppContext], Any]] = field(default_factory=dict)
@@ -35,6 +36,30 @@ class AppContext:
     def gpu_backend(self) -> Any:
         return self.get("gpu")
 
+    def config(self) -> Any:
+        """The validated pool config (slurm_gpupool.config.PoolConfig)."""
+        return self.get("config")
+
+    def node_name(self) -> str:
+        from slurm_gpupool.hw import node_name
+
+        return node_name(self.node)
+
+    def state_dir(self) -> Any:
+        """This node's state directory, from the config's paths (or its defaults)."""
+        from pathlib import Path
+
+        from slurm_gpupool.config import DEFAULT_PATHS, PATH_ENV
+        from slurm_gpupool.errors import ConfigError
+
+        try:
+            return self.config().paths.for_node("state_dir", self.node_name())
+        except ConfigError:  # no readable config: defaults and environment still apply
+            import os
+
+            raw = os.environ.get(PATH_ENV["state_dir"]) or DEFAULT_PATHS["state_dir"]
+            return Path(raw.replace("{node}", self.node_name()))
+
     def close(self) -> None:
         while self._closers:
             self._closers.pop()()
@@ -46,6 +71,12 @@ def _gpu(ctx: AppContext) -> Any:
     return open_backend(ctx.node, ctx.sim_dir)
 
 
-_DEFAULTS: dict[str, Callable[[AppContext], Any]] = {"gpu": _gpu}
+def _config(ctx: AppContext) -> Any:
+    from slurm_gpupool.config import load_config
+
+    return load_config(ctx.config_path)
+
+
+_DEFAULTS: dict[str, Callable[[AppContext], Any]] = {"gpu": _gpu, "config": _config}
 
 pass_app = click.make_pass_decorator(AppContext)

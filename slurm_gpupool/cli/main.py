@@ -33,6 +33,8 @@ COMMANDS = {
     "inventory": "slurm_gpupool.cli.inventory:inventory",
     "sim": "slurm_gpupool.cli.sim:sim",
     "sandbox": "slurm_gpupool.cli.sandbox:sandbox",
+    "layout": "slurm_gpupool.cli.layout:layout",
+    "node": "slurm_gpupool.cli.node:node",
 }
 
 
@@ -45,13 +47,21 @@ COMMANDS = {
     envvar="SLURM_GPUPOOL_SIM_DIR",
     help="Use simulated GPUs from DIR (env SLURM_GPUPOOL_SIM_DIR) instead of NVML.",
 )
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    envvar="SLURM_GPUPOOL_CONFIG",
+    help="Pool config (env SLURM_GPUPOOL_CONFIG; default /etc/slurm-gpupool/gpupool.yaml).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def cli(ctx: click.Context, node: str | None, sim_dir: str | None, debug: bool) -> None:
+def cli(ctx: click.Context, node: str | None, sim_dir: str | None, config_path: str | None, debug: bool) -> None:
     """Manage a Slurm cluster's NVIDIA GPUs as an elastic pool."""
     app = ctx.ensure_object(AppContext)
     app.node = node or app.node
     app.sim_dir = sim_dir or app.sim_dir
+    app.config_path = config_path or app.config_path
     app.debug = debug
     ctx.call_on_close(app.close)
 

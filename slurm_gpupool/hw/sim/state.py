@@ -21,28 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from slurm_gpupool.atomic import write_json_atomic
 from slurm_gpupool.errors import StateError
 
 SCHEMA = 1
 DEFAULT_DRIVER = "550.90.07"
 DEFAULT_CUDA = 12040  # nvmlSystemGetCudaDriverVersion: 12.4
-
-
-def write_json_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
-    """Write JSON through a temp file in the same directory, fsync, then rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class SimStore:

@@ -1,0 +1,156 @@
+"""``gpupool layout``: validate layouts, list MIG profiles, see the schedule."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+import click
+
+from slurm_gpupool.cli.context import AppContext, pass_app
+from slurm_gpupool.cli.output import emit_json, table
+
+
+@click.group()
+def layout() -> None:
+    """Layouts: check a config, list a GPU model's MIG profiles, see what is due."""
+
+
+def _ranges(idx: list[int]) -> str:
+    from slurm_gpupool.cli.output import cpu_ranges
+
+    return cpu_ranges(idx)
+
+
+@layout.command("check")
+@click.argument("config", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def check(app: AppContext, config: str | None, as_json: bool) -> None:
+    """Validate every layout of every node set in CONFIG (default: --config).
+
+    Exit 0 if valid, 78 for an invalid config, 65 for an infeasible MIG layout.
+    """
+    from slurm_gpupool.config import load_config
+    from slurm_gpupool.core.catalog import get_model
+    from slurm_gpupool.core.planner import plan_gpu
+
+    cfg = load_config(config or app.config_path)
+    out: dict = {"config": cfg.source, "valid": True, "layouts": {}}
+    lines = [f"{cfg.source}: valid (version {cfg.version})"]
+    for name in cfg.layout_names():
+        lines.append(f"layout {name}:")
+        out["layouts"][name] = {}
+        for ns in cfg.nodesets.values():
+            if not cfg.covers(name, ns.nodes[0]):
+                continue
+            machine = ns.machine.name if ns.machine else "machine discovered on the node"
+            if ns.machine is None:
+                lines.append(f"  {ns.name} ({ns.hostlist}, {machine}): checked on the node at apply time")
+                continue
+            targets = cfg.machine_targets(name, ns.nodes[0])
+            groups: dict[str, list[int]] = {}
+            detail: dict[str, str] = {}
+            for i, t in enumerate(targets):
+                key = str(t)
+                groups.setdefault(key, []).append(i)
+                if t.mode == "mig":
+                    plan = plan_gpu(get_model(ns.machine.gpus[i].model), t.counts)
+                    detail[key] = " ".join(str(p) for p in plan.instances)
+            lines.append(f"  {ns.name} ({ns.hostlist}, {machine}):")
+            for key, idx in groups.items():
+                extra = f"  [{detail[key]}]" if key in detail else ""
+                lines.append(f"    GPU {_ranges(idx)}: {key}{extra}")
+            out["layouts"][name][ns.name] = {str(t): idx for t, idx in ((k, v) for k, v in groups.items())}
+    if cfg.schedule:
+        now = datetime.now().astimezone()
+        due = cfg.schedule.due(now)
+        nxt = cfg.schedule.next_change(now)
+        out["schedule"] = {"due": due, "next": [nxt[0].isoformat(), nxt[1]] if nxt else None}
+        lines.append(f"schedule: {due} is due now" + (f"; {nxt[1]} from {nxt[0]:%a %Y-%m-%d %H:%M}" if nxt else ""))
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo("\n".join(lines))
+
+
+@layout.command("profiles")
+@click.argument("model")
+@click.option("--all", "all_profiles", is_flag=True, help="Include +me and double-memory 1g profiles.")
+@click.option("--json", "as_json", is_flag=True)
+def profiles(model: str, all_profiles: bool, as_json: bool) -> None:
+    """List MODEL's MIG profiles and every maximal valid combination.
+
+    Like `nvidia-smi mig -lgip` and `-lgipp`, plus the planner's enumeration.
+    """
+    from slurm_gpupool.core.catalog import get_model
+    from slurm_gpupool.core.planner import default_profiles, maximal_layouts
+    from slurm_gpupool.errors import UsageError
+
+    m = get_model(model)
+    if m.mig is None:
+        raise UsageError(f"layout profiles {model}", f"{m.nvml_name} does not support MIG")
+    names = None if all_profiles else default_profiles(m)
+    layouts = maximal_layouts(m, names)
+    combos = Counter(tuple(sorted(Counter(i.profile for i in lay).items())) for lay in layouts)
+    if as_json:
+        emit_json(
+            {
+                "model": m.key,
+                "profiles": [
+                    {
+                        "name": p.name,
+                        "profile_id": p.profile_id,
+                        "nvml_enum": p.nvml_enum,
+                        "compute_slices": p.compute_slices,
+                        "memory_slices": p.memory_slices,
+                        "memory_mib": p.memory_mib,
+                        "max_count": p.max_count,
+                        "placement_starts": list(p.placement_starts),
+                    }
+                    for p in m.mig.profiles
+                ],
+                "maximal_layouts": [[str(i) for i in lay] for lay in layouts],
+                "distinct_combinations": len(combos),
+            }
+        )
+        return
+    rows = [
+        [
+            p.name,
+            p.profile_id,
+            p.nvml_enum,
+            p.compute_slices,
+            p.memory_slices,
+            p.memory_mib,
+            p.max_count,
+            "{" + ",".join(map(str, p.placement_starts)) + f"}}:{p.memory_slices}",
+        ]
+        for p in m.mig.profiles
+    ]
+    click.echo(f"{m.key} ({m.nvml_name}): {m.mig.compute_slices} compute slices, {m.mig.memory_slots} memory slices\n")
+    click.echo(table(["PROFILE", "ID", "ENUM", "COMPUTE", "MEMORY-SLICES", "MiB", "MAX", "PLACEMENTS"], rows))
+    scope = "all profiles" if all_profiles else "profiles without +me and double-memory 1g (the MIG user guide's table)"
+    click.echo(f"\n{len(layouts)} maximal layouts, {len(combos)} distinct combinations ({scope}):")
+    for n, lay in enumerate(layouts, 1):
+        click.echo(f"  {n:3d}. " + "  ".join(str(i) for i in lay))
+
+
+@layout.command("due")
+@click.option("--at", "at", metavar="TIME", help="ISO time to ask about (default: now).")
+@pass_app
+def due(app: AppContext, at: str | None) -> None:
+    """Which layout the schedule says is due now (or --at TIME), and the next change."""
+    from slurm_gpupool.errors import ConfigError, UsageError
+
+    cfg = app.config()
+    if cfg.schedule is None:
+        raise ConfigError(cfg.source, "schedule", "no schedule in the config")
+    try:
+        t = datetime.fromisoformat(at) if at else datetime.now()
+    except ValueError:
+        raise UsageError(f"--at {at}", "not an ISO time like 2026-11-23T07:30") from None
+    nxt = cfg.schedule.next_change(t)
+    click.echo(cfg.schedule.due(t))
+    if nxt:
+        click.echo(f"next: {nxt[1]} at {nxt[0].isoformat()}")

@@ -1,0 +1,187 @@
+"""``gpupool sandbox``: a real local Slurm cluster with emulated GPU nodes.
+
+Thin commands over :class:`slurm_gpupool.sandbox.cluster.Sandbox`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_gpupool.cli.output import emit_json, table
+from slurm_gpupool.errors import EXIT_FAILED
+
+_ROOT_HELP = "Sandbox directory (env SLURM_GPUPOOL_SANDBOX; default /var/tmp/slurm-gpupool-sandbox)."
+
+
+def _root_option(f: Any) -> Any:
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="SLURM_GPUPOOL_SANDBOX",
+        default=None,
+        help=_ROOT_HELP,
+    )(f)
+
+
+def _json_option(f: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
+
+
+def _progress(msg: str) -> None:
+    click.echo(f"  {msg}", err=True)
+
+
+def _sandbox(root: Path | None, **kwargs: Any) -> Any:
+    from slurm_gpupool.sandbox.cluster import Sandbox
+
+    return Sandbox(root, **kwargs)
+
+
+@click.group()
+def sandbox() -> None:
+    """A real Slurm cluster on this machine: emulated GPU nodes, simulated GPUs.
+
+    munged, MariaDB, slurmdbd, slurmctld and one `slurmd -N NODE` per node all
+    run under one directory; nothing of the system's own Slurm, munge or database
+    is touched.  Needs root.  Use it from a shell with
+    `eval "$(gpupool sandbox env)"`.
+    """
+
+
+@sandbox.command()
+@_root_option
+@click.option(
+    "--nodes",
+    "nodes_text",
+    metavar="NODE=MACHINE,...",
+    help="Emulated nodes and their machine descriptions "
+    "(default: the nodes of the last up, else a100n1=dgx-a100,a100n2=dgx-a100,h100n1=hgx-h100,"
+    "a30n1=pcie-a30,v100n1=dgx1-v100).",
+)
+@click.option("--port-base", type=click.IntRange(1024, 65000), help="First of the sandbox's ports (default 16800).")
+@click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
+@_json_option
+def up(root: Path | None, nodes_text: str | None, port_base: int | None, no_install: bool, as_json: bool) -> None:
+    """Start (or repair) the cluster; a fast no-op when it is already up."""
+    from slurm_gpupool.sandbox.cluster import parse_node_map
+
+    nodes = parse_node_map(nodes_text) if nodes_text else None
+    sb = _sandbox(root, nodes=nodes, base_port=port_base, progress=None if as_json else _progress)
+    report = sb.up(install=not no_install)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    done = "already up" if not (report.started or report.restarted or report.stopped) else "up"
+    click.echo(f"sandbox {done} at {sb.root} ({report.seconds:.1f} s)")
+    for label, names in (
+        ("installed", report.installed_packages),
+        ("started", report.started),
+        ("restarted", report.restarted),
+        ("stopped", report.stopped),
+    ):
+        if names:
+            click.echo(f"  {label}: {', '.join(names)}")
+    click.echo(f'use it: eval "$(gpupool sandbox env --root {sb.root})"')
+
+
+def render_status(st: dict[str, Any]) -> str:
+    if not st["exists"]:
+        return f"no sandbox at {st['root']} (start one with `gpupool sandbox up`)"
+    out = [f"sandbox at {st['root']}: {'up' if st['up'] else 'NOT fully up'}", ""]
+    out.append(
+        table(
+            ["DAEMON", "PID", "RUNNING", "LOG"],
+            [[d["name"], d["pid"] or "-", "yes" if d["running"] else "NO", d["log"]] for d in st["daemons"]],
+        )
+    )
+    out.append("")
+    out.append(
+        table(
+            ["NODE", "MACHINE", "ADDR", "SLURMD", "PID", "STATE", "GRES", "REASON"],
+            [
+                [
+                    n["name"],
+                    n["machine"],
+                    f"{n['addr']}:{n['port']}",
+                    "running" if n["slurmd_running"] else "STOPPED",
+                    n["slurmd_pid"] or "-",
+                    n["state"],
+                    n["gres"],
+                    n["reason"] if n["reason"] not in ("none", "") else "",
+                ]
+                for n in st["nodes"]
+            ],
+        )
+    )
+    return "\n".join(out)
+
+
+@sandbox.command()
+@_root_option
+@_json_option
+@click.pass_context
+def status(ctx: click.Context, root: Path | None, as_json: bool) -> None:
+    """Each daemon and node: running or not, and Slurm's node states (sinfo).
+
+    Exits 1 when something is not running.
+    """
+    st = _sandbox(root).status()
+    if as_json:
+        emit_json(st)
+    else:
+        click.echo(render_status(st))
+    if not st["up"]:
+        ctx.exit(EXIT_FAILED)
+
+
+@sandbox.command()
+@_root_option
+@_json_option
+def env(root: Path | None, as_json: bool) -> None:
+    """Print `export NAME=value` lines: SLURM_CONF, SLURM_GPUPOOL_SIM_DIR, SLURM_GPUPOOL_SANDBOX."""
+    from slurm_gpupool.sandbox.cluster import env_lines
+
+    values = _sandbox(root).env()
+    if as_json:
+        emit_json(values)
+    else:
+        click.echo(env_lines(values), nl=False)
+
+
+@sandbox.command()
+@_root_option
+@click.option("--purge", is_flag=True, help="Also delete the sandbox directory (database, logs, simulated GPUs).")
+@_json_option
+def down(root: Path | None, purge: bool, as_json: bool) -> None:
+    """Stop every process the sandbox started (by pid), and remove pid files."""
+    sb = _sandbox(root, progress=None if as_json else _progress)
+    stopped = sb.down(purge=purge)
+    if as_json:
+        emit_json({"root": str(sb.root), "stopped": stopped, "purged": purge})
+        return
+    what = ", ".join(stopped) if stopped else "nothing was running"
+    click.echo(f"sandbox down at {sb.root}: {what}" + (" (directory deleted)" if purge else ""))
+
+
+@sandbox.command()
+@_root_option
+@click.option("--controller", is_flag=True, help="Restart slurmctld.")
+@click.option("--nodes", "nodes_text", metavar="NODE,...", help="Restart these nodes' slurmd.")
+@_json_option
+def restart(root: Path | None, controller: bool, nodes_text: str | None, as_json: bool) -> None:
+    """Restart slurmctld and/or slurmds (all of them without options).
+
+    Slurm 22.05 applies changed GRES counts only after a restart of slurmctld
+    and the node's slurmd; `scontrol reconfigure` is not enough.
+    """
+    nodes = [n.strip() for n in nodes_text.split(",") if n.strip()] if nodes_text else None
+    sb = _sandbox(root, progress=None if as_json else _progress)
+    report = sb.restart(controller=controller, nodes=nodes)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    names = report.restarted + report.started
+    click.echo(f"restarted {', '.join(names)} ({report.seconds:.1f} s)")

@@ -1,0 +1,379 @@
+"""The pool config: node sets, named layouts, the schedule, paths.
+
+Versioned YAML (``etc/gpupool.yaml`` is the commented example; the schema is
+in ``docs/config.md``).  Validation is strict: unknown keys, wrong types,
+unknown profiles, overlapping selectors, hostlists matching no node set and
+infeasible MIG layouts are refused with the file, key path, GPU model and why.
+A NVIDIA mig-parted v1 file can be a source of layouts too (``mig_parted:``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.core.catalog import GpuModel, get_model
+from slurm_gpupool.core.layouts import MIG, GpuTarget, Selector, parse_selector, spread
+from slurm_gpupool.core.planner import plan_gpu
+from slurm_gpupool.core.schedule import Rule, Schedule, parse_clock, parse_days
+from slurm_gpupool.errors import ConfigError, InfeasibleError
+from slurm_gpupool.machines import MachineSpec, find_machine
+from slurm_gpupool.validate import Where
+
+CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
+DEFAULT_CONFIG_PATH = "/etc/slurm-gpupool/gpupool.yaml"
+SUPPORTED_VERSIONS = (1,)
+
+DEFAULT_PATHS = {
+    "state_dir": "/var/lib/slurm-gpupool",
+    "run_dir": "/run/slurm-gpupool",
+    "spool_dir": "/var/spool/slurm-gpupool",
+}
+PATH_ENV = {k: f"SLURM_GPUPOOL_{k.upper()}" for k in DEFAULT_PATHS}
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    name: str
+    hostlist: str
+    nodes: tuple[str, ...]
+    machine: MachineSpec | None  # None: discovered through NVML on the node
+
+
+@dataclass(frozen=True)
+class LayoutEntry:
+    """A layout's entries for one node set, or for a hostlist inside node sets."""
+
+    key: str
+    nodes: frozenset[str]
+    entries: tuple[tuple[Selector, GpuTarget], ...]
+    where: Where
+    specific: bool  # keyed by a hostlist (overrides the node-set entry for those nodes)
+
+
+@dataclass(frozen=True)
+class Paths:
+    state_dir: str
+    run_dir: str
+    spool_dir: str
+
+    def for_node(self, name: str, node: str) -> Path:
+        """A path with ``{node}`` filled in (the sandbox runs many nodes on one host)."""
+        return Path(getattr(self, name).replace("{node}", node))
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    source: str
+    version: int
+    nodesets: dict[str, NodeSet]
+    layouts: dict[str, tuple[LayoutEntry, ...]]
+    schedule: Schedule | None
+    paths: Paths
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    def all_nodes(self) -> list[str]:
+        return sorted(n for ns in self.nodesets.values() for n in ns.nodes)
+
+    def nodeset_of(self, node: str) -> NodeSet:
+        for ns in self.nodesets.values():
+            if node in ns.nodes:
+                return ns
+        raise ConfigError(self.source, "nodesets", f"node {node} is in no node set")
+
+    def layout_names(self) -> list[str]:
+        return sorted(self.layouts)
+
+    def covers(self, layout: str, node: str) -> bool:
+        return any(node in e.nodes for e in self.layouts.get(layout, ()))
+
+    def entry(self, layout: str, node: str) -> LayoutEntry:
+        """The layout entry for a node: a hostlist entry overrides its node set's."""
+        if layout not in self.layouts:
+            raise ConfigError(
+                self.source, f"layouts.{layout}", "no such layout", hint="layouts: " + ", ".join(self.layout_names())
+            )
+        entries = [e for e in self.layouts[layout] if node in e.nodes]
+        if not entries:
+            raise ConfigError(self.source, f"layouts.{layout}", f"the layout does not cover node {node}")
+        return next((e for e in entries if e.specific), entries[0])
+
+    def targets(self, layout: str, node: str, models: Sequence[GpuModel | None]) -> tuple[GpuTarget, ...]:
+        """One target per GPU of ``node`` in ``layout``, checked against each GPU's model."""
+        entry = self.entry(layout, node)
+        known = {m.key for m in models if m is not None}
+        note = f" ({', '.join(sorted(known))})" if known else ""
+        targets = spread(entry.entries, len(models), entry.where, note)
+        by_text = {t: sel for sel, t in entry.entries}
+        for target, model in zip(targets, models):
+            if model is not None:
+                check_target(target, model, entry.where.key(by_text[target].text))
+        return targets
+
+    def machine_targets(self, layout: str, node: str) -> tuple[GpuTarget, ...]:
+        """Targets for a node from its machine description (planned, not live)."""
+        ns = self.nodeset_of(node)
+        if ns.machine is None:
+            raise ConfigError(self.source, f"nodesets.{ns.name}.machine", "needed to plan without the node's NVML")
+        return self.targets(layout, node, [get_model(g.model) for g in ns.machine.gpus])
+
+
+def check_target(t: GpuTarget, model: GpuModel, where: Where) -> None:
+    """A MIG target must name this model's profiles and fit (planner); else 78/65."""
+    if t.mode != MIG:
+        return
+    if model.mig is None:
+        raise where.key("mig").error(f"{model.key} does not support MIG", hint="use whole or shared: N")
+    for name, _ in t.mig:
+        if model.mig.by_name(name) is None:
+            raise (
+                where.key("mig")
+                .key(name)
+                .error(
+                    f"unknown MIG profile for {model.key}",
+                    hint="profiles: " + ", ".join(p.name for p in model.mig.profiles),
+                )
+            )
+    try:
+        plan_gpu(model, t.counts)
+    except InfeasibleError as e:
+        raise InfeasibleError(f"{where.source}: {where.key('mig').path}", f"{model.key}: {e.why}", e.hint) from None
+
+
+def parse_target(raw: Any, where: Where) -> GpuTarget:
+    """``whole`` | ``{whole: true}`` | ``{mig: {profile: count}}`` | ``{shared: N}``."""
+    if raw == "whole":
+        return GpuTarget.whole()
+    if not isinstance(raw, dict) or len(raw) != 1:
+        raise where.error(
+            "expected exactly one of: whole, {mig: {profile: count}}, {shared: N}",
+            hint="e.g. `all: {mig: {1g.10gb: 7}}` or `0-3: whole` or `4: {shared: 4}`",
+        )
+    ((kind, val),) = raw.items()
+    if kind == "whole":
+        if val is not True:
+            raise where.key("whole").error("expected true")
+        return GpuTarget.whole()
+    if kind == "mig":
+        wm = where.key("mig")
+        wm.check_type(val, dict)
+        counts = {}
+        for name, n in val.items():
+            wm.key(name).check_type(n, int)
+            if n < 0:
+                raise wm.key(name).error("count must be >= 0")
+            counts[str(name)] = n
+        return GpuTarget.mig_counts(counts)
+    if kind == "shared":
+        ws = where.key("shared")
+        ws.check_type(val, int)
+        if not 2 <= val <= 128:
+            raise ws.error(f"shares must be 2..128, not {val}", hint="one share is a whole GPU: use whole")
+        return GpuTarget.shared(val)
+    raise where.key(kind).error("unknown key", hint="one of: whole, mig, shared")
+
+
+def _expand(hostlist: str, where: Where) -> tuple[str, ...]:
+    from ClusterShell.NodeSet import NodeSet as CSNodeSet
+    from ClusterShell.NodeSet import NodeSetParseError
+
+    try:
+        return tuple(sorted(CSNodeSet(hostlist)))
+    except NodeSetParseError as e:
+        raise where.error(f"not a Slurm hostlist: {hostlist!r} ({e})") from None
+
+
+def _parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dict[str, NodeSet]:
+    w = top.key("nodesets")
+    w.check_type(raw, dict)
+    if not raw:
+        raise w.error("at least one node set is needed")
+    out: dict[str, NodeSet] = {}
+    seen: dict[str, str] = {}
+    for name, spec in raw.items():
+        wn = w.key(name)
+        wn.check_type(spec, dict)
+        wn.only_keys(spec, {"nodes", "machine"})
+        hostlist = wn.require(spec, "nodes", str)
+        nodes = _expand(hostlist, wn.key("nodes"))
+        for n in nodes:
+            if n in seen:
+                raise wn.key("nodes").error(f"node {n} is also in node set {seen[n]}")
+            seen[n] = str(name)
+        machine = None
+        mname = wn.optional(spec, "machine", str)
+        if mname:
+            try:
+                machine = find_machine(mname, machine_dirs)
+            except ConfigError as e:
+                raise wn.key("machine").error(f"{e.why}: {mname}", e.hint) from None
+        out[str(name)] = NodeSet(str(name), hostlist, nodes, machine)
+    return out
+
+
+def _layout_entry(key: str, spec: Any, where: Where, nodesets: dict[str, NodeSet]) -> LayoutEntry:
+    if key in nodesets:
+        nodes, specific = frozenset(nodesets[key].nodes), False
+    else:
+        nodes = frozenset(_expand(key, where))
+        owners = {ns.name for ns in nodesets.values() if nodes & set(ns.nodes)}
+        if not owners or not nodes <= {n for o in owners for n in nodesets[o].nodes}:
+            raise where.error(
+                f"{key!r} is neither a node set nor a hostlist of nodes in node sets",
+                hint="node sets: " + ", ".join(sorted(nodesets)),
+            )
+        machines = {nodesets[o].machine.name if nodesets[o].machine else None for o in owners}
+        if len(machines) > 1:
+            raise where.error(f"hostlist {key!r} spans node sets of different machines: {', '.join(sorted(owners))}")
+        specific = True
+    where.check_type(spec, dict)
+    entries = tuple((parse_selector(sel, where.key(sel)), parse_target(t, where.key(sel))) for sel, t in spec.items())
+    if not entries:
+        raise where.error("no GPU entries")
+    return LayoutEntry(key, nodes, entries, where, specific)
+
+
+def _validate_entry(entry: LayoutEntry, nodesets: dict[str, NodeSet]) -> None:
+    """With a machine description known, check coverage and feasibility now."""
+    for ns in nodesets.values():
+        if ns.machine is None or not entry.nodes & set(ns.nodes):
+            continue
+        gpus = ns.machine.gpus
+        spread(entry.entries, len(gpus), entry.where, f" ({ns.machine.name})")
+        for sel, t in entry.entries:
+            for model_key in sorted({gpus[i].model for i in sel.resolve(len(gpus))}):
+                check_target(t, get_model(model_key), entry.where.key(sel.text))
+
+
+def _parse_layouts(
+    raw: Any, top: Where, nodesets: dict[str, NodeSet], extra: dict[str, list[LayoutEntry]]
+) -> dict[str, tuple[LayoutEntry, ...]]:
+    w = top.key("layouts")
+    w.check_type(raw, dict)
+    out: dict[str, list[LayoutEntry]] = {}
+    for lname, per_set in raw.items():
+        wl = w.key(lname)
+        wl.check_type(per_set, dict)
+        entries = [_layout_entry(str(k), v, wl.key(k), nodesets) for k, v in per_set.items()]
+        for i, a in enumerate(entries):
+            for b in entries[i + 1 :]:
+                if a.specific == b.specific and a.nodes & b.nodes:
+                    raise b.where.error(f"overlaps {a.key!r} on {','.join(sorted(a.nodes & b.nodes))}")
+        out[str(lname)] = entries
+    for lname, entries in extra.items():
+        mine = out.setdefault(lname, [])
+        covered = {n for e in mine for n in e.nodes}
+        mine.extend(e for e in entries if not e.nodes & covered)
+    for entries in out.values():
+        for e in entries:
+            _validate_entry(e, nodesets)
+    if not out:
+        raise w.error("at least one layout is needed")
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _parse_schedule(raw: Any, top: Where, layouts: Iterable[str]) -> Schedule | None:
+    if raw is None:
+        return None
+    w = top.key("schedule")
+    w.check_type(raw, dict)
+    w.only_keys(raw, {"timezone", "default", "rules"})
+    names = set(layouts)
+    default = w.require(raw, "default", str)
+    if default not in names:
+        raise w.key("default").error(f"no layout named {default!r}", hint="layouts: " + ", ".join(sorted(names)))
+    tz = None
+    tzname = w.optional(raw, "timezone", str, "local")
+    if tzname != "local":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            tz = ZoneInfo(tzname)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise w.key("timezone").error(
+                f"unknown time zone {tzname!r}", hint="an IANA name such as Europe/Paris, or local"
+            ) from None
+    rules = []
+    for i, r in enumerate(w.optional(raw, "rules", list, [])):
+        wr = w.key("rules").index(i)
+        wr.check_type(r, dict)
+        wr.only_keys(r, {"layout", "days", "start", "end"})
+        layout = wr.require(r, "layout", str)
+        if layout not in names:
+            raise wr.key("layout").error(f"no layout named {layout!r}", hint="layouts: " + ", ".join(sorted(names)))
+        try:
+            days = parse_days(wr.optional(r, "days", str, "daily"))
+        except ValueError:
+            raise wr.key("days").error("expected weekdays like mon-fri, sat,sun or daily") from None
+        clocks = []
+        for k in ("start", "end"):
+            text = wr.require(r, k, str)
+            try:
+                clocks.append(parse_clock(text))
+            except ValueError:
+                raise wr.key(k).error(f"expected HH:MM, not {text!r}") from None
+        rules.append(Rule(layout, days, clocks[0], clocks[1]))
+    return Schedule(default, tuple(rules), tz)
+
+
+def _parse_paths(raw: Any, top: Where) -> Paths:
+    w = top.key("paths")
+    raw = raw or {}
+    w.check_type(raw, dict)
+    w.only_keys(raw, set(DEFAULT_PATHS) | {"machines_dir"})
+    values = {}
+    for k, default in DEFAULT_PATHS.items():
+        values[k] = os.environ.get(PATH_ENV[k]) or w.optional(raw, k, str, default)
+    return Paths(**values)
+
+
+def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolConfig:
+    """Validate a decoded pool config."""
+    top = Where(source)
+    top.check_type(raw, dict)
+    top.only_keys(raw, {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted"})
+    version = top.require(raw, "version", int)
+    if version not in SUPPORTED_VERSIONS:
+        raise top.key("version").error(f"unsupported config version {version}", hint="this gpupool reads version 1")
+    base = base_dir or Path(source).resolve().parent
+    paths_raw = raw.get("paths") or {}
+    machine_dirs: tuple[Path, ...] = ()
+    if isinstance(paths_raw, dict) and paths_raw.get("machines_dir"):
+        machine_dirs = (base / str(paths_raw["machines_dir"]),)
+    paths = _parse_paths(paths_raw, top)
+    nodesets = _parse_nodesets(top.require(raw, "nodesets", dict), top, machine_dirs)
+    extra: dict[str, list[LayoutEntry]] = {}
+    if raw.get("mig_parted") is not None:
+        from slurm_gpupool.migparted import layouts_from_mig_parted
+
+        extra = layouts_from_mig_parted(raw["mig_parted"], top.key("mig_parted"), base, nodesets)
+    layouts = _parse_layouts(raw.get("layouts") or {}, top, nodesets, extra)
+    schedule = _parse_schedule(raw.get("schedule"), top, layouts)
+    return PoolConfig(source, version, nodesets, layouts, schedule, paths, raw)
+
+
+def config_path(path: str | Path | None = None) -> Path:
+    return Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+
+
+def load_config(path: str | Path | None = None) -> PoolConfig:
+    """Read and validate the pool config (``--config``, $SLURM_GPUPOOL_CONFIG, or /etc)."""
+    import yaml
+
+    p = config_path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(
+            str(p), "", f"cannot read: {e.strerror}", hint=f"pass --config or set {CONFIG_ENV}; see etc/gpupool.yaml"
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(str(p), where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_config(raw, str(p))

@@ -1,0 +1,103 @@
+"""Which layout is due when: the one place that answers "which layout at time T".
+
+Rules are checked in order; the first whose weekdays and time window contain T
+wins, else the default layout.  A window whose end is before its start wraps
+past midnight (``20:00``-``07:00``); it belongs to the weekday it starts on.
+Pure: times come in, names go out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta, tzinfo
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+@dataclass(frozen=True)
+class Rule:
+    layout: str
+    days: frozenset[int]  # 0 = Monday
+    start: time
+    end: time
+
+    def contains(self, t: datetime) -> bool:
+        clock = t.timetz().replace(tzinfo=None)
+        if self.start < self.end:
+            return t.weekday() in self.days and self.start <= clock < self.end
+        if self.start == self.end:  # the whole day
+            return t.weekday() in self.days
+        # wraps midnight: evening part on a listed day, morning part on the day after one
+        if clock >= self.start:
+            return t.weekday() in self.days
+        return clock < self.end and (t.weekday() - 1) % 7 in self.days
+
+
+@dataclass(frozen=True)
+class Schedule:
+    default: str
+    rules: tuple[Rule, ...]
+    tz: tzinfo | None = None  # None: the machine's local time
+
+    def due(self, t: datetime) -> str:
+        """The layout due at ``t``."""
+        t = self.localise(t)
+        for r in self.rules:
+            if r.contains(t):
+                return r.layout
+        return self.default
+
+    def localise(self, t: datetime) -> datetime:
+        if t.tzinfo is None:
+            t = t.astimezone()
+        return t.astimezone(self.tz) if self.tz is not None else t.astimezone()
+
+    def next_change(self, t: datetime, horizon_days: int = 8) -> tuple[datetime, str] | None:
+        """When the due layout next changes after ``t``, and to what (minute resolution)."""
+        t = self.localise(t).replace(second=0, microsecond=0)
+        current = self.due(t)
+        # Only rule boundaries can change the answer: check those, in time order.
+        candidates = set()
+        for day in range(horizon_days + 1):
+            d = (t + timedelta(days=day)).date()
+            for r in self.rules:
+                for clock in (r.start, r.end):
+                    c = datetime.combine(d, clock, tzinfo=t.tzinfo)
+                    if c > t:
+                        candidates.add(c)
+        for c in sorted(candidates):
+            layout = self.due(c)
+            if layout != current:
+                return c, layout
+        return None
+
+
+def parse_days(text: str) -> frozenset[int]:
+    """``mon-fri``, ``sat,sun``, ``daily`` or ``all`` → weekday numbers."""
+    text = text.strip().lower()
+    if text in ("daily", "all", "*"):
+        return frozenset(range(7))
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            a, b = part.split("-", 1)
+            i, j = WEEKDAYS.index(a[:3]), WEEKDAYS.index(b[:3])
+            k = i
+            while True:
+                out.add(k)
+                if k == j:
+                    break
+                k = (k + 1) % 7
+        else:
+            out.add(WEEKDAYS.index(part[:3]))
+    return frozenset(out)
+
+
+def parse_clock(text: str) -> time:
+    """``07:30`` → time(7, 30); ``24:00`` means the end of the day."""
+    h, m = text.strip().split(":")
+    hour, minute = int(h), int(m)
+    if (hour, minute) == (24, 0):
+        return time(23, 59, 59, 999999)
+    return time(hour, minute)

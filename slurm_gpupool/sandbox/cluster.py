@@ -1,0 +1,892 @@
+"""A real Slurm cluster on one machine: emulated GPU nodes with simulated GPUs.
+
+Everything lives under one root (default ``/var/tmp/slurm-gpupool-sandbox``):
+a private munged, a private MariaDB, slurmdbd, slurmctld and one ``slurmd -N
+NODE`` per emulated node, each node with its own ``NodeAddr=127.0.0.x`` and
+``Port=``, its simulated GPUs (``sim/<node>.json``) and its device files
+(``nodes/<node>/dev``, real character devices).  ``up`` converges to that state
+and is idempotent; ``down`` stops exactly the processes ``up`` started, by pid.
+
+Layout of the root::
+
+    sandbox.json            node map, ports, DB password (mode 600)
+    etc/                    slurm.conf, nodes.conf, gres.conf, slurmdbd.conf (600), my.cnf
+    munge/                  munge.key, munge.socket, seed
+    mysql/                  datadir and socket (owned by mysql)
+    run/<daemon>.pid        the pids we started; run/slurm/ holds Slurm's own pid files
+    log/                    every daemon's log; <daemon>.out is its stdout/stderr
+    spool/                  StateSaveLocation and SlurmdSpoolDir (per node)
+    sim/<node>.json         simulated GPUs (SLURM_GPUPOOL_SIM_DIR)
+    nodes/<node>/dev, proc  the node's /dev/nvidia* and /proc/driver/nvidia-caps
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.errors import SlurmUnavailableError, StateError, UsageError
+from slurm_gpupool.sandbox import devices, mariadb, procs
+from slurm_gpupool.sandbox.plan import (
+    DEFAULT_BASE_PORT,
+    DEFAULT_NODES,
+    NodePlan,
+    Ports,
+    accounting_tres,
+    assign_slots,
+    env_lines,
+    gpu_types_in_gres_conf,
+    node_address,
+    parse_node_map,
+    plan_nodes,
+    validate_node_map,
+)
+from slurm_gpupool.sandbox.tools import PACKAGES, install_packages, missing_packages, program
+
+DEFAULT_ROOT = Path("/var/tmp/slurm-gpupool-sandbox")
+ROOT_ENV = procs.MARK_ENV  # SLURM_GPUPOOL_SANDBOX: the root, and the mark on our daemons
+SIM_DIR_ENV = "SLURM_GPUPOOL_SIM_DIR"
+CLUSTER = "gpupool"
+ACCOUNT = "sandbox"
+DEF_MEM_PER_CPU_MIB = 1024
+STATE_SCHEMA = 1
+
+SLURM_COMMS = ("slurmctld", "slurmd", "slurmdbd", "slurmstepd")
+DAEMON_COMMS = ("munged", "mariadbd", "mysqld", *SLURM_COMMS)
+
+
+def whole_gpu_type(model_key: str) -> str:
+    """The Slurm GRES type of a whole GPU of a catalog model: ``A100-SXM4-40GB`` → ``a100-sxm4-40gb``."""
+    return model_key.lower()
+
+
+# ---------------------------------------------------------------- paths
+
+
+@dataclass(frozen=True)
+class SandboxPaths:
+    root: Path
+
+    etc = property(lambda self: self.root / "etc")
+    slurm_conf = property(lambda self: self.etc / "slurm.conf")
+    slurmdbd_conf = property(lambda self: self.etc / "slurmdbd.conf")
+    nodes_conf = property(lambda self: self.etc / "nodes.conf")
+    gres_conf = property(lambda self: self.etc / "gres.conf")
+    my_cnf = property(lambda self: self.etc / "my.cnf")
+    state_file = property(lambda self: self.root / "sandbox.json")
+    lock_file = property(lambda self: self.root / ".lock")
+    munge_dir = property(lambda self: self.root / "munge")
+    munge_key = property(lambda self: self.munge_dir / "munge.key")
+    munge_socket = property(lambda self: self.munge_dir / "munge.socket")
+    mysql_dir = property(lambda self: self.root / "mysql")
+    mysql_data = property(lambda self: self.mysql_dir / "data")
+    mysql_socket = property(lambda self: self.mysql_dir / "mysqld.sock")
+    run = property(lambda self: self.root / "run")
+    slurm_run = property(lambda self: self.run / "slurm")
+    log = property(lambda self: self.root / "log")
+    spool = property(lambda self: self.root / "spool")
+    sim = property(lambda self: self.root / "sim")
+    nodes = property(lambda self: self.root / "nodes")
+    accounting_marker = property(lambda self: self.run / "accounting.done")
+
+    def pidfile(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+    def out_log(self, daemon: str) -> Path:
+        return self.log / f"{daemon}.out"
+
+    def node_dev(self, node: str) -> Path:
+        return self.nodes / node / "dev"
+
+    def node_proc(self, node: str) -> Path:
+        return self.nodes / node / "proc"
+
+    def sim_state(self, node: str) -> Path:
+        return self.sim / f"{node}.json"
+
+
+def default_root() -> Path:
+    return Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+# ---------------------------------------------------------------- daemons
+
+
+@dataclass(frozen=True)
+class DaemonSpec:
+    name: str  # pid file name: munged, mysqld, slurmdbd, slurmctld, slurmd-<node>
+    comm: str  # /proc/<pid>/comm
+    argv: list[str]
+    logs: tuple[Path, ...]  # shown when it fails to come up
+    configs: tuple[Path, ...] = ()  # a change in one of these needs a restart
+    node: str | None = None
+
+
+@dataclass
+class UpReport:
+    root: str
+    started: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    installed_packages: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "started": self.started,
+            "restarted": self.restarted,
+            "running": self.running,
+            "stopped": self.stopped,
+            "installed_packages": self.installed_packages,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+class Sandbox:
+    """The sandbox cluster under one root.
+
+    ``nodes`` (node name → machine description) is used by :meth:`up`; when it is
+    None, the map recorded by the last ``up`` is kept (else :data:`DEFAULT_NODES`).
+    """
+
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        nodes: Mapping[str, str] | None = None,
+        base_port: int | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.paths = SandboxPaths(Path(root).absolute() if root else default_root().absolute())
+        self.root = self.paths.root
+        self._requested_nodes = dict(nodes) if nodes is not None else None
+        self._requested_port = base_port
+        self._progress = progress or (lambda _msg: None)
+        self._state: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------ state
+
+    def _read_state(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.paths.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise StateError(f"sandbox state {self.paths.state_file}", f"unreadable: {e}") from None
+        if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+            raise StateError(
+                f"sandbox state {self.paths.state_file}",
+                f"unknown schema (expected {STATE_SCHEMA})",
+                hint="gpupool sandbox down --purge, then up",
+            )
+        return data
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The recorded state, or what ``up`` would record."""
+        if self._state is None:
+            self._state = self._read_state() or {
+                "schema": STATE_SCHEMA,
+                "nodes": dict(DEFAULT_NODES),
+                "base_port": DEFAULT_BASE_PORT,
+                "cluster": CLUSTER,
+                "db_password": "",
+            }
+        return self._state
+
+    @property
+    def node_map(self) -> dict[str, str]:
+        return dict(self.state["nodes"])
+
+    @property
+    def ports(self) -> Ports:
+        return Ports(int(self.state["base_port"]))
+
+    def exists(self) -> bool:
+        return self.paths.state_file.is_file()
+
+    def env(self) -> dict[str, str]:
+        """What a shell needs to use this cluster (``eval "$(gpupool sandbox env)"``)."""
+        return {
+            "SLURM_CONF": str(self.paths.slurm_conf),
+            SIM_DIR_ENV: str(self.paths.sim),
+            ROOT_ENV: str(self.root),
+        }
+
+    def daemon_env(self) -> dict[str, str]:
+        """Our environment minus any inherited ``SLURM_*`` (e.g. from inside a job), plus the sandbox's."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.env())
+        return env
+
+    def node_addresses(self) -> dict[str, tuple[str, int]]:
+        """Node → (NodeAddr, Port): a generator of nodes.conf must keep these for the sandbox."""
+        slots = assign_slots(self.node_map, self.state.get("slots"))
+        return {name: node_address(slot, self.ports) for name, slot in slots.items()}
+
+    # ------------------------------------------------------------ helpers
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One ``up``/``down``/``restart`` at a time per root (``flock <root>/.lock``)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.paths.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def slurm(self, *argv: str, timeout_s: float = 20, input_text: str | None = None) -> subprocess.CompletedProcess:
+        """Run a Slurm client command against this cluster (``SLURM_CONF`` set)."""
+        try:
+            return subprocess.run(
+                [program(argv[0]), *argv[1:]],
+                env=self.daemon_env(),
+                input=input_text,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailableError(f"{' '.join(argv)}", f"timed out after {timeout_s:.0f} s") from None
+
+    def _write_if_changed(self, path: Path, text: str, mode: int = 0o644) -> bool:
+        try:
+            if path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
+                return False
+        except OSError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+        return True
+
+    def _render(self, template: str, **context: Any) -> str:
+        import jinja2
+
+        from slurm_gpupool.resources import templates_dir
+
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(templates_dir() / "sandbox")),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            autoescape=False,
+        )
+        return env.get_template(template).render(**context)
+
+    def _plans(self) -> list[NodePlan]:
+        machines = validate_node_map(self.node_map)
+        slots = assign_slots(self.node_map, self.state.get("slots"))
+        return plan_nodes(machines, slots, self.ports, self.paths.nodes, whole_gpu_type)
+
+    def daemons(self) -> list[DaemonSpec]:
+        """Every daemon of the sandbox, in start order."""
+        p = self.paths
+        conf = (p.slurm_conf, p.nodes_conf, p.gres_conf)
+        specs = [
+            DaemonSpec(
+                "munged",
+                "munged",
+                [
+                    program("munged"),
+                    "--foreground",
+                    f"--socket={p.munge_socket}",
+                    f"--key-file={p.munge_key}",
+                    f"--pid-file={p.munge_dir / 'munged.pid'}",
+                    f"--seed-file={p.munge_dir / 'munged.seed'}",
+                    f"--log-file={p.log / 'munged.log'}",
+                ],
+                (p.out_log("munged"),),
+            ),
+            DaemonSpec(
+                "mysqld",
+                Path(program("mariadbd", "mysqld")).name,
+                mariadb.server_argv(p.my_cnf, mariadb.run_as_user()),
+                (p.log / "mysqld.log", p.out_log("mysqld")),
+                (p.my_cnf,),
+            ),
+            DaemonSpec(
+                "slurmdbd",
+                "slurmdbd",
+                [program("slurmdbd"), "-D"],
+                (p.log / "slurmdbd.log", p.out_log("slurmdbd")),
+                (p.slurmdbd_conf,),
+            ),
+            DaemonSpec(
+                "slurmctld",
+                "slurmctld",
+                [program("slurmctld"), "-D", "-f", str(p.slurm_conf)],
+                (p.log / "slurmctld.log", p.out_log("slurmctld")),
+                conf,
+            ),
+        ]
+        for node in self.node_map:
+            specs.append(
+                DaemonSpec(
+                    f"slurmd-{node}",
+                    "slurmd",
+                    [program("slurmd"), "-D", "-N", node, "-f", str(p.slurm_conf)],
+                    (p.log / f"slurmd-{node}.log", p.out_log(f"slurmd-{node}")),
+                    conf,
+                    node,
+                )
+            )
+        return specs
+
+    def _spec(self, name: str) -> DaemonSpec:
+        for d in self.daemons():
+            if d.name == name:
+                return d
+        raise UsageError(f"sandbox daemon {name!r}", "no such daemon")
+
+    def pid_of(self, spec: DaemonSpec) -> int | None:
+        return procs.running_pid(self.paths.pidfile(spec.name), self.root, spec.comm)
+
+    def _start(self, spec: DaemonSpec) -> int:
+        self._progress(f"starting {spec.name}")
+        # a crashed daemon may leave its Unix socket behind; munged refuses to reuse a live one only
+        cwd = self.paths.log
+        return procs.spawn(
+            spec.argv, self.paths.out_log(spec.name), self.paths.pidfile(spec.name), self.daemon_env(), cwd
+        )
+
+    def _stop(self, spec: DaemonSpec, timeout_s: float = 20) -> bool:
+        pid = self.pid_of(spec)
+        stopped = False
+        if pid is not None:
+            self._progress(f"stopping {spec.name} (pid {pid})")
+            stopped = procs.stop(pid, timeout_s)
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.pidfile(spec.name).unlink()
+        return stopped
+
+    # ------------------------------------------------------------ up
+
+    def _require_root(self, what: str) -> None:
+        if os.geteuid() != 0:
+            raise UsageError(
+                f"gpupool sandbox {what}",
+                "needs root (mknod of device files, SlurmUser=root, daemons)",
+                hint="run it with sudo",
+            )
+
+    def _decide_state(self) -> bool:
+        """Merge the requested node map and port into the recorded state; True if they changed."""
+        old = self._read_state()
+        new = dict(old) if old else dict(self.state)
+        if self._requested_nodes is not None:
+            new["nodes"] = dict(self._requested_nodes)
+        elif not old:
+            new["nodes"] = dict(DEFAULT_NODES)
+        if self._requested_port is not None:
+            new["base_port"] = int(self._requested_port)
+        if not new.get("db_password"):
+            new["db_password"] = secrets.token_hex(16)
+        validate_node_map(new["nodes"])
+        new["slots"] = assign_slots(new["nodes"], new.get("slots"))
+        changed = old is None or any(old.get(k) != new[k] for k in ("nodes", "base_port", "slots"))
+        self._state = new
+        self._write_if_changed(self.paths.state_file, json.dumps(new, indent=1) + "\n", 0o600)
+        return changed
+
+    def _prepare_nodes(self, plans: list[NodePlan]) -> None:
+        """Simulated GPU state, device files and mig-minors of each node."""
+        from slurm_gpupool.hw.sim.state import create_node_state
+
+        for plan in plans:
+            state_path = self.paths.sim_state(plan.name)
+            dev = self.paths.node_dev(plan.name)
+            overwrite = False
+            if state_path.exists():
+                try:
+                    overwrite = json.loads(state_path.read_text()).get("machine") != plan.machine.name
+                except (OSError, ValueError):
+                    overwrite = True
+            if overwrite:  # the node now plays another machine: start it afresh
+                shutil.rmtree(self.paths.nodes / plan.name, ignore_errors=True)
+            create_node_state(state_path, plan.name, plan.machine, overwrite=overwrite, dev_root=str(dev))
+            (self.paths.spool / f"slurmd-{plan.name}").mkdir(parents=True, exist_ok=True)
+            devices.ensure_char_devices(dev, devices.device_plan(g.minor for g in plan.machine.gpus))
+            devices.ensure_mig_minors(self.paths.node_proc(plan.name))
+
+    def _write_configs(self, plans: list[NodePlan], reseed: bool) -> set[Path]:
+        """Render the sandbox's own files; seed nodes.conf and gres.conf.  Returns the changed files."""
+        p = self.paths
+        changed: set[Path] = set()
+        ctx_nodes = [n.context() for n in plans]
+        for path, template in ((p.nodes_conf, "nodes.conf.j2"), (p.gres_conf, "gres.conf.j2")):
+            # seeds only: once there, these belong to whoever installs GRES (`gpupool gres install`)
+            if (reseed or not path.exists()) and self._write_if_changed(path, self._render(template, nodes=ctx_nodes)):
+                changed.add(path)
+        common = {
+            "root": str(self.root),
+            "cluster": self.state["cluster"],
+            "controller_host": socket.gethostname().split(".")[0],
+            "ports": self.ports,
+            "munge_socket": str(p.munge_socket),
+        }
+        gpu_types = gpu_types_in_gres_conf(p.gres_conf.read_text())
+        slurm_conf = self._render(
+            "slurm.conf.j2",
+            **common,
+            nodes_conf=str(p.nodes_conf),
+            gres_conf=str(p.gres_conf),
+            accounting_tres=accounting_tres(gpu_types),
+            def_mem_per_cpu_mib=DEF_MEM_PER_CPU_MIB,
+        )
+        if self._write_if_changed(p.slurm_conf, slurm_conf):
+            changed.add(p.slurm_conf)
+        dbd = self._render(
+            "slurmdbd.conf.j2",
+            **common,
+            db_user=mariadb.DB_USER,
+            db_password=self.state["db_password"],
+            db_name=mariadb.DB_NAME,
+        )
+        if self._write_if_changed(p.slurmdbd_conf, dbd, 0o600):
+            changed.add(p.slurmdbd_conf)
+        my_cnf = self._render(
+            "my.cnf.j2",
+            datadir=str(p.mysql_data),
+            socket=str(p.mysql_socket),
+            pidfile=str(p.mysql_dir / "mysqld.pid"),
+            log=str(p.log / "mysqld.log"),
+            port=self.ports.mysql,
+        )
+        if self._write_if_changed(p.my_cnf, my_cnf):
+            changed.add(p.my_cnf)
+        return changed
+
+    def _make_dirs(self) -> None:
+        p = self.paths
+        os.chmod(self.root, 0o755)
+        for d in (p.etc, p.run, p.slurm_run, p.log, p.spool / "slurmctld", p.sim, p.nodes):
+            d.mkdir(parents=True, exist_ok=True)
+        p.munge_dir.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(p.munge_dir, 0o755)  # munged refuses group/other-writable dirs
+        if not p.munge_key.exists():
+            fd = os.open(p.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(1024))  # what `mungekey` writes: 1 KiB of random bytes
+        user = mariadb.run_as_user()  # MariaDB drops to this user: it owns its dir and error log
+        p.mysql_dir.mkdir(exist_ok=True)
+        shutil.chown(p.mysql_dir, user, user)
+        (p.log / "mysqld.log").touch(mode=0o640)
+        shutil.chown(p.log / "mysqld.log", user, user)
+
+    def up(self, install: bool = True) -> UpReport:
+        """Bring the whole cluster up, or repair it; a fast no-op if it is already up."""
+        self._require_root("up")
+        t0 = time.monotonic()
+        report = UpReport(str(self.root))
+        with self._locked():
+            if install:
+                missing = missing_packages()
+                if missing:
+                    self._progress(f"installing {' '.join(missing)} (apt-get)")
+                    install_packages(missing)
+                    report.installed_packages = missing
+            reseed = self._decide_state()
+            self._make_dirs()
+            plans = self._plans()
+            self._prepare_nodes(plans)
+            changed = self._write_configs(plans, reseed)
+            self._stop_foreign_slurmds(report)
+
+            specs = {d.name: d for d in self.daemons()}
+            self._ensure(specs["munged"], changed, report, lambda: procs.unix_open(self.paths.munge_socket), 10)
+            if not mariadb.is_initialized(self.paths.mysql_data):
+                self._progress("initializing MariaDB")
+                mariadb.initialize(
+                    self.paths.my_cnf, self.paths.mysql_data, mariadb.run_as_user(), self.paths.out_log("mysqld")
+                )
+            db_started = self._ensure(
+                specs["mysqld"], changed, report, lambda: procs.unix_open(self.paths.mysql_socket), 60
+            )
+            if db_started or not self.paths.accounting_marker.exists():
+                mariadb.bootstrap(self.paths.mysql_socket, self.state["db_password"])
+            ports = self.ports
+            self._ensure(specs["slurmdbd"], changed, report, lambda: procs.tcp_open("127.0.0.1", ports.slurmdbd), 60)
+            self._register_accounting()
+            node_specs = [specs[f"slurmd-{n.name}"] for n in plans]
+            stopped: set[str] = set()
+            if changed & {self.paths.slurm_conf, self.paths.nodes_conf, self.paths.gres_conf}:
+                # slurmds first: a slurmd with the old GRES meeting a slurmctld with the new would drain
+                stopped = {spec.name for spec in node_specs if self._stop(spec)}
+            ctld = self._ensure(
+                specs["slurmctld"], changed, report, lambda: procs.tcp_open("127.0.0.1", ports.slurmctld), 60
+            )
+            started_nodes = self._start_slurmds(node_specs, {n.name: n for n in plans}, report, stopped)
+            if ctld or started_nodes:
+                self._wait_nodes_responding([n.name for n in plans])
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _ensure(
+        self,
+        spec: DaemonSpec,
+        changed: set[Path],
+        report: UpReport,
+        ready: Callable[[], bool],
+        timeout_s: float,
+    ) -> bool:
+        """Start ``spec`` if it is not running (restart it if its config changed); True if (re)started."""
+        pid = self.pid_of(spec)
+        if pid is not None and not (changed & set(spec.configs)):
+            report.running.append(spec.name)
+            return False
+        if pid is not None:
+            self._stop(spec)
+            report.restarted.append(spec.name)
+        else:
+            report.started.append(spec.name)
+        pid = self._start(spec)
+        procs.wait_until(ready, what=f"{spec.name} of the sandbox", timeout_s=timeout_s, pid=pid, logs=spec.logs)
+        return True
+
+    def _start_slurmds(
+        self, specs: list[DaemonSpec], plans: dict[str, NodePlan], report: UpReport, stopped: set[str]
+    ) -> list[str]:
+        """Start the slurmds that are not running, then wait for their ports.
+
+        ``stopped`` names the ones the caller just stopped: they count as restarted.
+        """
+        started: list[tuple[DaemonSpec, int]] = []
+        for spec in specs:
+            if self.pid_of(spec) is not None:
+                report.running.append(spec.name)
+                continue
+            (report.restarted if spec.name in stopped else report.started).append(spec.name)
+            started.append((spec, self._start(spec)))
+        for spec, pid in started:
+            plan = plans[spec.node or ""]
+            procs.wait_until(
+                lambda plan=plan: procs.tcp_open(plan.addr, plan.port),
+                what=f"{spec.name} of the sandbox",
+                timeout_s=30,
+                pid=pid,
+                logs=spec.logs,
+            )
+        return [s.name for s, _ in started]
+
+    def _stop_foreign_slurmds(self, report: UpReport) -> None:
+        """Stop the slurmds of nodes no longer in the map (their pid files remain from an older up)."""
+        wanted = {f"slurmd-{n}" for n in self.node_map}
+        for pidfile in sorted(self.paths.run.glob("slurmd-*.pid")):
+            name = pidfile.stem
+            if name in wanted:
+                continue
+            pid = procs.running_pid(pidfile, self.root, "slurmd")
+            if pid is not None:
+                self._progress(f"stopping {name} (no longer a node of the sandbox)")
+                procs.stop(pid)
+                report.stopped.append(name)
+            pidfile.unlink(missing_ok=True)
+
+    def _register_accounting(self) -> None:
+        """``sacctmgr -i add cluster|account|user``, once (a marker file remembers)."""
+        marker = self.paths.accounting_marker
+        if marker.exists():
+            return
+        self._progress("registering the cluster in accounting")
+        cluster = self.state["cluster"]
+
+        def listed(*argv: str) -> set[str]:
+            proc = self._sacctmgr("-n", "-P", *argv)
+            return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+
+        if cluster not in listed("show", "cluster", "format=Cluster"):
+            self._sacctmgr("-i", "add", "cluster", cluster, check=True)
+        if ACCOUNT not in listed("show", "account", "format=Account"):
+            self._sacctmgr(
+                "-i", "add", "account", ACCOUNT, f"Cluster={cluster}", "Description=sandbox", "Organization=gpupool"
+            )
+        assoc = listed("show", "assoc", f"cluster={cluster}", f"account={ACCOUNT}", "format=User")
+        if "root" not in assoc:
+            self._sacctmgr("-i", "add", "user", "root", f"Account={ACCOUNT}", f"Cluster={cluster}", check=True)
+            self._sacctmgr("-i", "modify", "user", "where", "name=root", "set", f"DefaultAccount={ACCOUNT}")
+        marker.write_text("ok\n")
+
+    def _sacctmgr(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
+        deadline = time.monotonic() + 30
+        while True:  # slurmdbd accepts connections a moment before it answers them
+            proc = self.slurm("sacctmgr", *argv, timeout_s=30)
+            text = proc.stdout + proc.stderr
+            transient = proc.returncode != 0 and ("connection" in text.lower() or "unable to" in text.lower())
+            if not transient or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if check and proc.returncode != 0:
+            raise SlurmUnavailableError(
+                f"sacctmgr {' '.join(argv)}",
+                (proc.stderr or proc.stdout).strip() + procs.log_excerpt([self.paths.log / "slurmdbd.log"]),
+            )
+        return proc
+
+    def node_states(self) -> dict[str, dict[str, str]]:
+        """``sinfo -N -h -o '%N|%T|%G|%E'`` as node → {state, gres, reason}; empty if slurmctld is down."""
+        proc = self.slurm("sinfo", "-N", "-h", "-o", "%N|%T|%G|%E", timeout_s=10)
+        if proc.returncode != 0:
+            return {}
+        out = {}
+        for line in proc.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) == 4:
+                out[parts[0]] = {"state": parts[1], "gres": parts[2], "reason": parts[3]}
+        return out
+
+    def _wait_nodes_responding(self, nodes: list[str], timeout_s: float = 60) -> None:
+        """Until slurmctld sees every node respond: a state without ``*`` and not UNKNOWN/DOWN."""
+        self._progress("waiting for the nodes to register")
+        last: dict[str, dict[str, str]] = {}
+
+        def ready() -> bool:
+            nonlocal last
+            last = self.node_states()
+            return all(
+                n in last
+                and not last[n]["state"].endswith("*")
+                and not last[n]["state"].startswith(("unknown", "down", "future"))
+                for n in nodes
+            )
+
+        try:
+            procs.wait_until(ready, what="sandbox nodes", timeout_s=timeout_s, interval_s=0.25)
+        except SlurmUnavailableError as e:
+            states = ", ".join(f"{n}={last.get(n, {}).get('state', 'missing')}" for n in nodes)
+            logs = [self.paths.log / "slurmctld.log"] + [self.paths.log / f"slurmd-{n}.log" for n in nodes[:1]]
+            raise SlurmUnavailableError(
+                "sandbox nodes", f"not all nodes responding: {states}" + procs.log_excerpt(logs), e.hint
+            ) from None
+
+    # ------------------------------------------------------------ restart
+
+    def restart(self, controller: bool = False, nodes: Iterable[str] | None = None) -> UpReport:
+        """Restart slurmctld and/or the given slurmds (both if neither is given).
+
+        Slurm 22.05 applies changed GRES counts only when slurmctld and the
+        node's slurmd restart (``scontrol reconfigure`` is refused), so this is
+        what a gres.conf/nodes.conf installer calls.  slurm.conf is re-rendered
+        first, so ``AccountingStorageTRES`` follows the GPU types of gres.conf.
+        """
+        self._require_root("restart")
+        t0 = time.monotonic()
+        report = UpReport(str(self.root))
+        node_list = list(nodes) if nodes is not None else []
+        if not controller and not node_list:
+            controller, node_list = True, list(self.node_map)
+        unknown = [n for n in node_list if n not in self.node_map]
+        if unknown:
+            raise UsageError(
+                f"sandbox restart --nodes {','.join(node_list)}",
+                f"not a sandbox node: {', '.join(unknown)}",
+                hint=f"nodes: {','.join(self.node_map)}",
+            )
+        if not self.exists():
+            raise UsageError(f"sandbox at {self.root}", "not set up", hint="gpupool sandbox up")
+        with self._locked():
+            plans = {n.name: n for n in self._plans()}
+            self._write_configs(list(plans.values()), reseed=False)
+            node_specs = [self._spec(f"slurmd-{n}") for n in node_list]
+            was_running = {spec.name for spec in node_specs if self._stop(spec)}
+            if controller:
+                ctld = self._spec("slurmctld")
+                was = self._stop(ctld)
+                (report.restarted if was else report.started).append(ctld.name)
+                pid = self._start(ctld)
+                ports = self.ports
+                procs.wait_until(
+                    lambda: procs.tcp_open("127.0.0.1", ports.slurmctld),
+                    what="slurmctld of the sandbox",
+                    timeout_s=60,
+                    pid=pid,
+                    logs=ctld.logs,
+                )
+            restarted_nodes = self._start_slurmds(node_specs, plans, report, was_running)
+            self._wait_nodes_responding(list(plans) if controller else restarted_nodes)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """Each daemon (pid alive?) and each node (slurmd alive? sinfo state and GRES)."""
+        daemons = []
+        pids: dict[str, int | None] = {}
+        for spec in self.daemons() if self.exists() else []:
+            pid = self.pid_of(spec)
+            pids[spec.name] = pid
+            if spec.node is None:
+                daemons.append({"name": spec.name, "pid": pid, "running": pid is not None, "log": str(spec.logs[0])})
+        ctld_up = pids.get("slurmctld") is not None
+        states = self.node_states() if ctld_up else {}
+        nodes = []
+        for name, machine in self.node_map.items() if self.exists() else []:
+            addr, port = self.node_addresses()[name]
+            pid = pids.get(f"slurmd-{name}")
+            st = states.get(name, {})
+            nodes.append(
+                {
+                    "name": name,
+                    "machine": machine,
+                    "addr": addr,
+                    "port": port,
+                    "slurmd_pid": pid,
+                    "slurmd_running": pid is not None,
+                    "state": st.get("state", "unknown" if ctld_up else "n/a"),
+                    "gres": st.get("gres", ""),
+                    "reason": st.get("reason", ""),
+                }
+            )
+        all_up = self.exists() and all(d["running"] for d in daemons) and all(n["slurmd_running"] for n in nodes)
+        return {
+            "root": str(self.root),
+            "exists": self.exists(),
+            "up": bool(all_up),
+            "env": self.env(),
+            "daemons": daemons,
+            "nodes": nodes,
+        }
+
+    # ------------------------------------------------------------ down
+
+    def _cancel_jobs(self) -> None:
+        """``scancel`` every job, so slurmstepd kills job processes itself; then wait briefly."""
+        proc = self.slurm("squeue", "-h", "-o", "%i", timeout_s=10)
+        ids = proc.stdout.split() if proc.returncode == 0 else []
+        if not ids:
+            return
+        self._progress(f"cancelling {len(ids)} job(s)")
+        self.slurm("scancel", *ids, timeout_s=20)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            proc = self.slurm("squeue", "-h", "-t", "all", "-o", "%i %T", timeout_s=10)
+            if proc.returncode != 0 or not any(
+                w in proc.stdout for w in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING")
+            ):
+                return
+            time.sleep(0.2)
+
+    def down(self, purge: bool = False) -> list[str]:
+        """Stop what ``up`` started (by pid: TERM, wait, KILL) and remove pid files.
+
+        Order: jobs, slurmctld (saves its state), slurmds, slurmdbd, MariaDB, munged.
+        Then anything left that carries this root's mark (a slurmstepd, a daemon
+        whose pid file was lost).  ``purge`` also deletes the root directory.
+        """
+        if not self.root.exists():
+            return []
+        stopped: list[str] = []
+        with self._locked():
+            known = {d.name: d for d in self.daemons()} if self.exists() else {}
+            recorded = sorted(p.stem for p in self.paths.run.glob("*.pid")) if self.paths.run.is_dir() else []
+            order = ["slurmctld", *sorted(n for n in recorded if n.startswith("slurmd-")), "slurmdbd", "mysqld"]
+            order += ["munged"]
+            ctld_pid = procs.read_pid(self.paths.pidfile("slurmctld"))
+            if ctld_pid and procs.is_alive(ctld_pid) and procs.belongs_to(ctld_pid, self.root):
+                with contextlib.suppress(SlurmUnavailableError):
+                    self._cancel_jobs()
+            for name in order:
+                pidfile = self.paths.pidfile(name)
+                spec = known.get(name)
+                comm = spec.comm if spec else ("slurmd" if name.startswith("slurmd-") else None)
+                pid = procs.running_pid(pidfile, self.root, comm)
+                if pid is not None:
+                    self._progress(f"stopping {name} (pid {pid})")
+                    procs.stop(pid, timeout_s=30 if name == "mysqld" else 15)
+                    stopped.append(name)
+                pidfile.unlink(missing_ok=True)
+            for pidfile in self.paths.run.glob("*.pid") if self.paths.run.is_dir() else []:
+                pidfile.unlink(missing_ok=True)  # stale: its process is gone or not ours
+            for pidfile in self.paths.slurm_run.glob("*.pid") if self.paths.slurm_run.is_dir() else []:
+                pidfile.unlink(missing_ok=True)
+            (self.paths.munge_dir / "munged.pid").unlink(missing_ok=True)
+            leftovers = procs.sandbox_processes(self.root, DAEMON_COMMS)
+            for pid, comm in leftovers:
+                self._progress(f"stopping leftover {comm} (pid {pid})")
+                procs.stop(pid, timeout_s=10)
+                stopped.append(f"{comm}[{pid}]")
+            if purge:
+                self._purge()
+        return stopped
+
+    def _purge(self) -> None:
+        root = self.root.resolve()
+        if root == Path("/") or len(root.parts) < 3:
+            raise UsageError(f"sandbox root {root}", "refusing to delete a top-level directory")
+        looks_ours = (root / "sandbox.json").exists() or not any(p.name not in {".lock"} for p in root.iterdir())
+        if not looks_ours:
+            raise UsageError(
+                f"sandbox root {root}", "has no sandbox.json: not deleting a directory that is not a sandbox"
+            )
+        self._progress(f"deleting {root}")
+        shutil.rmtree(root)
+
+
+# ---------------------------------------------------------------- functions
+
+
+def up(
+    root: Path | str | None = None,
+    nodes: Mapping[str, str] | None = None,
+    base_port: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> UpReport:
+    """Bring the sandbox up (see :meth:`Sandbox.up`)."""
+    return Sandbox(root, nodes, base_port, progress).up()
+
+
+def down(root: Path | str | None = None, purge: bool = False) -> list[str]:
+    return Sandbox(root).down(purge=purge)
+
+
+def restart(root: Path | str | None = None, controller: bool = False, nodes: Iterable[str] | None = None) -> UpReport:
+    return Sandbox(root).restart(controller=controller, nodes=nodes)
+
+
+def status(root: Path | str | None = None) -> dict[str, Any]:
+    return Sandbox(root).status()
+
+
+def env(root: Path | str | None = None) -> dict[str, str]:
+    return Sandbox(root).env()
+
+
+__all__ = [
+    "DEFAULT_NODES",
+    "DEFAULT_ROOT",
+    "PACKAGES",
+    "Ports",
+    "Sandbox",
+    "SandboxPaths",
+    "accounting_tres",
+    "down",
+    "env",
+    "env_lines",
+    "gpu_types_in_gres_conf",
+    "parse_node_map",
+    "restart",
+    "status",
+    "up",
+    "whole_gpu_type",
+]

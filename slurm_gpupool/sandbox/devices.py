@@ -1,0 +1,81 @@
+"""The simulated device files of an emulated node, as REAL character devices.
+
+Slurm stats every ``File=`` of gres.conf; for a plain file it still schedules
+the GRES but sets neither ``SLURM_JOB_GPUS`` nor ``CUDA_VISIBLE_DEVICES``
+(DESIGN.md §3).  So, like ``mknod /dev/nvidia0 c 195 0``, we create character
+devices, under the sandbox root instead of ``/dev``.  Nothing ever opens them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from slurm_gpupool.core.devices import MAX_CIS, MAX_GIS, ci_cap_minor, gi_cap_minor, mig_minors_table
+
+NVIDIA_MAJOR = 195  # /dev/nvidia<minor>, /dev/nvidiactl (195, 255)
+NVIDIACTL_MINOR = 255
+# nvidia-caps gets a dynamic major on real systems (see /proc/devices); any fixed one will do here.
+CAPS_MAJOR = 237
+
+
+def device_plan(gpu_minors: Iterable[int]) -> dict[str, tuple[int, int]]:
+    """Relative path → (major, minor) of every device file of a node with these GPUs.
+
+    ``nvidia<minor>``, ``nvidiactl``, and under ``nvidia-caps/`` the MIG config and
+    monitor caps plus the GI and CI access caps of every GI 0..14 and CI 0..7.
+    """
+    plan: dict[str, tuple[int, int]] = {"nvidiactl": (NVIDIA_MAJOR, NVIDIACTL_MINOR)}
+    plan["nvidia-caps/nvidia-cap1"] = (CAPS_MAJOR, 1)  # config
+    plan["nvidia-caps/nvidia-cap2"] = (CAPS_MAJOR, 2)  # monitor
+    for minor in sorted(gpu_minors):
+        plan[f"nvidia{minor}"] = (NVIDIA_MAJOR, minor)
+        for gi in range(MAX_GIS):
+            cap = gi_cap_minor(minor, gi)
+            plan[f"nvidia-caps/nvidia-cap{cap}"] = (CAPS_MAJOR, cap)
+            for ci in range(MAX_CIS):
+                cap = ci_cap_minor(minor, gi, ci)
+                plan[f"nvidia-caps/nvidia-cap{cap}"] = (CAPS_MAJOR, cap)
+    return plan
+
+
+def mig_minors_text() -> str:
+    """The content of ``/proc/driver/nvidia-caps/mig-minors``."""
+    return "".join(f"{name} {minor}\n" for name, minor in mig_minors_table())
+
+
+def ensure_char_devices(dev_root: Path, plan: dict[str, tuple[int, int]]) -> int:
+    """``mknod`` what is missing or wrong; returns how many files were (re)created."""
+    made = 0
+    (dev_root / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+    for rel, (major, minor) in plan.items():
+        path = dev_root / rel
+        want = os.makedev(major, minor)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        os.mknod(path, stat.S_IFCHR | 0o666, want)
+        made += 1
+    return made
+
+
+def ensure_mig_minors(proc_root: Path) -> bool:
+    """Write ``<proc_root>/driver/nvidia-caps/mig-minors`` if it differs; True if written."""
+    path = proc_root / "driver" / "nvidia-caps" / "mig-minors"
+    text = mig_minors_text()
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".mig-minors.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True

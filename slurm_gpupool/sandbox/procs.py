@@ -1,0 +1,267 @@
+"""Daemons of the sandbox as pid files: start detached, check alive, stop by pid.
+
+Every daemon runs in the foreground mode of its program (``slurmctld -D``,
+``munged -F``, ...) so the pid we record is the daemon itself, with no pid file
+race.  A tiny trampoline forks it into its own session and exits, so the daemon
+is never a child of the (possibly long-lived) Python process: no zombies to
+reap and no ``ResourceWarning`` from a discarded ``Popen``.
+
+Each daemon carries ``SLURM_GPUPOOL_SANDBOX=<root>`` in its environment.  That
+mark is how we tell our process from an unrelated one that reused the pid, and
+how ``down`` finds anything of this sandbox left behind (like ``pgrep -f``,
+but keyed to the root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from slurm_gpupool.errors import SlurmUnavailableError
+
+MARK_ENV = "SLURM_GPUPOOL_SANDBOX"
+
+# Runs as ``python -I -S -c _TRAMPOLINE LOG CWD ARGV...``: fork, detach, exec;
+# print the daemon's pid, or the exec error and exit 127.
+_TRAMPOLINE = r"""
+import os, sys
+log, cwd, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.close(r)
+        os.setsid()
+        os.chdir(cwd)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        nul = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nul, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.execvp(argv[0], argv)
+    except BaseException as e:
+        os.write(w, f"{type(e).__name__}: {e}".encode())
+    os._exit(127)
+os.close(w)
+err = os.read(r, 4096)
+if err:
+    sys.stderr.write(err.decode(errors="replace"))
+    sys.exit(127)
+print(pid)
+"""
+
+
+def read_pid(pidfile: Path) -> int | None:
+    """The pid recorded in a pid file, or None if missing or garbage."""
+    try:
+        text = pidfile.read_text().split()
+        return int(text[0]) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_pid(pidfile: Path, pid: int) -> None:
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pidfile.with_name(f".{pidfile.name}.tmp")
+    tmp.write_text(f"{pid}\n")
+    os.replace(tmp, pidfile)
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it happens to be our child
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the state follows the last ')'
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"")
+
+
+def _read_proc(pid: int, name: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def belongs_to(pid: int, root: Path) -> bool:
+    """Whether the process carries this sandbox's mark (environment or command line)."""
+    mark = f"{MARK_ENV}={root}".encode()
+    if mark in _read_proc(pid, "environ").split(b"\0"):
+        return True
+    return str(root).encode() in _read_proc(pid, "cmdline")
+
+
+def running_pid(pidfile: Path, root: Path, comm: str | None = None) -> int | None:
+    """The recorded pid if that process is alive, ours, and (if given) named ``comm``; else None."""
+    pid = read_pid(pidfile)
+    if pid is None or not is_alive(pid) or not belongs_to(pid, root):
+        return None
+    if comm is not None and proc_comm(pid) != comm[:15]:
+        return None
+    return pid
+
+
+def spawn(argv: list[str], log: Path, pidfile: Path, env: Mapping[str, str], cwd: Path, timeout_s: float = 30) -> int:
+    """Start ``argv`` detached (own session, stdin /dev/null, output to ``log``); record its pid."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(log), str(cwd), *argv],
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SlurmUnavailableError(f"cannot start {argv[0]}", proc.stderr.strip() or f"exit {proc.returncode}")
+    pid = int(proc.stdout.strip())
+    write_pid(pidfile, pid)
+    return pid
+
+
+def stop(pid: int, timeout_s: float = 15, sig: int = signal.SIGTERM) -> bool:
+    """``kill -TERM pid``, wait up to ``timeout_s``, then ``kill -KILL``.  True if it was alive."""
+    if not is_alive(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    if wait_dead([pid], timeout_s):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    wait_dead([pid], 5)
+    return True
+
+
+def wait_dead(pids: Iterable[int], timeout_s: float) -> bool:
+    """Poll until none of ``pids`` is alive; False on timeout."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout_s
+    while any(is_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def proc_comm(pid: int) -> str:
+    return _read_proc(pid, "comm").decode(errors="replace").strip()
+
+
+def _fds_under(pid: int, root: Path) -> bool:
+    prefix = str(root).rstrip("/") + "/"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+    return False
+
+
+def sandbox_processes(root: Path, names: Iterable[str]) -> list[tuple[int, str]]:
+    """Live processes named in ``names`` that belong to this sandbox root.
+
+    A process belongs if it carries the mark (environment or command line), or,
+    for ``slurmstepd`` (which rewrites its own environment and command line),
+    if it holds a file open under the root (the slurmd log and spool).
+    """
+    wanted = set(names)
+    me = os.getpid()
+    out: list[tuple[int, str]] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        comm = proc_comm(pid)
+        if comm not in wanted or not is_alive(pid):
+            continue
+        if belongs_to(pid, root) or (comm == "slurmstepd" and _fds_under(pid, root)):
+            out.append((pid, comm))
+    return sorted(out)
+
+
+def tcp_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on host:port (like ``nc -z``)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def unix_open(path: Path, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts connections on a Unix socket."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout_s)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log file (empty if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    *,
+    what: str,
+    timeout_s: float,
+    pid: int | None = None,
+    logs: Iterable[Path] = (),
+    interval_s: float = 0.1,
+) -> None:
+    """Poll ``ready`` until true.  Fail fast if ``pid`` dies; the error carries the log tails."""
+    logs = list(logs)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if ready():
+            return
+        died = pid is not None and not is_alive(pid)
+        if died or time.monotonic() > deadline:
+            why = "the process exited" if died else f"not ready after {timeout_s:.0f} s"
+            raise SlurmUnavailableError(what, why + log_excerpt(logs), hint="see the log files named above")
+        time.sleep(interval_s)
+
+
+def log_excerpt(logs: Iterable[Path], lines: int = 12) -> str:
+    parts = []
+    for log in logs:
+        text = tail(log, lines)
+        if text:
+            parts.append(f"\n--- last lines of {log} ---\n{text}")
+        elif not log.exists():
+            parts.append(f"\n--- {log}: (no such file) ---")
+    return "".join(parts)
