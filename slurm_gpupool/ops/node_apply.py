@@ -220,7 +220,8 @@ def apply_node(
             # GPUs that were rolled back keep their previous mode and shares.
             if previous and rolled_back:
                 final_targets = [
-                    t if t is not None else _previous_target(previous, g.index) for t, g in zip(final_targets, final.gpus)
+                    t if t is not None else _previous_target(previous, g.index)
+                    for t, g in zip(final_targets, final.gpus)
                 ]
             errors = "; ".join(f"GPU {r.index}: {r.error}" for r in results if r.error)
             state = build_node_state(

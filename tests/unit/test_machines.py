@@ -59,7 +59,11 @@ GOOD = {
         ({"gpus": [{"model": "A30", "pci_bus_id": "17:00.0", "numa_node": 5}]}, "gpus[0].numa_node", "NUMA node 5"),
         ({"numa": {0: "0-9"}}, "numa.0", "beyond"),
         ({"interconnect": "wifi"}, "interconnect", "must be one of"),
-        ({"cpu": {"sockets": "two", "cores_per_socket": 4, "threads_per_core": 1}}, "cpu.sockets", "expected an integer"),
+        (
+            {"cpu": {"sockets": "two", "cores_per_socket": 4, "threads_per_core": 1}},
+            "cpu.sockets",
+            "expected an integer",
+        ),
         ({"interconnect": "nvlink"}, "nvlink", "no links"),
     ],
 )

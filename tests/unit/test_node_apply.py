@@ -1,0 +1,243 @@
+"""node apply / assert / export against simulated GPUs (no Slurm needed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.hw import open_backend
+from slurm_gpupool.hw.sim import inject
+from slurm_gpupool.hw.sim.state import SimStore, create_node_state
+from slurm_gpupool.machines import find_machine
+from slurm_gpupool.ops.node_apply import apply_node, assert_node
+from slurm_gpupool.ops.node_state import read_node_state
+
+CONFIG = {
+    "version": 1,
+    "nodesets": {"dgx": {"nodes": "dgx1", "machine": "dgx-a100"}, "hgx": {"nodes": "hgx1", "machine": "hgx-h100"}},
+    "layouts": {
+        "day": {
+            "dgx": {
+                "0-3": {"mig": {"1g.5gb": 7}},
+                "4-5": {"mig": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}},
+                "6-7": "whole",
+            },
+            "hgx": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}}, "6-7": {"shared": 4}},
+        },
+        "night": {"dgx": {"all": "whole"}, "hgx": {"all": "whole"}},
+    },
+}
+MUTATING = (
+    "nvmlDeviceSetMigMode",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlDeviceCreateGpuInstance",
+    "nvmlGpuInstanceDestroy",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlComputeInstanceDestroy",
+    "simGpuReset",
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    sim = tmp_path / "sim"
+    create_node_state(sim / "dgx1.json", "dgx1", find_machine("dgx-a100"))
+    create_node_state(sim / "hgx1.json", "hgx1", find_machine("hgx-h100"))
+    return sim, tmp_path / "state"
+
+
+def calls(sim: Path, node: str) -> Counter:
+    c = inject.call_counts(SimStore(sim / f"{node}.json"))
+    return Counter({k: v for k, v in c.items() if k in MUTATING})
+
+
+def do_apply(sim: Path, state: Path, node: str, layout: str, cfg: dict = CONFIG, **kw):
+    with open_backend(node, sim) as b:
+        return apply_node(b, parse_config(cfg, "test.yaml", Path(".")), layout, state / node, **kw)
+
+
+def instances(sim: Path, node: str) -> list[list[tuple[str, int]]]:
+    with open_backend(node, sim) as b:
+        inv = b.inventory()
+    return [sorted((gi.profile, gi.placement.start) for gi in g.instances) for g in inv.gpus]
+
+
+def mig_modes(sim: Path, node: str) -> list[tuple[bool, bool]]:
+    with open_backend(node, sim) as b:
+        return [(g.mig_current, g.mig_pending) for g in b.inventory().gpus]
+
+
+def test_second_apply_makes_zero_nvml_changes(env):
+    sim, state = env
+    first = do_apply(sim, state, "dgx1", "day")
+    assert first.changed and calls(sim, "dgx1")["nvmlDeviceCreateGpuInstanceWithPlacement"] == 4 * 7 + 2 * 4
+    before = calls(sim, "dgx1")
+    second = do_apply(sim, state, "dgx1", "day")
+    assert not second.changed and all(g.status == "unchanged" for g in second.gpus)
+    assert calls(sim, "dgx1") == before
+
+
+def test_changing_one_gpu_touches_only_that_gpu(env):
+    sim, state = env
+    do_apply(sim, state, "dgx1", "day")
+    with open_backend("dgx1", sim) as b:
+        uuids_before = [[d.uuid for d in g.mig_devices] for g in b.inventory().gpus]
+    cfg = copy.deepcopy(CONFIG)
+    cfg["layouts"]["day"]["dgx"] = {
+        "0-3": {"mig": {"1g.5gb": 7}},
+        "4": {"mig": {"3g.20gb": 1, "1g.5gb": 4}},
+        "5": {"mig": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}},
+        "6-7": "whole",
+    }
+    before = calls(sim, "dgx1")
+    report = do_apply(sim, state, "dgx1", "day", cfg)
+    assert [g.index for g in report.gpus if g.status == "changed"] == [4]
+    with open_backend("dgx1", sim) as b:
+        uuids_after = [[d.uuid for d in g.mig_devices] for g in b.inventory().gpus]
+    assert [u for i, u in enumerate(uuids_after) if i != 4] == [u for i, u in enumerate(uuids_before) if i != 4]
+    delta = calls(sim, "dgx1") - before
+    # the 3g and the two 1g stay; only the 2g goes and two 1g come
+    assert delta == Counter(
+        {
+            "nvmlComputeInstanceDestroy": 1,
+            "nvmlGpuInstanceDestroy": 1,
+            "nvmlDeviceCreateGpuInstanceWithPlacement": 2,
+            "nvmlGpuInstanceCreateComputeInstance": 2,
+        }
+    )
+    kept = set(uuids_before[4]) & set(uuids_after[4])
+    assert len(kept) == 3
+
+
+@pytest.mark.parametrize("node", ["dgx1", "hgx1"])
+def test_day_night_day_cycle(env, node):
+    sim, state = env
+    do_apply(sim, state, node, "day")
+    day = instances(sim, node)
+    do_apply(sim, state, node, "night")
+    assert instances(sim, node) == [[]] * 8
+    assert mig_modes(sim, node) == [(False, False)] * 8
+    do_apply(sim, state, node, "day")
+    assert instances(sim, node) == day
+    counts = [Counter(p for p, _ in g) for g in day]
+    if node == "dgx1":
+        assert counts[:4] == [Counter({"1g.5gb": 7})] * 4
+        assert counts[4] == Counter({"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2})
+    else:
+        assert counts[4:6] == [Counter({"3g.40gb": 2})] * 2 and counts[6:] == [Counter()] * 2
+    st = read_node_state(state / node)
+    assert st["layout"] == "day" and st["status"] == "ok"
+    assert [g["mode"] for g in st["gpus"]][6:] == (["whole"] * 2 if node == "dgx1" else ["shared"] * 2)
+    for g in st["gpus"]:
+        for inst in g["instances"]:
+            assert inst["uuid"].startswith("MIG-") and len(inst["device_files"]) == 3
+
+
+def test_ampere_needs_a_reset_hopper_does_not(env):
+    sim, state = env
+    do_apply(sim, state, "dgx1", "day")
+    do_apply(sim, state, "hgx1", "day")
+    assert calls(sim, "dgx1")["simGpuReset"] == 6  # persistenced holds Ampere GPUs
+    assert calls(sim, "hgx1")["simGpuReset"] == 0
+
+
+def test_dry_run_changes_nothing_and_names_nvml_calls(env):
+    sim, state = env
+    report = do_apply(sim, state, "hgx1", "day", dry_run=True)
+    assert calls(sim, "hgx1") == Counter()
+    ops = report.gpus[4].ops
+    assert ops[0].startswith("nvmlDeviceSetMigMode(GPU 4, NVML_DEVICE_MIG_ENABLE)")
+    assert "nvmlDeviceCreateGpuInstanceWithPlacement(GPU 4, profile 9 3g.40gb, start 0 size 4)" in ops
+    assert "nvmlDeviceCreateGpuInstanceWithPlacement(GPU 4, profile 9 3g.40gb, start 4 size 4)" in ops
+    assert read_node_state(state / "hgx1") is None
+
+
+def test_injected_failure_rolls_the_gpu_back(env):
+    sim, state = env
+    do_apply(sim, state, "dgx1", "day")
+    before = instances(sim, "dgx1")
+    store = SimStore(sim / "dgx1.json")
+    # night: GPU 5 fails on its 2nd GI destroy (after its CIs are gone)
+    inject.add_fault(store, "nvmlGpuInstanceDestroy", 999, gpu=5, after=1)
+    report = do_apply(sim, state, "dgx1", "night")
+    assert report.failed
+    statuses = {g.index: g.status for g in report.gpus}
+    assert statuses[5] == "rolled-back" and statuses[0] == "changed"
+    after = instances(sim, "dgx1")
+    assert after[5] == before[5]  # same profiles at the same placements
+    assert after[0] == []
+    st = read_node_state(state / "dgx1")
+    assert st["status"] == "rolled-back" and "GPU 5" in st["message"]
+    assert st["gpus"][5]["matches_layout"] is False and len(st["gpus"][5]["instances"]) == 4
+    assert st["gpus"][0]["mode"] == "whole"
+
+
+def cli(sim: Path, state: Path, cfg_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "SLURM_GPUPOOL_SIM_DIR": str(sim),
+        "SLURM_GPUPOOL_STATE_DIR": str(state / "{node}"),
+        "SLURM_GPUPOOL_CONFIG": str(cfg_path),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.cli.main", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_busy_gpu_is_refused_with_75_and_pids(env, tmp_path: Path):
+    sim, state = env
+    cfg_path = tmp_path / "pool.yaml"
+    cfg_path.write_text(yaml.safe_dump(CONFIG))
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        inject.add_process(SimStore(sim / "hgx1.json"), 5, sleeper.pid, 1000)
+        res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "day")
+        assert res.returncode == 75, res.stderr
+        assert f"GPU 5: pids {sleeper.pid}" in res.stderr and "Traceback" not in res.stderr
+        assert calls(sim, "hgx1") == Counter()  # nothing was touched
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "day")  # the process is gone
+    assert res.returncode == 0, res.stderr
+
+
+def test_assert_export_and_round_trip_through_the_cli(env, tmp_path: Path):
+    sim, state = env
+    cfg_path = tmp_path / "pool.yaml"
+    cfg_path.write_text(yaml.safe_dump(CONFIG))
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "assert", "day")
+    assert res.returncode == 1 and "GPU 0: is whole (MIG off), wants mig {1g.10gb: 7}" in res.stdout
+    assert cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "day").returncode == 0
+    assert cli(sim, state, cfg_path, "--node", "hgx1", "node", "assert", "day").returncode == 0
+    exported = cli(sim, state, cfg_path, "--node", "hgx1", "node", "export")
+    assert exported.returncode == 0, exported.stderr
+    data = yaml.safe_load(exported.stdout)
+    assert data["layouts"]["day"]["hgx1"] == {
+        "0-3": {"mig": {"1g.10gb": 7}},
+        "4-5": {"mig": {"3g.40gb": 2}},
+        "6-7": {"shared": 4},
+    }
+    exp_path = tmp_path / "exported.yaml"
+    exp_path.write_text(exported.stdout)
+    before = calls(sim, "hgx1")
+    res = cli(sim, state, exp_path, "--node", "hgx1", "node", "apply", "day", "--json")
+    assert res.returncode == 0, res.stderr
+    assert all(g["status"] == "unchanged" for g in json.loads(res.stdout)["gpus"])
+    assert calls(sim, "hgx1") == before
+
+
+def test_assert_lists_differences(env):
+    sim, state = env
+    with open_backend("dgx1", sim) as b:
+        diffs = assert_node(parse_config(CONFIG, "t.yaml", Path(".")), "day", b.inventory())
+    assert len(diffs) == 6 and diffs[0] == "GPU 0: is whole (MIG off), wants mig {1g.5gb: 7}"

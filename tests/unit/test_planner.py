@@ -1,0 +1,150 @@
+"""Planner: exact placements, feasibility against the reference tables, and reasons."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from slurm_gpupool.core.catalog import all_models, get_model
+from slurm_gpupool.core.planner import (
+    PlacedInstance,
+    all_layouts,
+    default_profiles,
+    maximal_layouts,
+    nearest_feasible,
+    plan_gpu,
+)
+from slurm_gpupool.errors import InfeasibleError
+from slurm_gpupool.model import Placement
+
+MIG_MODELS = sorted(k for k, m in all_models().items() if m.mig)
+
+# The MIG user guide's A100-40GB combinations (reference §1.6), written as multisets.
+A100_MAXIMAL = {
+    ("7g",),
+    ("4g", "3g"),
+    ("4g", "2g", "1g"),
+    ("4g", "1g", "1g", "1g"),
+    ("3g", "3g"),
+    ("3g", "2g", "1g"),
+    ("3g", "1g", "1g", "1g"),
+    ("2g", "2g", "3g"),
+    ("2g", "1g", "1g", "3g"),
+    ("1g", "1g", "2g", "3g"),
+    ("1g", "1g", "1g", "1g", "3g"),
+    ("2g", "2g", "2g", "1g"),
+    ("2g", "2g", "1g", "1g", "1g"),
+    ("2g", "1g", "1g", "2g", "1g"),
+    ("2g", "1g", "1g", "1g", "1g", "1g"),
+    ("1g", "1g", "2g", "2g", "1g"),
+    ("1g", "1g", "2g", "1g", "1g", "1g"),
+    ("1g", "1g", "1g", "1g", "2g", "1g"),
+    ("1g",) * 7,
+}
+
+
+def _short(lay):
+    return tuple(sorted(i.profile.split(".")[0] for i in lay))
+
+
+def test_a100_maximal_layouts_are_the_user_guides_19():
+    m = get_model("A100-SXM4-40GB")
+    layouts = maximal_layouts(m, default_profiles(m))
+    assert len(layouts) == 19
+    assert Counter(_short(lay) for lay in layouts) == Counter(tuple(sorted(x)) for x in A100_MAXIMAL)
+    assert len({_short(lay) for lay in layouts}) == 14
+    # non-maximal ones too, and with +me / double-memory 1g (reference counts)
+    assert len(all_layouts(m, default_profiles(m))) - 1 == 297
+    assert len(all_layouts(m)) - 1 == 2318
+    assert len(maximal_layouts(m)) == 239
+
+
+@pytest.mark.parametrize("model_key", ["A100-SXM4-40GB", "H100-SXM5-80GB"])
+def test_famous_answers(model_key):
+    m = get_model(model_key)
+    names = {p.name.split(".")[0] + ("me" if p.has_media_extensions else ""): p.name for p in m.mig.profiles}
+    g1, g3, g4 = names["1g"], names["3g"], names["4g"]
+    plan = plan_gpu(m, {g4: 1, g3: 1})
+    assert [(i.profile, i.placement.start) for i in plan.instances] == [(g4, 0), (g3, 4)]
+    with pytest.raises(InfeasibleError) as e:
+        plan_gpu(m, {g3: 2, g1: 1})
+    assert e.value.exit_code == 65
+    assert f"two {g3} use all 8 memory slices; no slot is left for {g1}" in e.value.why
+    assert f"{{{g3}: 2}}" in (e.value.hint or "")
+
+
+@pytest.mark.parametrize("model_key", MIG_MODELS)
+def test_every_feasible_multiset_plans_without_overlap(model_key):
+    m = get_model(model_key)
+    geo = m.mig
+    seen = set()
+    for lay in all_layouts(m):
+        counts = Counter(i.profile for i in lay)
+        key = tuple(sorted(counts.items()))
+        if key in seen or not counts:
+            continue
+        seen.add(key)
+        plan = plan_gpu(m, dict(counts))
+        assert Counter(i.profile for i in plan.instances) == counts
+        cells = [s for i in plan.instances for s in range(i.placement.start, i.placement.end)]
+        assert len(cells) == len(set(cells)) and max(cells) < geo.memory_slots
+        for i in plan.instances:
+            assert i.placement.start in geo.by_name(i.profile).placement_starts
+        assert sum(geo.by_name(i.profile).compute_slices for i in plan.instances) <= geo.compute_slices
+
+
+@pytest.mark.parametrize("model_key", MIG_MODELS)
+def test_infeasible_multisets_are_rejected(model_key):
+    """Every multiset that no valid layout contains is refused (exhaustive, small)."""
+    m = get_model(model_key)
+    feasible = {tuple(sorted(Counter(i.profile for i in lay).items())) for lay in all_layouts(m)}
+    profs = [p for p in m.mig.profiles if not p.has_media_extensions]
+    checked = 0
+    for p in profs:
+        for q in profs:
+            for n in (1, 2, 3):
+                counts = Counter({p.name: n})
+                counts[q.name] += 1
+                key = tuple(sorted(counts.items()))
+                if key in feasible:
+                    plan_gpu(m, dict(counts))
+                else:
+                    with pytest.raises(InfeasibleError):
+                        plan_gpu(m, dict(counts))
+                    checked += 1
+    assert checked > 0
+
+
+def test_plan_keeps_existing_instances_where_possible():
+    m = get_model("A100-SXM4-40GB")
+    current = [PlacedInstance(Placement(4, 4), "3g.20gb"), PlacedInstance(Placement(0, 1), "1g.5gb")]
+    plan = plan_gpu(m, {"3g.20gb": 1, "1g.5gb": 3}, current)
+    assert set(plan.kept) == set(current)
+    assert Counter(i.profile for i in plan.instances) == {"3g.20gb": 1, "1g.5gb": 3}
+    # a 3g at 0 cannot stay when the target needs a 4g (only start 0)
+    plan = plan_gpu(m, {"4g.20gb": 1, "3g.20gb": 1}, [PlacedInstance(Placement(0, 4), "3g.20gb")])
+    assert plan.kept == ()
+
+
+def test_deterministic():
+    m = get_model("H100-SXM5-80GB")
+    a = plan_gpu(m, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1})
+    b = plan_gpu(m, {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
+    assert a == b
+
+
+def test_nearest_feasible_prefers_dropping_the_least():
+    m = get_model("A100-SXM4-40GB")
+    assert nearest_feasible(m, {"1g.5gb": 8}) == {"1g.5gb": 7}
+    assert nearest_feasible(m, {"7g.40gb": 1, "1g.5gb": 1}) == {"7g.40gb": 1}
+
+
+def test_unknown_profile_and_count_limits():
+    m = get_model("A30")
+    with pytest.raises(Exception) as e:
+        plan_gpu(m, {"1g.5gb": 1})
+    assert "unknown MIG profile" in str(e.value) and "1g.6gb" in str(e.value)
+    with pytest.raises(InfeasibleError) as e2:
+        plan_gpu(m, {"1g.6gb": 5})
+    assert "at most 4" in e2.value.why
