@@ -66,6 +66,28 @@ class Paths:
 
 
 @dataclass(frozen=True)
+class SlurmSettings:
+    """How the Slurm side is written (``slurm:`` section)."""
+
+    type_naming: str = "profile"
+    autodetect: bool = False
+    config_dir: str = "/etc/slurm"
+    gres_conf: str = "gres.conf"
+    nodes_include: str = "gpupool-nodes.conf"
+    gres_include: str = "gpupool-gres.conf"
+    templates_dir: str | None = None
+    dev_root: str = "/dev"
+    node_params: tuple[tuple[frozenset[str], str], ...] = ()
+
+    def params_for(self, node: str) -> str:
+        return " ".join(p for nodes, p in self.node_params if node in nodes)
+
+    def path(self, which: str) -> Path:
+        """Installed path of ``gres_conf``, ``nodes_include`` or ``gres_include``."""
+        return Path(self.config_dir) / getattr(self, which)
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     source: str
     version: int
@@ -73,6 +95,7 @@ class PoolConfig:
     layouts: dict[str, tuple[LayoutEntry, ...]]
     schedule: Schedule | None
     paths: Paths
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def all_nodes(self) -> list[str]:
@@ -330,11 +353,59 @@ def _parse_paths(raw: Any, top: Where) -> Paths:
     return Paths(**values)
 
 
+def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet]) -> SlurmSettings:
+    from slurm_gpupool.core.gres import NAMINGS
+
+    if raw is None:
+        return SlurmSettings()
+    w = top.key("slurm")
+    w.check_type(raw, dict)
+    w.only_keys(
+        raw,
+        {
+            "type_naming",
+            "autodetect",
+            "config_dir",
+            "gres_conf",
+            "nodes_include",
+            "gres_include",
+            "templates_dir",
+            "dev_root",
+            "node_params",
+        },
+    )
+    d = SlurmSettings()
+    naming = w.optional(raw, "type_naming", str, d.type_naming)
+    if naming not in NAMINGS:
+        raise w.key("type_naming").error(
+            f"must be one of {', '.join(NAMINGS)}", hint="profile: 1g.10gb; model_profile: a100_1g.10gb"
+        )
+    tdir = w.optional(raw, "templates_dir", str)
+    params = []
+    for k, v in w.optional(raw, "node_params", dict, {}).items():
+        nodes = frozenset(_expand(str(k), w.key("node_params").key(k)))
+        known = {n for ns in nodesets.values() for n in ns.nodes}
+        if not nodes <= known:
+            raise w.key("node_params").key(k).error(f"nodes {', '.join(sorted(nodes - known))} are in no node set")
+        params.append((nodes, str(w.key("node_params").key(k).check_type(v, str))))
+    return SlurmSettings(
+        type_naming=naming,
+        autodetect=w.optional(raw, "autodetect", bool, d.autodetect),
+        config_dir=w.optional(raw, "config_dir", str, d.config_dir),
+        gres_conf=w.optional(raw, "gres_conf", str, d.gres_conf),
+        nodes_include=w.optional(raw, "nodes_include", str, d.nodes_include),
+        gres_include=w.optional(raw, "gres_include", str, d.gres_include),
+        templates_dir=str(base / tdir) if tdir else None,
+        dev_root=w.optional(raw, "dev_root", str, d.dev_root),
+        node_params=tuple(params),
+    )
+
+
 def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolConfig:
     """Validate a decoded pool config."""
     top = Where(source)
     top.check_type(raw, dict)
-    top.only_keys(raw, {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted"})
+    top.only_keys(raw, {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted", "slurm"})
     version = top.require(raw, "version", int)
     if version not in SUPPORTED_VERSIONS:
         raise top.key("version").error(f"unsupported config version {version}", hint="this gpupool reads version 1")
@@ -352,7 +423,8 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
         extra = layouts_from_mig_parted(raw["mig_parted"], top.key("mig_parted"), base, nodesets)
     layouts = _parse_layouts(raw.get("layouts") or {}, top, nodesets, extra)
     schedule = _parse_schedule(raw.get("schedule"), top, layouts)
-    return PoolConfig(source, version, nodesets, layouts, schedule, paths, raw)
+    slurm = _parse_slurm(raw.get("slurm"), top, base, nodesets)
+    return PoolConfig(source, version, nodesets, layouts, schedule, paths, slurm, raw)
 
 
 def config_path(path: str | Path | None = None) -> Path:

@@ -35,6 +35,7 @@ COMMANDS = {
     "sandbox": "slurm_gpupool.cli.sandbox:sandbox",
     "layout": "slurm_gpupool.cli.layout:layout",
     "node": "slurm_gpupool.cli.node:node",
+    "gres": "slurm_gpupool.cli.gres:gres",
 }
 
 

@@ -1,1 +1,1 @@
-"""slurm."""
+"""Scheduler boundary: run Slurm commands (never from hooks) and parse their output."""

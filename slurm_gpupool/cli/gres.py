@@ -1,0 +1,113 @@
+"""``gpupool gres``: render, diff and install gres.conf and the slurm.conf includes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from slurm_gpupool.cli.context import AppContext, pass_app
+from slurm_gpupool.cli.output import emit_json
+
+_source = [
+    click.option(
+        "--planned", "planned", metavar="LAYOUT", help="Render LAYOUT from the config and machine descriptions."
+    ),
+    click.option("--live", is_flag=True, help="Render from the node state written by `node apply` (default)."),
+    click.option("--nodes", metavar="HOSTLIST", help="Only these nodes (default: every node in the config)."),
+    click.option("--templates", metavar="DIR", help="Site template directory, searched before the built-in one."),
+]
+
+
+def source_options(f):
+    for opt in reversed(_source):
+        f = opt(f)
+    return f
+
+
+def _render(app: AppContext, planned: str | None, live: bool, nodes: str | None, templates: str | None):
+    from slurm_gpupool.errors import UsageError
+    from slurm_gpupool.ops.gres_install import render
+    from slurm_gpupool.ops.gres_sources import select_nodes
+
+    if planned and live:
+        raise UsageError("gres", "--planned and --live exclude each other")
+    cfg = app.config()
+    return cfg, render(cfg, select_nodes(cfg, nodes), planned, templates)
+
+
+@click.group()
+def gres() -> None:
+    """Slurm GRES for the pool: gres.conf, NodeName lines, GresTypes and TRES."""
+
+
+@gres.command("render")
+@source_options
+@click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
+@pass_app
+def render_cmd(app: AppContext, planned, live, nodes, templates, out: str | None) -> None:
+    """Render gres.conf, the NodeName include and the GresTypes/TRES include."""
+    cfg, r = _render(app, planned, live, nodes, templates)
+    from slurm_gpupool.ops.gres_install import ROLES
+
+    if out:
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        for role, attr in ROLES.items():
+            (d / getattr(cfg.slurm, attr)).write_text(r.files[role])
+            click.echo(f"wrote {d / getattr(cfg.slurm, attr)}")
+        return
+    for role, attr in ROLES.items():
+        click.echo(f"==> {getattr(cfg.slurm, attr)} <==")
+        click.echo(r.files[role], nl=False)
+        click.echo()
+
+
+@gres.command("diff")
+@source_options
+@pass_app
+def diff_cmd(app: AppContext, planned, live, nodes, templates) -> int:
+    """Show how the installed files differ from a fresh rendering (exit 1 if they do)."""
+    from slurm_gpupool.ops.gres_install import diff
+
+    cfg, r = _render(app, planned, live, nodes, templates)
+    text = diff(cfg, r)
+    if text:
+        click.echo(text, nl=False)
+        return 1
+    click.echo("installed files are up to date")
+    return 0
+
+
+@gres.command("install")
+@source_options
+@click.option("--no-backup", is_flag=True, help="Do not keep the previous files as *.bak.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: bool, as_json: bool) -> None:
+    """Validate, then write the files atomically and say which daemons must restart."""
+    from slurm_gpupool.ops.gres_install import install, installed_paths
+    from slurm_gpupool.slurm.runner import SlurmRunner, reconfigure_applies_gres, slurm_version
+
+    cfg, r = _render(app, planned, live, nodes, templates)
+    from slurm_gpupool.errors import SlurmUnavailableError
+
+    try:
+        reconf = reconfigure_applies_gres(slurm_version(SlurmRunner()))
+    except SlurmUnavailableError:  # no Slurm client here: assume the conservative 22.05 rule
+        reconf = False
+    plan = install(cfg, r, backup=not no_backup, reconfigure_ok=reconf)
+    if as_json:
+        emit_json(
+            {
+                "files": {k: str(v) for k, v in installed_paths(cfg).items()},
+                "gres_changed": plan.gres_changed,
+                "features_changed": plan.features_changed,
+                "controller_wide": plan.controller_wide,
+                "advice": plan.describe(),
+            }
+        )
+        return
+    for path in installed_paths(cfg).values():
+        click.echo(f"installed {path}")
+    click.echo(plan.describe())

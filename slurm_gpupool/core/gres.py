@@ -1,0 +1,284 @@
+"""From a node's GPUs and layout to Slurm GRES records (pure).
+
+One ``gpu`` record per MIG device (``MultipleFiles=`` parent + GI cap + CI cap),
+per whole GPU (``File=``, ``Links=``, ``Cores=``), and per time-sliced GPU
+plus a ``shard`` record bound to its device file.  Type names come from
+:func:`slurm_type`, the one rule, in the form Slurm's NVML AutoDetect uses.
+Records are ordered by GPU index, then MIG device index, so ``Links=`` lists
+line up with Slurm's device order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurm_gpupool.core.catalog import GpuModel, get_model
+from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
+from slurm_gpupool.core.layouts import MIG, SHARED
+
+NAMING_PROFILE = "profile"  # 1g.10gb
+NAMING_MODEL_PROFILE = "model_profile"  # a100_1g.10gb / h100_80gb_hbm3_1g.10gb
+NAMINGS = (NAMING_PROFILE, NAMING_MODEL_PROFILE)
+
+
+def autodetect_name(model: GpuModel) -> str:
+    """Slurm's AutoDetect=nvml GPU name: lower case, spaces → _, cut at the first '-'.
+
+    ``NVIDIA A100-SXM4-40GB`` → ``nvidia_a100``; ``NVIDIA H100 80GB HBM3`` →
+    ``nvidia_h100_80gb_hbm3``; MIG devices append ``_<profile>``.
+    """
+    return model.nvml_name.lower().replace(" ", "_").split("-", 1)[0]
+
+
+def whole_type(model: GpuModel) -> str:
+    """Type of a whole GPU: the AutoDetect name without the vendor prefix (a substring of it)."""
+    name = autodetect_name(model)
+    for prefix in ("nvidia_", "tesla_"):
+        name = name.removeprefix(prefix)
+    return name
+
+
+def slurm_type(model: GpuModel, profile: str | None = None, naming: str = NAMING_PROFILE) -> str:
+    """The GRES Type of a whole GPU (``profile=None``) or of a MIG device.
+
+    The one place type names are made.  Every result is a substring of what
+    Slurm's AutoDetect=nvml would report, as gres.conf requires for typed GPUs.
+    """
+    if profile is None:
+        return whole_type(model)
+    if naming == NAMING_MODEL_PROFILE:
+        return f"{whole_type(model)}_{profile}"
+    return profile
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    profile: str
+    gi_id: int
+    ci_id: int
+
+
+@dataclass(frozen=True)
+class GresGpu:
+    """A physical GPU as the GRES generator needs it."""
+
+    index: int
+    minor: int
+    model: str  # catalog key
+    mode: str  # whole | mig | shared
+    shares: int = 0
+    cpus: tuple[int, ...] = ()
+    instances: tuple[MigInstance, ...] = ()  # MIG devices in MIG index order
+
+
+@dataclass(frozen=True)
+class GresNode:
+    name: str
+    gpus: tuple[GresGpu, ...]
+    links: tuple[tuple[int, ...], ...]  # direct NVLink counts between GPU indices
+    nvswitch_links: tuple[int, ...]  # per GPU, links into NVSwitches (0: none)
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    memory_mib: int | None
+    layout: str | None
+    machine: str | None = None
+    params: str = ""  # extra NodeName parameters (NodeAddr=..., Port=...)
+
+    def gpu_links(self, a: int, b: int) -> int:
+        if a == b:
+            return -1
+        if self.nvswitch_links[a] and self.nvswitch_links[b]:
+            return min(self.nvswitch_links[a], self.nvswitch_links[b])
+        return self.links[a][b]
+
+
+@dataclass(frozen=True)
+class GresRecord:
+    """One gres.conf line for one node (``NodeName=`` added when folding)."""
+
+    name: str  # gpu | shard
+    type: str | None
+    files: tuple[str, ...]
+    count: int | None = None
+    cores: str | None = None
+    links: str | None = None
+
+    def line(self) -> str:
+        parts = [f"Name={self.name}"]
+        if self.type:
+            parts.append(f"Type={self.type}")
+        if self.count is not None:
+            parts.append(f"Count={self.count}")
+        if len(self.files) > 1:
+            parts.append("MultipleFiles=" + ",".join(self.files))
+        elif self.files:
+            parts.append(f"File={self.files[0]}")
+        if self.cores:
+            parts.append(f"Cores={self.cores}")
+        if self.links:
+            parts.append(f"Links={self.links}")
+        return " ".join(parts)
+
+
+@dataclass
+class NodeGres:
+    """Everything Slurm needs to know about one node's GPUs."""
+
+    node: str
+    records: list[GresRecord] = field(default_factory=list)
+    counts: OrderedDict[str, int] = field(default_factory=OrderedDict)  # "gpu:<type>" / "shard" → count
+    features: list[str] = field(default_factory=list)
+    node_line_params: str = ""
+
+    def gres_value(self) -> str:
+        """slurm.conf ``Gres=``: ``gpu:1g.5gb:28,gpu:a100:2,shard:8``."""
+        return ",".join(f"{k}:{v}" for k, v in self.counts.items())
+
+
+def _ranges(xs: Sequence[int]) -> str:
+    xs = sorted(set(xs))
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:]:
+        if x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev > start else str(start))
+        start = prev = x
+    out.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(out)
+
+
+def socket_cores(node: GresNode, cpus: Sequence[int]) -> str | None:
+    """``Cores=`` for a GPU: every core of each socket its CPUs are on.
+
+    Slurm schedules GRES affinity per socket, so core lists must cover whole
+    sockets; Slurm core IDs count cores, not hyperthreads.
+    """
+    if not cpus or node.cores_per_socket <= 0:
+        return None
+    total = node.sockets * node.cores_per_socket
+    sockets = sorted({(c % total) // node.cores_per_socket for c in cpus})
+    cores = [c for s in sockets for c in range(s * node.cores_per_socket, (s + 1) * node.cores_per_socket)]
+    return _ranges(cores)
+
+
+def largest_nvlink_clique(node: GresNode, members: Sequence[int]) -> int:
+    """Size of the largest set of ``members`` whose every pair is NVLink-connected."""
+    best = 1 if members else 0
+    mem = list(members)
+
+    def grow(clique: list[int], rest: list[int]) -> None:
+        nonlocal best
+        best = max(best, len(clique))
+        for k, g in enumerate(rest):
+            if all(node.gpu_links(g, c) > 0 for c in clique):
+                grow([*clique, g], rest[k + 1 :])
+
+    grow([], mem)
+    return best
+
+
+def node_gres(node: GresNode, naming: str = NAMING_PROFILE, dev_root: str = "/dev") -> NodeGres:
+    """GRES records, Gres= counts and Features= for one node."""
+    out = NodeGres(node.name)
+    # device order: whole/shared GPUs and MIG devices by GPU index, MIG index
+    devices: list[tuple[GresGpu, MigInstance | None]] = []
+    for g in node.gpus:
+        if g.mode == MIG:
+            devices.extend((g, inst) for inst in g.instances)
+        else:
+            devices.append((g, None))
+    models: set[str] = set()
+    for g, inst in devices:
+        model = get_model(g.model)
+        models.add(whole_type(model))
+        cores = socket_cores(node, g.cpus)
+        if inst is not None:
+            t = slurm_type(model, inst.profile, naming)
+            files = mig_device_files(g.minor, inst.gi_id, inst.ci_id, dev_root)
+            out.records.append(GresRecord("gpu", t, files, cores=cores))
+        else:
+            t = slurm_type(model, None, naming)
+            links = []
+            for other, oinst in devices:
+                if oinst is not None:
+                    links.append(0)  # MIG devices have no NVLinks
+                else:
+                    links.append(node.gpu_links(g.index, other.index))
+            link_text = ",".join(map(str, links)) if any(x > 0 for x in links) else None
+            out.records.append(
+                GresRecord("gpu", t, (gpu_device_file(g.minor, dev_root),), cores=cores, links=link_text)
+            )
+        key = f"gpu:{t}"
+        out.counts[key] = out.counts.get(key, 0) + 1
+    for g in node.gpus:
+        if g.mode == SHARED:
+            out.records.append(GresRecord("shard", None, (gpu_device_file(g.minor, dev_root),), count=g.shares))
+            out.counts["shard"] = out.counts.get("shard", 0) + g.shares
+    # Features: model, interconnect, NVLink-connected whole-GPU set sizes, layout.
+    feats: list[str] = sorted(models)
+    if node.machine:
+        feats.append(node.machine)
+    whole = [g.index for g in node.gpus if g.mode != MIG and g.mode != SHARED]
+    if any(node.nvswitch_links):
+        feats.append("nvswitch")
+    if any(any(r) for r in node.links) or any(node.nvswitch_links):
+        feats.append("nvlink")
+    else:
+        feats.append("pcie")
+    clique = largest_nvlink_clique(node, whole) if whole else 0
+    feats.extend(f"nvlink{n}" for n in (2, 4, 8) if clique >= n)
+    if any(g.mode == MIG for g in node.gpus):
+        feats.append("mig")
+    if any(g.mode == SHARED for g in node.gpus):
+        feats.append("shard")
+    if node.layout:
+        feats.append(f"layout_{node.layout}")
+    out.features = feats
+    params = [
+        f"Sockets={node.sockets}",
+        f"CoresPerSocket={node.cores_per_socket}",
+        f"ThreadsPerCore={node.threads_per_core}",
+    ]
+    if node.memory_mib:
+        params.append(f"RealMemory={node.memory_mib}")
+    if node.params:
+        params.append(node.params)
+    out.node_line_params = " ".join(params)
+    return out
+
+
+def fold(nodes: Sequence[NodeGres]) -> tuple[list[tuple[str, NodeGres]], list[tuple[str, list[GresRecord]]]]:
+    """Fold identical nodes into hostlists: (node lines, gres.conf groups), sorted."""
+    from ClusterShell.NodeSet import NodeSet
+
+    by_line: OrderedDict[tuple, list[NodeGres]] = OrderedDict()
+    by_records: OrderedDict[tuple, list[str]] = OrderedDict()
+    for n in sorted(nodes, key=lambda n: n.node):
+        by_line.setdefault((n.gres_value(), tuple(n.features), n.node_line_params), []).append(n)
+        by_records.setdefault(tuple(r.line() for r in n.records), []).append(n.node)
+    node_lines = sorted(
+        ((str(NodeSet.fromlist([n.node for n in grp])), grp[0]) for grp in by_line.values()), key=_first
+    )
+    rec_groups = []
+    recs_by_key = {tuple(r.line() for r in n.records): n.records for n in nodes}
+    for key, names in by_records.items():
+        rec_groups.append((str(NodeSet.fromlist(names)), recs_by_key[key]))
+    rec_groups.sort(key=_first)
+    return node_lines, rec_groups
+
+
+def _first(item: tuple) -> str:
+    return item[0]
+
+
+def accounting_types(nodes: Sequence[NodeGres]) -> list[str]:
+    """``AccountingStorageTRES`` entries: gres/gpu, each typed gpu, gres/shard."""
+    types = sorted({k.split(":", 1)[1] for n in nodes for k in n.counts if k.startswith("gpu:")})
+    out = ["gres/gpu", *(f"gres/gpu:{t}" for t in types)]
+    if any("shard" in n.counts for n in nodes):
+        out.append("gres/shard")
+    return out

@@ -1,0 +1,216 @@
+"""``gpupool gres render|diff|install``: the Slurm side of the pool's layouts.
+
+Render from a source (planned layout or live node state), check the result,
+and install it atomically with a backup.  Then say which daemons must restart:
+on Slurm 22.05 to 24.05 a change in a node's GRES records needs slurmctld and
+that node's slurmd restarted (drain the node first: jobs using changed GRES are
+aborted); ``scontrol reconfigure`` is not enough.  From 24.11 a reconfigure does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_gpupool.atomic import write_text_atomic
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.core.gres import NodeGres, accounting_types, node_gres
+from slurm_gpupool.core.render import RenderedFiles, render_slurm_files
+from slurm_gpupool.errors import InternalError, StateError
+from slurm_gpupool.ops.gres_sources import live_node, planned_node
+
+ROLES = {"gres.conf": "gres_conf", "nodes.conf": "nodes_include", "gres-types.conf": "gres_include"}
+
+
+@dataclass
+class Rendered:
+    files: RenderedFiles
+    nodes: list[NodeGres]
+    source: str
+
+
+def cluster_accounting(cfg: PoolConfig) -> list[str]:
+    """Typed TRES of every layout, so AccountingStorageTRES stays put across switches."""
+    out: set[str] = set()
+    for layout in cfg.layout_names():
+        for node in cfg.all_nodes():
+            ns = cfg.nodeset_of(node)
+            if ns.machine is None or not cfg.covers(layout, node):
+                continue
+            out.update(accounting_types([node_gres(planned_node(cfg, layout, node), cfg.slurm.type_naming)]))
+    return sorted(out)
+
+
+def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None) -> list[NodeGres]:
+    """Each node's GRES: planned where the layout covers it, else its live state."""
+    out = []
+    for n in nodes:
+        if planned and cfg.covers(planned, n):
+            view = planned_node(cfg, planned, n)
+        else:
+            try:
+                view = live_node(cfg, n)
+            except StateError as e:
+                if planned:
+                    e.why += f" (layout {planned} does not cover it either)"
+                raise
+        out.append(node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root))
+    return out
+
+
+def check(nodes: Sequence[NodeGres]) -> None:
+    """Internal consistency: counts match records; device files are not shared."""
+    for n in nodes:
+        counted: dict[str, int] = {}
+        seen: set[str] = set()
+        gpu_files = set()
+        for r in n.records:
+            if r.name == "gpu":
+                key = f"gpu:{r.type}"
+                counted[key] = counted.get(key, 0) + 1
+                gpu_files.add(r.files[0])
+                own = r.files[1:] if len(r.files) > 1 else r.files
+                for f in own:
+                    if f in seen:
+                        raise InternalError(f"GRES of {n.node}", f"device file {f} used twice")
+                    seen.add(f)
+            else:
+                counted["shard"] = counted.get("shard", 0) + (r.count or 0)
+                if r.files[0] not in gpu_files:
+                    raise InternalError(f"GRES of {n.node}", f"shard on {r.files[0]}, which is no gpu record")
+        if counted != dict(n.counts):
+            raise InternalError(f"GRES of {n.node}", f"Gres={n.gres_value()} disagrees with gres.conf {counted}")
+
+
+def render(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, site_dir: str | None = None) -> Rendered:
+    source = f"{'planned layout ' + planned if planned else 'live node state'} from {cfg.source}"
+    gres = collect_nodes(cfg, nodes, planned)
+    check(gres)
+    files = render_slurm_files(
+        gres,
+        source=source,
+        autodetect=cfg.slurm.autodetect,
+        extra_accounting=cluster_accounting(cfg),
+        site_dir=site_dir or cfg.slurm.templates_dir,
+    )
+    return Rendered(files, gres, source)
+
+
+def installed_paths(cfg: PoolConfig) -> dict[str, Path]:
+    return {role: cfg.slurm.path(attr) for role, attr in ROLES.items()}
+
+
+def diff(cfg: PoolConfig, rendered: Rendered) -> str:
+    """Unified diff of installed files against the rendering ('' when identical)."""
+    out = []
+    for role, path in installed_paths(cfg).items():
+        try:
+            old = path.read_text()
+        except FileNotFoundError:
+            old = ""
+        new = rendered.files[role]
+        if old != new:
+            out.extend(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True), new.splitlines(keepends=True), str(path), f"{path} (rendered)"
+                )
+            )
+    return "".join(out)
+
+
+def _per_node(gres_text: str, nodes_text: str) -> dict[str, tuple[list[str], str]]:
+    """Per node: its gres.conf record lines and its NodeName line (from our own format)."""
+    from ClusterShell.NodeSet import NodeSet
+
+    out: dict[str, tuple[list[str], str]] = {}
+    for line in gres_text.splitlines():
+        if line.startswith("NodeName="):
+            hostlist, rest = line[len("NodeName=") :].split(" ", 1)
+            for n in NodeSet(hostlist):
+                out.setdefault(n, ([], ""))[0].append(rest)
+    for line in nodes_text.splitlines():
+        if line.startswith("NodeName="):
+            hostlist, rest = line[len("NodeName=") :].split(" ", 1)
+            for n in NodeSet(hostlist):
+                recs, _ = out.get(n, ([], ""))
+                out[n] = (recs, rest)
+    return out
+
+
+@dataclass
+class RestartPlan:
+    """What Slurm needs after an install (22.05-24.05 semantics unless reconfigure_ok)."""
+
+    gres_changed: list[str] = field(default_factory=list)  # nodes whose GRES records changed
+    features_changed: list[str] = field(default_factory=list)
+    controller_wide: bool = False  # GresTypes / AccountingStorageTRES changed
+    reconfigure_ok: bool = False  # Slurm >= 24.11
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.gres_changed or self.features_changed or self.controller_wide)
+
+    def describe(self) -> str:
+        from ClusterShell.NodeSet import NodeSet
+
+        if self.nothing:
+            return "no Slurm change: nothing to restart"
+        lines = []
+        if self.gres_changed:
+            ns = str(NodeSet.fromlist(self.gres_changed))
+            if self.reconfigure_ok:
+                lines.append(f"GRES changed on {ns}: drain them, then `scontrol reconfigure`")
+            else:
+                lines.append(
+                    f"GRES changed on {ns}: drain them, then restart slurmctld and slurmd on {ns} "
+                    "(Slurm 22.05-24.05: a reconfigure is not enough; jobs using changed GRES would be aborted)"
+                )
+        if self.controller_wide and not self.gres_changed:
+            lines.append("GresTypes/AccountingStorageTRES changed: restart slurmctld")
+        if self.features_changed and not self.gres_changed:
+            lines.append(f"Features changed on {NodeSet.fromlist(self.features_changed)}: `scontrol reconfigure`")
+        return "\n".join(lines)
+
+
+def restart_plan(old: dict[str, str], new: RenderedFiles, reconfigure_ok: bool = False) -> RestartPlan:
+    before = _per_node(old.get("gres.conf", ""), old.get("nodes.conf", ""))
+    after = _per_node(new["gres.conf"], new["nodes.conf"])
+    plan = RestartPlan(reconfigure_ok=reconfigure_ok)
+    for n in sorted(set(before) | set(after)):
+        b_recs, b_line = before.get(n, ([], ""))
+        a_recs, a_line = after.get(n, ([], ""))
+        b_gres = b_line.split(" Features=")[0]
+        a_gres = a_line.split(" Features=")[0]
+        if b_recs != a_recs or b_gres != a_gres:
+            plan.gres_changed.append(n)
+        elif b_line != a_line:
+            plan.features_changed.append(n)
+    strip = [line for line in old.get("gres-types.conf", "").splitlines() if not line.startswith("#")]
+    plan.controller_wide = strip != [line for line in new["gres-types.conf"].splitlines() if not line.startswith("#")]
+    return plan
+
+
+def install(cfg: PoolConfig, rendered: Rendered, backup: bool = True, reconfigure_ok: bool = False) -> RestartPlan:
+    """Write the three files atomically (backups beside them), return the restart plan."""
+    paths = installed_paths(cfg)
+    old = {}
+    for role, path in paths.items():
+        try:
+            old[role] = path.read_text()
+        except FileNotFoundError:
+            old[role] = ""
+    plan = restart_plan(old, rendered.files, reconfigure_ok)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for role, path in paths.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if old[role] == rendered.files[role]:
+            continue
+        if backup and path.exists():
+            shutil.copy2(path, path.with_name(f"{path.name}.{stamp}.bak"))
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        write_text_atomic(path, rendered.files[role], mode)
+    return plan

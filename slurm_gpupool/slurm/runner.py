@@ -1,0 +1,75 @@
+"""An injectable runner for Slurm commands: argument lists, timeouts, no shell.
+
+Tests substitute recorded output (``ReplayRunner``) for parsers; integration
+tests use the real commands against the sandbox Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from slurm_gpupool.errors import SlurmUnavailableError
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def check(self, what: str) -> Result:
+        if self.returncode != 0:
+            why = (self.stderr or self.stdout).strip().splitlines()
+            raise SlurmUnavailableError(what, why[-1] if why else f"{self.argv[0]} exited {self.returncode}")
+        return self
+
+
+class SlurmRunner:
+    """Runs ``scontrol``, ``sinfo``, ``sacct``... with ``SLURM_CONF`` from the environment."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.timeout_s = timeout_s
+
+    def run(self, argv: Sequence[str], timeout_s: float | None = None, input_text: str | None = None) -> Result:
+        try:
+            p = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                env=self.env,
+                timeout=timeout_s or self.timeout_s,
+                input=input_text,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise SlurmUnavailableError(argv[0], "command not found", hint="is Slurm installed here?") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailableError(
+                " ".join(argv[:3]), f"timed out after {timeout_s or self.timeout_s:.0f} s"
+            ) from None
+        return Result(tuple(argv), p.returncode, p.stdout, p.stderr)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm-wlm 22.05.8`` / ``slurm 23.11.1`` → (22, 5, 8)."""
+    for tok in text.split():
+        parts = tok.split(".")
+        if len(parts) >= 2 and all(p.isdigit() for p in parts[:2]):
+            nums = [int(p) if p.isdigit() else 0 for p in parts[:3]] + [0, 0]
+            return nums[0], nums[1], nums[2]
+    raise SlurmUnavailableError("slurm version", f"cannot parse {text.strip()!r}")
+
+
+def slurm_version(runner: SlurmRunner) -> tuple[int, int, int]:
+    """``sinfo -V``."""
+    return parse_version(runner.run(["sinfo", "-V"]).check("sinfo -V").stdout)
+
+
+def reconfigure_applies_gres(version: tuple[int, int, int]) -> bool:
+    """From 24.11 slurm.conf says node changes need "restarting or reconfiguring"."""
+    return version >= (24, 11, 0)
