@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +102,15 @@ class PoolConfig:
     def all_nodes(self) -> list[str]:
         return sorted(n for ns in self.nodesets.values() for n in ns.nodes)
 
+    @cached_property
+    def _nodeset_by_node(self) -> dict[str, NodeSet]:
+        return {n: ns for ns in self.nodesets.values() for n in ns.nodes}
+
     def nodeset_of(self, node: str) -> NodeSet:
-        for ns in self.nodesets.values():
-            if node in ns.nodes:
-                return ns
-        raise ConfigError(self.source, "nodesets", f"node {node} is in no node set")
+        try:
+            return self._nodeset_by_node[node]
+        except KeyError:
+            raise ConfigError(self.source, "nodesets", f"node {node} is in no node set") from None
 
     def layout_names(self) -> list[str]:
         return sorted(self.layouts)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 
 from slurm_gpupool.core.catalog import GpuModel, get_model
 from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
@@ -107,6 +108,10 @@ class GresRecord:
     links: str | None = None
 
     def line(self) -> str:
+        return self._line
+
+    @cached_property
+    def _line(self) -> str:
         parts = [f"Name={self.name}"]
         if self.type:
             parts.append(f"Type={self.type}")
@@ -182,7 +187,16 @@ def largest_nvlink_clique(node: GresNode, members: Sequence[int]) -> int:
 
 
 def node_gres(node: GresNode, naming: str = NAMING_PROFILE, dev_root: str = "/dev") -> NodeGres:
-    """GRES records, Gres= counts and Features= for one node."""
+    """GRES records, Gres= counts and Features= for one node.
+
+    Identical nodes share one computation (cached on everything but the name).
+    """
+    t = _node_gres(replace(node, name=""), naming, dev_root)
+    return NodeGres(node.name, t.records, t.counts, t.features, t.node_line_params)
+
+
+@lru_cache(maxsize=1024)
+def _node_gres(node: GresNode, naming: str, dev_root: str) -> NodeGres:
     out = NodeGres(node.name)
     # device order: whole/shared GPUs and MIG devices by GPU index, MIG index
     devices: list[tuple[GresGpu, MigInstance | None]] = []

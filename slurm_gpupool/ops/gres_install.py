@@ -33,38 +33,56 @@ class Rendered:
     source: str
 
 
+def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str]) -> dict[str, NodeGres]:
+    """Planned GRES for the covered nodes, computed once per group of identical nodes."""
+    groups: dict[tuple, list[str]] = {}
+    for n in nodes:
+        if not cfg.covers(layout, n) or cfg.nodeset_of(n).machine is None:
+            continue
+        e = cfg.entry(layout, n)
+        key = (e.key, e.specific, cfg.nodeset_of(n).name, cfg.slurm.params_for(n))
+        groups.setdefault(key, []).append(n)
+    out = {}
+    for members in groups.values():
+        first = node_gres(planned_node(cfg, layout, members[0]), cfg.slurm.type_naming, cfg.slurm.dev_root)
+        for n in members:
+            out[n] = NodeGres(n, first.records, first.counts, first.features, first.node_line_params)
+    return out
+
+
 def cluster_accounting(cfg: PoolConfig) -> list[str]:
     """Typed TRES of every layout, so AccountingStorageTRES stays put across switches."""
     out: set[str] = set()
     for layout in cfg.layout_names():
-        for node in cfg.all_nodes():
-            ns = cfg.nodeset_of(node)
-            if ns.machine is None or not cfg.covers(layout, node):
-                continue
-            out.update(accounting_types([node_gres(planned_node(cfg, layout, node), cfg.slurm.type_naming)]))
+        out.update(accounting_types(list(_planned(cfg, layout, cfg.all_nodes()).values())))
     return sorted(out)
 
 
 def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None) -> list[NodeGres]:
     """Each node's GRES: planned where the layout covers it, else its live state."""
+    planned_gres = _planned(cfg, planned, nodes) if planned else {}
     out = []
     for n in nodes:
-        if planned and cfg.covers(planned, n):
-            view = planned_node(cfg, planned, n)
-        else:
-            try:
-                view = live_node(cfg, n)
-            except StateError as e:
-                if planned:
-                    e.why += f" (layout {planned} does not cover it either)"
-                raise
+        if n in planned_gres:
+            out.append(planned_gres[n])
+            continue
+        try:
+            view = live_node(cfg, n)
+        except StateError as e:
+            if planned:
+                e.why += f" (layout {planned} does not cover it either)"
+            raise
         out.append(node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root))
     return out
 
 
 def check(nodes: Sequence[NodeGres]) -> None:
     """Internal consistency: counts match records; device files are not shared."""
+    done: set[int] = set()
     for n in nodes:
+        if id(n.records) in done:  # identical nodes share one records list
+            continue
+        done.add(id(n.records))
         counted: dict[str, int] = {}
         seen: set[str] = set()
         gpu_files = set()
