@@ -32,6 +32,9 @@ class Rendered:
     nodes: list[NodeGres]
     source: str
 
+    def __getitem__(self, role: str) -> str:
+        return self.files[role]
+
 
 def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str]) -> dict[str, NodeGres]:
     """Planned GRES for the covered nodes, computed once per group of identical nodes."""

@@ -1,0 +1,163 @@
+"""GRES generation: golden files per machine × layout kind, type names, folding, install.
+
+Regenerate the golden files on purpose only: SLURM_GPUPOOL_REGEN_GOLDEN=1 pytest tests/unit/test_gres.py
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.core.catalog import all_models, get_model
+from slurm_gpupool.core.gres import NAMING_MODEL_PROFILE, autodetect_name, slurm_type
+from slurm_gpupool.ops.gres_install import diff, install, render, restart_plan
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "gres"
+REGEN = os.environ.get("SLURM_GPUPOOL_REGEN_GOLDEN") == "1"
+
+# machine -> {variant: per-GPU layout}
+VARIANTS = {
+    "dgx-a100": {
+        "mig": {"0-3": {"mig": {"1g.5gb": 7}}, "4-7": {"mig": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}},
+        "mixed": {"0-3": {"mig": {"1g.5gb": 7}}, "4-5": {"shared": 4}, "6-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
+    "hgx-h100": {
+        "mig": {"all": {"mig": {"1g.10gb": 7}}},
+        "mixed": {"0-1": {"mig": {"3g.40gb": 2}}, "2-3": {"mig": {"1g.20gb": 4}}, "4-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 8}},
+    },
+    "pcie-a30": {
+        "mig": {"all": {"mig": {"1g.6gb": 4}}},
+        "mixed": {"0": {"mig": {"2g.12gb": 2}}, "1": {"mig": {"1g.6gb": 2, "2g.12gb": 1}}, "2": {"shared": 2}, "3": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
+    "dgx1-v100": {  # no MIG: the "mig" variant is time-slicing where MIG would be
+        "mig": {"0-3": {"shared": 4}, "4-7": {"shared": 2}},
+        "mixed": {"0-3": {"shared": 4}, "4-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
+    "h100-nvl-pair": {
+        "mig": {"all": {"mig": {"1g.12gb": 7}}},
+        "mixed": {"0": {"mig": {"3g.47gb": 2}}, "1": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 6}},
+    },
+}
+
+
+def config_for(machine: str, naming: str = "profile", autodetect: bool = False):
+    raw = {
+        "version": 1,
+        "nodesets": {"n": {"nodes": "node[01-02]", "machine": machine}},
+        "layouts": {v: {"n": spec} for v, spec in VARIANTS[machine].items()},
+        "slurm": {"type_naming": naming, "autodetect": autodetect},
+    }
+    return parse_config(raw, f"golden/{machine}.yaml", Path("."))
+
+
+CASES = [(m, v) for m in VARIANTS for v in VARIANTS[m]]
+
+
+@pytest.mark.parametrize("machine,variant", CASES, ids=[f"{m}-{v}" for m, v in CASES])
+def test_golden(machine: str, variant: str):
+    cfg = config_for(machine)
+    r = render(cfg, cfg.all_nodes(), variant)
+    for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
+        path = GOLDEN / f"{machine}-{variant}.{role}"
+        if REGEN:
+            path.write_text(r.files[role])
+        assert path.exists(), f"missing golden file {path}; regenerate with SLURM_GPUPOOL_REGEN_GOLDEN=1"
+        assert r.files[role] == path.read_text(), f"{path} differs (regenerate only on purpose)"
+
+
+def test_golden_autodetect_and_model_naming():
+    cfg = config_for("dgx-a100", NAMING_MODEL_PROFILE, autodetect=True)
+    r = render(cfg, cfg.all_nodes(), "mixed")
+    for role in ("gres.conf", "nodes.conf"):
+        path = GOLDEN / f"dgx-a100-mixed-autodetect.{role}"
+        if REGEN:
+            path.write_text(r.files[role])
+        assert r.files[role] == path.read_text()
+    assert "AutoDetect=nvml" in r["gres.conf"] and "MultipleFiles" not in r["gres.conf"]
+    assert "Name=shard Count=4 File=/dev/nvidia4" in r["gres.conf"]
+    assert "gpu:a100_1g.5gb:28" in r["nodes.conf"]
+
+
+def test_records_have_the_expected_shape():
+    cfg = config_for("dgx-a100")
+    r = render(cfg, cfg.all_nodes(), "mixed")
+    gres = r["gres.conf"]
+    # MIG: parent + GI cap + CI cap; 1g.5gb at slot 0 is GI 7 on GPU 0 -> caps 66, 67
+    assert "NodeName=node[01-02] Name=gpu Type=1g.5gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,/dev/nvidia-caps/nvidia-cap67 Cores=0-63" in gres
+    # time-sliced: a gpu record plus a shard record on the same device file
+    assert "Name=gpu Type=a100 File=/dev/nvidia4 Cores=64-127 Links=" in gres
+    assert "Name=shard Count=4 File=/dev/nvidia4" in gres
+    # whole GPU: Links lists every device in order (28 MIG devices first: 0)
+    line = next(x for x in gres.splitlines() if "File=/dev/nvidia6 " in x)
+    links = line.split("Links=")[1].split(",")
+    assert len(links) == 28 + 4 and links[:28] == ["0"] * 28 and links[28 + 2] == "-1" and links[28 + 3] == "12"
+    nodes = r["nodes.conf"]
+    assert "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=1031000 Gres=gpu:1g.5gb:28,gpu:a100:4,shard:8" in nodes
+    assert "Features=a100,dgx-a100,nvswitch,nvlink,nvlink2,mig,shard,layout_mixed" in nodes
+    assert r["gres-types.conf"].splitlines()[-2:] == [
+        "GresTypes=gpu,shard",
+        "AccountingStorageTRES=gres/gpu,gres/gpu:1g.5gb,gres/gpu:2g.10gb,gres/gpu:3g.20gb,gres/gpu:a100,gres/shard",
+    ]
+
+
+def test_dgx1_links_follow_the_cube_mesh_and_features_show_nvlink_sets():
+    cfg = config_for("dgx1-v100")
+    r = render(cfg, cfg.all_nodes(), "whole")
+    lines = [x for x in r["gres.conf"].splitlines() if "Name=gpu" in x]
+    assert lines[0].endswith("Links=-1,1,1,2,2,0,0,0")
+    assert "nvlink4" in r["nodes.conf"] and "nvlink8" not in r["nodes.conf"]
+    h = config_for("hgx-h100")
+    assert "nvlink8" in render(h, h.all_nodes(), "whole")["nodes.conf"]
+
+
+@pytest.mark.parametrize("key", sorted(k for k, m in all_models().items() if m.mig))
+def test_type_names_are_substrings_of_autodetect_names(key: str):
+    m = get_model(key)
+    for p in m.mig.profiles:
+        detected = f"{autodetect_name(m)}_{p.name}"
+        assert slurm_type(m, p.name) in detected
+        assert slurm_type(m, p.name, NAMING_MODEL_PROFILE) in detected
+    assert slurm_type(m) in autodetect_name(m)
+    assert slurm_type(get_model("H100-SXM5-80GB"), "1g.10gb", NAMING_MODEL_PROFILE) == "h100_80gb_hbm3_1g.10gb"
+
+
+def test_install_backs_up_and_plans_restarts(tmp_path: Path):
+    raw = {
+        "version": 1,
+        "nodesets": {"n": {"nodes": "node[01-02]", "machine": "hgx-h100"}},
+        "layouts": {v: {"n": spec} for v, spec in VARIANTS["hgx-h100"].items()},
+        "slurm": {"config_dir": str(tmp_path)},
+    }
+    raw["layouts"]["whole2"] = {"n": {"all": "whole"}, "node02": {"all": {"shared": 8}}}
+    cfg = parse_config(raw, "t.yaml", Path("."))
+    first = install(cfg, render(cfg, cfg.all_nodes(), "whole"))
+    assert first.gres_changed == ["node01", "node02"]
+    assert diff(cfg, render(cfg, cfg.all_nodes(), "whole")) == ""
+    plan = install(cfg, render(cfg, cfg.all_nodes(), "whole2"))
+    assert plan.gres_changed == ["node02"] and not plan.reconfigure_ok
+    assert "restart slurmctld and slurmd on node02" in plan.describe()
+    assert list(tmp_path.glob("gres.conf.*.bak"))
+    same = install(cfg, render(cfg, cfg.all_nodes(), "whole2"))
+    assert same.nothing and same.describe() == "no Slurm change: nothing to restart"
+
+
+def test_features_only_change_needs_a_reconfigure():
+    cfg = config_for("hgx-h100")
+    a = render(cfg, cfg.all_nodes(), "whole").files
+    b = dict(a.files)
+    b["nodes.conf"] = a["nodes.conf"].replace("layout_whole", "layout_other")
+    plan = restart_plan(b, a)
+    assert plan.features_changed == ["node01", "node02"] and not plan.gres_changed
