@@ -57,18 +57,22 @@ def sandbox() -> None:
     "--nodes",
     "nodes_text",
     metavar="NODE=MACHINE,...",
-    help="Emulated nodes and their machine descriptions "
-    "(default: the nodes of the last up, else a100n1=dgx-a100,a100n2=dgx-a100,h100n1=hgx-h100,"
-    "a30n1=pcie-a30,v100n1=dgx1-v100).",
+    help="Emulated nodes and their machine descriptions, or `default` "
+    "(a100n1=dgx-a100,a100n2=dgx-a100,h100n1=hgx-h100,a30n1=pcie-a30,v100n1=dgx1-v100). "
+    "Without it: the nodes of the last up, else the default.",
 )
 @click.option("--port-base", type=click.IntRange(1024, 65000), help="First of the sandbox's ports (default 16800).")
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
 @_json_option
 def up(root: Path | None, nodes_text: str | None, port_base: int | None, no_install: bool, as_json: bool) -> None:
     """Start (or repair) the cluster; a fast no-op when it is already up."""
-    from slurm_gpupool.sandbox.cluster import parse_node_map
+    from slurm_gpupool.sandbox.cluster import DEFAULT_NODES, parse_node_map
 
-    nodes = parse_node_map(nodes_text) if nodes_text else None
+    nodes = None
+    if nodes_text == "default":
+        nodes = dict(DEFAULT_NODES)
+    elif nodes_text:
+        nodes = parse_node_map(nodes_text)
     sb = _sandbox(root, nodes=nodes, base_port=port_base, progress=None if as_json else _progress)
     report = sb.up(install=not no_install)
     if as_json:

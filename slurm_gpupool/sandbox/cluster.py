@@ -23,6 +23,7 @@ Layout of the root::
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import json
 import os
@@ -62,8 +63,15 @@ ACCOUNT = "sandbox"
 DEF_MEM_PER_CPU_MIB = 1024
 STATE_SCHEMA = 1
 
-SLURM_COMMS = ("slurmctld", "slurmd", "slurmdbd", "slurmstepd")
-DAEMON_COMMS = ("munged", "mariadbd", "mysqld", *SLURM_COMMS)
+# pid file name → the names its process may have in /proc/<pid>/comm
+DAEMON_NAMES: dict[str, tuple[str, ...]] = {
+    "munged": ("munged",),
+    "mysqld": ("mariadbd", "mysqld"),
+    "slurmdbd": ("slurmdbd",),
+    "slurmctld": ("slurmctld",),
+    "slurmd": ("slurmd",),
+}
+DAEMON_COMMS = ("munged", "mariadbd", "mysqld", "slurmctld", "slurmscriptd", "slurmd", "slurmdbd", "slurmstepd")
 
 
 def whole_gpu_type(model_key: str) -> str:
@@ -131,6 +139,7 @@ class DaemonSpec:
     logs: tuple[Path, ...]  # shown when it fails to come up
     configs: tuple[Path, ...] = ()  # a change in one of these needs a restart
     node: str | None = None
+    port: int | None = None  # the TCP port it listens on (checked free before a start)
 
 
 @dataclass
@@ -175,6 +184,7 @@ class Sandbox:
         self._requested_port = base_port
         self._progress = progress or (lambda _msg: None)
         self._state: dict[str, Any] | None = None
+        self._started_at: dict[str, float] = {}  # node → wall time its slurmd was started
 
     # ------------------------------------------------------------ state
 
@@ -324,6 +334,7 @@ class Sandbox:
                 mariadb.server_argv(p.my_cnf, mariadb.run_as_user()),
                 (p.log / "mysqld.log", p.out_log("mysqld")),
                 (p.my_cnf,),
+                port=self.ports.mysql,
             ),
             DaemonSpec(
                 "slurmdbd",
@@ -331,6 +342,7 @@ class Sandbox:
                 [program("slurmdbd"), "-D"],
                 (p.log / "slurmdbd.log", p.out_log("slurmdbd")),
                 (p.slurmdbd_conf,),
+                port=self.ports.slurmdbd,
             ),
             DaemonSpec(
                 "slurmctld",
@@ -338,8 +350,10 @@ class Sandbox:
                 [program("slurmctld"), "-D", "-f", str(p.slurm_conf)],
                 (p.log / "slurmctld.log", p.out_log("slurmctld")),
                 conf,
+                port=self.ports.slurmctld,
             ),
         ]
+        addresses = self.node_addresses()
         for node in self.node_map:
             specs.append(
                 DaemonSpec(
@@ -349,6 +363,7 @@ class Sandbox:
                     (p.log / f"slurmd-{node}.log", p.out_log(f"slurmd-{node}")),
                     conf,
                     node,
+                    addresses[node][1],
                 )
             )
         return specs
@@ -364,7 +379,12 @@ class Sandbox:
 
     def _start(self, spec: DaemonSpec) -> int:
         self._progress(f"starting {spec.name}")
-        # a crashed daemon may leave its Unix socket behind; munged refuses to reuse a live one only
+        if spec.port is not None and procs.tcp_open("127.0.0.1", spec.port):
+            raise SlurmUnavailableError(
+                f"{spec.name} of the sandbox",
+                f"port {spec.port} is already taken by another program (another sandbox, or a system service?)",
+                hint="stop it, or move this sandbox: gpupool sandbox down; gpupool sandbox up --port-base N",
+            )
         cwd = self.paths.log
         return procs.spawn(
             spec.argv, self.paths.out_log(spec.name), self.paths.pidfile(spec.name), self.daemon_env(), cwd
@@ -385,7 +405,7 @@ class Sandbox:
     def _require_root(self, what: str) -> None:
         if os.geteuid() != 0:
             raise UsageError(
-                f"gpupool sandbox {what}",
+                f"sandbox {what}",
                 "needs root (mknod of device files, SlurmUser=root, daemons)",
                 hint="run it with sudo",
             )
@@ -497,6 +517,8 @@ class Sandbox:
     def up(self, install: bool = True) -> UpReport:
         """Bring the whole cluster up, or repair it; a fast no-op if it is already up."""
         self._require_root("up")
+        if any(c.isspace() or c in "#'\"=," for c in str(self.root)):
+            raise UsageError(f"sandbox root {str(self.root)!r}", "Slurm config files cannot hold this path")
         t0 = time.monotonic()
         report = UpReport(str(self.root))
         with self._locked():
@@ -506,46 +528,57 @@ class Sandbox:
                     self._progress(f"installing {' '.join(missing)} (apt-get)")
                     install_packages(missing)
                     report.installed_packages = missing
-            reseed = self._decide_state()
-            self._make_dirs()
-            plans = self._plans()
-            self._prepare_nodes(plans)
-            changed = self._write_configs(plans, reseed)
-            self._stop_foreign_slurmds(report)
-
-            specs = {d.name: d for d in self.daemons()}
-            self._ensure(specs["munged"], changed, report, lambda: procs.unix_open(self.paths.munge_socket), 10)
-            if not mariadb.is_initialized(self.paths.mysql_data):
-                self._progress("initializing MariaDB")
-                mariadb.initialize(
-                    self.paths.my_cnf, self.paths.mysql_data, mariadb.run_as_user(), self.paths.out_log("mysqld")
-                )
-            db_started = self._ensure(
-                specs["mysqld"], changed, report, lambda: procs.unix_open(self.paths.mysql_socket), 60
-            )
-            if db_started or not self.paths.accounting_marker.exists():
-                mariadb.bootstrap(self.paths.mysql_socket, self.state["db_password"])
-            ports = self.ports
-            self._ensure(specs["slurmdbd"], changed, report, lambda: procs.tcp_open("127.0.0.1", ports.slurmdbd), 60)
-            self._register_accounting()
-            node_specs = [specs[f"slurmd-{n.name}"] for n in plans]
-            stopped: set[str] = set()
-            if changed & {self.paths.slurm_conf, self.paths.nodes_conf, self.paths.gres_conf}:
-                # slurmds first: a slurmd with the old GRES meeting a slurmctld with the new would drain
-                stopped = {spec.name for spec in node_specs if self._stop(spec)}
-            ctld = self._ensure(
-                specs["slurmctld"], changed, report, lambda: procs.tcp_open("127.0.0.1", ports.slurmctld), 60
-            )
-            started_nodes = self._start_slurmds(node_specs, {n.name: n for n in plans}, report, stopped)
-            if ctld or started_nodes:
-                self._wait_nodes_responding([n.name for n in plans])
+            self._converge(report, reseed=self._decide_state(), stopped=set())
         report.seconds = time.monotonic() - t0
         return report
+
+    def _converge(self, report: UpReport, reseed: bool, stopped: set[str]) -> None:
+        """Files first, then each daemon in dependency order; start what is not running.
+
+        ``stopped`` names daemons the caller just stopped (they count as restarted).
+        A daemon whose configuration changed is restarted; slurmds before slurmctld
+        sees the new files, so no slurmd with old GRES meets a slurmctld with new ones.
+        """
+        self._make_dirs()
+        plans = self._plans()
+        self._prepare_nodes(plans)
+        changed = self._write_configs(plans, reseed)
+        self._stop_foreign_slurmds(report)
+        p = self.paths
+        specs = {d.name: d for d in self.daemons()}
+        self._ensure(specs["munged"], changed, stopped, report, lambda: procs.unix_open(p.munge_socket), 10)
+        if not mariadb.is_initialized(p.mysql_data):
+            self._progress("initializing MariaDB")
+            mariadb.initialize(p.my_cnf, p.mysql_data, mariadb.run_as_user(), p.out_log("mysqld"))
+        db_started = self._ensure(
+            specs["mysqld"], changed, stopped, report, lambda: procs.unix_open(p.mysql_socket), 60
+        )
+        if db_started or not p.accounting_marker.exists():
+            mariadb.bootstrap(p.mysql_socket, self.state["db_password"])
+        dbd_port = self.ports.slurmdbd
+        self._ensure(specs["slurmdbd"], changed, stopped, report, lambda: procs.tcp_open("127.0.0.1", dbd_port), 60)
+        self._register_accounting()
+        node_specs = [specs[f"slurmd-{n.name}"] for n in plans]
+        if changed & {p.slurm_conf, p.nodes_conf, p.gres_conf}:
+            stopped |= {spec.name for spec in node_specs if self._stop(spec)}
+        ctld = self._ensure(specs["slurmctld"], changed, stopped, report, self._ctld_ready, 60)
+        started = self._start_slurmds(node_specs, report, stopped)
+        if ctld or started:
+            self._wait_nodes_responding([n.name for n in plans], started)
+
+    def _ctld_ready(self) -> bool:
+        """``scontrol ping`` says UP (a bare TCP probe would log errors in slurmctld.log)."""
+        try:
+            proc = self.slurm("scontrol", "ping", timeout_s=5)
+        except SlurmUnavailableError:  # timed out: not ready (wait_until checks the pid and the deadline)
+            return False
+        return proc.returncode == 0 and "is UP" in proc.stdout
 
     def _ensure(
         self,
         spec: DaemonSpec,
         changed: set[Path],
+        stopped: set[str],
         report: UpReport,
         ready: Callable[[], bool],
         timeout_s: float,
@@ -557,37 +590,23 @@ class Sandbox:
             return False
         if pid is not None:
             self._stop(spec)
-            report.restarted.append(spec.name)
-        else:
-            report.started.append(spec.name)
+            stopped.add(spec.name)
+        (report.restarted if spec.name in stopped else report.started).append(spec.name)
         pid = self._start(spec)
         procs.wait_until(ready, what=f"{spec.name} of the sandbox", timeout_s=timeout_s, pid=pid, logs=spec.logs)
         return True
 
-    def _start_slurmds(
-        self, specs: list[DaemonSpec], plans: dict[str, NodePlan], report: UpReport, stopped: set[str]
-    ) -> list[str]:
-        """Start the slurmds that are not running, then wait for their ports.
-
-        ``stopped`` names the ones the caller just stopped: they count as restarted.
-        """
-        started: list[tuple[DaemonSpec, int]] = []
+    def _start_slurmds(self, specs: list[DaemonSpec], report: UpReport, stopped: set[str]) -> dict[str, int]:
+        """Start the slurmds that are not running; node → pid of those started."""
+        started: dict[str, int] = {}
         for spec in specs:
             if self.pid_of(spec) is not None:
                 report.running.append(spec.name)
                 continue
             (report.restarted if spec.name in stopped else report.started).append(spec.name)
-            started.append((spec, self._start(spec)))
-        for spec, pid in started:
-            plan = plans[spec.node or ""]
-            procs.wait_until(
-                lambda plan=plan: procs.tcp_open(plan.addr, plan.port),
-                what=f"{spec.name} of the sandbox",
-                timeout_s=30,
-                pid=pid,
-                logs=spec.logs,
-            )
-        return [s.name for s, _ in started]
+            self._started_at[spec.node or spec.name] = time.time()
+            started[spec.node or spec.name] = self._start(spec)
+        return started
 
     def _stop_foreign_slurmds(self, report: UpReport) -> None:
         """Stop the slurmds of nodes no longer in the map (their pid files remain from an older up)."""
@@ -635,7 +654,7 @@ class Sandbox:
             transient = proc.returncode != 0 and ("connection" in text.lower() or "unable to" in text.lower())
             if not transient or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
+            time.sleep(0.2)
         if check and proc.returncode != 0:
             raise SlurmUnavailableError(
                 f"sacctmgr {' '.join(argv)}",
@@ -655,28 +674,60 @@ class Sandbox:
                 out[parts[0]] = {"state": parts[1], "gres": parts[2], "reason": parts[3]}
         return out
 
-    def _wait_nodes_responding(self, nodes: list[str], timeout_s: float = 60) -> None:
-        """Until slurmctld sees every node respond: a state without ``*`` and not UNKNOWN/DOWN."""
+    def slurmd_start_times(self) -> dict[str, float]:
+        """Node → ``SlurmdStartTime`` (epoch seconds) from ``scontrol -o show node``."""
+        proc = self.slurm("scontrol", "-o", "show", "node", timeout_s=10)
+        out: dict[str, float] = {}
+        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            with contextlib.suppress(KeyError, ValueError):
+                stamp = datetime.datetime.strptime(fields["SlurmdStartTime"], "%Y-%m-%dT%H:%M:%S")
+                out[fields["NodeName"]] = stamp.timestamp()
+        return out
+
+    def _wait_nodes_responding(self, nodes: list[str], started: dict[str, int], timeout_s: float = 60) -> None:
+        """Until slurmctld sees every node registered: a state without ``*`` and not UNKNOWN/DOWN.
+
+        (A restarted slurmctld shows recovered nodes as UNKNOWN until they register,
+        and schedules nothing on them before.)  Fails fast if a slurmd just started dies.
+        """
         self._progress("waiting for the nodes to register")
         last: dict[str, dict[str, str]] = {}
+        t0_wall = min(self._started_at.get(n, time.time()) for n in started) if started else time.time()
 
         def ready() -> bool:
             nonlocal last
+            for node, pid in started.items():
+                if not procs.is_alive(pid):
+                    spec = self._spec(f"slurmd-{node}")
+                    raise SlurmUnavailableError(
+                        f"{spec.name} of the sandbox", "the process exited" + procs.log_excerpt(spec.logs)
+                    )
             last = self.node_states()
-            return all(
+            if not all(
                 n in last
                 and not last[n]["state"].endswith("*")
                 and not last[n]["state"].startswith(("unknown", "down", "future"))
                 for n in nodes
-            )
+            ):
+                return False
+            if not started:
+                return True
+            # a restarted slurmd has registered once slurmctld shows its new start time
+            since = self.slurmd_start_times()
+            return all(since.get(n, 0) >= int(t0_wall) for n in started)
 
         try:
             procs.wait_until(ready, what="sandbox nodes", timeout_s=timeout_s, interval_s=0.25)
         except SlurmUnavailableError as e:
+            if e.what != "sandbox nodes":
+                raise
             states = ", ".join(f"{n}={last.get(n, {}).get('state', 'missing')}" for n in nodes)
-            logs = [self.paths.log / "slurmctld.log"] + [self.paths.log / f"slurmd-{n}.log" for n in nodes[:1]]
+            bad = [n for n in nodes if n not in last or last[n]["state"].startswith(("unknown", "down"))]
+            excerpt = "".join(procs.log_excerpt([self.paths.log / f"slurmd-{n}.log"]) for n in bad[:1])
+            excerpt += procs.log_excerpt([self.paths.log / "slurmctld.log"])
             raise SlurmUnavailableError(
-                "sandbox nodes", f"not all nodes responding: {states}" + procs.log_excerpt(logs), e.hint
+                "sandbox nodes", f"not all nodes registered: {states}" + excerpt, e.hint
             ) from None
 
     # ------------------------------------------------------------ restart
@@ -686,8 +737,10 @@ class Sandbox:
 
         Slurm 22.05 applies changed GRES counts only when slurmctld and the
         node's slurmd restart (``scontrol reconfigure`` is refused), so this is
-        what a gres.conf/nodes.conf installer calls.  slurm.conf is re-rendered
-        first, so ``AccountingStorageTRES`` follows the GPU types of gres.conf.
+        what a gres.conf/nodes.conf installer calls.  It stops the named
+        daemons, then converges like ``up``: slurm.conf is re-rendered (so
+        ``AccountingStorageTRES`` follows the GPU types of gres.conf) and
+        anything else that is not running is started too.
         """
         self._require_root("restart")
         t0 = time.monotonic()
@@ -705,25 +758,10 @@ class Sandbox:
         if not self.exists():
             raise UsageError(f"sandbox at {self.root}", "not set up", hint="gpupool sandbox up")
         with self._locked():
-            plans = {n.name: n for n in self._plans()}
-            self._write_configs(list(plans.values()), reseed=False)
-            node_specs = [self._spec(f"slurmd-{n}") for n in node_list]
-            was_running = {spec.name for spec in node_specs if self._stop(spec)}
-            if controller:
-                ctld = self._spec("slurmctld")
-                was = self._stop(ctld)
-                (report.restarted if was else report.started).append(ctld.name)
-                pid = self._start(ctld)
-                ports = self.ports
-                procs.wait_until(
-                    lambda: procs.tcp_open("127.0.0.1", ports.slurmctld),
-                    what="slurmctld of the sandbox",
-                    timeout_s=60,
-                    pid=pid,
-                    logs=ctld.logs,
-                )
-            restarted_nodes = self._start_slurmds(node_specs, plans, report, was_running)
-            self._wait_nodes_responding(list(plans) if controller else restarted_nodes)
+            stopped = {f"slurmd-{n}" for n in node_list if self._stop(self._spec(f"slurmd-{n}"))}
+            if controller and self._stop(self._spec("slurmctld")):
+                stopped.add("slurmctld")
+            self._converge(report, reseed=False, stopped=stopped)
         report.seconds = time.monotonic() - t0
         return report
 
@@ -798,7 +836,6 @@ class Sandbox:
             return []
         stopped: list[str] = []
         with self._locked():
-            known = {d.name: d for d in self.daemons()} if self.exists() else {}
             recorded = sorted(p.stem for p in self.paths.run.glob("*.pid")) if self.paths.run.is_dir() else []
             order = ["slurmctld", *sorted(n for n in recorded if n.startswith("slurmd-")), "slurmdbd", "mysqld"]
             order += ["munged"]
@@ -808,8 +845,7 @@ class Sandbox:
                     self._cancel_jobs()
             for name in order:
                 pidfile = self.paths.pidfile(name)
-                spec = known.get(name)
-                comm = spec.comm if spec else ("slurmd" if name.startswith("slurmd-") else None)
+                comm = DAEMON_NAMES.get("slurmd" if name.startswith("slurmd-") else name)
                 pid = procs.running_pid(pidfile, self.root, comm)
                 if pid is not None:
                     self._progress(f"stopping {name} (pid {pid})")

@@ -50,18 +50,22 @@ def ensure_char_devices(dev_root: Path, plan: dict[str, tuple[int, int]]) -> int
     """``mknod`` what is missing or wrong; returns how many files were (re)created."""
     made = 0
     (dev_root / "nvidia-caps").mkdir(parents=True, exist_ok=True)
-    for rel, (major, minor) in plan.items():
-        path = dev_root / rel
-        want = os.makedev(major, minor)
-        try:
-            st = os.lstat(path)
-            if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
-                continue
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        os.mknod(path, stat.S_IFCHR | 0o666, want)
-        made += 1
+    # one listdir instead of a failing lstat per missing file (slow on some filesystems, e.g. gVisor)
+    existing = {*os.listdir(dev_root), *(f"nvidia-caps/{n}" for n in os.listdir(dev_root / "nvidia-caps"))}
+    old_umask = os.umask(0)  # mode 0666 as the driver creates them (not cut by the umask)
+    try:
+        for rel, (major, minor) in plan.items():
+            path = dev_root / rel
+            want = os.makedev(major, minor)
+            if rel in existing:
+                st = os.lstat(path)
+                if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
+                    continue
+                path.unlink()
+            os.mknod(path, stat.S_IFCHR | 0o666, want)
+            made += 1
+    finally:
+        os.umask(old_umask)
     return made
 
 

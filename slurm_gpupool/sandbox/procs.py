@@ -106,12 +106,13 @@ def belongs_to(pid: int, root: Path) -> bool:
     return str(root).encode() in _read_proc(pid, "cmdline")
 
 
-def running_pid(pidfile: Path, root: Path, comm: str | None = None) -> int | None:
+def running_pid(pidfile: Path, root: Path, comm: str | tuple[str, ...] | None = None) -> int | None:
     """The recorded pid if that process is alive, ours, and (if given) named ``comm``; else None."""
     pid = read_pid(pidfile)
     if pid is None or not is_alive(pid) or not belongs_to(pid, root):
         return None
-    if comm is not None and proc_comm(pid) != comm[:15]:
+    names = (comm,) if isinstance(comm, str) else comm
+    if names is not None and proc_comm(pid) not in {n[:15] for n in names}:
         return None
     return pid
 
@@ -257,11 +258,10 @@ def wait_until(
 
 
 def log_excerpt(logs: Iterable[Path], lines: int = 12) -> str:
-    parts = []
+    """The tail of the first of ``logs`` that has content (a daemon's own log, else its stdout)."""
+    logs = list(logs)
     for log in logs:
         text = tail(log, lines)
         if text:
-            parts.append(f"\n--- last lines of {log} ---\n{text}")
-        elif not log.exists():
-            parts.append(f"\n--- {log}: (no such file) ---")
-    return "".join(parts)
+            return f"\n--- last lines of {log} ---\n{text}"
+    return "\n(no log output in " + ", ".join(str(p) for p in logs) + ")" if logs else ""

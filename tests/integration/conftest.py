@@ -1,0 +1,80 @@
+"""The real sandbox Slurm for integration tests.
+
+The tests get their own sandbox (``/var/tmp/slurm-gpupool-sandbox-test`` on ports
+from 17800; override with ``SLURM_GPUPOOL_TEST_SANDBOX`` and
+``SLURM_GPUPOOL_TEST_PORT_BASE``) so a developer's sandbox is never disturbed.
+``up`` is idempotent: a sandbox left running (``SLURM_GPUPOOL_KEEP_SANDBOX=1``)
+is reused in about 0.2 s.  At the end of the session the sandbox is brought
+down again if the session started it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.sandbox.cluster import DEFAULT_NODES, Sandbox
+
+TEST_ROOT = Path(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/slurm-gpupool-sandbox-test"))
+TEST_PORT_BASE = int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800"))
+
+
+@dataclass
+class SandboxHandle:
+    """What tests need: the root, the environment for Slurm commands, a runner."""
+
+    sandbox: Sandbox
+    nodes: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    brought_down: bool = False
+
+    @property
+    def root(self) -> Path:
+        return self.sandbox.root
+
+    def run(
+        self, argv: Sequence[str], timeout: float = 60, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command (Slurm's or ours) with this cluster's environment (or ``env``)."""
+        proc = subprocess.run(
+            list(argv), env=self.env if env is None else env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def gpupool(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run([sys.executable, "-m", "slurm_gpupool.cli.main", *args], timeout=timeout, check=check)
+
+    def ensure_up(self) -> None:
+        self.sandbox.up()
+        self.brought_down = False
+
+
+@pytest.fixture(scope="session")
+def _sandbox_session() -> Iterator[SandboxHandle]:
+    if os.geteuid() != 0:
+        pytest.skip("integration tests need root: the sandbox runs Slurm daemons as root and mknods device files")
+    sb = Sandbox(TEST_ROOT, nodes=dict(DEFAULT_NODES), base_port=TEST_PORT_BASE)
+    was_up = sb.exists() and sb.status()["up"]
+    sb.up()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(sb.env())
+    handle = SandboxHandle(sandbox=sb, nodes=dict(DEFAULT_NODES), env=env)
+    yield handle
+    if not was_up and os.environ.get("SLURM_GPUPOOL_KEEP_SANDBOX") != "1":
+        Sandbox(TEST_ROOT).down()
+
+
+@pytest.fixture
+def sandbox(_sandbox_session: SandboxHandle) -> SandboxHandle:
+    """The running sandbox (brought up again if a test took it down)."""
+    if _sandbox_session.brought_down:
+        _sandbox_session.ensure_up()
+    return _sandbox_session

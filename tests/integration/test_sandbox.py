@@ -1,0 +1,167 @@
+"""The sandbox against the real Slurm 22.05: nodes, GRES, jobs, accounting, idempotent up."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import stat
+import time
+
+import pytest
+
+from slurm_gpupool.core.devices import ci_cap_minor, gi_cap_minor
+from slurm_gpupool.machines import find_machine
+from slurm_gpupool.sandbox.cluster import whole_gpu_type
+from slurm_gpupool.sandbox.procs import is_alive, read_pid
+
+pytestmark = pytest.mark.integration
+
+
+def expected_gres(machine_name: str) -> str:
+    m = find_machine(machine_name)
+    types = {whole_gpu_type(g.model) for g in m.gpus}
+    assert len(types) == 1, "these machine descriptions have one GPU model each"
+    return f"gpu:{types.pop()}:{len(m.gpus)}"
+
+
+def parse_env(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def test_sinfo_shows_every_node_with_its_gpus(sandbox):
+    out = sandbox.run(["sinfo", "-N", "-h", "-o", "%N %G %c %f %T"]).stdout
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert set(rows) == set(sandbox.nodes)
+    for node, machine in sandbox.nodes.items():
+        gres, cpus, features, state = rows[node]
+        m = find_machine(machine)
+        assert gres == expected_gres(machine), node
+        assert int(cpus) == m.cpus_total, node  # config_overrides: the emulated machine's CPUs
+        assert machine in features.split(","), node
+        assert state in ("idle", "mixed", "allocated"), (node, state)
+
+
+def test_device_files_are_char_devices(sandbox):
+    for node, machine in sandbox.nodes.items():
+        dev = sandbox.root / "nodes" / node / "dev"
+        for g in find_machine(machine).gpus:
+            st = os.stat(dev / f"nvidia{g.minor}")
+            assert stat.S_ISCHR(st.st_mode)
+            assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, g.minor)
+            for gi in (0, 14):
+                for cap in (gi_cap_minor(g.minor, gi), ci_cap_minor(g.minor, gi, 7)):
+                    st = os.stat(dev / "nvidia-caps" / f"nvidia-cap{cap}")
+                    assert stat.S_ISCHR(st.st_mode) and os.minor(st.st_rdev) == cap
+        assert stat.S_ISCHR(os.stat(dev / "nvidiactl").st_mode)
+        table = (sandbox.root / "nodes" / node / "proc/driver/nvidia-caps/mig-minors").read_text()
+        assert "gpu0/gi0/access 3\n" in table
+        state = json.loads((sandbox.root / "sim" / f"{node}.json").read_text())
+        assert state["machine"] == machine and state["dev_root"] == str(dev)
+
+
+@pytest.fixture(scope="module")
+def gpu_job(_sandbox_session, tmp_path_factory):
+    """A batch job with one GPU that prints its environment: (job id, env)."""
+    sandbox = _sandbox_session
+    if sandbox.brought_down:
+        sandbox.ensure_up()
+    out = tmp_path_factory.mktemp("job") / "env.out"
+    proc = sandbox.run(["sbatch", "--parsable", "--wait", "--gres=gpu:1", "-o", str(out), "--wrap", "env"], timeout=120)
+    job_id = proc.stdout.strip().split(";")[0]
+    return job_id, parse_env(out.read_text())
+
+
+def test_batch_job_sees_its_gpu(gpu_job):
+    _, env = gpu_job
+    assert re.fullmatch(r"\d+", env["SLURM_JOB_GPUS"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"  # Slurm renumbers the job's GPUs from 0
+    assert env["SLURMD_NODENAME"]
+
+
+def test_srun_step_gets_two_gpus_on_a_chosen_node(sandbox):
+    out = sandbox.run(["srun", "-w", "h100n1", "--gres=gpu:h100-sxm5-80gb:2", "env"], timeout=60).stdout
+    env = parse_env(out)
+    assert env["SLURMD_NODENAME"] == "h100n1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert len(env["SLURM_STEP_GPUS"].split(",")) == 2
+
+
+def test_sacct_records_the_gpu(sandbox, gpu_job):
+    job_id, _ = gpu_job
+    deadline = time.monotonic() + 60
+    row = ""
+    while time.monotonic() < deadline:  # slurmctld sends accounting to slurmdbd asynchronously
+        row = sandbox.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,AllocTRES"]).stdout.strip()
+        if "COMPLETED" in row and "gres/gpu=1" in row:
+            break
+        time.sleep(0.5)
+    job, state, tres = row.split("|")
+    assert (job, state) == (job_id, "COMPLETED")
+    assert "gres/gpu=1" in tres.split(",")
+    assert any(t.startswith("gres/gpu:") and t.endswith("=1") for t in tres.split(","))  # typed usage too
+
+
+def test_up_again_is_a_fast_no_op(sandbox):
+    pids = {p.name: read_pid(p) for p in (sandbox.root / "run").glob("*.pid")}
+    t0 = time.monotonic()
+    proc = sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json")
+    elapsed = time.monotonic() - t0
+    report = json.loads(proc.stdout)
+    assert report["started"] == [] and report["restarted"] == [] and report["stopped"] == []
+    assert sorted(report["running"]) == sorted(p.removesuffix(".pid") for p in pids)
+    assert report["seconds"] < 3 and elapsed < 10
+    assert {p.name: read_pid(p) for p in (sandbox.root / "run").glob("*.pid")} == pids
+
+
+def test_env_prints_the_variables_and_they_work(sandbox):
+    out = sandbox.gpupool("sandbox", "env", "--root", str(sandbox.root)).stdout
+    assert f"export SLURM_CONF={sandbox.root}/etc/slurm.conf\n" in out
+    assert f"export SLURM_GPUPOOL_SIM_DIR={sandbox.root}/sim\n" in out
+    assert f"export SLURM_GPUPOOL_SANDBOX={sandbox.root}\n" in out
+    # a shell without any SLURM_* reaches the cluster after eval'ing the lines
+    bare = {k: v for k, v in sandbox.env.items() if not k.startswith("SLURM_")}
+    proc = sandbox.run(["bash", "-c", 'eval "$1"; sinfo -h -o %D', "bash", out], env=bare)
+    assert proc.stdout.strip() == str(len(sandbox.nodes))
+
+
+def test_status_json_reports_everything_running(sandbox):
+    st = json.loads(sandbox.gpupool("sandbox", "status", "--root", str(sandbox.root), "--json").stdout)
+    assert st["up"] is True
+    assert {d["name"] for d in st["daemons"]} == {"munged", "mysqld", "slurmdbd", "slurmctld"}
+    assert all(d["running"] and is_alive(d["pid"]) for d in st["daemons"])
+    assert {n["name"]: n["gres"] for n in st["nodes"]} == {n: expected_gres(m) for n, m in sandbox.nodes.items()}
+
+
+def test_up_restarts_a_crashed_daemon(sandbox):
+    pidfile = sandbox.root / "run" / "slurmd-a30n1.pid"
+    old = read_pid(pidfile)
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while is_alive(old) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    st = json.loads(sandbox.gpupool("sandbox", "status", "--root", str(sandbox.root), "--json", check=False).stdout)
+    assert st["up"] is False
+    report = json.loads(sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json").stdout)
+    assert report["started"] == ["slurmd-a30n1"]
+    new = read_pid(pidfile)
+    assert new != old and is_alive(new)
+    out = sandbox.run(["srun", "-w", "a30n1", "--gres=gpu:1", "printenv", "CUDA_VISIBLE_DEVICES"], timeout=60)
+    assert out.stdout.strip() == "0"
+
+
+def test_restart_nodes_replaces_only_those_slurmds(sandbox):
+    run = sandbox.root / "run"
+    before = {p.stem: read_pid(p) for p in run.glob("*.pid")}
+    report = json.loads(
+        sandbox.gpupool("sandbox", "restart", "--root", str(sandbox.root), "--nodes", "a100n2", "--json").stdout
+    )
+    assert report["restarted"] == ["slurmd-a100n2"]
+    after = {p.stem: read_pid(p) for p in run.glob("*.pid")}
+    assert after["slurmd-a100n2"] != before["slurmd-a100n2"]
+    assert {k: v for k, v in after.items() if k != "slurmd-a100n2"} == {
+        k: v for k, v in before.items() if k != "slurmd-a100n2"
+    }
+    state = sandbox.run(["sinfo", "-h", "-n", "a100n2", "-o", "%T"]).stdout.strip()
+    assert state == "idle"
