@@ -80,6 +80,10 @@ class SlurmSettings:
     dev_root: str = "/dev"
     node_params: tuple[tuple[frozenset[str], str], ...] = ()
 
+    def dev_root_for(self, node: str) -> str:
+        """Where the node's /dev/nvidia* live (``{node}`` filled in)."""
+        return self.dev_root.replace("{node}", node)
+
     def params_for(self, node: str) -> str:
         return " ".join(p for nodes, p in self.node_params if node in nodes)
 

@@ -54,26 +54,26 @@ def sandbox() -> None:
 @sandbox.command()
 @_root_option
 @click.option(
-    "--nodes",
-    "nodes_text",
-    metavar="NODE=MACHINE,...",
-    help="Emulated nodes and their machine descriptions, or `default` "
-    "(a100n1=dgx-a100,a100n2=dgx-a100,h100n1=hgx-h100,a30n1=pcie-a30,v100n1=dgx1-v100). "
-    "Without it: the nodes of the last up, else the default.",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Pool config whose nodes the sandbox plays (default: the last one used, else the shipped "
+    "etc/gpupool.yaml). Every node set needs a machine description.",
 )
+@click.option("--layout", help="Layout applied to nodes with new GPUs (default: the schedule's default).")
 @click.option("--port-base", type=click.IntRange(1024, 65000), help="First of the sandbox's ports (default 16800).")
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
 @_json_option
-def up(root: Path | None, nodes_text: str | None, port_base: int | None, no_install: bool, as_json: bool) -> None:
+def up(
+    root: Path | None,
+    config_path: Path | None,
+    layout: str | None,
+    port_base: int | None,
+    no_install: bool,
+    as_json: bool,
+) -> None:
     """Start (or repair) the cluster; a fast no-op when it is already up."""
-    from slurm_gpupool.sandbox.cluster import DEFAULT_NODES, parse_node_map
-
-    nodes = None
-    if nodes_text == "default":
-        nodes = dict(DEFAULT_NODES)
-    elif nodes_text:
-        nodes = parse_node_map(nodes_text)
-    sb = _sandbox(root, nodes=nodes, base_port=port_base, progress=None if as_json else _progress)
+    sb = _sandbox(root, config=config_path, base_port=port_base, layout=layout, progress=None if as_json else _progress)
     report = sb.up(install=not no_install)
     if as_json:
         emit_json(report.to_dict())

@@ -43,11 +43,13 @@ def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str]) -> dict[str, No
         if not cfg.covers(layout, n) or cfg.nodeset_of(n).machine is None:
             continue
         e = cfg.entry(layout, n)
-        key = (e.key, e.specific, cfg.nodeset_of(n).name, cfg.slurm.params_for(n))
+        key = (e.key, e.specific, cfg.nodeset_of(n).name, cfg.slurm.params_for(n), cfg.slurm.dev_root_for(n))
         groups.setdefault(key, []).append(n)
     out = {}
     for members in groups.values():
-        first = node_gres(planned_node(cfg, layout, members[0]), cfg.slurm.type_naming, cfg.slurm.dev_root)
+        first = node_gres(
+            planned_node(cfg, layout, members[0]), cfg.slurm.type_naming, cfg.slurm.dev_root_for(members[0])
+        )
         for n in members:
             out[n] = NodeGres(n, first.records, first.counts, first.features, first.node_line_params)
     return out
@@ -75,7 +77,7 @@ def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None) ->
             if planned:
                 e.why += f" (layout {planned} does not cover it either)"
             raise
-        out.append(node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root))
+        out.append(node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root_for(n)))
     return out
 
 

@@ -32,7 +32,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,21 +41,27 @@ from slurm_gpupool.errors import SlurmUnavailableError, StateError, UsageError
 from slurm_gpupool.sandbox import devices, mariadb, procs
 from slurm_gpupool.sandbox.plan import (
     DEFAULT_BASE_PORT,
-    DEFAULT_NODES,
     NodePlan,
     Ports,
-    accounting_tres,
     assign_slots,
     env_lines,
-    gpu_types_in_gres_conf,
     node_address,
-    parse_node_map,
     plan_nodes,
     validate_node_map,
 )
 from slurm_gpupool.sandbox.tools import PACKAGES, install_packages, missing_packages, program
 
 DEFAULT_ROOT = Path("/var/tmp/slurm-gpupool-sandbox")
+CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
+
+
+def default_config_path() -> str:
+    """The shipped example config: the sandbox's embedded default."""
+    from slurm_gpupool.resources import etc_dir
+
+    return str((etc_dir() / "gpupool.yaml").resolve())
+
+
 ROOT_ENV = procs.MARK_ENV  # SLURM_GPUPOOL_SANDBOX: the root, and the mark on our daemons
 SIM_DIR_ENV = "SLURM_GPUPOOL_SIM_DIR"
 CLUSTER = "gpupool"
@@ -74,11 +80,6 @@ DAEMON_NAMES: dict[str, tuple[str, ...]] = {
 DAEMON_COMMS = ("munged", "mariadbd", "mysqld", "slurmctld", "slurmscriptd", "slurmd", "slurmdbd", "slurmstepd")
 
 
-def whole_gpu_type(model_key: str) -> str:
-    """The Slurm GRES type of a whole GPU of a catalog model: ``A100-SXM4-40GB`` → ``a100-sxm4-40gb``."""
-    return model_key.lower()
-
-
 # ---------------------------------------------------------------- paths
 
 
@@ -91,6 +92,8 @@ class SandboxPaths:
     slurmdbd_conf = property(lambda self: self.etc / "slurmdbd.conf")
     nodes_conf = property(lambda self: self.etc / "nodes.conf")
     gres_conf = property(lambda self: self.etc / "gres.conf")
+    gres_types_conf = property(lambda self: self.etc / "gres-types.conf")
+    pool_config = property(lambda self: self.etc / "gpupool.yaml")
     my_cnf = property(lambda self: self.etc / "my.cnf")
     state_file = property(lambda self: self.root / "sandbox.json")
     lock_file = property(lambda self: self.root / ".lock")
@@ -167,20 +170,24 @@ class UpReport:
 class Sandbox:
     """The sandbox cluster under one root.
 
-    ``nodes`` (node name → machine description) is used by :meth:`up`; when it is
-    None, the map recorded by the last ``up`` is kept (else :data:`DEFAULT_NODES`).
+    ``config`` is the pool config whose nodes the sandbox plays (each node set
+    needs a machine description); when it is None, the config of the last ``up``
+    is kept, else the shipped ``etc/gpupool.yaml``.  ``layout`` is applied to
+    nodes whose simulated GPUs are new (default: the schedule's default layout).
     """
 
     def __init__(
         self,
         root: Path | str | None = None,
-        nodes: Mapping[str, str] | None = None,
+        config: Path | str | None = None,
         base_port: int | None = None,
         progress: Callable[[str], None] | None = None,
+        layout: str | None = None,
     ) -> None:
         self.paths = SandboxPaths(Path(root).absolute() if root else default_root().absolute())
         self.root = self.paths.root
-        self._requested_nodes = dict(nodes) if nodes is not None else None
+        self._requested_config = str(Path(config).resolve()) if config else None
+        self._requested_layout = layout
         self._requested_port = base_port
         self._progress = progress or (lambda _msg: None)
         self._state: dict[str, Any] | None = None
@@ -209,7 +216,8 @@ class Sandbox:
         if self._state is None:
             self._state = self._read_state() or {
                 "schema": STATE_SCHEMA,
-                "nodes": dict(DEFAULT_NODES),
+                "config": default_config_path(),
+                "nodes": {},
                 "base_port": DEFAULT_BASE_PORT,
                 "cluster": CLUSTER,
                 "db_password": "",
@@ -233,7 +241,20 @@ class Sandbox:
             "SLURM_CONF": str(self.paths.slurm_conf),
             SIM_DIR_ENV: str(self.paths.sim),
             ROOT_ENV: str(self.root),
+            CONFIG_ENV: str(self.paths.pool_config),
         }
+
+    def source_config(self) -> Any:
+        """The user's pool config that the sandbox plays (validated)."""
+        from slurm_gpupool.config import load_config
+
+        return load_config(self.state["config"])
+
+    def pool_config(self) -> Any:
+        """The sandbox's own pool config (``<root>/etc/gpupool.yaml``)."""
+        from slurm_gpupool.config import load_config
+
+        return load_config(self.paths.pool_config)
 
     def daemon_env(self) -> dict[str, str]:
         """Our environment minus any inherited ``SLURM_*`` (e.g. from inside a job), plus the sandbox's."""
@@ -307,12 +328,12 @@ class Sandbox:
     def _plans(self) -> list[NodePlan]:
         machines = validate_node_map(self.node_map)
         slots = assign_slots(self.node_map, self.state.get("slots"))
-        return plan_nodes(machines, slots, self.ports, self.paths.nodes, whole_gpu_type)
+        return plan_nodes(machines, slots, self.ports)
 
     def daemons(self) -> list[DaemonSpec]:
         """Every daemon of the sandbox, in start order."""
         p = self.paths
-        conf = (p.slurm_conf, p.nodes_conf, p.gres_conf)
+        conf = (p.slurm_conf, p.nodes_conf, p.gres_conf, p.gres_types_conf)
         specs = [
             DaemonSpec(
                 "munged",
@@ -412,19 +433,21 @@ class Sandbox:
 
     def _decide_state(self) -> bool:
         """Merge the requested node map and port into the recorded state; True if they changed."""
+        from slurm_gpupool.config import load_config
+        from slurm_gpupool.sandbox.poolconfig import node_map
+
         old = self._read_state()
         new = dict(old) if old else dict(self.state)
-        if self._requested_nodes is not None:
-            new["nodes"] = dict(self._requested_nodes)
-        elif not old:
-            new["nodes"] = dict(DEFAULT_NODES)
+        if self._requested_config is not None:
+            new["config"] = self._requested_config
+        new["nodes"] = node_map(load_config(new["config"]))
         if self._requested_port is not None:
             new["base_port"] = int(self._requested_port)
         if not new.get("db_password"):
             new["db_password"] = secrets.token_hex(16)
         validate_node_map(new["nodes"])
         new["slots"] = assign_slots(new["nodes"], new.get("slots"))
-        changed = old is None or any(old.get(k) != new[k] for k in ("nodes", "base_port", "slots"))
+        changed = old is None or any(old.get(k) != new[k] for k in ("config", "nodes", "base_port", "slots"))
         self._state = new
         self._write_if_changed(self.paths.state_file, json.dumps(new, indent=1) + "\n", 0o600)
         return changed
@@ -449,15 +472,27 @@ class Sandbox:
             devices.ensure_char_devices(dev, devices.device_plan(g.minor for g in plan.machine.gpus))
             devices.ensure_mig_minors(self.paths.node_proc(plan.name))
 
-    def _write_configs(self, plans: list[NodePlan], reseed: bool) -> set[Path]:
-        """Render the sandbox's own files; seed nodes.conf and gres.conf.  Returns the changed files."""
+    def _write_configs(self, plans: list[NodePlan]) -> set[Path]:
+        """The sandbox's pool config, the nodes' GPUs and GRES, and the daemons' files.
+
+        Nodes whose simulated GPUs are new get the initial layout applied; then
+        gres.conf and the slurm.conf includes come from `gpupool gres install`
+        (live node state), exactly as on a real cluster.  Returns changed files.
+        """
+        import yaml
+
+        from slurm_gpupool.sandbox.poolconfig import sandbox_config
+
         p = self.paths
         changed: set[Path] = set()
-        ctx_nodes = [n.context() for n in plans]
-        for path, template in ((p.nodes_conf, "nodes.conf.j2"), (p.gres_conf, "gres.conf.j2")):
-            # seeds only: once there, these belong to whoever installs GRES (`gpupool gres install`)
-            if (reseed or not path.exists()) and self._write_if_changed(path, self._render(template, nodes=ctx_nodes)):
-                changed.add(path)
+        derived = sandbox_config(self.source_config(), self.root, self.node_addresses())
+        text = "# Written by `gpupool sandbox up` from " + self.state["config"] + "; edits are overwritten.\n"
+        text += yaml.safe_dump(derived, sort_keys=False)
+        if self._write_if_changed(p.pool_config, text):
+            changed.add(p.pool_config)
+        cfg = self.pool_config()
+        self._apply_initial_layout(cfg, plans)
+        changed |= self._install_gres(cfg)
         common = {
             "root": str(self.root),
             "cluster": self.state["cluster"],
@@ -465,13 +500,11 @@ class Sandbox:
             "ports": self.ports,
             "munge_socket": str(p.munge_socket),
         }
-        gpu_types = gpu_types_in_gres_conf(p.gres_conf.read_text())
         slurm_conf = self._render(
             "slurm.conf.j2",
             **common,
             nodes_conf=str(p.nodes_conf),
-            gres_conf=str(p.gres_conf),
-            accounting_tres=accounting_tres(gpu_types),
+            gres_types_conf=str(p.gres_types_conf),
             def_mem_per_cpu_mib=DEF_MEM_PER_CPU_MIB,
         )
         if self._write_if_changed(p.slurm_conf, slurm_conf):
@@ -496,6 +529,41 @@ class Sandbox:
         if self._write_if_changed(p.my_cnf, my_cnf):
             changed.add(p.my_cnf)
         return changed
+
+    def initial_layout(self, cfg: Any) -> str:
+        if self._requested_layout:
+            return self._requested_layout
+        if cfg.schedule is not None:
+            return str(cfg.schedule.default)
+        return str(cfg.layout_names()[0])
+
+    def _apply_initial_layout(self, cfg: Any, plans: list[NodePlan]) -> None:
+        """`gpupool node apply` on nodes that have no node state yet (fresh GPUs)."""
+        from slurm_gpupool.hw import open_backend
+        from slurm_gpupool.ops.node_apply import apply_node
+        from slurm_gpupool.ops.node_state import state_file
+
+        layout = self.initial_layout(cfg)
+        for plan in plans:
+            state_dir = cfg.paths.for_node("state_dir", plan.name)
+            if state_file(state_dir).exists():
+                continue
+            if not cfg.covers(layout, plan.name):
+                raise UsageError(f"sandbox layout {layout}", f"does not cover node {plan.name}")
+            self._progress(f"{plan.name}: node apply {layout}")
+            with open_backend(plan.name, self.paths.sim) as backend:
+                report = apply_node(backend, cfg, layout, state_dir)
+            if report.failed:
+                raise StateError(f"sandbox node {plan.name}", f"initial `node apply {layout}` failed")
+
+    def _install_gres(self, cfg: Any) -> set[Path]:
+        """`gpupool gres install --live` into <root>/etc; returns the files it changed."""
+        from slurm_gpupool.ops.gres_install import install, installed_paths, render
+
+        paths = installed_paths(cfg)
+        before = {p: p.read_text() if p.exists() else None for p in paths.values()}
+        install(cfg, render(cfg, cfg.all_nodes(), None), backup=False)
+        return {p for p in paths.values() if p.read_text() != before[p]}
 
     def _make_dirs(self) -> None:
         p = self.paths
@@ -528,11 +596,12 @@ class Sandbox:
                     self._progress(f"installing {' '.join(missing)} (apt-get)")
                     install_packages(missing)
                     report.installed_packages = missing
-            self._converge(report, reseed=self._decide_state(), stopped=set())
+            self._decide_state()
+            self._converge(report, stopped=set())
         report.seconds = time.monotonic() - t0
         return report
 
-    def _converge(self, report: UpReport, reseed: bool, stopped: set[str]) -> None:
+    def _converge(self, report: UpReport, stopped: set[str]) -> None:
         """Files first, then each daemon in dependency order; start what is not running.
 
         ``stopped`` names daemons the caller just stopped (they count as restarted).
@@ -542,7 +611,7 @@ class Sandbox:
         self._make_dirs()
         plans = self._plans()
         self._prepare_nodes(plans)
-        changed = self._write_configs(plans, reseed)
+        changed = self._write_configs(plans)
         self._stop_foreign_slurmds(report)
         p = self.paths
         specs = {d.name: d for d in self.daemons()}
@@ -559,7 +628,7 @@ class Sandbox:
         self._ensure(specs["slurmdbd"], changed, stopped, report, lambda: procs.tcp_open("127.0.0.1", dbd_port), 60)
         self._register_accounting()
         node_specs = [specs[f"slurmd-{n.name}"] for n in plans]
-        if changed & {p.slurm_conf, p.nodes_conf, p.gres_conf}:
+        if changed & {p.slurm_conf, p.nodes_conf, p.gres_conf, p.gres_types_conf}:
             stopped |= {spec.name for spec in node_specs if self._stop(spec)}
         ctld = self._ensure(specs["slurmctld"], changed, stopped, report, self._ctld_ready, 60)
         started = self._start_slurmds(node_specs, report, stopped)
@@ -761,7 +830,7 @@ class Sandbox:
             stopped = {f"slurmd-{n}" for n in node_list if self._stop(self._spec(f"slurmd-{n}"))}
             if controller and self._stop(self._spec("slurmctld")):
                 stopped.add("slurmctld")
-            self._converge(report, reseed=False, stopped=stopped)
+            self._converge(report, stopped=stopped)
         report.seconds = time.monotonic() - t0
         return report
 
@@ -884,12 +953,12 @@ class Sandbox:
 
 def up(
     root: Path | str | None = None,
-    nodes: Mapping[str, str] | None = None,
+    config: Path | str | None = None,
     base_port: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> UpReport:
     """Bring the sandbox up (see :meth:`Sandbox.up`)."""
-    return Sandbox(root, nodes, base_port, progress).up()
+    return Sandbox(root, config, base_port, progress).up()
 
 
 def down(root: Path | str | None = None, purge: bool = False) -> list[str]:
@@ -909,20 +978,15 @@ def env(root: Path | str | None = None) -> dict[str, str]:
 
 
 __all__ = [
-    "DEFAULT_NODES",
     "DEFAULT_ROOT",
     "PACKAGES",
     "Ports",
     "Sandbox",
     "SandboxPaths",
-    "accounting_tres",
     "down",
     "env",
     "env_lines",
-    "gpu_types_in_gres_conf",
-    "parse_node_map",
     "restart",
     "status",
     "up",
-    "whole_gpu_type",
 ]

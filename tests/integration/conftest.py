@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.sandbox.cluster import DEFAULT_NODES, Sandbox
+from slurm_gpupool.config import load_config
+from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
+from slurm_gpupool.sandbox.poolconfig import node_map
 
 TEST_ROOT = Path(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/slurm-gpupool-sandbox-test"))
 TEST_PORT_BASE = int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800"))
@@ -61,12 +63,12 @@ class SandboxHandle:
 def _sandbox_session() -> Iterator[SandboxHandle]:
     if os.geteuid() != 0:
         pytest.skip("integration tests need root: the sandbox runs Slurm daemons as root and mknods device files")
-    sb = Sandbox(TEST_ROOT, nodes=dict(DEFAULT_NODES), base_port=TEST_PORT_BASE)
+    sb = Sandbox(TEST_ROOT, config=default_config_path(), base_port=TEST_PORT_BASE)
     was_up = sb.exists() and sb.status()["up"]
     sb.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(sb.env())
-    handle = SandboxHandle(sandbox=sb, nodes=dict(DEFAULT_NODES), env=env)
+    handle = SandboxHandle(sandbox=sb, nodes=node_map(load_config(default_config_path())), env=env)
     yield handle
     if not was_up and os.environ.get("SLURM_GPUPOOL_KEEP_SANDBOX") != "1":
         Sandbox(TEST_ROOT).down()

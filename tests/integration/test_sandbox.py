@@ -11,9 +11,10 @@ import time
 
 import pytest
 
+from slurm_gpupool.core.catalog import get_model
 from slurm_gpupool.core.devices import ci_cap_minor, gi_cap_minor
+from slurm_gpupool.core.gres import slurm_type
 from slurm_gpupool.machines import find_machine
-from slurm_gpupool.sandbox.cluster import whole_gpu_type
 from slurm_gpupool.sandbox.procs import is_alive, read_pid
 
 pytestmark = pytest.mark.integration
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 def expected_gres(machine_name: str) -> str:
     m = find_machine(machine_name)
-    types = {whole_gpu_type(g.model) for g in m.gpus}
+    types = {slurm_type(get_model(g.model)) for g in m.gpus}
     assert len(types) == 1, "these machine descriptions have one GPU model each"
     return f"gpu:{types.pop()}:{len(m.gpus)}"
 
@@ -37,7 +38,8 @@ def test_sinfo_shows_every_node_with_its_gpus(sandbox):
     for node, machine in sandbox.nodes.items():
         gres, cpus, features, state = rows[node]
         m = find_machine(machine)
-        assert gres == expected_gres(machine), node
+        assert re.sub(r"\(S:[0-9,-]+\)", "", gres) == expected_gres(machine), node
+        assert "(S:0-1)" in gres, node  # Cores= from the GPUs' CPU affinity, per socket
         assert int(cpus) == m.cpus_total, node  # config_overrides: the emulated machine's CPUs
         assert machine in features.split(","), node
         assert state in ("idle", "mixed", "allocated"), (node, state)
@@ -81,7 +83,7 @@ def test_batch_job_sees_its_gpu(gpu_job):
 
 
 def test_srun_step_gets_two_gpus_on_a_chosen_node(sandbox):
-    out = sandbox.run(["srun", "-w", "h100n1", "--gres=gpu:h100-sxm5-80gb:2", "env"], timeout=60).stdout
+    out = sandbox.run(["srun", "-w", "h100n1", "--gres=gpu:h100_80gb_hbm3:2", "env"], timeout=60).stdout
     env = parse_env(out)
     assert env["SLURMD_NODENAME"] == "h100n1"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -131,7 +133,8 @@ def test_status_json_reports_everything_running(sandbox):
     assert st["up"] is True
     assert {d["name"] for d in st["daemons"]} == {"munged", "mysqld", "slurmdbd", "slurmctld"}
     assert all(d["running"] and is_alive(d["pid"]) for d in st["daemons"])
-    assert {n["name"]: n["gres"] for n in st["nodes"]} == {n: expected_gres(m) for n, m in sandbox.nodes.items()}
+    gres = {n["name"]: re.sub(r"\(S:[0-9,-]+\)", "", n["gres"]) for n in st["nodes"]}
+    assert gres == {n: expected_gres(m) for n, m in sandbox.nodes.items()}
 
 
 def test_up_restarts_a_crashed_daemon(sandbox):

@@ -34,7 +34,12 @@ VARIANTS = {
     },
     "pcie-a30": {
         "mig": {"all": {"mig": {"1g.6gb": 4}}},
-        "mixed": {"0": {"mig": {"2g.12gb": 2}}, "1": {"mig": {"1g.6gb": 2, "2g.12gb": 1}}, "2": {"shared": 2}, "3": "whole"},
+        "mixed": {
+            "0": {"mig": {"2g.12gb": 2}},
+            "1": {"mig": {"1g.6gb": 2, "2g.12gb": 1}},
+            "2": {"shared": 2},
+            "3": "whole",
+        },
         "whole": {"all": "whole"},
         "shared": {"all": {"shared": 4}},
     },
@@ -96,7 +101,10 @@ def test_records_have_the_expected_shape():
     r = render(cfg, cfg.all_nodes(), "mixed")
     gres = r["gres.conf"]
     # MIG: parent + GI cap + CI cap; 1g.5gb at slot 0 is GI 7 on GPU 0 -> caps 66, 67
-    assert "NodeName=node[01-02] Name=gpu Type=1g.5gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,/dev/nvidia-caps/nvidia-cap67 Cores=0-63" in gres
+    assert (
+        "NodeName=node[01-02] Name=gpu Type=1g.5gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,/dev/nvidia-caps/nvidia-cap67 Cores=0-63"
+        in gres
+    )
     # time-sliced: a gpu record plus a shard record on the same device file
     assert "Name=gpu Type=a100 File=/dev/nvidia4 Cores=64-127 Links=" in gres
     assert "Name=shard Count=4 File=/dev/nvidia4" in gres
@@ -105,7 +113,10 @@ def test_records_have_the_expected_shape():
     links = line.split("Links=")[1].split(",")
     assert len(links) == 28 + 4 and links[:28] == ["0"] * 28 and links[28 + 2] == "-1" and links[28 + 3] == "12"
     nodes = r["nodes.conf"]
-    assert "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=1031000 Gres=gpu:1g.5gb:28,gpu:a100:4,shard:8" in nodes
+    assert (
+        "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=1031000 Gres=gpu:1g.5gb:28,gpu:a100:4,shard:8"
+        in nodes
+    )
     assert "Features=a100,dgx-a100,nvswitch,nvlink,nvlink2,mig,shard,layout_mixed" in nodes
     assert r["gres-types.conf"].splitlines()[-2:] == [
         "GresTypes=gpu,shard",

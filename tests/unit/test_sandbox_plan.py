@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_gpupool.config import load_config
 from slurm_gpupool.errors import ConfigError, UsageError
-from slurm_gpupool.machines import find_machine
-from slurm_gpupool.sandbox.cluster import DEFAULT_NODES, Sandbox, whole_gpu_type
+from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.devices import device_plan, mig_minors_text
 from slurm_gpupool.sandbox.plan import (
     Ports,
-    accounting_tres,
     assign_slots,
     env_lines,
-    gpu_types_in_gres_conf,
     node_address,
-    parse_node_map,
     plan_nodes,
     validate_node_map,
 )
+from slurm_gpupool.sandbox.poolconfig import node_map
 
-
-def test_parse_node_map_keeps_order():
-    assert list(parse_node_map(" h100n1=hgx-h100, a30n1=pcie-a30 ,")) == ["h100n1", "a30n1"]
-
-
-@pytest.mark.parametrize("text", ["a100n1", "=dgx-a100", "a100n1=", "a=dgx-a100,a=pcie-a30", ","])
-def test_parse_node_map_rejects(text):
-    with pytest.raises(UsageError):
-        parse_node_map(text)
+DEFAULT_NODES = node_map(load_config(default_config_path()))
 
 
 def test_validate_node_map_checks_names_and_machines():
@@ -46,25 +36,15 @@ def test_slots_are_stable_when_nodes_come_and_go():
     assert node_address(2, Ports(16800)) == ("127.0.0.4", 16902)
 
 
-def test_whole_gpu_types_and_accounting_tres():
-    assert whole_gpu_type("A100-SXM4-40GB") == "a100-sxm4-40gb"
-    gres = (
-        "# comment Type=ignored\n"
-        "NodeName=a Name=gpu Type=a100-sxm4-40gb File=/d/nvidia0\n"
-        "NodeName=a Name=gpu Type=1g.10gb File=/d/nvidia1\n"
-        "NodeName=a Name=shard Count=4\n"
-    )
-    assert gpu_types_in_gres_conf(gres) == ["1g.10gb", "a100-sxm4-40gb"]
-    assert accounting_tres(["b", "a", "a"]) == ["gres/gpu", "gres/gpu:a", "gres/gpu:b", "gres/shard"]
-
-
-def test_node_plans_describe_the_machines(tmp_path):
-    machines = validate_node_map(DEFAULT_NODES)
-    plans = plan_nodes(machines, assign_slots(DEFAULT_NODES), Ports(), tmp_path, whole_gpu_type)
-    a100 = plans[0].context()
-    assert a100["gres"] == ["gpu:a100-sxm4-40gb:8"]
-    assert (a100["cpus"], a100["sockets"], a100["threads_per_core"]) == (256, 2, 2)
-    assert a100["gpus"][3]["file"] == f"{tmp_path}/a100n1/dev/nvidia3"
+def test_default_nodes_come_from_the_shipped_config():
+    assert DEFAULT_NODES == {
+        "a100n1": "dgx-a100",
+        "a100n2": "dgx-a100",
+        "a30n1": "pcie-a30",
+        "h100n1": "hgx-h100",
+        "v100n1": "dgx1-v100",
+    }
+    plans = plan_nodes(validate_node_map(DEFAULT_NODES), assign_slots(DEFAULT_NODES), Ports())
     assert len({p.port for p in plans}) == len({p.addr for p in plans}) == len(plans)
 
 
@@ -76,23 +56,41 @@ def test_device_plan_has_every_mig_cap():
     assert mig_minors_text().startswith("config 1\nmonitor 2\ngpu0/gi0/access 3\n")
 
 
-def test_templates_render_strictly(tmp_path):
-    sb = Sandbox(tmp_path / "sb", nodes={"a30n1": "pcie-a30"})
-    sb._state = {**sb.state, "nodes": {"a30n1": "pcie-a30"}, "db_password": "pw"}
+def test_configs_come_from_gres_install(tmp_path):
+    cfg = tmp_path / "pool.yaml"
+    cfg.write_text(
+        "version: 1\n"
+        "nodesets: {a30: {nodes: a30n1, machine: pcie-a30}}\n"
+        "layouts:\n"
+        "  night: {a30: {all: whole}}\n"
+        "  day: {a30: {0-1: {mig: {1g.6gb: 4}}, 2-3: {shared: 4}}}\n"
+        "schedule: {default: night}\n"
+    )
+    sb = Sandbox(tmp_path / "sb", config=cfg)
+    sb._decide_state()
     plans = sb._plans()
-    sb.paths.etc.mkdir(parents=True)
-    changed = sb._write_configs(plans, reseed=True)
-    assert {p.name for p in changed} == {"slurm.conf", "slurmdbd.conf", "nodes.conf", "gres.conf", "my.cnf"}
+    for d in (sb.paths.etc, sb.paths.sim):
+        d.mkdir(parents=True, exist_ok=True)
+    sb._prepare_nodes(plans)
+    changed = sb._write_configs(plans)
+    names = {p.name for p in changed}
+    assert {"slurm.conf", "slurmdbd.conf", "nodes.conf", "gres.conf", "gres-types.conf", "gpupool.yaml"} <= names
     conf = sb.paths.slurm_conf.read_text()
-    assert f"Include {sb.paths.nodes_conf}\n" in conf
-    assert "AccountingStorageTRES=gres/gpu,gres/gpu:a30,gres/shard\n" in conf
+    assert f"Include {sb.paths.nodes_conf}\n" in conf and f"Include {sb.paths.gres_types_conf}\n" in conf
     assert "SlurmdParameters=config_overrides\n" in conf
     nodes = sb.paths.nodes_conf.read_text()
-    assert "NodeName=a30n1 NodeAddr=127.0.0.2 Port=16900 CPUs=64 " in nodes
-    assert "Gres=gpu:a30:4 Features=pcie-a30" in nodes
+    assert (
+        "NodeName=a30n1 Sockets=2 CoresPerSocket=16 ThreadsPerCore=2 RealMemory=515000 NodeAddr=127.0.0.2 Port=16900"
+        in nodes
+    )
+    assert "Gres=gpu:a30:4 Features=a30,pcie-a30,pcie,layout_night" in nodes
     gres = sb.paths.gres_conf.read_text().splitlines()
-    assert gres[-1] == f"NodeName=a30n1 Name=gpu Type=a30 File={sb.paths.nodes}/a30n1/dev/nvidia3"
+    assert gres[-1] == f"NodeName=a30n1 Name=gpu Type=a30 File={sb.paths.nodes}/a30n1/dev/nvidia3 Cores=16-31"
+    types = sb.paths.gres_types_conf.read_text()
+    assert "AccountingStorageTRES=gres/gpu,gres/gpu:1g.6gb,gres/gpu:a30,gres/shard" in types  # every layout's types
     assert oct(sb.paths.slurmdbd_conf.stat().st_mode & 0o777) == "0o600"
-    assert sb._write_configs(plans, reseed=False) == set()  # idempotent
-    assert find_machine("pcie-a30").cpus_total == 64
+    assert sb._write_configs(plans) == set()  # idempotent
+    derived = load_config(sb.paths.pool_config)
+    assert derived.paths.for_node("state_dir", "a30n1") == sb.paths.nodes / "a30n1" / "state"
+    assert (derived.paths.for_node("state_dir", "a30n1") / "node-state.json").exists()  # initial layout applied
     assert env_lines({"A": "x y"}) == "export A='x y'\n"

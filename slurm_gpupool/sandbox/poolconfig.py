@@ -1,0 +1,69 @@
+"""The sandbox's pool config: the user's config, moved into the sandbox root.
+
+The sandbox plays every node of a pool config on one machine.  It writes
+``<root>/etc/gpupool.yaml``: the same node sets, layouts and schedule, with
+every path under the root and ``{node}`` in the per-node ones, Slurm files in
+``<root>/etc``, and each node's ``NodeAddr=``/``Port=`` as node parameters.
+Every gpupool command run with ``gpupool sandbox env`` uses it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.errors import ConfigError
+
+
+def node_map(cfg: PoolConfig) -> dict[str, str]:
+    """Node → machine description, for every node of the config (all need one here)."""
+    out: dict[str, str] = {}
+    for ns in cfg.nodesets.values():
+        if ns.machine is None:
+            raise ConfigError(
+                cfg.source,
+                f"nodesets.{ns.name}.machine",
+                "the sandbox needs a machine description for every node set",
+            )
+        for n in ns.nodes:
+            out[n] = ns.machine.name
+    return out
+
+
+def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[str, int]]) -> dict[str, Any]:
+    """The derived config (as data); relative paths of the original are made absolute."""
+    raw = copy.deepcopy(cfg.raw)
+    base = Path(cfg.source).resolve().parent
+    paths = dict(raw.get("paths") or {})
+    if paths.get("machines_dir"):
+        paths["machines_dir"] = str((base / paths["machines_dir"]).resolve())
+    paths.update(
+        {
+            "state_dir": f"{root}/nodes/{{node}}/state",
+            "run_dir": f"{root}/nodes/{{node}}/run",
+            "spool_dir": f"{root}/nodes/{{node}}/spool",
+        }
+    )
+    raw["paths"] = paths
+    if raw.get("mig_parted"):
+        mp = dict(raw["mig_parted"])
+        mp["file"] = str((base / mp["file"]).resolve())
+        raw["mig_parted"] = mp
+    slurm = dict(raw.get("slurm") or {})
+    if slurm.get("templates_dir"):
+        slurm["templates_dir"] = str((base / slurm["templates_dir"]).resolve())
+    slurm.update(
+        {
+            "config_dir": f"{root}/etc",
+            "gres_conf": "gres.conf",
+            "nodes_include": "nodes.conf",
+            "gres_include": "gres-types.conf",
+            "dev_root": f"{root}/nodes/{{node}}/dev",
+            "node_params": {n: f"NodeAddr={addr} Port={port}" for n, (addr, port) in sorted(addresses.items())},
+        }
+    )
+    raw["slurm"] = slurm
+    return raw
