@@ -79,6 +79,8 @@ class SlurmSettings:
     templates_dir: str | None = None
     dev_root: str = "/dev"
     node_params: tuple[tuple[frozenset[str], str], ...] = ()
+    version: str | None = None  # the cluster's Slurm, e.g. "22.05.8"; None: ask `sinfo -V`
+    mig_device_files: str = "auto"  # auto | multiple | ci_cap
 
     def dev_root_for(self, node: str) -> str:
         """Where the node's /dev/nvidia* live (``{node}`` filled in)."""
@@ -364,6 +366,8 @@ def _parse_paths(raw: Any, top: Where) -> Paths:
 
 def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet]) -> SlurmSettings:
     from slurm_gpupool.core.gres import NAMINGS
+    from slurm_gpupool.errors import SlurmUnavailableError
+    from slurm_gpupool.slurm.runner import parse_version
 
     if raw is None:
         return SlurmSettings()
@@ -380,6 +384,8 @@ def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet])
             "gres_include",
             "templates_dir",
             "dev_root",
+            "version",
+            "mig_device_files",
             "node_params",
         },
     )
@@ -390,6 +396,16 @@ def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet])
             f"must be one of {', '.join(NAMINGS)}", hint="profile: 1g.10gb; model_profile: a100_1g.10gb"
         )
     tdir = w.optional(raw, "templates_dir", str)
+    version = w.optional(raw, "version", (str, float), None)
+    if version is not None:
+        version = str(version)
+        try:
+            parse_version(version)
+        except SlurmUnavailableError:
+            raise w.key("version").error(f"not a Slurm version: {version!r}", hint='e.g. "22.05.8"') from None
+    mig_files = w.optional(raw, "mig_device_files", str, "auto")
+    if mig_files not in ("auto", "multiple", "ci_cap"):
+        raise w.key("mig_device_files").error("must be auto, multiple or ci_cap")
     params = []
     for k, v in w.optional(raw, "node_params", dict, {}).items():
         nodes = frozenset(_expand(str(k), w.key("node_params").key(k)))
@@ -407,6 +423,8 @@ def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet])
         templates_dir=str(base / tdir) if tdir else None,
         dev_root=w.optional(raw, "dev_root", str, d.dev_root),
         node_params=tuple(params),
+        version=version,
+        mig_device_files=mig_files,
     )
 
 

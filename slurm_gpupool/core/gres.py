@@ -21,7 +21,13 @@ from slurm_gpupool.core.layouts import MIG, SHARED
 
 NAMING_PROFILE = "profile"  # 1g.10gb
 NAMING_MODEL_PROFILE = "model_profile"  # a100_1g.10gb / h100_80gb_hbm3_1g.10gb
-NAMINGS = (NAMING_PROFILE, NAMING_MODEL_PROFILE)
+NAMING_AUTODETECT = "autodetect"  # what AutoDetect=nvml reports: nvidia_a100_1g.10gb
+NAMINGS = (NAMING_PROFILE, NAMING_MODEL_PROFILE, NAMING_AUTODETECT)
+MIG_FILES_MULTIPLE = "multiple"
+MIG_FILES_CI_CAP = "ci_cap"
+# Slurm before 23.02.7 splits MultipleFiles records (commit 4438cab1d8): steps asking for a
+# second MIG type fail and shards on the node break.  Measured on 22.05.8 in the sandbox.
+MULTIPLE_FILES_FIXED_IN = (23, 2, 7)
 
 
 def autodetect_name(model: GpuModel) -> str:
@@ -47,11 +53,19 @@ def slurm_type(model: GpuModel, profile: str | None = None, naming: str = NAMING
     The one place type names are made.  Every result is a substring of what
     Slurm's AutoDetect=nvml would report, as gres.conf requires for typed GPUs.
     """
+    if naming == NAMING_AUTODETECT:
+        return autodetect_name(model) + (f"_{profile}" if profile else "")
     if profile is None:
         return whole_type(model)
     if naming == NAMING_MODEL_PROFILE:
         return f"{whole_type(model)}_{profile}"
     return profile
+
+
+def shared_type(model: GpuModel) -> str:
+    """Type of a time-sliced GPU's gpu record: distinct, so `--gres=gpu:a100:1` asks for a
+    dedicated GPU and does not take one that shard jobs are meant to share."""
+    return f"{whole_type(model)}_shared"
 
 
 @dataclass(frozen=True)
@@ -186,42 +200,54 @@ def largest_nvlink_clique(node: GresNode, members: Sequence[int]) -> int:
     return best
 
 
-def node_gres(node: GresNode, naming: str = NAMING_PROFILE, dev_root: str = "/dev") -> NodeGres:
+def node_gres(
+    node: GresNode,
+    naming: str = NAMING_PROFILE,
+    dev_root: str = "/dev",
+    mig_files: str = MIG_FILES_MULTIPLE,
+    autodetect: bool = False,
+) -> NodeGres:
     """GRES records, Gres= counts and Features= for one node.
 
-    Identical nodes share one computation (cached on everything but the name).
+    ``mig_files``: ``multiple`` (parent, GI cap, CI cap, as AutoDetect does) or
+    ``ci_cap`` (the CI cap alone: Slurm before 23.02.7 mishandles MultipleFiles).
+    With ``autodetect`` every type is what NVML AutoDetect reports, so time-sliced
+    GPUs keep their model type.  Identical nodes share one computation.
     """
-    t = _node_gres(replace(node, name=""), naming, dev_root)
+    t = _node_gres(replace(node, name=""), naming, dev_root, mig_files, autodetect)
     return NodeGres(node.name, t.records, t.counts, t.features, t.node_line_params)
 
 
 @lru_cache(maxsize=1024)
-def _node_gres(node: GresNode, naming: str, dev_root: str) -> NodeGres:
+def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autodetect: bool) -> NodeGres:
     out = NodeGres(node.name)
-    # device order: whole/shared GPUs and MIG devices by GPU index, MIG index
-    devices: list[tuple[GresGpu, MigInstance | None]] = []
-    for g in node.gpus:
-        if g.mode == MIG:
-            devices.extend((g, inst) for inst in g.instances)
-        else:
-            devices.append((g, None))
+    # Devices by GPU index, then MIG device index; each with its type.
+    devices: list[tuple[GresGpu, MigInstance | None, str]] = []
     models: set[str] = set()
-    for g, inst in devices:
+    for g in node.gpus:
         model = get_model(g.model)
         models.add(whole_type(model))
+        if g.mode == MIG:
+            devices.extend((g, inst, slurm_type(model, inst.profile, naming)) for inst in g.instances)
+        elif g.mode == SHARED and not autodetect:
+            devices.append((g, None, shared_type(model)))
+        else:
+            devices.append((g, None, slurm_type(model, None, naming)))
+    # slurmd groups a node's gpu records by type, in order of first appearance; emit
+    # them that way so a record's position here is its index in SLURM_JOB_GPUS.
+    first: dict[str, int] = {}
+    for k, (_, _, t) in enumerate(devices):
+        first.setdefault(t, k)
+    devices.sort(key=lambda d: first[d[2]])
+    for g, inst, t in devices:
         cores = socket_cores(node, g.cpus)
         if inst is not None:
-            t = slurm_type(model, inst.profile, naming)
             files = mig_device_files(g.minor, inst.gi_id, inst.ci_id, dev_root)
+            if mig_files == MIG_FILES_CI_CAP:
+                files = files[2:]
             out.records.append(GresRecord("gpu", t, files, cores=cores))
         else:
-            t = slurm_type(model, None, naming)
-            links = []
-            for other, oinst in devices:
-                if oinst is not None:
-                    links.append(0)  # MIG devices have no NVLinks
-                else:
-                    links.append(node.gpu_links(g.index, other.index))
+            links = [0 if oinst is not None else node.gpu_links(g.index, other.index) for other, oinst, _ in devices]
             link_text = ",".join(map(str, links)) if any(x > 0 for x in links) else None
             out.records.append(
                 GresRecord("gpu", t, (gpu_device_file(g.minor, dev_root),), cores=cores, links=link_text)

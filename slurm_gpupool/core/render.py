@@ -50,6 +50,7 @@ def render_slurm_files(
     *,
     source: str,
     autodetect: bool = False,
+    mig_files: str = "multiple",
     extra_accounting: Sequence[str] = (),
     site_dir: str | Path | None = None,
 ) -> RenderedFiles:
@@ -62,6 +63,7 @@ def render_slurm_files(
         "header": HEADER,
         "source": source,
         "autodetect": autodetect,
+        "mig_files": mig_files,
         "node_lines": node_lines,
         "record_groups": rec_groups,
         "accounting_tres": tres,

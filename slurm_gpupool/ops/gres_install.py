@@ -18,7 +18,15 @@ from pathlib import Path
 
 from slurm_gpupool.atomic import write_text_atomic
 from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.gres import NodeGres, accounting_types, node_gres
+from slurm_gpupool.core.gres import (
+    MIG_FILES_CI_CAP,
+    MIG_FILES_MULTIPLE,
+    MULTIPLE_FILES_FIXED_IN,
+    GresNode,
+    NodeGres,
+    accounting_types,
+    node_gres,
+)
 from slurm_gpupool.core.render import RenderedFiles, render_slurm_files
 from slurm_gpupool.errors import InternalError, StateError
 from slurm_gpupool.ops.gres_sources import live_node, planned_node
@@ -36,7 +44,29 @@ class Rendered:
         return self.files[role]
 
 
-def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str]) -> dict[str, NodeGres]:
+def mig_files_mode(cfg: PoolConfig) -> str:
+    """``multiple`` unless the cluster's Slurm predates the MultipleFiles fix (23.02.7).
+
+    The version is ``slurm.version`` from the config, else what ``sinfo -V`` says,
+    else the oldest Slurm we support (22.05), which is the safe answer.
+    """
+    if cfg.slurm.mig_device_files != "auto":
+        return cfg.slurm.mig_device_files
+    from slurm_gpupool.errors import SlurmUnavailableError
+    from slurm_gpupool.slurm.runner import SlurmRunner, parse_version, slurm_version
+
+    try:
+        version = parse_version(cfg.slurm.version) if cfg.slurm.version else slurm_version(SlurmRunner())
+    except SlurmUnavailableError:
+        version = (22, 5, 0)
+    return MIG_FILES_MULTIPLE if version >= MULTIPLE_FILES_FIXED_IN else MIG_FILES_CI_CAP
+
+
+def _gres(cfg: PoolConfig, view: GresNode, mode: str) -> NodeGres:
+    return node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root_for(view.name), mode, cfg.slurm.autodetect)
+
+
+def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str], mode: str) -> dict[str, NodeGres]:
     """Planned GRES for the covered nodes, computed once per group of identical nodes."""
     groups: dict[tuple, list[str]] = {}
     for n in nodes:
@@ -47,25 +77,23 @@ def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str]) -> dict[str, No
         groups.setdefault(key, []).append(n)
     out = {}
     for members in groups.values():
-        first = node_gres(
-            planned_node(cfg, layout, members[0]), cfg.slurm.type_naming, cfg.slurm.dev_root_for(members[0])
-        )
+        first = _gres(cfg, planned_node(cfg, layout, members[0]), mode)
         for n in members:
             out[n] = NodeGres(n, first.records, first.counts, first.features, first.node_line_params)
     return out
 
 
-def cluster_accounting(cfg: PoolConfig) -> list[str]:
+def cluster_accounting(cfg: PoolConfig, mode: str = MIG_FILES_MULTIPLE) -> list[str]:
     """Typed TRES of every layout, so AccountingStorageTRES stays put across switches."""
     out: set[str] = set()
     for layout in cfg.layout_names():
-        out.update(accounting_types(list(_planned(cfg, layout, cfg.all_nodes()).values())))
+        out.update(accounting_types(list(_planned(cfg, layout, cfg.all_nodes(), mode).values())))
     return sorted(out)
 
 
-def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None) -> list[NodeGres]:
+def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, mode: str) -> list[NodeGres]:
     """Each node's GRES: planned where the layout covers it, else its live state."""
-    planned_gres = _planned(cfg, planned, nodes) if planned else {}
+    planned_gres = _planned(cfg, planned, nodes, mode) if planned else {}
     out = []
     for n in nodes:
         if n in planned_gres:
@@ -77,7 +105,7 @@ def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None) ->
             if planned:
                 e.why += f" (layout {planned} does not cover it either)"
             raise
-        out.append(node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root_for(n)))
+        out.append(_gres(cfg, view, mode))
     return out
 
 
@@ -111,13 +139,15 @@ def check(nodes: Sequence[NodeGres]) -> None:
 
 def render(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, site_dir: str | None = None) -> Rendered:
     source = f"{'planned layout ' + planned if planned else 'live node state'} from {cfg.source}"
-    gres = collect_nodes(cfg, nodes, planned)
+    mode = mig_files_mode(cfg)
+    gres = collect_nodes(cfg, nodes, planned, mode)
     check(gres)
     files = render_slurm_files(
         gres,
         source=source,
         autodetect=cfg.slurm.autodetect,
-        extra_accounting=cluster_accounting(cfg),
+        mig_files=mode,
+        extra_accounting=cluster_accounting(cfg, mode),
         site_dir=site_dir or cfg.slurm.templates_dir,
     )
     return Rendered(files, gres, source)

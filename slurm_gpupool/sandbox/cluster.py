@@ -440,6 +440,7 @@ class Sandbox:
         new = dict(old) if old else dict(self.state)
         if self._requested_config is not None:
             new["config"] = self._requested_config
+        new.setdefault("config", default_config_path())
         new["nodes"] = node_map(load_config(new["config"]))
         if self._requested_port is not None:
             new["base_port"] = int(self._requested_port)

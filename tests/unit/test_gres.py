@@ -58,25 +58,31 @@ VARIANTS = {
 }
 
 
-def config_for(machine: str, naming: str = "profile", autodetect: bool = False):
+def config_for(machine: str, naming: str = "profile", autodetect: bool = False, mig_files: str = "multiple"):
     raw = {
         "version": 1,
         "nodesets": {"n": {"nodes": "node[01-02]", "machine": machine}},
         "layouts": {v: {"n": spec} for v, spec in VARIANTS[machine].items()},
-        "slurm": {"type_naming": naming, "autodetect": autodetect},
+        "slurm": {"type_naming": naming, "autodetect": autodetect, "mig_device_files": mig_files},
     }
     return parse_config(raw, f"golden/{machine}.yaml", Path("."))
 
 
-CASES = [(m, v) for m in VARIANTS for v in VARIANTS[m]]
+CASES = [(m, v, "multiple") for m in VARIANTS for v in VARIANTS[m]]
+# Slurm before 23.02.7 (the sandbox's 22.05) gets MIG devices as their CI cap file
+CASES += [(m, v, "ci_cap") for m in VARIANTS for v in ("mig", "mixed") if m != "dgx1-v100"]
 
 
-@pytest.mark.parametrize("machine,variant", CASES, ids=[f"{m}-{v}" for m, v in CASES])
-def test_golden(machine: str, variant: str):
-    cfg = config_for(machine)
+def golden_name(machine: str, variant: str, mig_files: str) -> str:
+    return f"{machine}-{variant}" + ("-ci_cap" if mig_files == "ci_cap" else "")
+
+
+@pytest.mark.parametrize("machine,variant,mig_files", CASES, ids=[golden_name(*c) for c in CASES])
+def test_golden(machine: str, variant: str, mig_files: str):
+    cfg = config_for(machine, mig_files=mig_files)
     r = render(cfg, cfg.all_nodes(), variant)
     for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
-        path = GOLDEN / f"{machine}-{variant}.{role}"
+        path = GOLDEN / f"{golden_name(machine, variant, mig_files)}.{role}"
         if REGEN:
             path.write_text(r.files[role])
         assert path.exists(), f"missing golden file {path}; regenerate with SLURM_GPUPOOL_REGEN_GOLDEN=1"
@@ -105,8 +111,8 @@ def test_records_have_the_expected_shape():
         "NodeName=node[01-02] Name=gpu Type=1g.5gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,/dev/nvidia-caps/nvidia-cap67 Cores=0-63"
         in gres
     )
-    # time-sliced: a gpu record plus a shard record on the same device file
-    assert "Name=gpu Type=a100 File=/dev/nvidia4 Cores=64-127 Links=" in gres
+    # time-sliced: a gpu record of its own type plus a shard record on the same device file
+    assert "Name=gpu Type=a100_shared File=/dev/nvidia4 Cores=64-127 Links=" in gres
     assert "Name=shard Count=4 File=/dev/nvidia4" in gres
     # whole GPU: Links lists every device in order (28 MIG devices first: 0)
     line = next(x for x in gres.splitlines() if "File=/dev/nvidia6 " in x)
@@ -114,14 +120,30 @@ def test_records_have_the_expected_shape():
     assert len(links) == 28 + 4 and links[:28] == ["0"] * 28 and links[28 + 2] == "-1" and links[28 + 3] == "12"
     nodes = r["nodes.conf"]
     assert (
-        "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=1031000 Gres=gpu:1g.5gb:28,gpu:a100:4,shard:8"
+        "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=1031000 Gres=gpu:1g.5gb:28,gpu:a100_shared:2,gpu:a100:2,shard:8"
         in nodes
     )
     assert "Features=a100,dgx-a100,nvswitch,nvlink,nvlink2,mig,shard,layout_mixed" in nodes
     assert r["gres-types.conf"].splitlines()[-2:] == [
         "GresTypes=gpu,shard",
-        "AccountingStorageTRES=gres/gpu,gres/gpu:1g.5gb,gres/gpu:2g.10gb,gres/gpu:3g.20gb,gres/gpu:a100,gres/shard",
+        "AccountingStorageTRES=gres/gpu,gres/gpu:1g.5gb,gres/gpu:2g.10gb,gres/gpu:3g.20gb,gres/gpu:a100,gres/gpu:a100_shared,gres/shard",
     ]
+
+
+def test_records_are_grouped_by_type_in_first_appearance_order():
+    """slurmd orders a node's gpu records that way; SLURM_JOB_GPUS indexes into it."""
+    cfg = config_for("dgx-a100")
+    gres = render(cfg, cfg.all_nodes(), "mig")["gres.conf"]
+    types = [x.split("Type=")[1].split()[0] for x in gres.splitlines() if "Name=gpu" in x]
+    # GPU 4's first MIG device is the 3g (lowest GI ID), then the 2g, then its 1g's
+    assert types == ["1g.5gb"] * 36 + ["3g.20gb"] * 4 + ["2g.10gb"] * 4
+
+
+def test_ci_cap_mode_lists_one_file_per_mig_device():
+    cfg = config_for("dgx-a100", mig_files="ci_cap")
+    gres = render(cfg, cfg.all_nodes(), "mig")["gres.conf"]
+    assert "MultipleFiles=" not in gres
+    assert "Name=gpu Type=1g.5gb File=/dev/nvidia-caps/nvidia-cap67 Cores=0-63" in gres
 
 
 def test_dgx1_links_follow_the_cube_mesh_and_features_show_nvlink_sets():
