@@ -64,6 +64,7 @@ def render_slurm_files(
         "source": source,
         "autodetect": autodetect,
         "mig_files": mig_files,
+        "has_mig": any("nvidia-caps" in f for n in nodes for r in n.records for f in r.files),
         "node_lines": node_lines,
         "record_groups": rec_groups,
         "accounting_tres": tres,

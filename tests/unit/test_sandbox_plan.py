@@ -87,7 +87,9 @@ def test_configs_come_from_gres_install(tmp_path):
     gres = sb.paths.gres_conf.read_text().splitlines()
     assert gres[-1] == f"NodeName=a30n1 Name=gpu Type=a30 File={sb.paths.nodes}/a30n1/dev/nvidia3 Cores=16-31"
     types = sb.paths.gres_types_conf.read_text()
-    assert "AccountingStorageTRES=gres/gpu,gres/gpu:1g.6gb,gres/gpu:a30,gres/gpu:a30_shared,gres/shard" in types  # every layout's types
+    assert (
+        "AccountingStorageTRES=gres/gpu,gres/gpu:1g.6gb,gres/gpu:a30,gres/gpu:a30_shared,gres/shard" in types
+    )  # every layout's types
     assert oct(sb.paths.slurmdbd_conf.stat().st_mode & 0o777) == "0o600"
     assert sb._write_configs(plans) == set()  # idempotent
     derived = load_config(sb.paths.pool_config)

@@ -1,0 +1,266 @@
+"""The real slurmd and slurmctld accept what `gpupool gres` renders, and jobs get what it says.
+
+* every golden case (machine × layout kind × MIG file mode) parses with ``slurmd -G``
+  into exactly the records we wrote;
+* the sandbox, switched to the day layout, registers exactly the GRES of nodes.conf;
+* jobs for every GRES type run, and the index Slurm gives a MIG job is the record whose
+  device files belong to an instance of that profile on that node;
+* N one-shard jobs share a GPU time-sliced into N, and the next one waits;
+* whole-GPU jobs and shard jobs never share a GPU;
+* sacct records typed usage for typed requests;
+* the planned render of the night layout equals the live render after applying it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.ops.gres_install import render
+from slurm_gpupool.sandbox import devices
+from tests.unit.test_gres import CASES, config_for, golden_name
+
+pytestmark = pytest.mark.integration
+
+NODES = ["a100n1", "a100n2", "h100n1", "a30n1", "v100n1"]
+
+
+def records(gres_text: str, node: str) -> list[dict[str, str]]:
+    """Our gres.conf lines for a node (NodeName may be a hostlist), as key=value dicts."""
+    from ClusterShell.NodeSet import NodeSet
+
+    out = []
+    for line in gres_text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        fields = dict(kv.split("=", 1) for kv in line.split())
+        if node in NodeSet(fields.pop("NodeName")):
+            out.append(fields)
+    return out
+
+
+def slurmd_g(sandbox, conf: Path, node: str) -> list[dict[str, str]]:
+    out = sandbox.run(["slurmd", "-G", "-N", node, "-f", str(conf)], check=False)
+    lines = [x for x in (out.stdout + out.stderr).splitlines() if "Gres Name=" in x]
+    assert lines, out.stderr
+    parsed = []
+    for line in lines:
+        fields = dict(kv.split("=", 1) for kv in line.split("Gres ", 1)[1].split() if "=" in kv)
+        parsed.append(fields)
+    return parsed
+
+
+@pytest.mark.parametrize("machine,variant,mig_files", CASES, ids=[golden_name(*c) for c in CASES])
+def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str, variant: str, mig_files: str):
+    cfg = config_for(machine, mig_files=mig_files)
+    dev = tmp_path / "dev"
+    raw = dict(cfg.raw)
+    raw["slurm"] = {**raw["slurm"], "dev_root": str(dev), "config_dir": str(tmp_path)}
+    from slurm_gpupool.config import parse_config
+
+    cfg = parse_config(raw, cfg.source, Path("."))
+    r = render(cfg, cfg.all_nodes(), variant)
+    machine_spec = cfg.nodesets["n"].machine
+    devices.ensure_char_devices(dev, devices.device_plan(g.minor for g in machine_spec.gpus))
+    (tmp_path / "gres.conf").write_text(r["gres.conf"])
+    (tmp_path / "nodes.conf").write_text(r["nodes.conf"])
+    (tmp_path / "slurm.conf").write_text(
+        "ClusterName=gresparse\nSlurmctldHost=localhost\nSlurmdParameters=config_overrides\n"
+        f"SlurmdSpoolDir={tmp_path}/spool\nSlurmdLogFile={tmp_path}/slurmd.log\n"
+        + "\n".join(x for x in r["gres-types.conf"].splitlines() if x.startswith("GresTypes"))
+        + f"\nInclude {tmp_path}/nodes.conf\nPartitionName=p Nodes=ALL\n"
+    )
+    got = slurmd_g(sandbox, tmp_path / "slurm.conf", "node01")
+    ours = records(r["gres.conf"], "node01")
+    # every file of every gpu record appears once with its type (slurmd lists each file)
+    want_gpu = Counter(
+        (rec["Type"], f)
+        for rec in ours
+        if rec["Name"] == "gpu"
+        for f in (rec.get("File") or rec["MultipleFiles"]).split(",")
+    )
+    got_gpu = Counter((g["Type"], g["File"]) for g in got if g["Name"] == "gpu")
+    assert got_gpu == want_gpu
+    want_shard = sorted((rec["File"], rec["Count"]) for rec in ours if rec["Name"] == "shard")
+    got_shard = sorted((g["File"], g["Count"]) for g in got if g["Name"] == "shard" and g["Count"] != "0")
+    assert got_shard == want_shard
+
+
+# -- the sandbox in its day layout -------------------------------------------------------
+
+
+def switch(sandbox, layout: str) -> None:
+    """What the repartitioner will do, by hand: apply, install GRES, restart."""
+    for n in NODES:
+        sandbox.gpupool("--node", n, "node", "apply", layout)
+    sandbox.gpupool("gres", "install")
+    sandbox.gpupool("sandbox", "restart", "--root", str(sandbox.root), "--controller", "--nodes", ",".join(NODES))
+
+
+@pytest.fixture(scope="module")
+def day(_sandbox_session):
+    sb = _sandbox_session
+    if sb.brought_down:
+        sb.ensure_up()
+    switch(sb, "day")
+    yield sb
+    switch(sb, "night")
+
+
+def cfg_tres(sandbox, node: str) -> dict[str, int]:
+    out = sandbox.run(["scontrol", "-o", "show", "node", node]).stdout
+    tres = re.search(r"CfgTRES=(\S+)", out).group(1)
+    return {k: int(v) for k, v in (t.split("=", 1) for t in tres.split(",")) if k.startswith("gres/")}
+
+
+def installed(sandbox, name: str) -> str:
+    return (sandbox.root / "etc" / name).read_text()
+
+
+def expected_tres(nodes_conf: str, node: str) -> dict[str, int]:
+    from ClusterShell.NodeSet import NodeSet
+
+    for line in nodes_conf.splitlines():
+        if line.startswith("NodeName=") and node in NodeSet(line.split()[0].split("=", 1)[1]):
+            gres = re.search(r"Gres=(\S+)", line).group(1)
+            out: dict[str, int] = {}
+            for item in gres.split(","):
+                parts = item.split(":")
+                out[f"gres/{parts[0]}"] = out.get(f"gres/{parts[0]}", 0) + int(parts[-1])
+                if len(parts) == 3:
+                    out[f"gres/{parts[0]}:{parts[1]}"] = int(parts[2])
+            return out
+    raise AssertionError(f"{node} not in nodes.conf")
+
+
+def test_cluster_registers_exactly_the_rendered_gres(day):
+    nodes_conf = installed(day, "nodes.conf")
+    for n in NODES:
+        assert cfg_tres(day, n) == expected_tres(nodes_conf, n), n
+    state = day.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.split()
+    assert all(s in ("idle", "mixed") for s in state[1::2]), state
+
+
+def job_gpus(sandbox, node: str, gres: str) -> list[int]:
+    out = sandbox.run(["srun", "-w", node, f"--gres={gres}", "printenv", "SLURM_STEP_GPUS"], timeout=60).stdout
+    return [int(x) for x in out.strip().split(",")]
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_jobs_for_every_gres_type_get_their_own_record(day, node: str):
+    state = json.loads((day.root / "nodes" / node / "state" / "node-state.json").read_text())
+    gpu_recs = [r for r in records(installed(day, "gres.conf"), node) if r["Name"] == "gpu"]
+    ci_caps = {}  # CI cap file -> (profile, GPU index)
+    for g in state["gpus"]:
+        for inst in g["instances"]:
+            ci_caps[inst["device_files"][2]] = (inst["profile"], g["index"])
+    for t in sorted({r["Type"] for r in gpu_recs}):
+        (idx,) = job_gpus(day, node, f"gpu:{t}:1")
+        rec = gpu_recs[idx]
+        assert rec["Type"] == t, (node, t, idx)
+        files = (rec.get("File") or rec["MultipleFiles"]).split(",")
+        if "nvidia-caps" in files[-1]:  # a MIG device: its CI cap belongs to an instance of that profile
+            assert ci_caps[files[-1]][0] == t
+    if any(r["Name"] == "shard" for r in records(installed(day, "gres.conf"), node)):
+        (idx,) = job_gpus(day, node, "shard:1")
+        assert gpu_recs[idx]["Type"].endswith("_shared")
+
+
+def squeue_state(sandbox, job: str) -> str:
+    return sandbox.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
+
+
+def wait_running(sandbox, jobs: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(squeue_state(sandbox, j) == "RUNNING" for j in jobs):
+            return
+        time.sleep(0.5)
+    raise AssertionError({j: squeue_state(sandbox, j) for j in jobs})
+
+
+def sbatch(sandbox, *args: str) -> str:
+    return sandbox.run(["sbatch", "--parsable", *args]).stdout.strip().split(";")[0]
+
+
+def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
+    # v100n1 by day: GPUs 0-3 time-sliced into 4 shares each (16 shards)
+    jobs = [
+        sbatch(
+            day,
+            "-w",
+            "v100n1",
+            "--gres=shard:1",
+            "-o",
+            str(tmp_path / f"s{k}.out"),
+            "--wrap",
+            "echo $SLURM_JOB_GPUS; sleep 60",
+        )
+        for k in range(16)
+    ]
+    try:
+        wait_running(day, jobs)
+        gpus = Counter((tmp_path / f"s{k}.out").read_text().strip() for k in range(16))
+        assert sorted(gpus.values()) == [4, 4, 4, 4] and len(gpus) == 4  # four jobs on each shared GPU
+        extra = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "true")
+        time.sleep(3)
+        assert squeue_state(day, extra) == "PENDING"
+        day.run(["scancel", extra])
+    finally:
+        day.run(["scancel", *jobs], check=False)
+
+
+def test_whole_gpu_and_shard_jobs_never_share_a_gpu(day):
+    shard = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "sleep 60")
+    try:
+        wait_running(day, [shard])
+        # an untyped request for all 8 GPUs would need the GPU the shard job is on
+        whole = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "true")
+        time.sleep(3)
+        assert squeue_state(day, whole) == "PENDING"
+        day.run(["scancel", whole])
+        # typed whole-GPU requests never consider time-sliced GPUs at all
+        assert job_gpus(day, "v100n1", "gpu:v100:4") == [4, 5, 6, 7]
+    finally:
+        day.run(["scancel", shard], check=False)
+    big = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "sleep 60")
+    try:
+        wait_running(day, [big])
+        late = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "true")
+        time.sleep(3)
+        assert squeue_state(day, late) == "PENDING"
+        day.run(["scancel", late])
+    finally:
+        day.run(["scancel", big], check=False)
+
+
+def test_sacct_records_typed_usage(day, tmp_path: Path):
+    job = sbatch(day, "--wait", "-w", "h100n1", "--gres=gpu:3g.40gb:1", "--wrap", "true")
+    deadline = time.monotonic() + 60
+    tres = ""
+    while time.monotonic() < deadline:
+        tres = day.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "AllocTRES"]).stdout.strip()
+        if "gres/gpu" in tres:
+            break
+        time.sleep(0.5)
+    items = tres.split(",")
+    assert "gres/gpu:3g.40gb=1" in items and "gres/gpu=1" in items
+
+
+def test_planned_night_equals_live_night(_sandbox_session, day):
+    """Run last in this module: switch to night, then compare the two renders."""
+    sb = _sandbox_session
+    switch(sb, "night")
+    planned = sb.gpupool("gres", "render", "--planned", "night").stdout
+    live = sb.gpupool("gres", "render", "--live").stdout
+
+    def strip(text: str) -> str:
+        return "\n".join(x for x in text.splitlines() if not x.startswith("# source:"))
+
+    assert strip(planned) == strip(live)
+    assert "layout_night" in live and "MultipleFiles=" not in live and "nvidia-caps" not in live
