@@ -242,7 +242,7 @@ def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autod
     for g, inst, t in devices:
         cores = socket_cores(node, g.cpus)
         if inst is not None:
-            files = mig_device_files(g.minor, inst.gi_id, inst.ci_id, dev_root)
+            files: tuple[str, ...] = mig_device_files(g.minor, inst.gi_id, inst.ci_id, dev_root)
             if mig_files == MIG_FILES_CI_CAP:
                 files = files[2:]
             out.records.append(GresRecord("gpu", t, files, cores=cores))

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
+
 from slurm_gpupool.core.gres import NodeGres, accounting_types, fold
 
 HEADER = "managed by slurm_gpupool; do not edit: changes are overwritten by `gpupool gres install`"
@@ -28,8 +30,7 @@ class RenderedFiles:
         return self.files[role]
 
 
-def environment(site_dir: str | Path | None = None):  # -> jinja2.Environment
-    import jinja2
+def environment(site_dir: str | Path | None = None) -> jinja2.Environment:
 
     from slurm_gpupool.resources import templates_dir
 
