@@ -173,7 +173,7 @@ def down(root: Path | None, purge: bool, as_json: bool) -> None:
 @sandbox.command()
 @_root_option
 @click.option("--controller", is_flag=True, help="Restart slurmctld.")
-@click.option("--nodes", "nodes_text", metavar="NODE,...", help="Restart these nodes' slurmd.")
+@click.option("--nodes", "nodes_text", metavar="HOSTLIST", help="Restart these nodes' slurmd (e.g. a100n[1-2],h100n1).")
 @_json_option
 def restart(root: Path | None, controller: bool, nodes_text: str | None, as_json: bool) -> None:
     """Restart slurmctld and/or slurmds (all of them without options).
@@ -181,7 +181,16 @@ def restart(root: Path | None, controller: bool, nodes_text: str | None, as_json
     Slurm 22.05 applies changed GRES counts only after a restart of slurmctld
     and the node's slurmd; `scontrol reconfigure` is not enough.
     """
-    nodes = [n.strip() for n in nodes_text.split(",") if n.strip()] if nodes_text else None
+    nodes = None
+    if nodes_text:
+        from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+        from slurm_gpupool.errors import UsageError
+
+        try:
+            nodes = list(NodeSet(nodes_text))
+        except NodeSetParseError as e:
+            raise UsageError(f"--nodes {nodes_text}", f"not a hostlist ({e})") from None
     sb = _sandbox(root, progress=None if as_json else _progress)
     report = sb.restart(controller=controller, nodes=nodes)
     if as_json:
