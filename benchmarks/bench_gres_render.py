@@ -19,7 +19,11 @@ from benchmarks.common import child_peak_rss_mib, median_seconds, table
 
 MACHINES = ["dgx-a100", "hgx-h100", "pcie-a30", "dgx1-v100", "h100-nvl-pair"]
 DAY = {
-    "dgx-a100": {"0-3": {"mig": {"1g.5gb": 7}}, "4-5": {"mig": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}, "6-7": "whole"},
+    "dgx-a100": {
+        "0-3": {"mig": {"1g.5gb": 7}},
+        "4-5": {"mig": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}},
+        "6-7": "whole",
+    },
     "hgx-h100": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}}, "6-7": {"shared": 4}},
     "pcie-a30": {"0-1": {"mig": {"1g.6gb": 4}}, "2-3": {"shared": 4}},
     "dgx1-v100": {"0-3": {"shared": 4}, "4-7": "whole"},
@@ -38,7 +42,7 @@ DAY_ALT = {
 def make_config(n_nodes: int) -> dict:
     per = n_nodes // len(MACHINES)
     nodesets, day, night = {}, {}, {}
-    for k, m in enumerate(MACHINES):
+    for m in MACHINES:
         name = m.replace("-", "")
         nodesets[name] = {"nodes": f"{name}n[{1:05d}-{per:05d}]", "machine": m}
         day[name] = DAY[m]
