@@ -95,6 +95,22 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True)
+class HookSettings:
+    """``hooks:``: health thresholds and options of the job hooks."""
+
+    ecc_uncorrected_max: int = 0
+    temperature_margin_c: int = 3
+    xid_window_s: int = 3600
+    critical_xids: tuple[int, ...] = (48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+    check_mig_drift: bool = True
+    mps: bool = False
+    mps_control: str = "nvidia-cuda-mps-control"
+    shard_memory_limit: bool = False
+    epilog_kill_grace_s: float = 3.0
+    kmsg: str = "/dev/kmsg"
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     source: str
     version: int
@@ -103,6 +119,8 @@ class PoolConfig:
     schedule: Schedule | None
     paths: Paths
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    hooks: HookSettings = field(default_factory=HookSettings)
+    sim_dir: str | None = None  # simulation: the directory of simulated nodes (sandbox)
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def all_nodes(self) -> list[str]:
@@ -428,11 +446,37 @@ def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet])
     )
 
 
+def _parse_hooks(raw: Any, top: Where) -> HookSettings:
+    if raw is None:
+        return HookSettings()
+    w = top.key("hooks")
+    w.check_type(raw, dict)
+    d = HookSettings()
+    w.only_keys(raw, set(d.__dataclass_fields__))
+    values: dict[str, Any] = {}
+    for name in d.__dataclass_fields__:
+        if name not in raw:
+            continue
+        default = getattr(d, name)
+        if isinstance(default, bool):
+            values[name] = w.key(name).check_type(raw[name], bool)
+        elif isinstance(default, tuple):
+            items = w.key(name).check_type(raw[name], list)
+            values[name] = tuple(w.key(name).index(i).check_type(x, int) for i, x in enumerate(items))
+        elif isinstance(default, float):
+            values[name] = float(w.key(name).check_type(raw[name], (int, float)))
+        else:
+            values[name] = w.key(name).check_type(raw[name], type(default))
+    return HookSettings(**{**d.__dict__, **values})
+
+
 def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolConfig:
     """Validate a decoded pool config."""
     top = Where(source)
     top.check_type(raw, dict)
-    top.only_keys(raw, {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted", "slurm"})
+    top.only_keys(
+        raw, {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted", "slurm", "hooks", "simulation"}
+    )
     version = top.require(raw, "version", int)
     if version not in SUPPORTED_VERSIONS:
         raise top.key("version").error(f"unsupported config version {version}", hint="this gpupool reads version 1")
@@ -451,11 +495,30 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     layouts = _parse_layouts(raw.get("layouts") or {}, top, nodesets, extra)
     schedule = _parse_schedule(raw.get("schedule"), top, layouts)
     slurm = _parse_slurm(raw.get("slurm"), top, base, nodesets)
-    return PoolConfig(source, version, nodesets, layouts, schedule, paths, slurm, raw)
+    hooks = _parse_hooks(raw.get("hooks"), top)
+    sim = top.optional(raw, "simulation", dict, {})
+    top.key("simulation").only_keys(sim, {"sim_dir"})
+    sim_dir = top.key("simulation").optional(sim, "sim_dir", str)
+    return PoolConfig(source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, raw)
 
 
 def config_path(path: str | Path | None = None) -> Path:
-    return Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    """``--config``, else $SLURM_GPUPOOL_CONFIG, else the config named by the hook
+    settings beside $SLURM_CONF (how Slurm-run programs such as the health check find
+    it), else /etc/slurm-gpupool/gpupool.yaml."""
+    if path or os.environ.get(CONFIG_ENV):
+        return Path(path or os.environ[CONFIG_ENV])
+    conf = os.environ.get("SLURM_CONF")
+    if conf:
+        import json
+
+        try:
+            source = json.loads((Path(conf).parent / "gpupool-hooks.json").read_text()).get("source")
+            if source:
+                return Path(source)
+        except (OSError, ValueError, AttributeError):
+            pass
+    return Path(DEFAULT_CONFIG_PATH)
 
 
 def load_config(path: str | Path | None = None) -> PoolConfig:

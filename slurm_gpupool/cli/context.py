@@ -66,9 +66,17 @@ class AppContext:
 
 
 def _gpu(ctx: AppContext) -> Any:
+    """NVML, or the simulation named by --sim-dir / $SLURM_GPUPOOL_SIM_DIR / the config."""
+    from slurm_gpupool.errors import ConfigError
     from slurm_gpupool.hw import open_backend
 
-    return open_backend(ctx.node, ctx.sim_dir)
+    sim = ctx.sim_dir
+    if not sim:
+        try:
+            sim = ctx.config().sim_dir
+        except ConfigError:
+            sim = None
+    return open_backend(ctx.node, sim)
 
 
 def _config(ctx: AppContext) -> Any:

@@ -97,10 +97,13 @@ def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: boo
     except SlurmUnavailableError:  # no Slurm client here: assume the conservative 22.05 rule
         reconf = False
     plan = install(cfg, r, backup=not no_backup, reconfigure_ok=reconf)
+    from slurm_gpupool.ops.hook_settings import write_hook_settings
+
+    hooks_path = write_hook_settings(cfg)
     if as_json:
         emit_json(
             {
-                "files": {k: str(v) for k, v in installed_paths(cfg).items()},
+                "files": {**{k: str(v) for k, v in installed_paths(cfg).items()}, "hooks": str(hooks_path)},
                 "gres_changed": plan.gres_changed,
                 "features_changed": plan.features_changed,
                 "controller_wide": plan.controller_wide,
@@ -108,6 +111,6 @@ def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: boo
             }
         )
         return
-    for path in installed_paths(cfg).values():
+    for path in [*installed_paths(cfg).values(), hooks_path]:
         click.echo(f"installed {path}")
     click.echo(plan.describe())

@@ -36,6 +36,7 @@ COMMANDS = {
     "layout": "slurm_gpupool.cli.layout:layout",
     "node": "slurm_gpupool.cli.node:node",
     "gres": "slurm_gpupool.cli.gres:gres",
+    "health": "slurm_gpupool.cli.health:health",
 }
 
 

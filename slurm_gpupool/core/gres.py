@@ -218,27 +218,36 @@ def node_gres(
     return NodeGres(node.name, t.records, t.counts, t.features, t.node_line_params)
 
 
-@lru_cache(maxsize=1024)
-def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autodetect: bool) -> NodeGres:
-    out = NodeGres(node.name)
-    # Devices by GPU index, then MIG device index; each with its type.
+def device_order(
+    gpus: Sequence[GresGpu], naming: str = NAMING_PROFILE, autodetect: bool = False
+) -> list[tuple[GresGpu, MigInstance | None, str]]:
+    """The node's gpu GRES devices in slurmd's order, each with its Type.
+
+    Devices by GPU index, then MIG device index; then grouped by type in order of
+    first appearance, which is how slurmd orders a node's records.  A device's
+    position here is its index in ``SLURM_JOB_GPUS``: the job hooks map through it.
+    """
     devices: list[tuple[GresGpu, MigInstance | None, str]] = []
-    models: set[str] = set()
-    for g in node.gpus:
+    for g in gpus:
         model = get_model(g.model)
-        models.add(whole_type(model))
         if g.mode == MIG:
             devices.extend((g, inst, slurm_type(model, inst.profile, naming)) for inst in g.instances)
         elif g.mode == SHARED and not autodetect:
             devices.append((g, None, shared_type(model)))
         else:
             devices.append((g, None, slurm_type(model, None, naming)))
-    # slurmd groups a node's gpu records by type, in order of first appearance; emit
-    # them that way so a record's position here is its index in SLURM_JOB_GPUS.
     first: dict[str, int] = {}
     for k, (_, _, t) in enumerate(devices):
         first.setdefault(t, k)
     devices.sort(key=lambda d: first[d[2]])
+    return devices
+
+
+@lru_cache(maxsize=1024)
+def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autodetect: bool) -> NodeGres:
+    out = NodeGres(node.name)
+    models = {whole_type(get_model(g.model)) for g in node.gpus}
+    devices = device_order(node.gpus, naming, autodetect)
     for g, inst, t in devices:
         cores = socket_cores(node, g.cpus)
         if inst is not None:

@@ -1,24 +1,134 @@
-"""``gpupool-epilog``: Slurm Epilog (root, on the node, after the job ends)."""
+"""``gpupool-epilog``: Slurm Epilog (root, on the node, after the job ends).
+
+1. Ends leftover processes of *this* job on *its* GPUs or MIG devices, never
+   another job's process on another MIG device of the same GPU.
+2. Adds the job's GPU usage to its spool record (memory per device and
+   utilization where NVML gives them; Slurm has no MIG utilization).
+3. Runs the post-job health check: a failure exits 1, which drains the node.
+4. Removes the job's runtime files.
+
+Like the Prolog it fails open on its own errors and calls no Slurm command.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sys
+import time
 
 from slurm_gpupool.hooks.cli import wants_help
+from slurm_gpupool.hooks.runtime import (
+    HookError,
+    gpu_indices,
+    job_id,
+    load_settings,
+    log,
+    node_name,
+    node_path,
+    open_dir,
+    read_in_dir,
+    read_json,
+    run_hook,
+    write_in_dir,
+)
 
 USAGE = """
 usage: gpupool-epilog
 
 Slurm Epilog for slurm_gpupool (slurm.conf: Epilog=/usr/bin/gpupool-epilog).
 Slurm runs it as root after the job; it takes no arguments.  It ends leftover
-processes of this job on its GPUs, records GPU usage and re-checks health.
+processes of this job on its GPUs, records the job's GPU usage, re-checks the
+GPUs' health (exit 1 drains the node) and removes the job's runtime files.
 """
+
+
+def usage(backend, state: dict, devices: list[dict]) -> list[dict]:
+    """Per device: memory in use now and, for whole GPUs, utilization (NVML)."""
+    out = []
+    for d in devices:
+        entry = {"index": d["index"], "type": d["type"], "gpu": d["gpu"], "mig_uuid": d.get("mig_uuid")}
+        entry.update(backend.device_usage(d["gpu"], d.get("mig_uuid")))
+        out.append(entry)
+    return out
+
+
+def _body(env: dict[str, str]) -> int:
+    settings = load_settings(env)
+    node = node_name(env)
+    jid = job_id(env)
+    indices = gpu_indices(env.get("SLURM_JOB_GPUS"))
+    run_dir = node_path(settings, "run_dir", node)
+    try:
+        if not indices:
+            return 0
+        state_dir = node_path(settings, "state_dir", node)
+        try:
+            state = read_json(os.path.join(state_dir, "node-state.json"))
+        except FileNotFoundError:
+            raise HookError("no node state (run `gpupool node apply` on this node)") from None
+        from slurm_gpupool.hooks.allocation import devices_for, gpus_of
+        from slurm_gpupool.hooks.health import check_gpus
+        from slurm_gpupool.hooks.leftovers import belongs_to_job, candidates, end_processes
+        from slurm_gpupool.hw import open_backend
+
+        devices = devices_for(state, indices)
+        with open_backend(node, settings.get("sim_dir")) as backend:
+            found = [
+                (g, p)
+                for g, p in candidates(backend, state, devices)
+                if belongs_to_job(p, jid, env.get("SLURM_JOB_UID"))
+            ]
+            killed = end_processes([p for _, p in found], float(settings["epilog_kill_grace_s"]))
+            if killed:
+                log("epilog", jid, f"ended leftover GPU processes {', '.join(map(str, killed))}")
+            used = usage(backend, state, devices)
+            problems = check_gpus(backend, state, [g["index"] for g in gpus_of(state, devices)], settings)
+        _update_record(settings, node, jid, {"end_time": int(time.time()), "usage": used, "killed": killed})
+        if problems:
+            from slurm_gpupool.hooks.prolog import record_health
+
+            record_health(state_dir, "fail", "epilog", jid, problems)
+            log("epilog", jid, "GPU health check failed: " + "; ".join(problems), 3)
+            return 1
+        return 0
+    finally:
+        _cleanup(run_dir, jid)
+
+
+def _update_record(settings: dict, node: str, jid: str, extra: dict) -> None:
+    fd = open_dir(os.path.join(node_path(settings, "spool_dir", node), "jobs"))
+    try:
+        try:
+            rec = read_in_dir(fd, f"{jid}.json")
+        except FileNotFoundError:
+            rec = {"job_id": jid, "node": node}
+        rec.update(extra)
+        write_in_dir(fd, f"{jid}.json", (json.dumps(rec, indent=1) + "\n").encode(), 0o644)
+    finally:
+        os.close(fd)
+
+
+def _cleanup(run_dir: str, jid: str) -> None:
+    """Remove ``<run_dir>/<job id>.*`` (names we made; the job id is validated digits)."""
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        for name in os.listdir(fd):
+            if name.startswith(f"{jid}."):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
     if wants_help(sys.argv[1:] if argv is None else argv, USAGE):
         return 0
-    return 0  # cleanup and usage recording arrive with the job-hooks issue
+    return run_hook("epilog", _body)
 
 
 if __name__ == "__main__":

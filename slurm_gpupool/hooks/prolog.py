@@ -1,26 +1,126 @@
-"""``gpupool-prolog``: Slurm Prolog (root, on the node, before the job starts)."""
+"""``gpupool-prolog``: Slurm Prolog (root, on the node, before the job starts).
+
+1. Health check of the job's GPUs.  On a failure it writes the reason to the
+   root-owned ``health.json`` in the state directory (``gpupool health --show``)
+   and to syslog, and exits 1: Slurm drains the node and requeues the job.
+2. A job → GPU record in the spool (``jobs/<id>.json``), written atomically.
+3. For shard jobs, if the site enables it, the MPS control daemon for the GPU.
+
+It never calls a Slurm command.  Any error of its own (no NVML, a corrupt
+state file, an unwritable spool) fails open: exit 0, logged.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 
 from slurm_gpupool.hooks.cli import wants_help
+from slurm_gpupool.hooks.runtime import (
+    HookError,
+    gpu_indices,
+    job_id,
+    load_settings,
+    log,
+    node_name,
+    node_path,
+    open_dir,
+    read_json,
+    run_hook,
+    write_in_dir,
+)
 
 USAGE = """
 usage: gpupool-prolog
 
 Slurm Prolog for slurm_gpupool (slurm.conf: Prolog=/usr/bin/gpupool-prolog,
 PrologFlags=Alloc).  Slurm runs it as root with the job's environment
-(SLURM_JOB_ID, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES, ...); it takes no arguments.
-It checks the health of the job's GPUs and records which GPUs the job got.
-A non-zero exit drains the node, so it fails open on its own errors.
+(SLURM_JOB_ID, SLURM_JOB_GPUS, ...); it takes no arguments.  It checks the health
+of the job's GPUs (exit 1 drains the node and requeues the job), records which
+GPUs the job got, and starts MPS for shard jobs where enabled.  It fails open on
+its own errors.
 """
+
+
+def record_health(state_dir: str, status: str, by: str, job: str | None, found: list[str]) -> None:
+    """``health.json``: what ``gpupool health --show`` and ``gpupool status`` read."""
+    fd = open_dir(state_dir)
+    try:
+        data = {"status": status, "by": by, "job": job, "problems": found, "checked_at": int(time.time())}
+        write_in_dir(fd, "health.json", (json.dumps(data, indent=1) + "\n").encode(), 0o644)
+    finally:
+        os.close(fd)
+
+
+def job_record(env: dict[str, str], node: str, state: dict, devices: list[dict]) -> dict:
+    """What the spool keeps about a job; strings from the job are data, never paths."""
+
+    def clip(name: str) -> str:
+        return env.get(name, "")[:256]
+
+    return {
+        "job_id": job_id(env),
+        "node": node,
+        "user": clip("SLURM_JOB_USER"),
+        "uid": clip("SLURM_JOB_UID"),
+        "account": clip("SLURM_JOB_ACCOUNT"),
+        "partition": clip("SLURM_JOB_PARTITION"),
+        "layout": state.get("layout"),
+        "start_time": int(time.time()),
+        "devices": devices,
+    }
+
+
+def _body(env: dict[str, str]) -> int:
+    settings = load_settings(env)
+    node = node_name(env)
+    jid = job_id(env)
+    state_dir = node_path(settings, "state_dir", node)
+    indices = gpu_indices(env.get("SLURM_JOB_GPUS"))
+    if not indices:
+        return 0  # not a GPU job: nothing to check or record
+    try:
+        state = read_json(os.path.join(state_dir, "node-state.json"))
+    except FileNotFoundError:
+        raise HookError("no node state (run `gpupool node apply` on this node)") from None
+    from slurm_gpupool.hooks.allocation import devices_for, gpus_of
+
+    devices = devices_for(state, indices)
+    found = check(settings, node, state, [g["index"] for g in gpus_of(state, devices)])
+    if found:
+        record_health(state_dir, "fail", "prolog", jid, found)
+        log("prolog", jid, "GPU health check failed: " + "; ".join(found), 3)
+        return 1
+    spool = node_path(settings, "spool_dir", node)
+    fd = open_dir(os.path.join(spool, "jobs"))
+    try:
+        rec = job_record(env, node, state, devices)
+        write_in_dir(fd, f"{jid}.json", (json.dumps(rec, indent=1) + "\n").encode(), 0o644)
+    finally:
+        os.close(fd)
+    if settings["mps"].get("enabled") and any(d["kind"] == "shared" for d in devices):
+        from slurm_gpupool.hooks.mps import start_mps
+
+        start_mps(settings, node, [d for d in devices if d["kind"] == "shared"])
+    return 0
+
+
+def check(settings: dict, node: str, state: dict, gpu_indices_: list[int]) -> list[str]:
+    """Health problems of the job's GPUs, through NVML (or the simulation)."""
+    from slurm_gpupool.hooks.health import check_gpus
+    from slurm_gpupool.hw import open_backend
+
+    sim = settings.get("sim_dir")
+    with open_backend(node, sim) as backend:
+        return check_gpus(backend, state, gpu_indices_, settings)
 
 
 def main(argv: list[str] | None = None) -> int:
     if wants_help(sys.argv[1:] if argv is None else argv, USAGE):
         return 0
-    return 0  # the health check and job record arrive with the job-hooks issue
+    return run_hook("prolog", _body)
 
 
 if __name__ == "__main__":

@@ -388,6 +388,28 @@ class NvmlBackend:
             temperature_slowdown_c=slowdown,
         )
 
+    def device_usage(self, index: int, mig_uuid: str | None = None) -> dict[str, int | None]:
+        """Memory in use and, for a whole GPU, utilization (``nvidia-smi --query-gpu=memory.used,utilization.gpu``).
+
+        NVML has no utilization for MIG devices; None where it cannot say.
+        """
+        what = f"usage of GPU {index} on {self.node}"
+        with nvml_errors(what):
+            h = pynvml.nvmlDeviceGetHandleByUUID(mig_uuid) if mig_uuid else self._handle(index)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            util: int | None = None
+            if not mig_uuid:
+                try:
+                    util = int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+                except pynvml.NVMLError as e:
+                    if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                        raise
+        return {
+            "memory_used_mib": int(mem.used) >> 20,
+            "memory_total_mib": int(mem.total) >> 20,
+            "utilization_pct": util,
+        }
+
     # -- changes ----------------------------------------------------------------------------
     def set_mig_mode(self, index: int, enabled: bool) -> tuple[bool, bool, int]:
         """``nvidia-smi -i N -mig 1|0``; returns (current, pending, activation status)."""

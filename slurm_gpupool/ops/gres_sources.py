@@ -17,7 +17,7 @@ from slurm_gpupool.core.layouts import MIG
 from slurm_gpupool.core.planner import plan_gpu
 from slurm_gpupool.errors import ConfigError, StateError
 from slurm_gpupool.machines import MachineSpec
-from slurm_gpupool.ops.node_state import read_node_state, state_file
+from slurm_gpupool.ops.node_state import gres_gpus, read_node_state, state_file
 
 
 def _cpu_layout(cfg: PoolConfig, node: str) -> MachineSpec | None:
@@ -90,25 +90,10 @@ def live_node(cfg: PoolConfig, node: str) -> GresNode:
             f"no {state_file(state_dir)}",
             hint=f"run `gpupool node apply LAYOUT` on {node} first (or render --planned)",
         )
-    gpus = []
-    for g in st["gpus"]:
-        if g.get("model") is None:
-            raise StateError(f"node state of {node}", f"GPU {g['index']} ({g.get('name')}) is not in the catalog")
-        insts = sorted(g["instances"], key=lambda i: i["mig_index"])
-        gpus.append(
-            GresGpu(
-                g["index"],
-                g["minor"],
-                g["model"],
-                g["mode"],
-                g.get("shares", 0),
-                tuple(g.get("cpus", ())),
-                tuple(MigInstance(i["profile"], i["gi_id"], i["ci_id"]) for i in insts),
-            )
-        )
+    gpus = gres_gpus(st)
     topo = st["topology"]
     links = tuple(tuple(r) for r in topo["nvlinks"])
-    return _node(cfg, node, tuple(gpus), links, tuple(topo["nvswitch_links"]), st.get("layout"))
+    return _node(cfg, node, gpus, links, tuple(topo["nvswitch_links"]), st.get("layout"))
 
 
 def select_nodes(cfg: PoolConfig, hostlist: str | None) -> list[str]:

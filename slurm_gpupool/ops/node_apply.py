@@ -39,7 +39,7 @@ from slurm_gpupool.core.gpu_diff import (
 from slurm_gpupool.core.layouts import GpuTarget
 from slurm_gpupool.errors import BusyError, GpuBusyError, GpupoolError
 from slurm_gpupool.model import GpuInfo, NodeInventory, Placement
-from slurm_gpupool.ops.node_state import build_node_state, read_node_state, write_node_state
+from slurm_gpupool.ops.node_state import add_slurm_devices, build_node_state, read_node_state, write_node_state
 
 
 @dataclass
@@ -231,6 +231,7 @@ def apply_node(
                 "rolled-back" if rolled_back else "failed",
                 f"apply {layout} failed: {errors}",
             )
+        add_slurm_devices(state, cfg.slurm.type_naming, cfg.slurm.autodetect)
         report.state_path = str(write_node_state(state_dir, state))
     return report
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.atomic import write_json_atomic
+from slurm_gpupool.core.gres import GresGpu, MigInstance, device_order
 from slurm_gpupool.core.layouts import MIG, SHARED, WHOLE, GpuTarget
 from slurm_gpupool.errors import StateError
 from slurm_gpupool.model import NodeInventory
@@ -64,6 +65,7 @@ def build_node_state(
                 "minor": g.minor,
                 "numa_node": g.numa_node,
                 "cpus": list(g.cpus),
+                "memory_mib": g.memory_mib,
                 "mode": mode,
                 "shares": shares if mode == SHARED else 0,
                 "matches_layout": t is not None,
@@ -109,3 +111,54 @@ def write_node_state(state_dir: Path, state: dict[str, Any]) -> Path:
     path = state_file(state_dir)
     write_json_atomic(path, state)
     return path
+
+
+def gres_gpus(state: dict[str, Any]) -> tuple[GresGpu, ...]:
+    """The GPUs of a node state as the GRES generator sees them."""
+    gpus = []
+    for g in state["gpus"]:
+        if g.get("model") is None:
+            raise StateError(
+                f"node state of {state.get('node')}", f"GPU {g['index']} ({g.get('name')}) is not in the catalog"
+            )
+        insts = sorted(g["instances"], key=lambda i: i["mig_index"])
+        gpus.append(
+            GresGpu(
+                g["index"],
+                g["minor"],
+                g["model"],
+                g["mode"],
+                g.get("shares", 0),
+                tuple(g.get("cpus", ())),
+                tuple(MigInstance(i["profile"], i["gi_id"], i["ci_id"]) for i in insts),
+            )
+        )
+    return tuple(gpus)
+
+
+def add_slurm_devices(state: dict[str, Any], naming: str, autodetect: bool) -> dict[str, Any]:
+    """Record slurmd's device order: entry k is what index k of ``SLURM_JOB_GPUS`` means.
+
+    The job hooks read this to turn Slurm's indices into GPUs and MIG UUIDs.
+    """
+    uuid_by = {
+        (g["index"], i["gi_id"], i["ci_id"]): (i["uuid"], i["profile"]) for g in state["gpus"] for i in g["instances"]
+    }
+    gpu_by = {g["index"]: g for g in state["gpus"]}
+    devices = []
+    for k, (g, inst, t) in enumerate(device_order(gres_gpus(state), naming, autodetect)):
+        entry: dict[str, Any] = {
+            "index": k,
+            "gpu": g.index,
+            "type": t,
+            "kind": g.mode,
+            "gpu_uuid": gpu_by[g.index]["uuid"],
+        }
+        if inst is not None:
+            entry["mig_uuid"], entry["profile"] = uuid_by[(g.index, inst.gi_id, inst.ci_id)]
+        if g.mode == SHARED:
+            entry["shares"] = g.shares
+        devices.append(entry)
+    state["slurm_devices"] = devices
+    state["slurm_naming"] = naming
+    return state

@@ -55,6 +55,22 @@ DEFAULT_ROOT = Path("/var/tmp/slurm-gpupool-sandbox")
 CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
 
 
+def hook_programs() -> dict[str, str]:
+    """Absolute paths of the installed hook programs (this interpreter's scripts dir)."""
+    import sysconfig
+
+    scripts = Path(sysconfig.get_path("scripts"))
+    out = {}
+    for name in ("prolog", "epilog", "taskprolog", "healthcheck"):
+        path = scripts / f"gpupool-{name}"
+        if not path.exists():
+            raise StateError(
+                f"hook program {path}", "not installed", hint="pip install the package (scripts/bootstrap)"
+            )
+        out[name] = str(path)
+    return out
+
+
 def default_config_path() -> str:
     """The shipped example config: the sandbox's embedded default."""
     from slurm_gpupool.resources import etc_dir
@@ -504,6 +520,7 @@ class Sandbox:
         slurm_conf = self._render(
             "slurm.conf.j2",
             **common,
+            hooks=hook_programs(),
             nodes_conf=str(p.nodes_conf),
             gres_types_conf=str(p.gres_types_conf),
             def_mem_per_cpu_mib=DEF_MEM_PER_CPU_MIB,
@@ -561,9 +578,12 @@ class Sandbox:
         """`gpupool gres install --live` into <root>/etc; returns the files it changed."""
         from slurm_gpupool.ops.gres_install import install, installed_paths, render
 
+        from slurm_gpupool.ops.hook_settings import write_hook_settings
+
         paths = installed_paths(cfg)
         before = {p: p.read_text() if p.exists() else None for p in paths.values()}
         install(cfg, render(cfg, cfg.all_nodes(), None), backup=False)
+        write_hook_settings(cfg)
         return {p for p in paths.values() if p.read_text() != before[p]}
 
     def _make_dirs(self) -> None:

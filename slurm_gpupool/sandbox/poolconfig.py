@@ -66,4 +66,5 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
         }
     )
     raw["slurm"] = slurm
+    raw["simulation"] = {"sim_dir": f"{root}/sim"}
     return raw

@@ -1,0 +1,76 @@
+"""Ending a finished job's leftover GPU processes, and only that job's.
+
+A process is the job's when its cgroup names the job (``job_<id>``) or its
+environment carries ``SLURM_JOB_ID=<id>``, and it runs as the job's user.  On a
+MIG GPU only processes on the job's own MIG devices are considered; on a shared
+GPU other jobs' processes share the device, so the ownership test decides.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+from typing import Any
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def belongs_to_job(pid: int, job: str, uid: str | None) -> bool:
+    """Is ``pid`` part of Slurm job ``job`` (run by ``uid`` if given)?"""
+    if uid and uid.isdigit() and _owner(pid) != int(uid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            if f"/job_{job}/".encode() in f.read():
+                return True
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"SLURM_JOB_ID={job}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def candidates(backend: Any, state: dict[str, Any], devices: Iterable[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(GPU index, pid) of processes on the job's devices: its MIG devices, or its GPUs."""
+    mig_ids = {}
+    for g in state.get("gpus", []):
+        for inst in g.get("instances", []):
+            mig_ids[inst["uuid"]] = (g["index"], inst["gi_id"], inst["ci_id"])
+    out = []
+    by_gpu: dict[int, list[dict[str, Any]]] = {}
+    for d in devices:
+        by_gpu.setdefault(d["gpu"], []).append(d)
+    for gpu, devs in sorted(by_gpu.items()):
+        mine = {mig_ids[d["mig_uuid"]][1:] for d in devs if d.get("mig_uuid") in mig_ids}
+        for p in backend.processes(gpu):
+            if mine and (p.gi_id, p.ci_id) not in mine:
+                continue  # another MIG device of the same GPU: another job's
+            out.append((gpu, p.pid))
+    return out
+
+
+def end_processes(pids: list[int], grace_s: float) -> list[int]:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL; returns the pids signalled."""
+    sent = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            sent.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in sent):
+        time.sleep(0.05)
+    for pid in sent:
+        if os.path.exists(f"/proc/{pid}"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return sent

@@ -1,0 +1,189 @@
+"""What every job hook shares: settings, the job's identity, logging, safe writes.
+
+Hooks run as root (Prolog, Epilog) or as the job's user (TaskProlog) on every
+job.  So this module imports only the standard library; it trusts no
+job-controlled string as a path; it writes through a directory file descriptor
+with ``O_NOFOLLOW`` and renames atomically; and it lets callers fail open.
+
+Settings come from ``gpupool-hooks.json`` beside ``$SLURM_CONF`` (slurmd sets
+that variable for Prolog and Epilog), else ``/etc/slurm-gpupool/hooks.json``.
+``gpupool gres install`` writes the file from the pool config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+import syslog
+import time
+from collections.abc import Callable
+from typing import Any
+
+SETTINGS_NAME = "gpupool-hooks.json"
+FALLBACK_SETTINGS = "/etc/slurm-gpupool/hooks.json"
+SCHEMA = 1
+_JOB_ID = re.compile(r"^[0-9]{1,12}$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_INDICES = re.compile(r"^[0-9]{1,5}(,[0-9]{1,5}){0,1023}$")
+
+DEFAULTS: dict[str, Any] = {
+    "schema": SCHEMA,
+    "state_dir": "/var/lib/slurm-gpupool",
+    "run_dir": "/run/slurm-gpupool",
+    "spool_dir": "/var/spool/slurm-gpupool",
+    "sim_dir": None,
+    "kmsg": "/dev/kmsg",
+    "health": {
+        "ecc_uncorrected_max": 0,
+        "temperature_margin_c": 3,
+        "xid_window_s": 3600,
+        "critical_xids": [48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+        "check_mig_drift": True,
+    },
+    "mps": {"enabled": False, "control": "nvidia-cuda-mps-control", "pipe_dir": "/run/slurm-gpupool/mps"},
+    "shard_memory_limit": False,
+    "epilog_kill_grace_s": 3.0,
+}
+
+
+class HookError(Exception):
+    """A hook's own failure (bad input, missing state): logged, then the hook fails open."""
+
+
+def log(hook: str, job: str | None, message: str, priority: int = syslog.LOG_INFO) -> None:
+    """syslog with the job id (``journalctl -t gpupool-prolog``), and stderr for Slurm's log."""
+    text = f"job {job}: {message}" if job else message
+    try:
+        syslog.openlog(f"gpupool-{hook}", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(priority, text)
+    except OSError:
+        pass
+    sys.stderr.write(f"gpupool-{hook}: {text}\n")
+
+
+def load_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The hook settings; defaults where the file is missing or a key is absent."""
+    env = os.environ if env is None else env
+    candidates = []
+    conf = env.get("SLURM_CONF")
+    if conf and conf.startswith("/"):
+        candidates.append(os.path.join(os.path.dirname(conf), SETTINGS_NAME))
+    candidates.append(FALLBACK_SETTINGS)
+    for path in candidates:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & stat.S_IWOTH):
+                    raise HookError(f"{path} must be owned by root and not world-writable")
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            raise HookError(f"unreadable hook settings {path}: {e}") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise HookError(f"hook settings {path}: unknown schema")
+        merged = {**DEFAULTS, **data}
+        merged["health"] = {**DEFAULTS["health"], **(data.get("health") or {})}
+        merged["mps"] = {**DEFAULTS["mps"], **(data.get("mps") or {})}
+        merged["source"] = path
+        return merged
+    return {**DEFAULTS, "source": None}
+
+
+def node_name(env: dict[str, str]) -> str:
+    """The node this hook runs for (``SLURMD_NODENAME``, set by slurmd)."""
+    name = env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    if not _NODE.match(name):
+        raise HookError(f"bad node name {name!r}")
+    return name
+
+
+def job_id(env: dict[str, str]) -> str:
+    jid = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    if not _JOB_ID.match(jid):
+        raise HookError(f"bad or missing SLURM_JOB_ID {jid!r}")
+    return jid
+
+
+def gpu_indices(value: str | None) -> list[int]:
+    """``SLURM_JOB_GPUS``: comma-separated GRES indices (empty: no GPUs)."""
+    if not value:
+        return []
+    if not _INDICES.match(value):
+        raise HookError(f"unexpected GPU index list {value[:80]!r}")
+    return [int(x) for x in value.split(",")]
+
+
+def node_path(settings: dict[str, Any], key: str, node: str) -> str:
+    """A settings path with ``{node}`` filled in (node is validated, never job-controlled)."""
+    return str(settings[key]).replace("{node}", node)
+
+
+def read_json(path: str) -> Any:
+    """Read JSON, refusing a symlink at the final component."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return json.loads(f.read())
+
+
+def open_dir(path: str, create: bool = True, mode: int = 0o755) -> int:
+    """An fd for a directory we own; refuses a symlink or a directory others can write to."""
+    if create:
+        os.makedirs(path, mode=mode, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    st = os.fstat(fd)
+    if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        os.close(fd)
+        raise HookError(f"{path} is not a root-owned directory closed to others")
+    return fd
+
+
+def write_in_dir(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Atomically write ``name`` inside an opened directory (temp + fsync + rename)."""
+    if "/" in name or name in (".", ".."):
+        raise HookError(f"bad file name {name!r}")
+    tmp = f".{name}.{os.getpid()}.tmp"
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def read_in_dir(dir_fd: int, name: str) -> Any:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        return json.loads(f.read())
+
+
+def run_hook(hook: str, body: Callable[[dict[str, str]], int], env: dict[str, str] | None = None) -> int:
+    """Run a hook body and fail open: only a health failure may return non-zero.
+
+    ``body`` returns the exit code it wants; any exception is logged and becomes 0,
+    because a non-zero Prolog/Epilog drains the node and requeues the job.
+    """
+    env = dict(os.environ if env is None else env)
+    t0 = time.monotonic()
+    try:
+        return body(env)
+    except Exception as e:  # fail open: a bug or bad input here must not drain the node
+        jid = env.get("SLURM_JOB_ID", "")
+        log(
+            hook,
+            jid if _JOB_ID.match(jid) else None,
+            f"internal error, failing open: {type(e).__name__}: {e}",
+            syslog.LOG_ERR,
+        )
+        return 0
+    finally:
+        if os.environ.get("SLURM_GPUPOOL_HOOK_TIMING"):
+            sys.stderr.write(f"gpupool-{hook}: {1000 * (time.monotonic() - t0):.1f} ms\n")

@@ -1,0 +1,48 @@
+"""``gpupool-hooks.json``: what the job hooks need to know, written beside slurm.conf.
+
+The hooks must not parse YAML (speed) nor trust the job's environment for paths,
+so ``gpupool gres install`` writes this small JSON file from the pool config into
+Slurm's configuration directory; the hooks find it next to ``$SLURM_CONF``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.atomic import write_text_atomic
+from slurm_gpupool.config import PoolConfig
+
+FILE_NAME = "gpupool-hooks.json"
+
+
+def hook_settings(cfg: PoolConfig) -> dict[str, Any]:
+    h = cfg.hooks
+    return {
+        "schema": 1,
+        "source": cfg.source,
+        "state_dir": cfg.paths.state_dir,
+        "run_dir": cfg.paths.run_dir,
+        "spool_dir": cfg.paths.spool_dir,
+        "sim_dir": cfg.sim_dir,
+        "kmsg": f"{cfg.sim_dir}/{{node}}.kmsg" if cfg.sim_dir else h.kmsg,
+        "health": {
+            "ecc_uncorrected_max": h.ecc_uncorrected_max,
+            "temperature_margin_c": h.temperature_margin_c,
+            "xid_window_s": h.xid_window_s,
+            "critical_xids": list(h.critical_xids),
+            "check_mig_drift": h.check_mig_drift,
+        },
+        "mps": {"enabled": h.mps, "control": h.mps_control, "pipe_dir": f"{cfg.paths.run_dir}/mps"},
+        "shard_memory_limit": h.shard_memory_limit,
+        "epilog_kill_grace_s": h.epilog_kill_grace_s,
+    }
+
+
+def write_hook_settings(cfg: PoolConfig) -> Path:
+    """Install the file (mode 644, root-owned when run as root) and return its path."""
+    path = Path(cfg.slurm.config_dir) / FILE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(hook_settings(cfg), indent=1, sort_keys=True) + "\n", 0o644)
+    return path
