@@ -54,6 +54,18 @@ class SandboxHandle:
     def gpupool(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run([sys.executable, "-m", "slurm_gpupool.cli.main", *args], timeout=timeout, check=check)
 
+    def switch(self, layout: str) -> None:
+        """Every node to ``layout`` by hand: node apply, gres install, daemon restarts."""
+        for n in self.nodes:
+            self.gpupool("--node", n, "node", "apply", layout)
+        self.gpupool("gres", "install")
+        self.gpupool("sandbox", "restart", "--root", str(self.root), "--controller", "--nodes", ",".join(self.nodes))
+
+    def node_state(self, node: str) -> dict:
+        import json
+
+        return json.loads((self.root / "nodes" / node / "state" / "node-state.json").read_text())
+
     def ensure_up(self) -> None:
         self.sandbox.up()
         self.brought_down = False

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
@@ -94,22 +93,14 @@ def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str
 # -- the sandbox in its day layout -------------------------------------------------------
 
 
-def switch(sandbox, layout: str) -> None:
-    """What the repartitioner will do, by hand: apply, install GRES, restart."""
-    for n in NODES:
-        sandbox.gpupool("--node", n, "node", "apply", layout)
-    sandbox.gpupool("gres", "install")
-    sandbox.gpupool("sandbox", "restart", "--root", str(sandbox.root), "--controller", "--nodes", ",".join(NODES))
-
-
 @pytest.fixture(scope="module")
 def day(_sandbox_session):
     sb = _sandbox_session
     if sb.brought_down:
         sb.ensure_up()
-    switch(sb, "day")
+    sb.switch("day")
     yield sb
-    switch(sb, "night")
+    sb.switch("night")
 
 
 def cfg_tres(sandbox, node: str) -> dict[str, int]:
@@ -153,7 +144,7 @@ def job_gpus(sandbox, node: str, gres: str) -> list[int]:
 
 @pytest.mark.parametrize("node", NODES)
 def test_jobs_for_every_gres_type_get_their_own_record(day, node: str):
-    state = json.loads((day.root / "nodes" / node / "state" / "node-state.json").read_text())
+    state = day.node_state(node)
     gpu_recs = [r for r in records(installed(day, "gres.conf"), node) if r["Name"] == "gpu"]
     ci_caps = {}  # CI cap file -> (profile, GPU index)
     for g in state["gpus"]:
@@ -255,7 +246,7 @@ def test_sacct_records_typed_usage(day, tmp_path: Path):
 def test_planned_night_equals_live_night(_sandbox_session, day):
     """Run last in this module: switch to night, then compare the two renders."""
     sb = _sandbox_session
-    switch(sb, "night")
+    sb.switch("night")
     planned = sb.gpupool("gres", "render", "--planned", "night").stdout
     live = sb.gpupool("gres", "render", "--live").stdout
 

@@ -1,0 +1,167 @@
+"""The job hooks in the real sandbox Slurm: MIG UUIDs, shard limits, health, leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def parse_env(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def sbatch(sandbox, *args: str) -> str:
+    return sandbox.run(["sbatch", "--parsable", *args]).stdout.strip().split(";")[0]
+
+
+def state_of(sandbox, job: str) -> str:
+    return sandbox.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
+
+
+def wait_for(pred, timeout: float = 60, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def day(_sandbox_session):
+    sb = _sandbox_session
+    if sb.brought_down:
+        sb.ensure_up()
+    sb.switch("day")
+    yield sb
+    sb.switch("night")
+
+
+def job_env(sandbox, tmp: Path, name: str, *args: str) -> tuple[str, dict[str, str]]:
+    out = tmp / f"{name}.out"
+    job = sbatch(sandbox, "--wait", "-o", str(out), *args, "--wrap", "env")
+    return job, parse_env(out.read_text())
+
+
+def slurm_device(sandbox, node: str, env: dict[str, str]) -> list[dict]:
+    table = sandbox.node_state(node)["slurm_devices"]
+    return [table[int(i)] for i in env["SLURM_JOB_GPUS"].split(",")]
+
+
+def test_two_jobs_on_one_gpu_each_see_their_own_mig_uuid(day, tmp_path: Path):
+    outs = [tmp_path / f"m{k}.out" for k in range(2)]
+    jobs = [sbatch(day, "-w", "h100n1", "--gres=gpu:1g.10gb:1", "-o", str(o), "--wrap", "env; sleep 5") for o in outs]
+    wait_for(lambda: all(state_of(day, j) == "" for j in jobs), 90, "both MIG jobs to finish")
+    envs = [parse_env(o.read_text()) for o in outs]
+    uuids = [e["CUDA_VISIBLE_DEVICES"] for e in envs]
+    assert all(re.fullmatch(r"MIG-[0-9a-f-]{36}", u) for u in uuids) and uuids[0] != uuids[1]
+    devs = [slurm_device(day, "h100n1", e)[0] for e in envs]
+    assert [d["mig_uuid"] for d in devs] == uuids  # exactly Slurm's allocation
+    assert devs[0]["gpu"] == devs[1]["gpu"] == 0  # two MIG instances of the same GPU
+    assert all(e["SLURM_GPUPOOL_PROFILE"] == "1g.10gb" and e["SLURM_GPUPOOL_LAYOUT"] == "day" for e in envs)
+
+
+def test_a_job_with_two_instances_and_across_a_layout_change(day, tmp_path: Path):
+    _, env = job_env(day, tmp_path, "two", "-w", "h100n1", "--gres=gpu:3g.40gb:2")
+    uuids = env["CUDA_VISIBLE_DEVICES"].split(",")
+    assert len(uuids) == 2 and [d["mig_uuid"] for d in slurm_device(day, "h100n1", env)] == uuids
+    day.switch("night")
+    day.switch("day")  # instances are re-created: new UUIDs, and jobs see the new ones
+    _, env2 = job_env(day, tmp_path, "two-again", "-w", "h100n1", "--gres=gpu:3g.40gb:2")
+    uuids2 = env2["CUDA_VISIBLE_DEVICES"].split(",")
+    assert set(uuids2).isdisjoint(uuids)
+    assert [d["mig_uuid"] for d in slurm_device(day, "h100n1", env2)] == uuids2
+    live = json.loads(day.gpupool("--node", "h100n1", "inventory", "--json").stdout)
+    assert set(uuids2) <= {d["uuid"] for g in live["gpus"] for gi in g["instances"] for d in gi["devices"]}
+
+
+def test_shards_get_a_thread_percentage_and_whole_gpus_do_not(day, tmp_path: Path):
+    _, env = job_env(day, tmp_path, "shard", "-w", "v100n1", "--gres=shard:2")
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"  # 2 of the GPU's 4 shares
+    (dev,) = slurm_device(day, "v100n1", env)
+    assert env["CUDA_VISIBLE_DEVICES"] == dev["gpu_uuid"] and dev["kind"] == "shared"
+    _, whole = job_env(day, tmp_path, "whole", "-w", "v100n1", "--gres=gpu:v100:1")
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in whole
+    (wdev,) = slurm_device(day, "v100n1", whole)
+    assert whole["CUDA_VISIBLE_DEVICES"] == wdev["gpu_uuid"] and wdev["kind"] == "whole"
+
+
+def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Path):
+    """Two jobs on two MIG devices of GPU 0; job A leaves a daemonised process behind."""
+    node, table = "h100n1", day.node_state("h100n1")["slurm_devices"]
+    register = "gpupool --node h100n1 sim process {gpu} {pid} --mig-uuid {uuid} --memory-mib 2000"
+    # job B: a process on its own MIG device that must survive A's epilog
+    b_out = tmp_path / "b.out"
+    b = sbatch(
+        day,
+        "-w",
+        node,
+        "--gres=gpu:1g.10gb:1",
+        "-o",
+        str(b_out),
+        "--wrap",
+        "sleep 120 & echo $! > "
+        + str(tmp_path / "b.pid")
+        + "; "
+        + register.format(gpu=0, pid="$!", uuid="$CUDA_VISIBLE_DEVICES")
+        + "; wait",
+    )
+    wait_for(lambda: (tmp_path / "b.pid").exists() and state_of(day, b) == "RUNNING", 60, "job B")
+    # job A: daemonises a process that escapes Slurm's process tracking, then ends
+    a = sbatch(
+        day,
+        "--wait",
+        "-w",
+        node,
+        "--gres=gpu:1g.10gb:1",
+        "-o",
+        str(tmp_path / "a.out"),
+        "--wrap",
+        "setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo $! > "
+        + str(tmp_path / "a.pid")
+        + "; "
+        + register.format(gpu=0, pid="$!", uuid="$CUDA_VISIBLE_DEVICES"),
+    )
+    a_pid, b_pid = int((tmp_path / "a.pid").read_text()), int((tmp_path / "b.pid").read_text())
+    try:
+        wait_for(lambda: not os.path.exists(f"/proc/{a_pid}"), 30, "A's leftover to be ended")
+        assert os.path.exists(f"/proc/{b_pid}")  # B's process on the same GPU lives
+        rec = json.loads((day.root / "nodes" / node / "spool" / "jobs" / f"{a}.json").read_text())
+        assert rec["killed"] == [a_pid]
+        assert {d["type"] for d in rec["devices"]} == {"1g.10gb"} and rec["usage"][0]["mig_uuid"]
+        b_rec = json.loads((day.root / "nodes" / node / "spool" / "jobs" / f"{b}.json").read_text())
+        assert b_rec["devices"][0]["gpu"] == rec["devices"][0]["gpu"]  # the same GPU
+        assert b_rec["devices"][0]["mig_uuid"] != rec["devices"][0]["mig_uuid"]
+        assert table[rec["devices"][0]["index"]]["mig_uuid"] == rec["devices"][0]["mig_uuid"]
+    finally:
+        day.run(["scancel", b], check=False)
+
+
+def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Path):
+    """Both a100 nodes are alike; a100n2 is held out so the job first lands on a100n1."""
+    for g in range(8):
+        day.gpupool("--node", "a100n1", "sim", "ecc", str(g), "--uncorrected", "1")
+    day.run(["scontrol", "update", "nodename=a100n2", "state=drain", "reason=test: kept free"])
+    try:
+        job = sbatch(day, "--gres=gpu:a100:1", "-o", str(tmp_path / "rq.out"), "--wrap", "echo $SLURMD_NODENAME")
+        wait_for(lambda: "Prolog error" in day.run(["sinfo", "-h", "-n", "a100n1", "-o", "%E"]).stdout, 60, "drain")
+        show = day.gpupool("--node", "a100n1", "health", "--show", check=False)
+        assert show.returncode == 1 and "uncorrectable ECC" in show.stdout  # the readable reason
+        day.run(["scontrol", "update", "nodename=a100n2", "state=resume"])
+        # Slurm delays a requeued batch job by 2 minutes; let it go now
+        day.run(["scontrol", "update", f"jobid={job}", "starttime=now"])
+        wait_for(lambda: (tmp_path / "rq.out").exists() and state_of(day, job) == "", 90, "the requeued job")
+        assert (tmp_path / "rq.out").read_text().strip() == "a100n2"
+        info = day.run(["scontrol", "show", "job", job]).stdout
+        assert "Restarts=1" in info
+    finally:
+        for g in range(8):
+            day.gpupool("--node", "a100n1", "sim", "reset", str(g))
+        day.run(["scontrol", "update", "nodename=a100n[1-2]", "state=resume"], check=False)
