@@ -1,0 +1,224 @@
+"""The hooks as Slurm runs them (a subprocess with Slurm's environment), on a simulated node.
+
+Covers the happy path and every way they must fail open: no NVML, a corrupt
+state file, an unwritable spool, symlinks planted in the spool, hostile job
+strings.  Nothing may be written outside the spool and state directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.hw import open_backend
+from slurm_gpupool.hw.sim import inject
+from slurm_gpupool.hw.sim.state import SimStore, create_node_state
+from slurm_gpupool.machines import find_machine
+from slurm_gpupool.ops.node_apply import apply_node
+
+NODE = "h1"
+CONFIG = {
+    "version": 1,
+    "nodesets": {"h": {"nodes": NODE, "machine": "hgx-h100"}},
+    "layouts": {"day": {"h": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}}, "6-7": {"shared": 4}}}},
+}
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> dict:
+    sim, etc = tmp_path / "sim", tmp_path / "etc"
+    etc.mkdir()
+    create_node_state(sim / f"{NODE}.json", NODE, find_machine("hgx-h100"))
+    state_dir = tmp_path / "state" / NODE
+    with open_backend(NODE, sim) as b:
+        apply_node(b, parse_config(CONFIG, "t.yaml", Path(".")), "day", state_dir)
+    settings = {
+        "schema": 1,
+        "state_dir": str(tmp_path / "state" / "{node}"),
+        "run_dir": str(tmp_path / "run" / "{node}"),
+        "spool_dir": str(tmp_path / "spool" / "{node}"),
+        "sim_dir": str(sim),
+        "kmsg": str(sim / "{node}.kmsg"),
+    }
+    (etc / "gpupool-hooks.json").write_text(json.dumps(settings))
+    table = json.loads((state_dir / "node-state.json").read_text())["slurm_devices"]
+    return {"root": tmp_path, "sim": sim, "etc": etc, "settings": settings, "table": table, "state": state_dir}
+
+
+def run(site: dict, hook: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {
+        "PATH": os.environ["PATH"],
+        "SLURM_CONF": str(site["etc"] / "slurm.conf"),
+        "SLURMD_NODENAME": NODE,
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_UID": str(os.getuid()),
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_ACCOUNT": "physics",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", f"slurm_gpupool.hooks.{hook}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **env},
+    )
+
+
+def index_of(site: dict, kind: str, type_: str | None = None) -> int:
+    return next(d["index"] for d in site["table"] if d["kind"] == kind and (type_ is None or d["type"] == type_))
+
+
+def files_outside(root: Path, allowed: tuple[str, ...]) -> set[str]:
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and not str(p.relative_to(root)).startswith(allowed)
+    }
+
+
+def test_prolog_taskprolog_epilog_on_a_mig_job(site: dict):
+    i = index_of(site, "mig", "3g.40gb")
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    rec = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
+    assert (rec["user"], rec["account"], rec["layout"]) == ("alice", "physics", "day")
+    uuid = site["table"][i]["mig_uuid"]
+    assert rec["devices"][0]["mig_uuid"] == uuid
+    tp = run(site, "taskprolog", SLURM_STEP_GPUS=str(i), CUDA_VISIBLE_DEVICES="0")
+    assert tp.returncode == 0
+    assert tp.stdout.splitlines() == [
+        f"export CUDA_VISIBLE_DEVICES={uuid}",
+        "export SLURM_GPUPOOL_LAYOUT=day",
+        "export SLURM_GPUPOOL_PROFILE=3g.40gb",
+    ]
+    ep = run(site, "epilog", SLURM_JOB_GPUS=str(i))
+    assert ep.returncode == 0, ep.stderr
+    rec = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
+    assert rec["end_time"] >= rec["start_time"] and rec["usage"][0]["memory_total_mib"] == 40448
+
+
+def test_taskprolog_shards_and_slurm_set_uuids(site: dict):
+    i = index_of(site, "shared")
+    tp = run(site, "taskprolog", SLURM_STEP_GPUS=str(i), SLURM_SHARDS_ON_NODE="1", CUDA_VISIBLE_DEVICES="0")
+    assert "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in tp.stdout.splitlines()
+    # a Slurm built with NVML already puts UUIDs there: leave them alone
+    same = run(site, "taskprolog", SLURM_STEP_GPUS=str(i), CUDA_VISIBLE_DEVICES="MIG-abc")
+    assert same.stdout == ""
+    assert run(site, "taskprolog").stdout == ""  # no GPUs: nothing to say
+
+
+def test_health_failure_exits_1_with_a_readable_reason(site: dict):
+    inject.add_ecc_errors(SimStore(site["sim"] / f"{NODE}.json"), 6, uncorrected=1)
+    i = next(d["index"] for d in site["table"] if d["gpu"] == 6)
+    res = run(site, "prolog", SLURM_JOB_GPUS=str(i))
+    assert res.returncode == 1
+    health = json.loads((site["state"] / "health.json").read_text())
+    assert health["status"] == "fail" and health["by"] == "prolog" and health["job"] == "42"
+    assert "GPU 6: 1 uncorrectable ECC errors since driver load" in health["problems"]
+    assert not (site["root"] / "spool" / NODE / "jobs" / "42.json").exists()
+    # a job on a healthy GPU of the same node still starts
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(index_of(site, "mig", "1g.10gb"))).returncode == 0
+
+
+def test_xid_and_mig_drift_fail_the_check(site: dict):
+    store = SimStore(site["sim"] / f"{NODE}.json")
+    inject.add_xid(store, 7, 79)
+    i7 = next(d["index"] for d in site["table"] if d["gpu"] == 7)
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i7)).returncode == 1
+    assert "GPU 7: recent Xid 79" in json.loads((site["state"] / "health.json").read_text())["problems"]
+    inject.reset_gpu(store, 0)  # a reset lost GPU 0's instances behind Slurm's back
+    res = run(site, "prolog", SLURM_JOB_GPUS=str(index_of(site, "mig", "1g.10gb")))
+    assert res.returncode == 1
+    assert any(
+        "MIG instances changed" in p for p in json.loads((site["state"] / "health.json").read_text())["problems"]
+    )
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_fails_open_without_nvml(site: dict, hook: str):
+    settings = {**site["settings"], "sim_dir": None}
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(settings))
+    res = run(site, hook, SLURM_JOB_GPUS="0")
+    assert res.returncode == 0 and "failing open" in res.stderr and "NVML" in res.stderr
+
+
+def test_fails_open_on_a_corrupt_state_file(site: dict):
+    (site["state"] / "node-state.json").write_text("{not json")
+    for hook in ("prolog", "epilog", "taskprolog"):
+        res = run(site, hook, SLURM_JOB_GPUS="0", SLURM_STEP_GPUS="0")
+        assert res.returncode == 0 and "failing open" in res.stderr, hook
+
+
+def test_fails_open_on_an_unwritable_spool(site: dict):
+    settings = {**site["settings"], "spool_dir": "/proc/gpupool-cannot-exist/{node}"}
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(settings))
+    res = run(site, "prolog", SLURM_JOB_GPUS="0")
+    assert res.returncode == 0 and "failing open" in res.stderr
+
+
+def test_a_symlink_planted_in_the_spool_is_not_followed(site: dict, tmp_path: Path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    jobs = site["root"] / "spool" / NODE / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "42.json").symlink_to(victim)
+    assert run(site, "prolog", SLURM_JOB_GPUS="0").returncode == 0
+    assert victim.read_text() == "precious\n"
+    assert not (jobs / "42.json").is_symlink()  # replaced by our own file
+    # a symlinked spool directory is refused
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (site["root"] / "spool" / NODE / "jobs").rename(tmp_path / "old-jobs")
+    (site["root"] / "spool" / NODE / "jobs").symlink_to(other)
+    res = run(site, "prolog", SLURM_JOB_ID="43", SLURM_JOB_GPUS="0")
+    assert res.returncode == 0 and "failing open" in res.stderr
+    assert list(other.iterdir()) == []
+
+
+def test_hostile_job_strings_are_data_not_paths(site: dict):
+    before = files_outside(site["root"], ("spool", "state", "sim"))
+    hostile = {
+        "SLURM_JOB_NAME": "../../etc/passwd; rm -rf /",
+        "SLURM_JOB_COMMENT": "$(touch /tmp/pwned) ../../../x",
+        "SLURM_JOB_USER": "../../../root",
+        "SLURM_JOB_ACCOUNT": "a\nb",
+        "SLURM_JOB_WORK_DIR": "/etc",
+    }
+    assert run(site, "prolog", SLURM_JOB_GPUS="0", **hostile).returncode == 0
+    assert run(site, "epilog", SLURM_JOB_GPUS="0", **hostile).returncode == 0
+    rec = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
+    assert rec["user"] == "../../../root"  # recorded as data
+    assert files_outside(site["root"], ("spool", "state", "sim")) == before
+    assert not Path("/tmp/pwned").exists()
+    for bad in ("../../x", "42; rm", ""):
+        res = run(site, "prolog", SLURM_JOB_ID=bad, SLURM_JOB_GPUS="0")
+        assert res.returncode == 0
+    assert sorted(p.name for p in (site["root"] / "spool" / NODE / "jobs").iterdir()) == ["42.json"]
+    assert run(site, "prolog", SLURM_JOB_GPUS="0,../1").returncode == 0
+
+
+def test_running_a_hook_loads_nothing_heavy(site: dict):
+    i = index_of(site, "mig", "1g.10gb")
+    code = (
+        "import json, sys\n"
+        "from slurm_gpupool.hooks import prolog, taskprolog, epilog\n"
+        "rc = [prolog.main([]), taskprolog.main([]), epilog.main([])]\n"
+        "sys.stderr.write(json.dumps({'rc': rc, 'mods': sorted(sys.modules)}))\n"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_CONF": str(site["etc"] / "slurm.conf"),
+        "SLURMD_NODENAME": NODE,
+        "SLURM_JOB_ID": "44",
+        "SLURM_JOB_GPUS": str(i),
+        "SLURM_STEP_GPUS": str(i),
+    }
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    data = json.loads(res.stderr[res.stderr.index("{") :])
+    assert data["rc"] == [0, 0, 0]
+    assert not set(data["mods"]) & {"pandas", "click", "jinja2", "pyslurm", "yaml", "matplotlib", "ClusterShell"}
