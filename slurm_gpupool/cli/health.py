@@ -83,6 +83,8 @@ def healthcheck_main() -> int:
     """Entry point for slurm.conf ``HealthCheckProgram=`` (no arguments allowed there)."""
     from slurm_gpupool.cli.main import main
 
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        return main(["health", "--help"])
     return main(["health", "--drain"])
 
 

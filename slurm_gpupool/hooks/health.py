@@ -13,9 +13,12 @@ import os
 import re
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from slurm_gpupool.model import GpuHealth
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_gpupool.model import GpuHealth
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): (\d+)")
 

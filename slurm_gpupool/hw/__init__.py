@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurm_gpupool.errors import NvmlUnavailableError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from slurm_gpupool.hw.nvml import NvmlBackend
 
 SIM_DIR_ENV = "SLURM_GPUPOOL_SIM_DIR"
@@ -23,15 +23,15 @@ _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def node_name(node: str | None = None) -> str:
-    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     if not _NODE_RE.match(name):
         raise UsageError(f"node name {name!r}", "not a valid host name")
     return name
 
 
-def sim_state_path(sim_dir: str | Path, node: str) -> Path:
+def sim_state_path(sim_dir: str | Path, node: str) -> str:
     """Where a simulated node's GPUs live; ``node`` is validated, never a path."""
-    return Path(sim_dir) / f"{node_name(node)}.json"
+    return os.path.join(str(sim_dir), f"{node_name(node)}.json")
 
 
 def open_backend(node: str | None = None, sim_dir: str | Path | None = None) -> NvmlBackend:
@@ -42,7 +42,6 @@ def open_backend(node: str | None = None, sim_dir: str | Path | None = None) -> 
     sim = sim_dir or os.environ.get(SIM_DIR_ENV)
     if not sim:
         return NvmlBackend(name)
-    from slurm_gpupool.hw.sim import inject
     from slurm_gpupool.hw.sim.lib import SimNvmlLibrary
     from slurm_gpupool.hw.sim.state import SimStore
 
@@ -59,5 +58,12 @@ def open_backend(node: str | None = None, sim_dir: str | Path | None = None) -> 
         kind="sim",
         library=SimNvmlLibrary(store),
         dev_root=dev_root,
-        reset=lambda index, _bus: inject.reset_gpu(store, index),
+        reset=lambda index, _bus: _sim_reset(store, index),
     )
+
+
+def _sim_reset(store: object, index: int) -> None:
+    """``nvidia-smi --gpu-reset`` for a simulated GPU."""
+    from slurm_gpupool.hw.sim import inject
+
+    inject.reset_gpu(store, index)  # type: ignore[arg-type]

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import socket
-import subprocess
+import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pynvml
+
+if TYPE_CHECKING:
+    from typing import Any
 
 from slurm_gpupool.core import catalog
 from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
@@ -98,7 +100,7 @@ class NvmlBackend:
         reset: Callable[[int, str], None] | None = None,
         reset_timeout_s: float = 120.0,
     ) -> None:
-        self.node = node or socket.gethostname().split(".")[0]
+        self.node = node or os.uname().nodename.split(".")[0]
         self.kind = kind
         self.dev_root = dev_root
         self._reset = reset
@@ -427,6 +429,8 @@ class NvmlBackend:
         if self._reset is not None:
             self._reset(index, gpu.pci_bus_id)
             return
+        import subprocess
+
         cmd = ["nvidia-smi", "--gpu-reset", "-i", gpu.pci_bus_id]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=self._reset_timeout_s)

@@ -577,7 +577,6 @@ class Sandbox:
     def _install_gres(self, cfg: Any) -> set[Path]:
         """`gpupool gres install --live` into <root>/etc; returns the files it changed."""
         from slurm_gpupool.ops.gres_install import install, installed_paths, render
-
         from slurm_gpupool.ops.hook_settings import write_hook_settings
 
         paths = installed_paths(cfg)

@@ -46,6 +46,7 @@ def test_wheel_declares_the_console_scripts(wheel: zipfile.ZipFile):
         "gpupool-epilog",
         "gpupool-taskprolog",
         "gpupool-sbatch",
+        "gpupool-healthcheck",
     }
 
 
@@ -54,7 +55,9 @@ def test_pyproject_only_declares_the_build_system():
     assert [line for line in text.splitlines() if line.startswith("[")] == ["[build-system]"]
 
 
-@pytest.mark.parametrize("cmd", ["gpupool", "gpupool-prolog", "gpupool-epilog", "gpupool-taskprolog", "gpupool-sbatch"])
+@pytest.mark.parametrize(
+    "cmd", ["gpupool", "gpupool-prolog", "gpupool-epilog", "gpupool-taskprolog", "gpupool-sbatch", "gpupool-healthcheck"]
+)
 def test_console_scripts_answer_help(cmd: str):
     res = subprocess.run([cmd, "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "usage" in res.stdout.lower()

@@ -18,11 +18,12 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurm_gpupool.atomic import write_json_atomic
 from slurm_gpupool.errors import StateError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SCHEMA = 1
 DEFAULT_DRIVER = "550.90.07"
@@ -33,17 +34,23 @@ class SimStore:
     """Locked, cached access to one node's simulated-GPU state file."""
 
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._path = os.fspath(path)  # plain strings: pathlib costs the hooks ~10 ms to import
+        self._lock_path = self._path + ".lock"
         self._cache: dict[str, Any] | None = None
         self._cache_key: tuple[int, int, int] | None = None
 
+    @property
+    def path(self) -> Path:
+        from pathlib import Path
+
+        return Path(self._path)
+
     def exists(self) -> bool:
-        return self.path.is_file()
+        return os.path.isfile(self._path)
 
     def _load(self) -> dict[str, Any]:
         try:
-            with open(self.path, "rb") as f:
+            with open(self._path, "rb") as f:
                 st = os.fstat(f.fileno())
                 key = (st.st_ino, st.st_size, st.st_mtime_ns)
                 if self._cache is not None and key == self._cache_key:
@@ -69,6 +76,8 @@ class SimStore:
     @contextlib.contextmanager
     def modify(self) -> Iterator[dict[str, Any]]:
         """Exclusive read-modify-write.  Nothing is written if the body raises."""
+        from slurm_gpupool.atomic import write_json_atomic
+
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -166,8 +175,15 @@ def new_node_state(
     }
 
 
-def create_node_state(path: Path, node: str, machine: Any, overwrite: bool = False, dev_root: str = "/dev") -> bool:
+def create_node_state(
+    path: Path | str, node: str, machine: Any, overwrite: bool = False, dev_root: str = "/dev"
+) -> bool:
     """Create the state file; returns False (and changes nothing) if it exists."""
+    from pathlib import Path
+
+    from slurm_gpupool.atomic import write_json_atomic
+
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not overwrite:
         return False

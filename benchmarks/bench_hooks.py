@@ -1,0 +1,122 @@
+"""Benchmark: wall time of the job hooks per job, against the interpreter floor.
+
+Each hook runs as Slurm runs it: a fresh process of the installed entry point
+(``gpupool-prolog`` ...) with a job's environment, on a simulated HGX H100 node
+in its day layout.  The baseline, measured in the same run, is ``python3 -c pass``
+with the same interpreter.  Reports median and p99 over N runs, and the ratio of
+the medians.  Target: prolog median within 3x the floor.
+
+    python -m benchmarks.bench_hooks [--runs 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import table
+
+
+def setup(root: Path) -> tuple[dict[str, str], dict[str, int]]:
+    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.hw import open_backend
+    from slurm_gpupool.hw.sim.state import create_node_state
+    from slurm_gpupool.machines import find_machine
+    from slurm_gpupool.ops.node_apply import apply_node
+
+    node = "bench1"
+    cfg = {
+        "version": 1,
+        "nodesets": {"h": {"nodes": node, "machine": "hgx-h100"}},
+        "layouts": {
+            "day": {"h": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}}, "6-7": {"shared": 4}}}
+        },
+    }
+    sim = root / "sim"
+    create_node_state(sim / f"{node}.json", node, find_machine("hgx-h100"))
+    with open_backend(node, sim) as b:
+        apply_node(b, parse_config(cfg, "bench.yaml", Path(".")), "day", root / "state" / node)
+    (root / "etc").mkdir()
+    (root / "etc" / "gpupool-hooks.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "state_dir": f"{root}/state/{{node}}",
+                "run_dir": f"{root}/run/{{node}}",
+                "spool_dir": f"{root}/spool/{{node}}",
+                "sim_dir": str(sim),
+                "kmsg": f"{sim}/{{node}}.kmsg",
+            }
+        )
+    )
+    table_ = json.loads((root / "state" / node / "node-state.json").read_text())["slurm_devices"]
+    mig = next(d["index"] for d in table_ if d["kind"] == "mig")
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_CONF": f"{root}/etc/slurm.conf",
+        "SLURMD_NODENAME": node,
+        "SLURM_JOB_UID": str(os.getuid()),
+        "SLURM_JOB_USER": "bench",
+        "SLURM_JOB_GPUS": str(mig),
+        "SLURM_STEP_GPUS": str(mig),
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+    return env, {"mig": mig}
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=60)
+    return time.perf_counter() - t
+
+
+def stats(xs: list[float]) -> tuple[float, float]:
+    xs = sorted(xs)
+    return statistics.median(xs), xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=40)
+    args = ap.parse_args()
+    scripts = Path(sysconfig.get_path("scripts"))
+    root = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
+    try:
+        env, _ = setup(root)
+        results: dict[str, list[float]] = {
+            "python3 -c pass": [],
+            "gpupool-prolog": [],
+            "gpupool-taskprolog": [],
+            "gpupool-epilog": [],
+        }
+        for k in range(args.runs):  # interleaved, so machine noise hits every line alike
+            job_env = {**env, "SLURM_JOB_ID": str(1000 + k)}
+            results["python3 -c pass"].append(timed([sys.executable, "-c", "pass"], job_env))
+            for hook in ("prolog", "taskprolog", "epilog"):
+                results[f"gpupool-{hook}"].append(timed([str(scripts / f"gpupool-{hook}")], job_env))
+        floor = stats(results["python3 -c pass"])[0]
+        rows = []
+        for name, xs in results.items():
+            med, p99 = stats(xs)
+            rows.append([name, f"{med * 1e3:.1f} ms", f"{p99 * 1e3:.1f} ms", f"{med / floor:.2f}x"])
+        print(
+            f"# hook wall time per job, {datetime.date.today()}, Python {platform.python_version()}, {args.runs} runs, simulated HGX H100"
+        )
+        print(table(rows, ["program", "median", "p99", "median / floor"]))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
