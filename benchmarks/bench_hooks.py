@@ -83,7 +83,7 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 def stats(xs: list[float]) -> tuple[float, float]:
     xs = sorted(xs)
-    return statistics.median(xs), xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
+    return statistics.median(xs), xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
 
 
 def main() -> None:
@@ -110,9 +110,8 @@ def main() -> None:
         for name, xs in results.items():
             med, p99 = stats(xs)
             rows.append([name, f"{med * 1e3:.1f} ms", f"{p99 * 1e3:.1f} ms", f"{med / floor:.2f}x"])
-        print(
-            f"# hook wall time per job, {datetime.date.today()}, Python {platform.python_version()}, {args.runs} runs, simulated HGX H100"
-        )
+        when, py = datetime.date.today(), platform.python_version()
+        print(f"# hook wall time per job, {when}, Python {py}, {args.runs} runs, simulated HGX H100")
         print(table(rows, ["program", "median", "p99", "median / floor"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
