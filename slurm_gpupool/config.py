@@ -107,6 +107,7 @@ class HookSettings:
     mps_control: str = "nvidia-cuda-mps-control"
     shard_memory_limit: bool = False
     epilog_kill_grace_s: float = 3.0
+    usage_interval_s: float = 10.0  # the usage sampler's period; 0 turns it off
     kmsg: str = "/dev/kmsg"
 
 

@@ -44,14 +44,32 @@ GPUs' health (exit 1 drains the node) and removes the job's runtime files.
 """
 
 
-def usage(backend, state: dict, devices: list[dict]) -> list[dict]:
-    """Per device: memory in use now and, for whole GPUs, utilization (NVML)."""
+def usage(backend, devices: list[dict], sampled: dict) -> list[dict]:
+    """Per device: peak memory (the sampler's peaks and what is in use now) and
+    utilization where NVML gives it (whole GPUs; never MIG devices)."""
     out = []
     for d in devices:
         entry = {"index": d["index"], "type": d["type"], "gpu": d["gpu"], "mig_uuid": d.get("mig_uuid")}
-        entry.update(backend.device_usage(d["gpu"], d.get("mig_uuid")))
+        now = backend.device_usage(d["gpu"], d.get("mig_uuid"))
+        seen = sampled.get("devices", {}).get(str(d["index"]), {})
+        entry["memory_total_mib"] = now["memory_total_mib"]
+        entry["memory_used_at_end_mib"] = now["memory_used_mib"]
+        entry["peak_memory_mib"] = max(now["memory_used_mib"] or 0, seen.get("peak_memory_mib", 0))
+        if seen.get("util_samples"):
+            entry["mean_utilization_pct"] = round(seen["util_sum"] / seen["util_samples"], 1)
+            entry["peak_utilization_pct"] = seen["peak_utilization_pct"]
+        else:
+            entry["mean_utilization_pct"] = now["utilization_pct"]
+        entry["samples"] = sampled.get("samples", 0)
         out.append(entry)
     return out
+
+
+def _sampled(run_dir: str, jid: str) -> dict:
+    try:
+        return read_json(os.path.join(run_dir, f"{jid}.usage.json"))
+    except (OSError, ValueError):
+        return {}
 
 
 def _body(env: dict[str, str]) -> int:
@@ -75,6 +93,7 @@ def _body(env: dict[str, str]) -> int:
 
         devices = devices_for(state, indices)
         with open_backend(node, settings.get("sim_dir")) as backend:
+            used = usage(backend, devices, _sampled(run_dir, jid))  # before leftovers go
             found = [
                 (g, p)
                 for g, p in candidates(backend, state, devices)
@@ -83,7 +102,6 @@ def _body(env: dict[str, str]) -> int:
             killed = end_processes([p for _, p in found], float(settings["epilog_kill_grace_s"]))
             if killed:
                 log("epilog", jid, f"ended leftover GPU processes {', '.join(map(str, killed))}")
-            used = usage(backend, state, devices)
             problems = check_gpus(backend, state, [g["index"] for g in gpus_of(state, devices)], settings)
         _update_record(settings, node, jid, {"end_time": int(time.time()), "usage": used, "killed": killed})
         if problems:

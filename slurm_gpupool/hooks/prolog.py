@@ -100,6 +100,15 @@ def _body(env: dict[str, str]) -> int:
         write_in_dir(fd, f"{jid}.json", (json.dumps(rec, indent=1) + "\n").encode(), 0o644)
     finally:
         os.close(fd)
+    run_fd = open_dir(node_path(settings, "run_dir", node))
+    try:  # the job's devices, for the node's usage sampler
+        write_in_dir(run_fd, f"{jid}.devices", json.dumps(devices).encode(), 0o644)
+    finally:
+        os.close(run_fd)
+    if float(settings.get("usage_interval_s", 10)) > 0:
+        from slurm_gpupool.hooks.sampler import ensure_running
+
+        ensure_running(settings, node, env)
     if settings["mps"].get("enabled") and any(d["kind"] == "shared" for d in devices):
         from slurm_gpupool.hooks.mps import start_mps
 

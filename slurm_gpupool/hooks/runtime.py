@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "mps": {"enabled": False, "control": "nvidia-cuda-mps-control", "pipe_dir": "/run/slurm-gpupool/mps"},
     "shard_memory_limit": False,
     "epilog_kill_grace_s": 3.0,
+    "usage_interval_s": 10.0,
 }
 
 

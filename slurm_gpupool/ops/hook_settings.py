@@ -37,6 +37,7 @@ def hook_settings(cfg: PoolConfig) -> dict[str, Any]:
         "mps": {"enabled": h.mps, "control": h.mps_control, "pipe_dir": f"{cfg.paths.run_dir}/mps"},
         "shard_memory_limit": h.shard_memory_limit,
         "epilog_kill_grace_s": h.epilog_kill_grace_s,
+        "usage_interval_s": h.usage_interval_s,
     }
 
 

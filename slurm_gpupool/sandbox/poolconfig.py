@@ -67,4 +67,5 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
     )
     raw["slurm"] = slurm
     raw["simulation"] = {"sim_dir": f"{root}/sim"}
+    raw["hooks"] = {"usage_interval_s": 1.0, **(raw.get("hooks") or {})}
     return raw

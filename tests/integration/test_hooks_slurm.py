@@ -135,6 +135,7 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
         assert os.path.exists(f"/proc/{b_pid}")  # B's process on the same GPU lives
         rec = json.loads((day.root / "nodes" / node / "spool" / "jobs" / f"{a}.json").read_text())
         assert rec["killed"] == [a_pid]
+        assert rec["usage"][0]["peak_memory_mib"] == 2000  # the leftover's memory counts
         assert {d["type"] for d in rec["devices"]} == {"1g.10gb"} and rec["usage"][0]["mig_uuid"]
         b_rec = json.loads((day.root / "nodes" / node / "spool" / "jobs" / f"{b}.json").read_text())
         assert b_rec["devices"][0]["gpu"] == rec["devices"][0]["gpu"]  # the same GPU

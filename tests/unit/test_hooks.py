@@ -45,6 +45,7 @@ def site(tmp_path: Path) -> dict:
         "spool_dir": str(tmp_path / "spool" / "{node}"),
         "sim_dir": str(sim),
         "kmsg": str(sim / "{node}.kmsg"),
+        "usage_interval_s": 0,  # no sampler, except where a test turns it on
     }
     (etc / "gpupool-hooks.json").write_text(json.dumps(settings))
     table = json.loads((state_dir / "node-state.json").read_text())["slurm_devices"]
@@ -181,7 +182,7 @@ def test_a_symlink_planted_in_the_spool_is_not_followed(site: dict, tmp_path: Pa
 
 
 def test_hostile_job_strings_are_data_not_paths(site: dict):
-    before = files_outside(site["root"], ("spool", "state", "sim"))
+    before = files_outside(site["root"], ("spool", "state", "sim", "run"))
     hostile = {
         "SLURM_JOB_NAME": "../../etc/passwd; rm -rf /",
         "SLURM_JOB_COMMENT": "$(touch /tmp/pwned) ../../../x",
@@ -193,7 +194,7 @@ def test_hostile_job_strings_are_data_not_paths(site: dict):
     assert run(site, "epilog", SLURM_JOB_GPUS="0", **hostile).returncode == 0
     rec = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
     assert rec["user"] == "../../../root"  # recorded as data
-    assert files_outside(site["root"], ("spool", "state", "sim")) == before
+    assert files_outside(site["root"], ("spool", "state", "sim", "run")) == before
     assert not Path("/tmp/pwned").exists()
     for bad in ("../../x", "42; rm", ""):
         res = run(site, "prolog", SLURM_JOB_ID=bad, SLURM_JOB_GPUS="0")
@@ -222,3 +223,36 @@ def test_running_a_hook_loads_nothing_heavy(site: dict):
     data = json.loads(res.stderr[res.stderr.index("{") :])
     assert data["rc"] == [0, 0, 0]
     assert not set(data["mods"]) & {"pandas", "click", "jinja2", "pyslurm", "yaml", "matplotlib", "ClusterShell"}
+
+
+def test_the_sampler_records_peak_memory_between_prolog_and_epilog(site: dict):
+    import time
+
+    settings = {**site["settings"], "usage_interval_s": 0.2}
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(settings))
+    i = index_of(site, "mig", "3g.40gb")
+    uuid = site["table"][i]["mig_uuid"]
+    store = SimStore(site["sim"] / f"{NODE}.json")
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    usage_file = site["root"] / "run" / NODE / "42.usage.json"
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        inject.add_process(store, site["table"][i]["gpu"], sleeper.pid, 12345, uuid)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if (
+                usage_file.exists()
+                and json.loads(usage_file.read_text())["devices"][str(i)]["peak_memory_mib"] == 12345
+            ):
+                break
+            time.sleep(0.1)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    inject.remove_process(store, sleeper.pid)  # the job's memory is gone by the epilog
+    assert run(site, "epilog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    rec = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
+    (u,) = rec["usage"]
+    assert u["peak_memory_mib"] == 12345 and u["memory_used_at_end_mib"] == 0 and u["samples"] >= 1
+    assert u["mean_utilization_pct"] is None  # NVML has no utilization for MIG devices
+    assert not usage_file.exists()  # runtime files removed

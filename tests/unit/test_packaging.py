@@ -56,7 +56,8 @@ def test_pyproject_only_declares_the_build_system():
 
 
 @pytest.mark.parametrize(
-    "cmd", ["gpupool", "gpupool-prolog", "gpupool-epilog", "gpupool-taskprolog", "gpupool-sbatch", "gpupool-healthcheck"]
+    "cmd",
+    ["gpupool", "gpupool-prolog", "gpupool-epilog", "gpupool-taskprolog", "gpupool-sbatch", "gpupool-healthcheck"],
 )
 def test_console_scripts_answer_help(cmd: str):
     res = subprocess.run([cmd, "--help"], capture_output=True, text=True, timeout=60)

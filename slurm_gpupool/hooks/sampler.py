@@ -1,0 +1,124 @@
+"""The node's GPU usage sampler: peak memory and utilization of running jobs.
+
+NVML cannot say after the fact how much memory a job used, and has no
+utilization for MIG devices at all, so the Epilog alone cannot record a peak.
+The Prolog starts this sampler (one per node, if none runs) and leaves it a
+``<run_dir>/<job>.devices`` file; every ``usage_interval_s`` the sampler reads
+memory in use per device (MIG devices included) and, for whole GPUs,
+utilization, keeping per-job peaks in ``<job>.usage.json``.  The Epilog merges
+them into the spool record.  With no job left for a few rounds, it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from slurm_gpupool.hooks.runtime import load_settings, log, node_name, node_path, open_dir, write_in_dir
+
+if TYPE_CHECKING:
+    from typing import Any
+
+PID_FILE = "sampler.pid"
+IDLE_ROUNDS = 3
+
+
+def _alive(run_dir: str) -> bool:
+    try:
+        with open(os.path.join(run_dir, PID_FILE)) as f:
+            pid = int(f.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"slurm_gpupool.hooks.sampler" in f.read()
+    except (OSError, ValueError):
+        return False
+
+
+def ensure_running(settings: dict[str, Any], node: str, env: dict[str, str]) -> None:
+    """Start the sampler for this node unless one runs (called by the Prolog)."""
+    run_dir = node_path(settings, "run_dir", node)
+    if _alive(run_dir):
+        return
+    import subprocess
+
+    child_env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": node}
+    if env.get("SLURM_CONF"):
+        child_env["SLURM_CONF"] = env["SLURM_CONF"]
+    subprocess.Popen(
+        [sys.executable, "-m", "slurm_gpupool.hooks.sampler"],
+        env=child_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any]) -> dict[str, Any]:
+    out = {"samples": prev.get("samples", 0) + 1, "devices": {}}
+    for d in devices:
+        key = str(d["index"])
+        u = backend.device_usage(d["gpu"], d.get("mig_uuid"))
+        old = prev.get("devices", {}).get(key, {})
+        mem = u.get("memory_used_mib") or 0
+        util = u.get("utilization_pct")
+        entry = {"peak_memory_mib": max(mem, old.get("peak_memory_mib", 0))}
+        if util is not None:
+            entry["util_sum"] = old.get("util_sum", 0) + util
+            entry["util_samples"] = old.get("util_samples", 0) + 1
+            entry["peak_utilization_pct"] = max(util, old.get("peak_utilization_pct", 0))
+        out["devices"][key] = entry
+    return out
+
+
+def run(env: dict[str, str]) -> int:
+    settings = load_settings(env)
+    node = node_name(env)
+    run_dir = node_path(settings, "run_dir", node)
+    fd = open_dir(run_dir)
+    lock = os.open("sampler.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+    import fcntl
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another sampler serves this node (two prologs raced to start one)
+    write_in_dir(fd, PID_FILE, f"{os.getpid()}\n".encode())
+    interval = float(settings.get("usage_interval_s", 10))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from slurm_gpupool.hw import open_backend
+
+    idle = 0
+    with open_backend(node, settings.get("sim_dir")) as backend:
+        while idle < IDLE_ROUNDS:
+            jobs = [n[: -len(".devices")] for n in os.listdir(fd) if n.endswith(".devices")]
+            idle = 0 if jobs else idle + 1
+            for job in jobs:
+                try:
+                    devices = json.loads(_read(fd, f"{job}.devices"))
+                    try:
+                        prev = json.loads(_read(fd, f"{job}.usage.json"))
+                    except FileNotFoundError:
+                        prev = {}
+                    write_in_dir(fd, f"{job}.usage.json", json.dumps(_sample(backend, devices, prev)).encode())
+                except (OSError, ValueError) as e:  # the job ended meanwhile, or a device vanished
+                    log("sampler", job, f"sample skipped: {e}", 6)
+                except Exception as e:
+                    log("sampler", job, f"sample failed: {type(e).__name__}: {e}", 4)
+            time.sleep(interval)
+    os.unlink(PID_FILE, dir_fd=fd)
+    return 0
+
+
+def _read(dir_fd: int, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    with os.fdopen(fd) as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    sys.exit(run(dict(os.environ)))
