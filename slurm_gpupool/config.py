@@ -278,7 +278,7 @@ def _layout_entry(key: str, spec: Any, where: Where, nodesets: dict[str, NodeSet
                 f"{key!r} is neither a node set nor a hostlist of nodes in node sets",
                 hint="node sets: " + ", ".join(sorted(nodesets)),
             )
-        machines = {nodesets[o].machine.name if nodesets[o].machine else None for o in owners}
+        machines = {m.name if (m := nodesets[o].machine) else None for o in owners}
         if len(machines) > 1:
             raise where.error(f"hostlist {key!r} spans node sets of different machines: {', '.join(sorted(owners))}")
         specific = True

@@ -16,7 +16,7 @@ from slurm_gpupool.errors import NvmlUnavailableError, UsageError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from slurm_gpupool.hw.nvml import NvmlBackend
+    from slurm_gpupool.hw.backend import GpuBackend
 
 SIM_DIR_ENV = "SLURM_GPUPOOL_SIM_DIR"
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -34,7 +34,7 @@ def sim_state_path(sim_dir: str | Path, node: str) -> str:
     return os.path.join(str(sim_dir), f"{node_name(node)}.json")
 
 
-def open_backend(node: str | None = None, sim_dir: str | Path | None = None) -> NvmlBackend:
+def open_backend(node: str | None = None, sim_dir: str | Path | None = None) -> GpuBackend:
     """The GPU backend for a node: simulated if a sim dir is configured, else NVML."""
     from slurm_gpupool.hw.nvml import NvmlBackend
 

@@ -159,7 +159,7 @@ def installed_paths(cfg: PoolConfig) -> dict[str, Path]:
 
 def diff(cfg: PoolConfig, rendered: Rendered) -> str:
     """Unified diff of installed files against the rendering ('' when identical)."""
-    out = []
+    out: list[str] = []
     for role, path in installed_paths(cfg).items():
         try:
             old = path.read_text()

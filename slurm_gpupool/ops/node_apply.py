@@ -38,6 +38,7 @@ from slurm_gpupool.core.gpu_diff import (
 )
 from slurm_gpupool.core.layouts import GpuTarget
 from slurm_gpupool.errors import BusyError, GpuBusyError, GpupoolError
+from slurm_gpupool.hw.backend import GpuBackend
 from slurm_gpupool.model import GpuInfo, NodeInventory, Placement
 from slurm_gpupool.ops.node_state import add_slurm_devices, build_node_state, read_node_state, write_node_state
 
@@ -97,7 +98,7 @@ def node_lock(state_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def run_ops(backend: Any, index: int, ops: list[Op]) -> None:
+def run_ops(backend: GpuBackend, index: int, ops: list[Op]) -> None:
     """Execute operations on one GPU, in order (raises on the first failure)."""
     created: dict[Placement, int] = {}
     for op in ops:
@@ -111,8 +112,10 @@ def run_ops(backend: Any, index: int, ops: list[Op]) -> None:
                 if g.mig_current != g.mig_pending:
                     raise GpuBusyError(f"reset GPU {index}", "MIG mode change still pending after a reset")
         elif op.kind == DESTROY_CI:
+            assert op.gi_id is not None and op.ci_id is not None
             backend.destroy_compute_instance(index, op.gi_id, op.ci_id)
         elif op.kind == DESTROY_GI:
+            assert op.gi_id is not None
             backend.destroy_gpu_instance(index, op.gi_id)
         elif op.kind == CREATE_GI:
             assert op.placement is not None
@@ -122,7 +125,7 @@ def run_ops(backend: Any, index: int, ops: list[Op]) -> None:
             backend.create_compute_instance(index, created[op.placement], op.ci_slices)
 
 
-def _rollback(backend: Any, gpu: GpuInfo, before: DesiredGpu, model: GpuModel | None) -> str:
+def _rollback(backend: GpuBackend, gpu: GpuInfo, before: DesiredGpu, model: GpuModel | None) -> str:
     """Restore a GPU to its previous layout; returns '' or why it could not."""
     try:
         now = backend.gpu(gpu.index)
@@ -154,7 +157,7 @@ def assert_node(cfg: PoolConfig, layout: str, inv: NodeInventory) -> list[str]:
 
 
 def apply_node(
-    backend: Any,
+    backend: GpuBackend,
     cfg: PoolConfig,
     layout: str,
     state_dir: Path,
