@@ -166,3 +166,21 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
         for g in range(8):
             day.gpupool("--node", "a100n1", "sim", "reset", str(g))
         day.run(["scontrol", "update", "nodename=a100n[1-2]", "state=resume"], check=False)
+
+
+def test_healthcheck_program_drains_with_a_clear_reason(sandbox):
+    """Run the HealthCheckProgram as slurmd does: no arguments, Slurm's environment."""
+    import shutil
+
+    program = shutil.which("gpupool-healthcheck")
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": sandbox.env["SLURM_CONF"], "SLURMD_NODENAME": "a30n1"}
+    try:
+        assert sandbox.run([program], env=env).returncode == 0
+        sandbox.gpupool("--node", "a30n1", "sim", "temperature", "3", "95")
+        res = sandbox.run([program], env=env, check=False)
+        assert res.returncode == 1 and "GPU 3: 95 C" in res.stdout
+        reason = sandbox.run(["sinfo", "-h", "-n", "a30n1", "-o", "%T|%E"]).stdout.strip()
+        assert reason.startswith("drain") and "gpupool: GPU 3: 95 C, slowdown at 90 C" in reason
+    finally:
+        sandbox.gpupool("--node", "a30n1", "sim", "temperature", "3", "34")
+        sandbox.run(["scontrol", "update", "nodename=a30n1", "state=resume"], check=False)

@@ -194,3 +194,20 @@ def test_features_only_change_needs_a_reconfigure():
     b["nodes.conf"] = a["nodes.conf"].replace("layout_whole", "layout_other")
     plan = restart_plan(b, a)
     assert plan.features_changed == ["node01", "node02"] and not plan.gres_changed
+
+
+def test_a_site_template_overrides_one_file(tmp_path: Path):
+    site = tmp_path / "templates"
+    site.mkdir()
+    (site / "nodes.conf.j2").write_text(
+        "# our site's node lines\n{% for hostlist, n in node_lines %}NodeName={{ hostlist }} Gres={{ n.gres_value() }} Weight=5\n{% endfor %}"
+    )
+    raw = dict(config_for("hgx-h100").raw)
+    raw["slurm"] = {**raw["slurm"], "templates_dir": str(site)}
+    cfg = parse_config(raw, "t.yaml", Path("."))
+    r = render(cfg, cfg.all_nodes(), "whole")
+    assert r["nodes.conf"] == "# our site's node lines\nNodeName=node[01-02] Gres=gpu:h100_80gb_hbm3:8 Weight=5\n"
+    assert r["gres.conf"].startswith("# managed by slurm_gpupool")  # the others stay built in
+    (site / "gres.conf.j2").write_text("{{ no_such_value }}")
+    with pytest.raises(Exception, match="no_such_value"):  # StrictUndefined: never an empty line
+        render(cfg, cfg.all_nodes(), "whole")

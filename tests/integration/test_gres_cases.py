@@ -1,0 +1,91 @@
+"""Every rendered GRES case brought up in a real cluster: one node per machine
+description, switched through the four layout kinds (MIG, mixed, whole, time-sliced).
+
+A sandbox of its own (root and ports apart from the main test sandbox), brought
+down at the end.  On Slurm 22.05 the MIG records use the CI-cap form; the
+MultipleFiles form is parsed by slurmd -G in test_gres_slurm.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit.test_gres import VARIANTS
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path("/var/tmp/slurm-gpupool-sandbox-cases")
+NODES = {"dgxa1": "dgx-a100", "hgxh1": "hgx-h100", "pcie1": "pcie-a30", "dgxv1": "dgx1-v100", "nvl1": "h100-nvl-pair"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("integration tests need root")
+    from slurm_gpupool.sandbox.cluster import Sandbox
+
+    cfg = tmp_path_factory.mktemp("cases") / "pool.yaml"
+    raw = {
+        "version": 1,
+        "nodesets": {n: {"nodes": n, "machine": m} for n, m in NODES.items()},
+        "layouts": {v: {n: VARIANTS[m][v] for n, m in NODES.items()} for v in ("whole", "mig", "mixed", "shared")},
+        "schedule": {"default": "whole"},
+    }
+    cfg.write_text(yaml.safe_dump(raw))
+    sb = Sandbox(ROOT, config=cfg, base_port=18800)
+    sb.up()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(sb.env())
+    yield sb, env
+    sb.down(purge=True)
+
+
+def run(env: dict[str, str], *argv: str) -> str:
+    res = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, f"{argv}: {res.stdout}{res.stderr}"
+    return res.stdout
+
+
+def gpupool(env: dict[str, str], *args: str) -> str:
+    return run(env, sys.executable, "-m", "slurm_gpupool.cli.main", *args)
+
+
+def expected(nodes_conf: str) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for line in nodes_conf.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        node = line.split()[0].split("=", 1)[1]
+        counts: dict[str, int] = {}
+        for item in re.search(r"Gres=(\S+)", line).group(1).split(","):
+            parts = item.split(":")
+            counts[f"gres/{parts[0]}"] = counts.get(f"gres/{parts[0]}", 0) + int(parts[-1])
+            if len(parts) == 3:
+                counts[f"gres/{parts[0]}:{parts[1]}"] = int(parts[2])
+        out[node] = counts
+    return out
+
+
+@pytest.mark.parametrize("layout", ["mig", "mixed", "shared", "whole"])
+def test_cluster_comes_up_with_exactly_the_rendered_gres(cluster, layout: str):
+    sb, env = cluster
+    for n in NODES:
+        gpupool(env, "--node", n, "node", "apply", layout)
+    gpupool(env, "gres", "install")
+    gpupool(env, "sandbox", "restart", "--root", str(sb.root), "--controller", "--nodes", ",".join(NODES))
+    want = expected((sb.root / "etc" / "nodes.conf").read_text())
+    assert set(want) == set(NODES)
+    for n in NODES:
+        show = run(env, "scontrol", "-o", "show", "node", n)
+        tres = re.search(r"CfgTRES=(\S+)", show).group(1)
+        got = {k: int(v) for k, v in (t.split("=", 1) for t in tres.split(",")) if k.startswith("gres/")}
+        assert got == want[n], (layout, n)
+        assert re.search(r"State=IDLE\b", show), (layout, n, show)
+        assert f"layout_{layout}" in re.search(r"AvailableFeatures=(\S+)", show).group(1)
