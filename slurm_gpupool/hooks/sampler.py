@@ -48,7 +48,8 @@ def ensure_running(settings: dict[str, Any], node: str, env: dict[str, str]) -> 
     if env.get("SLURM_CONF"):
         child_env["SLURM_CONF"] = env["SLURM_CONF"]
     subprocess.Popen(
-        [sys.executable, "-m", "slurm_gpupool.hooks.sampler"],
+        # the run directory on the command line only labels the process (ps, sandbox down)
+        [sys.executable, "-m", "slurm_gpupool.hooks.sampler", run_dir],
         env=child_env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -946,6 +946,10 @@ class Sandbox:
             for pidfile in self.paths.slurm_run.glob("*.pid") if self.paths.slurm_run.is_dir() else []:
                 pidfile.unlink(missing_ok=True)
             (self.paths.munge_dir / "munged.pid").unlink(missing_ok=True)
+            for pid in procs.sampler_processes(self.root):
+                self._progress(f"stopping usage sampler (pid {pid})")
+                procs.stop(pid, timeout_s=10)
+                stopped.append(f"sampler[{pid}]")
             leftovers = procs.sandbox_processes(self.root, DAEMON_COMMS)
             for pid, comm in leftovers:
                 self._progress(f"stopping leftover {comm} (pid {pid})")

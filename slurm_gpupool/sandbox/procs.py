@@ -200,6 +200,17 @@ def sandbox_processes(root: Path, names: Iterable[str]) -> list[tuple[int, str]]
     return sorted(out)
 
 
+def sampler_processes(root: Path) -> list[int]:
+    """This sandbox's GPU usage samplers (started by the Prolog, labelled with their run dir)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            cmd = _read_proc(int(entry), "cmdline")
+            if b"slurm_gpupool.hooks.sampler" in cmd and str(root).encode() in cmd:
+                out.append(int(entry))
+    return sorted(out)
+
+
 def tcp_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
     """Whether something accepts TCP connections on host:port (like ``nc -z``)."""
     try:

@@ -196,7 +196,11 @@ def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
     ]
     try:
         wait_running(day, jobs)
-        gpus = Counter((tmp_path / f"s{k}.out").read_text().strip() for k in range(16))
+        outs = [tmp_path / f"s{k}.out" for k in range(16)]
+        deadline = time.monotonic() + 30  # RUNNING comes before the batch step writes its output
+        while not all(o.exists() and o.read_text().strip() for o in outs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gpus = Counter(o.read_text().strip() for o in outs)
         assert sorted(gpus.values()) == [4, 4, 4, 4] and len(gpus) == 4  # four jobs on each shared GPU
         extra = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "true")
         time.sleep(3)

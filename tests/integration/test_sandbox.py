@@ -17,6 +17,8 @@ from slurm_gpupool.core.gres import slurm_type
 from slurm_gpupool.machines import find_machine
 from slurm_gpupool.sandbox.procs import is_alive, read_pid
 
+from .conftest import TEST_ROOT
+
 pytestmark = pytest.mark.integration
 
 
@@ -78,16 +80,19 @@ def gpu_job(_sandbox_session, tmp_path_factory):
 def test_batch_job_sees_its_gpu(gpu_job):
     _, env = gpu_job
     assert re.fullmatch(r"\d+", env["SLURM_JOB_GPUS"])
-    assert env["CUDA_VISIBLE_DEVICES"] == "0"  # Slurm renumbers the job's GPUs from 0
-    assert env["SLURMD_NODENAME"]
+    # the TaskProlog turns Slurm's index into the GPU's UUID
+    node = env["SLURMD_NODENAME"]
+    (index,) = (int(i) for i in env["SLURM_JOB_GPUS"].split(","))
+    state = json.loads((TEST_ROOT / "nodes" / node / "state" / "node-state.json").read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == state["slurm_devices"][index]["gpu_uuid"]
 
 
 def test_srun_step_gets_two_gpus_on_a_chosen_node(sandbox):
     out = sandbox.run(["srun", "-w", "h100n1", "--gres=gpu:h100_80gb_hbm3:2", "env"], timeout=60).stdout
     env = parse_env(out)
     assert env["SLURMD_NODENAME"] == "h100n1"
-    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert len(env["SLURM_STEP_GPUS"].split(",")) == 2
+    assert [g[:4] for g in env["CUDA_VISIBLE_DEVICES"].split(",")] == ["GPU-", "GPU-"]
 
 
 def test_sacct_records_the_gpu(sandbox, gpu_job):
@@ -151,7 +156,7 @@ def test_up_restarts_a_crashed_daemon(sandbox):
     new = read_pid(pidfile)
     assert new != old and is_alive(new)
     out = sandbox.run(["srun", "-w", "a30n1", "--gres=gpu:1", "printenv", "CUDA_VISIBLE_DEVICES"], timeout=60)
-    assert out.stdout.strip() == "0"
+    assert out.stdout.strip().startswith("GPU-")
 
 
 def test_restart_nodes_replaces_only_those_slurmds(sandbox):
