@@ -133,7 +133,9 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
     try:
         wait_for(lambda: not os.path.exists(f"/proc/{a_pid}"), 30, "A's leftover to be ended")
         assert os.path.exists(f"/proc/{b_pid}")  # B's process on the same GPU lives
-        rec = json.loads((day.root / "nodes" / node / "spool" / "jobs" / f"{a}.json").read_text())
+        rec_path = day.root / "nodes" / node / "spool" / "jobs" / f"{a}.json"
+        wait_for(lambda: "killed" in json.loads(rec_path.read_text()), 30, "A's epilog to finish")
+        rec = json.loads(rec_path.read_text())
         assert rec["killed"] == [a_pid]
         assert rec["usage"][0]["peak_memory_mib"] == 2000  # the leftover's memory counts
         assert {d["type"] for d in rec["devices"]} == {"1g.10gb"} and rec["usage"][0]["mig_uuid"]
