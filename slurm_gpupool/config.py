@@ -34,6 +34,13 @@ DEFAULT_PATHS = {
     "spool_dir": "/var/spool/slurm-gpupool",
 }
 PATH_ENV = {k: f"SLURM_GPUPOOL_{k.upper()}" for k in DEFAULT_PATHS}
+# gpupool-sbatch and job_submit.lua rules (``submit:``)
+SUBMIT_DEFAULTS: dict[str, Any] = {
+    "nvlink_constraint": True,  # multi-GPU single-node jobs: only nodes with an NVLink set that large
+    "enforce_binding": False,  # add --gres-flags=enforce-binding to multi-GPU jobs
+    "switches": None,  # e.g. 1: multi-node jobs get --switches=1 (needs a network topology plugin)
+    "untyped_gpus": "leave",  # leave | reject plain --gres=gpu:N / --gpus=N
+}
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ class PoolConfig:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     hooks: HookSettings = field(default_factory=HookSettings)
     sim_dir: str | None = None  # simulation: the directory of simulated nodes (sandbox)
+    submit: dict[str, Any] = field(default_factory=lambda: dict(SUBMIT_DEFAULTS))
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def all_nodes(self) -> list[str]:
@@ -471,12 +479,30 @@ def _parse_hooks(raw: Any, top: Where) -> HookSettings:
     return HookSettings(**{**d.__dict__, **values})
 
 
+def _parse_submit(raw: Any, top: Where) -> dict[str, Any]:
+    out = dict(SUBMIT_DEFAULTS)
+    if raw is None:
+        return out
+    w = top.key("submit")
+    w.check_type(raw, dict)
+    w.only_keys(raw, set(SUBMIT_DEFAULTS))
+    for k in ("nvlink_constraint", "enforce_binding"):
+        out[k] = w.optional(raw, k, bool, out[k])
+    sw = w.optional(raw, "switches", (int, str), None)
+    out["switches"] = str(sw) if sw is not None else None
+    out["untyped_gpus"] = w.optional(raw, "untyped_gpus", str, "leave")
+    if out["untyped_gpus"] not in ("leave", "reject"):
+        raise w.key("untyped_gpus").error("must be leave or reject")
+    return out
+
+
 def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolConfig:
     """Validate a decoded pool config."""
     top = Where(source)
     top.check_type(raw, dict)
     top.only_keys(
-        raw, {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted", "slurm", "hooks", "simulation"}
+        raw,
+        {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted", "slurm", "hooks", "simulation", "submit"},
     )
     version = top.require(raw, "version", int)
     if version not in SUPPORTED_VERSIONS:
@@ -500,7 +526,8 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     sim = top.optional(raw, "simulation", dict, {})
     top.key("simulation").only_keys(sim, {"sim_dir"})
     sim_dir = top.key("simulation").optional(sim, "sim_dir", str)
-    return PoolConfig(source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, raw)
+    submit = _parse_submit(raw.get("submit"), top)
+    return PoolConfig(source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, submit, raw)
 
 
 def config_path(path: str | Path | None = None) -> Path:

@@ -97,13 +97,13 @@ def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: boo
     except SlurmUnavailableError:  # no Slurm client here: assume the conservative 22.05 rule
         reconf = False
     plan = install(cfg, r, backup=not no_backup, reconfigure_ok=reconf)
-    from slurm_gpupool.ops.hook_settings import write_hook_settings
+    from slurm_gpupool.ops.support_files import install_support_files
 
-    hooks_path = write_hook_settings(cfg)
+    support = install_support_files(cfg)
     if as_json:
         emit_json(
             {
-                "files": {**{k: str(v) for k, v in installed_paths(cfg).items()}, "hooks": str(hooks_path)},
+                "files": {**{k: str(v) for k, v in installed_paths(cfg).items()}, **{p.name: str(p) for p in support}},
                 "gres_changed": plan.gres_changed,
                 "features_changed": plan.features_changed,
                 "controller_wide": plan.controller_wide,
@@ -111,6 +111,6 @@ def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: boo
             }
         )
         return
-    for path in [*installed_paths(cfg).values(), hooks_path]:
+    for path in [*installed_paths(cfg).values(), *support]:
         click.echo(f"installed {path}")
     click.echo(plan.describe())

@@ -577,12 +577,12 @@ class Sandbox:
     def _install_gres(self, cfg: Any) -> set[Path]:
         """`gpupool gres install --live` into <root>/etc; returns the files it changed."""
         from slurm_gpupool.ops.gres_install import install, installed_paths, render
-        from slurm_gpupool.ops.hook_settings import write_hook_settings
+        from slurm_gpupool.ops.support_files import install_support_files
 
         paths = installed_paths(cfg)
         before = {p: p.read_text() if p.exists() else None for p in paths.values()}
         install(cfg, render(cfg, cfg.all_nodes(), None), backup=False)
-        write_hook_settings(cfg)
+        install_support_files(cfg)
         return {p for p in paths.values() if p.read_text() != before[p]}
 
     def _make_dirs(self) -> None:

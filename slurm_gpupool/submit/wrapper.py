@@ -1,27 +1,139 @@
-"""``gpupool-sbatch``: passes everything to the real sbatch (exec, no shell)."""
+"""``gpupool-sbatch``: sbatch with friendly GPU requests; everything else passes through.
+
+It reads the submit catalog (``gpupool-submit.json`` beside slurm.conf), plans
+the command line (``core/submit_plan.py``), and exec's the real sbatch, so
+sbatch's output and exit code are the user's.  A script on stdin is read once
+and handed to sbatch through an anonymous in-memory file.  No shell, ever.
+Imports: the standard library and ``slurm_gpupool.core`` only.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from datetime import datetime
 
-USAGE = """
-usage: gpupool-sbatch [sbatch options] [script [args...]]
+USAGE = """\
+usage: gpupool-sbatch [sbatch options] [friendly options] [script [args...]]
 
-A drop-in for sbatch: every option and the script go to the real sbatch
-unchanged (it is exec'd, so its output and exit code are yours).  The real
-sbatch is $SLURM_GPUPOOL_SBATCH, or `sbatch` on PATH.
+A drop-in for sbatch: every sbatch option and the script (a file, stdin or
+--wrap) go to the real sbatch unchanged; it is exec'd, so its output and exit
+code are yours.  Friendly options become GRES and constraints:
+
+  --gpu-mem=SIZE       the smallest MIG slice or whole GPU with SIZE of memory (e.g. 18G)
+  --gpu-share=FRAC     a share of a time-sliced GPU (0.25, 25% or 1/4) as shards
+  --gpus-nvlink=N      N whole GPUs, all NVLink-connected, on one node
+  --explain            print the final sbatch command and why each flag was added
+  --dry-run            print it and do not submit
+  --submit-anyway      submit even if only a later layout offers the request
+
+Multi-GPU jobs get NVLink constraints, and the site's rules may add
+--gres-flags or --switches.  Exit 2: a request no layout can meet; 75: only a
+later layout can (it says when).  The real sbatch: $SLURM_GPUPOOL_SBATCH or sbatch.
 """
+
+CATALOG = "gpupool-submit.json"
+
+
+def load_catalog(env: dict[str, str]) -> dict | None:
+    """The submit catalog beside $SLURM_CONF, /etc/slurm or /etc/slurm-gpupool."""
+    dirs = []
+    if env.get("SLURM_CONF"):
+        dirs.append(os.path.dirname(env["SLURM_CONF"]))
+    dirs += ["/etc/slurm", "/etc/slurm-gpupool"]
+    for d in dirs:
+        try:
+            with open(os.path.join(d, CATALOG), "rb") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            sys.stderr.write(f"gpupool-sbatch: ignoring unreadable {d}/{CATALOG}: {e}\n")
+            return None
+    return None
+
+
+def real_sbatch(env: dict[str, str]) -> str:
+    """The sbatch to exec: never ourselves, even if we are installed as `sbatch`."""
+    if env.get("SLURM_GPUPOOL_SBATCH"):
+        return env["SLURM_GPUPOOL_SBATCH"]
+    me = os.path.realpath(sys.argv[0])
+    for d in env.get("PATH", "/usr/bin:/bin").split(os.pathsep):
+        cand = os.path.join(d, "sbatch")
+        if os.access(cand, os.X_OK) and os.path.realpath(cand) != me:
+            return cand
+    return "sbatch"
+
+
+def _when(t: datetime, now: datetime) -> str:
+    mins = max(0, int((t - now).total_seconds() // 60))
+    return f"{t:%a %Y-%m-%d %H:%M} (in {mins // 60}h{mins % 60:02d}m)"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["-h"], ["--help"]):
-        sys.stdout.write(USAGE.strip() + "\n")
+        sys.stdout.write(USAGE)
         return 0
-    sbatch = os.environ.get("SLURM_GPUPOOL_SBATCH", "sbatch")
+    env = dict(os.environ)
+    from slurm_gpupool.core.sbatch_args import ArgError, parse
+    from slurm_gpupool.core.submit import RequestError
+    from slurm_gpupool.core.submit_plan import plan, split_ours
+
+    stdin_script: bytes | None = None
+    script_text: str | None = None
     try:
-        os.execvp(sbatch, [sbatch, *args])
+        rest, _, _ = split_ours(args)
+        parsed = parse(rest)
+        if parsed.script_index is not None:
+            try:
+                with open(parsed.argv[parsed.script_index], "rb") as f:
+                    script_text = f.read().decode(errors="replace")
+            except OSError:
+                script_text = None  # sbatch will say what is wrong with it
+        elif not parsed.has("wrap") and not sys.stdin.isatty():
+            stdin_script = sys.stdin.buffer.read()
+            script_text = stdin_script.decode(errors="replace")
+        now = datetime.now().astimezone()
+        p = plan(args, script_text, load_catalog(env), now)
+    except ArgError:
+        return _exec(real_sbatch(env), args, stdin_script)  # sbatch explains its own syntax
+    except RequestError as e:
+        sys.stderr.write(f"gpupool-sbatch: {e}\n")
+        if e.hint:
+            sys.stderr.write(f"hint: {e.hint}\n")
+        return 2
+    for n in p.notes:
+        sys.stderr.write(f"gpupool-sbatch: note: {n}\n")
+    sbatch = real_sbatch(env)
+    if p.later and not p.submit_anyway:
+        layout, when = p.later
+        sys.stderr.write(
+            f"gpupool-sbatch: that request is offered only by layout {layout}, from {_when(when, now)}; "
+            "the current layout cannot run it, so Slurm would refuse it now\n"
+            "hint: submit again when it starts, or add --submit-anyway\n"
+        )
+        if p.explain or p.dry_run:
+            sys.stderr.write(p.describe(sbatch) + "\n")
+        return 75
+    if p.explain:
+        sys.stderr.write(p.describe(sbatch) + "\n")
+    if p.dry_run:
+        sys.stdout.write(p.describe(sbatch) + "\n")
+        return 0
+    return _exec(sbatch, p.argv, stdin_script)
+
+
+def _exec(sbatch: str, argv: list[str], stdin_script: bytes | None) -> int:
+    if stdin_script is not None:
+        fd = os.memfd_create("gpupool-sbatch-script")
+        os.write(fd, stdin_script)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.dup2(fd, 0)
+        os.close(fd)
+    try:
+        os.execvp(sbatch, [sbatch, *argv])
     except OSError as e:
         sys.stderr.write(f"gpupool-sbatch: cannot run {sbatch}: {e.strerror}\n")
         return 69

@@ -1,0 +1,179 @@
+"""Friendly GPU requests → GRES and constraints (pure; the wrapper and job_submit.lua agree).
+
+The *submit catalog* (``gpupool-submit.json``, written by ``gpupool gres install``)
+says, per layout, which GRES the cluster offers: MIG types with their memory,
+whole-GPU types with the largest NVLink-connected set a node can give, and
+time-sliced GPU types with their share count; plus the schedule and the site's
+rules.  Given a request and the time, :func:`decide` picks in the layout due
+now, else in the next one (saying when it starts), else refuses.
+
+The same procedure is rendered into ``job_submit.lua``; tests submit the same
+requests both ways to the real slurmctld and compare.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from slurm_gpupool.core.schedule import Rule, Schedule, parse_clock
+
+NVLINK_SIZES = (2, 4, 8)
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+class RequestError(ValueError):
+    """A request that no layout can meet, or that makes no sense (exit 2)."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def parse_size_mib(text: str) -> int:
+    """``18G``, ``18GB``, ``18GiB``, ``18000M``, ``0.5T`` → MiB (decimal and binary both as GiB, like Slurm)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise RequestError(f"--gpu-mem={text}: expected a size like 18G or 18000M")
+    value, unit = float(m.group(1)), m.group(2).lower() or "m"
+    mib = value * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
+    if mib <= 0:
+        raise RequestError(f"--gpu-mem={text}: must be more than 0")
+    return math.ceil(mib)
+
+
+def parse_fraction(text: str) -> float:
+    """``0.25``, ``25%``, ``1/4`` → 0.25 (a share of one GPU, at most 1)."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            f = float(t[:-1]) / 100
+        elif "/" in t:
+            a, b = t.split("/", 1)
+            f = float(a) / float(b)
+        else:
+            f = float(t)
+    except (ValueError, ZeroDivisionError):
+        raise RequestError(f"--gpu-share={text}: expected a fraction like 0.25, 25% or 1/4") from None
+    if not 0 < f <= 1:
+        raise RequestError(f"--gpu-share={text}: must be more than 0 and at most 1 (one GPU)")
+    return f
+
+
+@dataclass(frozen=True)
+class Request:
+    kind: str  # "mem" | "share" | "nvlink"
+    amount: float  # MiB, fraction, or GPU count
+    text: str  # as the user wrote it, for messages
+
+
+@dataclass
+class Choice:
+    """The GRES (and constraint) that meets a request, and in which layout."""
+
+    gres: str
+    constraint: str | None
+    layout: str
+    offer: dict[str, Any]
+    why: str
+
+
+@dataclass
+class Decision:
+    choice: Choice | None = None
+    later: tuple[str, datetime] | None = None  # (layout, when) if only a later layout meets it
+    notes: list[str] = field(default_factory=list)
+
+
+def schedule_of(catalog: dict[str, Any]) -> Schedule | None:
+    raw = catalog.get("schedule")
+    if not raw:
+        return None
+    tz = None
+    if raw.get("timezone") not in (None, "local"):
+        from zoneinfo import ZoneInfo
+
+        tz = ZoneInfo(raw["timezone"])
+    rules = tuple(
+        Rule(r["layout"], frozenset(r["days"]), parse_clock(r["start"]), parse_clock(r["end"])) for r in raw["rules"]
+    )
+    return Schedule(raw["default"], rules, tz)
+
+
+def _nvlink_feature(n: int) -> str:
+    return f"nvlink{next(s for s in NVLINK_SIZES if s >= n)}"
+
+
+def choose(request: Request, offers: list[dict[str, Any]], layout: str) -> Choice | None:
+    """The best offer of one layout for a request (deterministic tie-breaks)."""
+    if request.kind == "mem":
+        fits = [o for o in offers if o["kind"] in ("mig", "whole") and o["memory_mib"] >= request.amount]
+        if not fits:
+            return None
+        o = min(fits, key=lambda o: (o["memory_mib"], o["kind"] != "mig", -o["count"], o["type"]))
+        what = "MIG profile" if o["kind"] == "mig" else "whole GPU"
+        why = f"--gpu-mem={request.text}: smallest {what} with enough memory ({o['memory_mib']} MiB) in layout {layout}"
+        return Choice(f"gpu:{o['type']}:1", None, layout, o, why)
+    if request.kind == "share":
+        shared = [o for o in offers if o["kind"] == "shared"]
+        if not shared:
+            return None
+
+        def shards(o: dict[str, Any]) -> int:
+            return max(1, math.ceil(request.amount * o["shares"] - 1e-9))
+
+        o = min(shared, key=lambda o: (shards(o) / o["shares"] - request.amount, -o["count"], o["type"]))
+        k = shards(o)
+        why = f"--gpu-share={request.text}: {k} of the {o['shares']} shares of a {o['type']} GPU in layout {layout}"
+        return Choice(f"shard:{o['type']}:{k}", None, layout, o, why)
+    n = int(request.amount)
+    if n > NVLINK_SIZES[-1]:
+        return None
+    fits = [o for o in offers if o["kind"] == "whole" and o.get("nvlink_clique", 0) >= n]
+    if not fits:
+        return None
+    o = min(fits, key=lambda o: (o["nvlink_clique"], -o["nodes"], o["type"]))
+    feature = _nvlink_feature(n)
+    why = f"--gpus-nvlink={n}: whole {o['type']} GPUs on nodes with {feature} in layout {layout}"
+    return Choice(f"gpu:{o['type']}:{n}", feature, layout, o, why)
+
+
+def decide(catalog: dict[str, Any], request: Request, now: datetime) -> Decision:
+    """Meet the request with the layout due now, else the next one, else refuse (RequestError)."""
+    layouts: dict[str, Any] = catalog["layouts"]
+    sched = schedule_of(catalog)
+    if sched is None:  # no schedule: any layout may be active
+        for name in sorted(layouts):
+            c = choose(request, layouts[name]["offers"], name)
+            if c:
+                return Decision(c)
+        raise RequestError(f"{request.text}: no layout of this cluster offers that")
+    current = sched.due(now)
+    c = choose(request, layouts.get(current, {"offers": []})["offers"], current)
+    if c:
+        return Decision(c)
+    nxt = sched.next_change(now)
+    if nxt:
+        when, name = nxt
+        c = choose(request, layouts.get(name, {"offers": []})["offers"], name)
+        if c:
+            return Decision(c, later=(name, when))
+    for name in sorted(layouts):
+        if choose(request, layouts[name]["offers"], name):
+            note = f"only layout {name} offers it, and it is not scheduled next"
+            return Decision(None, later=(name, now), notes=[note])
+    raise RequestError(f"{request.text}: no layout of this cluster can ever offer that")
+
+
+def merge_constraint(user: str | None, ours: str) -> tuple[str, str | None]:
+    """AND our feature into the user's constraint; a note if we cannot (Slurm 22.05 has no parentheses)."""
+    if not user:
+        return ours, None
+    if ours in re.split(r"[&|,\[\]*]", user):
+        return user, None
+    if any(c in user for c in "|[]"):
+        return user, f"your --constraint {user!r} has OR terms; {ours} was not added (Slurm 22.05 has no parentheses)"
+    return f"{user}&{ours}", None

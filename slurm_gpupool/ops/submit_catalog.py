@@ -1,0 +1,91 @@
+"""``gpupool-submit.json``: what each layout offers, for gpupool-sbatch and job_submit.lua.
+
+Built from the planned view of every layout on every node set with a machine
+description, so it answers "what would the night layout offer" during the day.
+Written beside slurm.conf by ``gpupool gres install``; the wrapper reads it with
+``json`` only (it must start fast), and ``job_submit.lua`` embeds the same data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.atomic import write_text_atomic
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.core.catalog import get_model
+from slurm_gpupool.core.gres import device_order, largest_nvlink_clique
+from slurm_gpupool.core.layouts import MIG, SHARED
+from slurm_gpupool.ops.gres_sources import planned_node
+
+FILE_NAME = "gpupool-submit.json"
+
+
+def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
+    """The GRES a layout offers, aggregated over nodes: type, memory, count, NVLink sets."""
+    agg: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for node in cfg.all_nodes():
+        if not cfg.covers(layout, node) or cfg.nodeset_of(node).machine is None:
+            continue
+        view = planned_node(cfg, layout, node)
+        devices = device_order(view.gpus, cfg.slurm.type_naming, cfg.slurm.autodetect)
+        seen: set[tuple[str, str, int]] = set()
+        for g, inst, typ in devices:
+            model = get_model(g.model)
+            if inst is not None:
+                assert model.mig is not None
+                prof = model.mig.by_name(inst.profile)
+                assert prof is not None
+                kind, mem, shares = MIG, prof.memory_mib, 0
+            elif g.mode == SHARED:
+                kind, mem, shares = SHARED, model.memory_mib, g.shares
+            else:
+                kind, mem, shares = "whole", model.memory_mib, 0
+            key = (kind, typ, shares)
+            o = agg.setdefault(
+                key,
+                {"kind": kind, "type": typ, "model": model.key, "memory_mib": mem, "count": 0, "nodes": 0},
+            )
+            if shares:
+                o["shares"] = shares
+            o["count"] += 1
+            if key not in seen:
+                o["nodes"] += 1
+                seen.add(key)
+                if kind == "whole":
+                    same = [x.index for x, i, t in devices if i is None and t == typ]
+                    o["nvlink_clique"] = max(o.get("nvlink_clique", 0), largest_nvlink_clique(view, same))
+    return sorted(agg.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))
+
+
+def submit_catalog(cfg: PoolConfig) -> dict[str, Any]:
+    sched = None
+    if cfg.schedule is not None:
+        s = cfg.schedule
+        sched = {
+            "default": s.default,
+            "timezone": getattr(s.tz, "key", None) if s.tz else "local",
+            "rules": [
+                {"layout": r.layout, "days": sorted(r.days), "start": r.start.strftime("%H:%M"), "end": _end(r.end)}
+                for r in s.rules
+            ],
+        }
+    return {
+        "schema": 1,
+        "source": cfg.source,
+        "schedule": sched,
+        "layouts": {name: {"offers": layout_offers(cfg, name)} for name in cfg.layout_names()},
+        "rules": dict(cfg.submit),
+    }
+
+
+def _end(t: Any) -> str:
+    return "24:00" if (t.hour, t.minute, t.second) == (23, 59, 59) else t.strftime("%H:%M")
+
+
+def write_submit_catalog(cfg: PoolConfig) -> Path:
+    path = Path(cfg.slurm.config_dir) / FILE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(submit_catalog(cfg), indent=1, sort_keys=True) + "\n", 0o644)
+    return path

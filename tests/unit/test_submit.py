@@ -1,0 +1,150 @@
+"""gpupool-sbatch planning: argument handling, friendly requests, topology, time."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from slurm_gpupool.config import load_config, parse_config
+from slurm_gpupool.core.sbatch_args import parse, parse_directives
+from slurm_gpupool.core.submit import RequestError, parse_fraction, parse_size_mib
+from slurm_gpupool.core.submit_plan import plan
+from slurm_gpupool.ops.submit_catalog import submit_catalog
+
+TOP = Path(__file__).resolve().parents[2]
+UTC = ZoneInfo("UTC")
+MONDAY_NOON = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)  # the day layout
+MONDAY_NIGHT = datetime(2026, 11, 23, 22, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def catalog() -> dict:
+    raw = copy.deepcopy(load_config(TOP / "etc" / "gpupool.yaml").raw)
+    raw["schedule"]["timezone"] = "UTC"
+    raw.pop("mig_parted")
+    return submit_catalog(parse_config(raw, str(TOP / "etc" / "gpupool.yaml")))
+
+
+def test_parse_finds_options_script_and_its_args():
+    a = parse(["-N2", "-o", "out %j.txt", "--gres=gpu:1", "-HW", "job.sh", "--gres=ignored", "-x"])
+    assert a.script_index == 5 and a.argv[a.script_index] == "job.sh"
+    assert a.value("nodes") == "2" and a.value("output") == "out %j.txt" and a.value("gres") == "gpu:1"
+    assert a.has("-H") and a.has("-W")
+    het = parse(["-n1", ":", "--gres=gpu:2", "--wrap", "x"])
+    assert het.separators == [1] and het.value("gres", component=1) == "gpu:2" and het.value("gres") is None
+    assert parse(["--wrap", "echo 'a b'"]).script_index is None
+
+
+def test_directives_stop_at_the_first_command_and_at_hetjob():
+    text = (
+        "#!/bin/bash\n#SBATCH --gres=gpu:a100:2 -C 'x y'\n# plain comment\n#SBATCH -N 1\n#SBATCH hetjob\n#SBATCH -N 5\n"
+    )
+    assert parse_directives(text) == ["--gres=gpu:a100:2", "-C", "x y", "-N", "1"]
+    assert parse_directives("#!/bin/sh\necho hi\n#SBATCH -N 3\n") == []
+
+
+@pytest.mark.parametrize(
+    "text,mib", [("18G", 18432), ("18GB", 18432), ("18GiB", 18432), ("18000M", 18000), ("0.5T", 524288), ("512", 512)]
+)
+def test_sizes(text, mib):
+    assert parse_size_mib(text) == mib
+
+
+def test_fractions():
+    assert parse_fraction("0.25") == parse_fraction("25%") == parse_fraction("1/4") == 0.25
+    for bad in ("0", "2", "x", "1/0"):
+        with pytest.raises(RequestError):
+            parse_fraction(bad)
+
+
+def test_plain_submissions_pass_through_untouched(catalog):
+    argv = ["-J", "my job", "--wrap", "echo 'quoted' \"and\"\nnewline", "--comment", "a;b"]
+    p = plan(argv, None, catalog, MONDAY_NOON)
+    assert p.argv == argv and p.changes == [] and p.notes == []
+    argv = ["--gres=gpu:2", "job.sh", "--gpu-mem=1G"]  # after the script: the script's own argument
+    assert plan(argv, "#!/bin/sh\n", catalog, MONDAY_NOON).argv == argv
+
+
+def test_gpu_mem_picks_the_smallest_fitting_slice_now(catalog):
+    p = plan(["--gpu-mem=18G", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.argv == ["--gres=gpu:3g.20gb:1", "--wrap", "true"]  # 19968 MiB, the smallest >= 18 GiB by day
+    assert "smallest MIG profile" in p.changes[0].rule
+    p = plan(["--gpu-mem", "5G", "-J", "x", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.argv[0] == "--gres=gpu:1g.6gb:1"  # 5952 MiB on the A30
+    night = plan(["--gpu-mem=18G", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert night.argv[0] == "--gres=gpu:a30:1" and night.later is None  # whole GPUs by night
+
+
+def test_gpu_share_becomes_shards(catalog):
+    p = plan(["--gpu-share=0.5", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.argv[0] == "--gres=shard:v100_shared:2"  # 2 of 4 shares: no waste, most GPUs
+    p = plan(["--gpu-share=30%", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.argv[0] == "--gres=shard:v100_shared:2"
+
+
+def test_gpus_nvlink_goes_to_nodes_that_can_connect_them(catalog):
+    p = plan(["--gpus-nvlink=4", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.argv[:2] == ["--constraint=nvlink4", "--gres=gpu:v100:4"]  # by day only the DGX-1 has 4 whole
+    p8 = plan(["--gpus-nvlink=8", "-C", "fast", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert "--gres=gpu:a100:8" in p8.argv and "--constraint=fast&nvlink8" in p8.argv and "fast" not in p8.argv
+    assert p8.argv.index("--constraint=fast&nvlink8") == 1  # edited where the user wrote -C
+
+
+def test_a_request_only_the_night_can_meet_says_when(catalog):
+    p = plan(["--gpus-nvlink=8", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.later == ("night", datetime(2026, 11, 23, 20, 0, tzinfo=UTC))
+    assert "--gres=gpu:a100:8" in p.argv
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpu-mem=1T", "--wrap", "true"],
+        ["--gpus-nvlink=16", "--wrap", "true"],
+        ["--gpu-mem=8G", "--gres=gpu:1", "--wrap", "true"],
+        ["--gpu-mem=8G", "--gpu-share=0.5", "--wrap", "true"],
+        ["--gpus-nvlink=1", "--wrap", "true"],
+    ],
+)
+def test_impossible_or_conflicting_requests_are_refused(catalog, argv):
+    with pytest.raises(RequestError):
+        plan(argv, None, catalog, MONDAY_NOON)
+
+
+def test_sbatch_directives_count_and_are_merged(catalog):
+    script = "#!/bin/sh\n#SBATCH -C ib\n#SBATCH --gres=gpu:a100:2\n"
+    p = plan(["job.sh"], script, catalog, MONDAY_NIGHT)
+    assert p.argv == ["--constraint=ib&nvlink2", "job.sh"]  # the #SBATCH constraint is kept
+    with pytest.raises(RequestError):
+        plan(["--gpu-mem=4G", "job.sh"], script, catalog, MONDAY_NIGHT)  # the script already asks for GPUs
+
+
+def test_topology_rules_and_mig_warning(catalog):
+    multi = plan(["-N", "2", "--gres=gpu:a100:8", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert multi.changes == []  # multi-node: no single-node NVLink constraint, no switches rule
+    mig = plan(["--gres=gpu:1g.5gb:2", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert any("sees only one MIG device" in n for n in mig.notes)
+    ok = plan(["--gres=gpu:1g.5gb:2", "--ntasks-per-node=2", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert ok.notes == []
+    rules = {
+        **catalog,
+        "rules": {**catalog["rules"], "enforce_binding": True, "switches": "1", "untyped_gpus": "reject"},
+    }
+    p = plan(["-N", "2", "--gres=gpu:a100:2", "--wrap", "true"], None, rules, MONDAY_NIGHT)
+    assert "--gres-flags=enforce-binding" in p.argv and "--switches=1" in p.argv
+    with pytest.raises(RequestError):
+        plan(["--gpus=2", "--wrap", "true"], None, rules, MONDAY_NIGHT)
+    cons = plan(["-C", "a|b", "--gres=gpu:a100:4", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert cons.argv[:2] == ["-C", "a|b"] and any("OR terms" in n for n in cons.notes)
+
+
+def test_our_flags_are_removed_and_described(catalog):
+    p = plan(["--explain", "--dry-run", "--gpu-mem=35G", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert p.explain and p.dry_run and p.argv == ["--gres=gpu:3g.40gb:1", "--wrap", "true"]
+    text = p.describe()
+    assert text.splitlines()[0] == "sbatch --gres=gpu:3g.40gb:1 --wrap true"
+    assert "--gres=gpu:3g.40gb:1: --gpu-mem=35G: smallest MIG profile" in text
