@@ -9,8 +9,6 @@ that every byte the user typed, spaces and newlines included, is passed on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 # sbatch 22.05 long options that take a required argument (src/sbatch/opt.c).
 LONG_WITH_VALUE = frozenset(
     """account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint
@@ -53,23 +51,27 @@ SHORT_WITH_VALUE = {
 SHORT_FLAGS = frozenset("HhIkOQsVvW")
 
 
-@dataclass
 class Option:
-    """One option as typed: ``argv[start:end]`` is its token(s)."""
+    """One option as typed: ``argv[start:end]`` is its token(s).  (Plain classes in the
+    submit path: no dataclasses, so gpupool-sbatch starts fast.)"""
 
-    name: str  # canonical long name
-    value: str | None
-    start: int
-    end: int
-    component: int  # heterogeneous job component
+    __slots__ = ("component", "end", "name", "start", "value")
+
+    def __init__(self, name: str, value: str | None, start: int, end: int, component: int) -> None:
+        self.name = name  # canonical long name
+        self.value = value
+        self.start, self.end = start, end
+        self.component = component  # heterogeneous job component
 
 
-@dataclass
 class SbatchArgs:
-    argv: list[str]  # without the program name
-    options: list[Option] = field(default_factory=list)
-    script_index: int | None = None  # index of the script in argv, None with --wrap or stdin
-    separators: list[int] = field(default_factory=list)  # indices of ':' tokens
+    __slots__ = ("argv", "options", "script_index", "separators")
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv  # without the program name
+        self.options: list[Option] = []
+        self.script_index: int | None = None  # the script in argv; None with --wrap or stdin
+        self.separators: list[int] = []  # indices of ':' tokens
 
     @property
     def end_of_options(self) -> int:

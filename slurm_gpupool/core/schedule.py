@@ -8,18 +8,22 @@ Pure: times come in, names go out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, time, timedelta, tzinfo
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
-@dataclass(frozen=True)
 class Rule:
-    layout: str
-    days: frozenset[int]  # 0 = Monday
-    start: time
-    end: time
+    """One schedule rule.  Plain classes here, not dataclasses: gpupool-sbatch imports
+    this module and must start fast (dataclasses pulls in ``inspect``)."""
+
+    __slots__ = ("days", "end", "layout", "start")
+
+    def __init__(self, layout: str, days: frozenset[int], start: time, end: time) -> None:
+        self.layout, self.days, self.start, self.end = layout, days, start, end  # days: 0 = Monday
+
+    def __repr__(self) -> str:
+        return f"Rule({self.layout!r}, {sorted(self.days)}, {self.start}, {self.end})"
 
     def contains(self, t: datetime) -> bool:
         clock = t.timetz().replace(tzinfo=None)
@@ -33,11 +37,14 @@ class Rule:
         return clock < self.end and (t.weekday() - 1) % 7 in self.days
 
 
-@dataclass(frozen=True)
 class Schedule:
-    default: str
-    rules: tuple[Rule, ...]
-    tz: tzinfo | None = None  # None: the machine's local time
+    __slots__ = ("default", "rules", "tz")
+
+    def __init__(self, default: str, rules: tuple[Rule, ...], tz: tzinfo | None = None) -> None:
+        self.default, self.rules, self.tz = default, rules, tz  # tz None: the machine's local time
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.default!r}, {self.rules!r}, {self.tz!r})"
 
     def due(self, t: datetime) -> str:
         """The layout due at ``t``."""

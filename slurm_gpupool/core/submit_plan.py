@@ -10,9 +10,6 @@ rule that made it, for ``--explain``.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
 
 from slurm_gpupool.core.sbatch_args import SbatchArgs, parse, parse_directives
 from slurm_gpupool.core.submit import (
@@ -25,26 +22,42 @@ from slurm_gpupool.core.submit import (
     parse_size_mib,
 )
 
+TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from typing import Any
+
 OUR_VALUED = ("gpu-mem", "gpu-share", "gpus-nvlink")
 OUR_FLAGS = ("explain", "dry-run", "submit-anyway")
 
 
-@dataclass
 class Change:
-    option: str
-    value: str
-    rule: str
+    __slots__ = ("option", "rule", "value")
+
+    def __init__(self, option: str, value: str, rule: str) -> None:
+        self.option, self.value, self.rule = option, value, rule
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Change) and (self.option, self.value, self.rule) == (
+            other.option,
+            other.value,
+            other.rule,
+        )
+
+    def __repr__(self) -> str:
+        return f"Change({self.option!r}, {self.value!r}, {self.rule!r})"
 
 
-@dataclass
 class Plan:
-    argv: list[str]
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    later: tuple[str, datetime] | None = None  # the request waits for this layout
-    explain: bool = False
-    dry_run: bool = False
-    submit_anyway: bool = False
+    __slots__ = ("argv", "changes", "dry_run", "explain", "later", "notes", "submit_anyway")
+
+    def __init__(self, argv: list[str], explain: bool = False, dry_run: bool = False, submit_anyway: bool = False):
+        self.argv = argv
+        self.changes: list[Change] = []
+        self.notes: list[str] = []
+        self.later: tuple[str, datetime] | None = None  # the request waits for this layout
+        self.explain, self.dry_run, self.submit_anyway = explain, dry_run, submit_anyway
 
     def describe(self, sbatch: str = "sbatch") -> str:
         lines = [shlex.join([sbatch, *self.argv])]

@@ -55,10 +55,15 @@ def wrapper() -> str:
 def show(sandbox, job: str) -> list[dict[str, str]]:
     """``scontrol -o show job``: one dict per record (array tasks, het components)."""
     out = sandbox.run(["scontrol", "-o", "show", "job", job]).stdout
+    ids = {str(int(job) + k): f"<id+{k}>" for k in range(3, 0, -1)} | {job: "<id>"}  # het components
+
+    def norm(v: str) -> str:
+        return re.sub(r"\d+", lambda m: ids.get(m.group(0), m.group(0)), v)
+
     recs = []
     for line in out.splitlines():
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        recs.append({k: v.replace(job, "<id>") for k, v in fields.items() if k not in IGNORED})
+        recs.append({k: norm(v) for k, v in fields.items() if k not in IGNORED})
     return recs
 
 
@@ -211,31 +216,19 @@ def test_friendly_requests_land_on_the_intended_gres_and_node(day, tmp_path: Pat
                 "-o",
                 str(out),
                 "--wrap",
-                "echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES",
+                "echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $SLURM_JOB_GPUS",
             ]
         ).stdout.strip()
         tres, feats = tres_of(day, job)
         assert tres == f"gres:{gres}", args
-        node, devices = out.read_text().split()
+        node, devices, indices = out.read_text().split()
         assert node in nodes, args
         assert devices.startswith(("MIG-", "GPU-")), args
         if args == ["--gpus-nvlink=4"]:
             assert feats == "nvlink4"
             state = day.node_state(node)
-            gpus = sorted(state["slurm_devices"][int(i)]["gpu"] for i in _job_gpus(day, job))
-            assert gpus in ([0, 1, 2, 3], [4, 5, 6, 7]) or len(gpus) == 4  # Slurm picked a connected set
-
-
-def _job_gpus(sandbox, job: str) -> list[str]:
-    out = sandbox.run(["scontrol", "show", "job", "-d", job]).stdout
-    m = re.search(r"GRES=gpu[^(]*\(IDX:([0-9,-]+)\)", out)
-    if not m:
-        return []
-    idx = []
-    for part in m.group(1).split(","):
-        a, _, b = part.partition("-")
-        idx += [str(i) for i in range(int(a), int(b or a) + 1)]
-    return idx
+            gpus = sorted(state["slurm_devices"][int(i)]["gpu"] for i in indices.split(","))
+            assert gpus == [4, 5, 6, 7]  # by day the DGX-1's whole GPUs, a connected set
 
 
 def test_a_night_only_request_by_day_is_reported_with_its_start(day):
@@ -260,12 +253,14 @@ def test_nvlink_sets_on_a_cluster_mixing_dgx1_and_nvswitch(sandbox, tmp_path: Pa
     """By night: 8 connected GPUs only on NVSwitch nodes; 4 fit the DGX-1's cube-mesh too."""
     catalog_now(sandbox, "night")
     assert dry_run(sandbox, "--gpus-nvlink=8").split()[1:3] == ["--constraint=nvlink8", "--gres=gpu:a100:8"]
+    out = tmp_path / "v.out"
     job = sandbox.run(
-        [wrapper(), "--parsable", "--wait", "--gres=gpu:v100:4", "-o", "/dev/null", "--wrap", "true"]
+        [wrapper(), "--parsable", "--wait", "--gres=gpu:v100:4", "-o", str(out), "--wrap", "echo $SLURM_JOB_GPUS"]
     ).stdout.strip()
     tres, feats = tres_of(sandbox, job)
     assert (tres, feats) == ("gres:gpu:v100:4", "nvlink4")
-    gpus = sorted(sandbox.node_state("v100n1")["slurm_devices"][int(i)]["gpu"] for i in _job_gpus(sandbox, job))
+    idx = out.read_text().strip().split(",")
+    gpus = sorted(sandbox.node_state("v100n1")["slurm_devices"][int(i)]["gpu"] for i in idx)
     from slurm_gpupool.machines import find_machine
 
     m = find_machine("dgx1-v100")
