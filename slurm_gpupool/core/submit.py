@@ -160,7 +160,7 @@ def decide(catalog: dict[str, Any], request: Request, now: datetime) -> Decision
             c = choose(request, layouts[name]["offers"], name)
             if c:
                 return Decision(c)
-        raise RequestError(f"{request.text}: no layout of this cluster offers that")
+        raise RequestError(f"{request.text}: no layout of this cluster offers that", largest_offer(request, layouts))
     current = sched.due(now)
     c = choose(request, layouts.get(current, {"offers": []})["offers"], current)
     if c:
@@ -175,7 +175,28 @@ def decide(catalog: dict[str, Any], request: Request, now: datetime) -> Decision
         if choose(request, layouts[name]["offers"], name):
             note = f"only layout {name} offers it, and it is not scheduled next"
             return Decision(None, later=(name, now), notes=[note])
-    raise RequestError(f"{request.text}: no layout of this cluster can ever offer that")
+    option = {"mem": "gpu-mem", "share": "gpu-share"}.get(request.kind, "gpus-nvlink")
+    raise RequestError(
+        f"--{option}={request.text}: no layout of this cluster can ever offer that", largest_offer(request, layouts)
+    )
+
+
+def largest_offer(request: Request, layouts: dict[str, Any]) -> str:
+    """The hint for a refused request: the most any layout offers of that kind."""
+    offers = [(name, o) for name, lay in sorted(layouts.items()) for o in lay["offers"]]
+    if request.kind == "mem":
+        best = [(o["memory_mib"], o["type"], name) for name, o in offers if o["kind"] in ("mig", "whole")]
+        if best:
+            mib, typ, name = max(best)
+            return f"the most GPU memory offered is {mib} MiB ({typ}, layout {name})"
+    elif request.kind == "share":
+        return "no layout of this cluster time-slices a GPU; ask for --gpu-mem instead"
+    else:
+        best = [(o.get("nvlink_clique", 0), o["type"], name) for name, o in offers if o["kind"] == "whole"]
+        if best and max(best)[0] >= 2:
+            n, typ, name = max(best)
+            return f"the most NVLink-connected whole GPUs on one node is {n} ({typ}, layout {name})"
+    return "no layout of this cluster offers GPUs for that"
 
 
 def merge_constraint(user: str | None, ours: str) -> tuple[str, str | None]:

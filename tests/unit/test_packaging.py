@@ -21,6 +21,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
         check=True,
         capture_output=True,
         timeout=300,
+        cwd=out,  # a stray build/ directory in the tree would shadow the `build` module
     )
     (whl,) = out.glob("slurm_gpupool-*.whl")
     return zipfile.ZipFile(whl)

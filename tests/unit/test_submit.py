@@ -115,6 +115,16 @@ def test_impossible_or_conflicting_requests_are_refused(catalog, argv):
         plan(argv, None, catalog, MONDAY_NOON)
 
 
+def test_a_refusal_names_the_most_the_cluster_offers(catalog):
+    with pytest.raises(RequestError) as mem:
+        plan(["--gpu-mem=1T", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert str(mem.value).startswith("--gpu-mem=1T: no layout")
+    assert mem.value.hint == "the most GPU memory offered is 81559 MiB (h100_80gb_hbm3, layout night)"
+    with pytest.raises(RequestError) as nv:
+        plan(["--gpus-nvlink=16", "--wrap", "true"], None, catalog, MONDAY_NOON)
+    assert nv.value.hint is not None and "NVLink-connected whole GPUs on one node is 8 (" in nv.value.hint
+
+
 def test_sbatch_directives_count_and_are_merged(catalog):
     script = "#!/bin/sh\n#SBATCH -C ib\n#SBATCH --gres=gpu:a100:2\n"
     p = plan(["job.sh"], script, catalog, MONDAY_NIGHT)
