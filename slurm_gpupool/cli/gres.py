@@ -99,7 +99,7 @@ def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: boo
     plan = install(cfg, r, backup=not no_backup, reconfigure_ok=reconf)
     from slurm_gpupool.ops.support_files import install_support_files
 
-    support = install_support_files(cfg)
+    support = install_support_files(cfg, r.installed_layout())
     if as_json:
         emit_json(
             {

@@ -90,11 +90,11 @@ class Decision:
     def __init__(
         self,
         choice: Choice | None = None,
-        later: tuple[str, datetime] | None = None,
+        later: tuple[str, datetime | None] | None = None,
         notes: list[str] | None = None,
     ) -> None:
         self.choice = choice
-        self.later = later  # (layout, when) if only a later layout meets it
+        self.later = later  # (layout, when) if only a later layout meets it; when None: not scheduled
         self.notes = notes or []
 
 
@@ -152,29 +152,39 @@ def choose(request: Request, offers: list[dict[str, Any]], layout: str) -> Choic
 
 
 def decide(catalog: dict[str, Any], request: Request, now: datetime) -> Decision:
-    """Meet the request with the layout due now, else the next one, else refuse (RequestError)."""
+    """Meet the request with what is offered now, else with what comes next, else refuse.
+
+    "Now" is the layout Slurm's GRES were last installed from (``installed``), or
+    the schedule's due layout where nodes are mixed or that is unknown.  "Next" is
+    the due layout if the nodes are not in it yet (the repartitioner is on its way),
+    then the schedule's next change.  No layout at all: RequestError (exit 2).
+    """
     layouts: dict[str, Any] = catalog["layouts"]
     sched = schedule_of(catalog)
-    if sched is None:  # no schedule: any layout may be active
+    installed: str | None = catalog.get("installed")
+    if sched is None and installed is None:  # no schedule: any layout may be active
         for name in sorted(layouts):
             c = choose(request, layouts[name]["offers"], name)
             if c:
                 return Decision(c)
         raise RequestError(f"{request.text}: no layout of this cluster offers that", largest_offer(request, layouts))
-    current = sched.due(now)
+    due: str = sched.due(now) if sched else str(installed)
+    current: str = installed or due
     c = choose(request, layouts.get(current, {"offers": []})["offers"], current)
     if c:
         return Decision(c)
-    nxt = sched.next_change(now)
+    upcoming: list[tuple[str, datetime]] = [(due, now)] if due != current else []
+    nxt = sched.next_change(now) if sched else None
     if nxt:
-        when, name = nxt
+        upcoming.append((nxt[1], nxt[0]))
+    for name, when in upcoming:
         c = choose(request, layouts.get(name, {"offers": []})["offers"], name)
         if c:
             return Decision(c, later=(name, when))
     for name in sorted(layouts):
-        if choose(request, layouts[name]["offers"], name):
-            note = f"only layout {name} offers it, and it is not scheduled next"
-            return Decision(None, later=(name, now), notes=[note])
+        c = choose(request, layouts[name]["offers"], name)
+        if c:
+            return Decision(c, later=(name, None))  # no date: the schedule does not bring it next
     option = {"mem": "gpu-mem", "share": "gpu-share"}.get(request.kind, "gpus-nvlink")
     raise RequestError(
         f"--{option}={request.text}: no layout of this cluster can ever offer that", largest_offer(request, layouts)

@@ -56,7 +56,7 @@ class Plan:
         self.argv = argv
         self.changes: list[Change] = []
         self.notes: list[str] = []
-        self.later: tuple[str, datetime] | None = None  # the request waits for this layout
+        self.later: tuple[str, datetime | None] | None = None  # the request waits for this layout
         self.explain, self.dry_run, self.submit_anyway = explain, dry_run, submit_anyway
 
     def describe(self, sbatch: str = "sbatch") -> str:

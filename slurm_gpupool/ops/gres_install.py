@@ -39,6 +39,12 @@ class Rendered:
     files: RenderedFiles
     nodes: list[NodeGres]
     source: str
+    layouts: dict[str, str | None] = field(default_factory=dict)  # node → the layout its GRES come from
+
+    def installed_layout(self) -> str | None:
+        """The one layout every rendered node is in, else None (mixed, mid-switch, or unknown)."""
+        names = set(self.layouts.values())
+        return names.pop() if len(names) == 1 and None not in names else None
 
     def __getitem__(self, role: str) -> str:
         return self.files[role]
@@ -91,13 +97,19 @@ def cluster_accounting(cfg: PoolConfig, mode: str = MIG_FILES_MULTIPLE) -> list[
     return sorted(out)
 
 
-def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, mode: str) -> list[NodeGres]:
-    """Each node's GRES: planned where the layout covers it, else its live state."""
+def collect_nodes(
+    cfg: PoolConfig, nodes: Sequence[str], planned: str | None, mode: str, layouts: dict[str, str | None] | None = None
+) -> list[NodeGres]:
+    """Each node's GRES: planned where the layout covers it, else its live state.
+
+    ``layouts`` (if given) receives each node's layout name, None where unknown."""
     planned_gres = _planned(cfg, planned, nodes, mode) if planned else {}
+    seen = layouts if layouts is not None else {}
     out = []
     for n in nodes:
         if n in planned_gres:
             out.append(planned_gres[n])
+            seen[n] = planned
             continue
         try:
             view = live_node(cfg, n)
@@ -106,6 +118,7 @@ def collect_nodes(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, mo
                 e.why += f" (layout {planned} does not cover it either)"
             raise
         out.append(_gres(cfg, view, mode))
+        seen[n] = view.layout
     return out
 
 
@@ -140,7 +153,8 @@ def check(nodes: Sequence[NodeGres]) -> None:
 def render(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, site_dir: str | None = None) -> Rendered:
     source = f"{'planned layout ' + planned if planned else 'live node state'} from {cfg.source}"
     mode = mig_files_mode(cfg)
-    gres = collect_nodes(cfg, nodes, planned, mode)
+    layouts: dict[str, str | None] = {}
+    gres = collect_nodes(cfg, nodes, planned, mode, layouts)
     check(gres)
     files = render_slurm_files(
         gres,
@@ -150,7 +164,7 @@ def render(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, site_dir:
         extra_accounting=cluster_accounting(cfg, mode),
         site_dir=site_dir or cfg.slurm.templates_dir,
     )
-    return Rendered(files, gres, source)
+    return Rendered(files, gres, source, layouts)
 
 
 def installed_paths(cfg: PoolConfig) -> dict[str, Path]:

@@ -38,10 +38,10 @@ def lua_value(v: Any) -> str:
     raise TypeError(f"no Lua literal for {type(v).__name__}")
 
 
-def render_job_submit(cfg: PoolConfig) -> str:
+def render_job_submit(cfg: PoolConfig, installed: str | None = None) -> str:
     env = environment(cfg.slurm.templates_dir)
     env.filters["lua"] = lua_value
-    catalog = submit_catalog(cfg)
+    catalog = submit_catalog(cfg, installed)
     offset = None
     if cfg.schedule is not None and cfg.schedule.tz is not None:
         from datetime import datetime
@@ -54,8 +54,8 @@ def render_job_submit(cfg: PoolConfig) -> str:
     )
 
 
-def write_job_submit_lua(cfg: PoolConfig) -> Path:
+def write_job_submit_lua(cfg: PoolConfig, installed: str | None = None) -> Path:
     path = Path(cfg.slurm.config_dir) / FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, render_job_submit(cfg), 0o644)
+    write_text_atomic(path, render_job_submit(cfg, installed), 0o644)
     return path

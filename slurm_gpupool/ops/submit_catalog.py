@@ -59,7 +59,9 @@ def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
     return sorted(agg.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))
 
 
-def submit_catalog(cfg: PoolConfig) -> dict[str, Any]:
+def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, Any]:
+    """What the wrapper and the Lua read; ``installed`` is the layout Slurm's GRES are in
+    now (None: mixed or unknown, and the schedule's due layout stands in for it)."""
     sched = None
     if cfg.schedule is not None:
         s = cfg.schedule
@@ -75,6 +77,7 @@ def submit_catalog(cfg: PoolConfig) -> dict[str, Any]:
         "schema": 1,
         "source": cfg.source,
         "schedule": sched,
+        "installed": installed if installed in cfg.layout_names() else None,
         "layouts": {name: {"offers": layout_offers(cfg, name)} for name in cfg.layout_names()},
         "rules": dict(cfg.submit),
     }
@@ -84,8 +87,8 @@ def _end(t: Any) -> str:
     return "24:00" if (t.hour, t.minute, t.second) == (23, 59, 59) else t.strftime("%H:%M")
 
 
-def write_submit_catalog(cfg: PoolConfig) -> Path:
+def write_submit_catalog(cfg: PoolConfig, installed: str | None = None) -> Path:
     path = Path(cfg.slurm.config_dir) / FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(submit_catalog(cfg), indent=1, sort_keys=True) + "\n", 0o644)
+    write_text_atomic(path, json.dumps(submit_catalog(cfg, installed), indent=1, sort_keys=True) + "\n", 0o644)
     return path

@@ -581,8 +581,9 @@ class Sandbox:
 
         paths = installed_paths(cfg)
         before = {p: p.read_text() if p.exists() else None for p in paths.values()}
-        install(cfg, render(cfg, cfg.all_nodes(), None), backup=False)
-        install_support_files(cfg)
+        rendered = render(cfg, cfg.all_nodes(), None)
+        install(cfg, rendered, backup=False)
+        install_support_files(cfg, rendered.installed_layout())
         return {p for p in paths.values() if p.read_text() != before[p]}
 
     def _make_dirs(self) -> None:

@@ -66,9 +66,13 @@ def real_sbatch(env: dict[str, str]) -> str:
     return "sbatch"
 
 
-def _when(t: datetime, now: datetime) -> str:
-    mins = max(0, int((t - now).total_seconds() // 60))
-    return f"{t:%a %Y-%m-%d %H:%M} (in {mins // 60}h{mins % 60:02d}m)"
+def _when(t: datetime | None, now: datetime) -> str:
+    if t is None:
+        return "which the schedule does not bring next (an admin must apply it)"
+    mins = int((t - now).total_seconds() // 60)
+    if mins <= 0:
+        return "which is due now: nodes switch to it as their running jobs end"
+    return f"from {t:%a %Y-%m-%d %H:%M} (in {mins // 60}h{mins % 60:02d}m)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if p.later and not p.submit_anyway:
         layout, when = p.later
         sys.stderr.write(
-            f"gpupool-sbatch: that request is offered only by layout {layout}, from {_when(when, now)}; "
+            f"gpupool-sbatch: that request is offered only by layout {layout}, {_when(when, now)}; "
             "the current layout cannot run it, so Slurm would refuse it now\n"
             "hint: submit again when it starts, or add --submit-anyway\n"
         )

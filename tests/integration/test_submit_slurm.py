@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -229,6 +230,20 @@ def test_friendly_requests_land_on_the_intended_gres_and_node(day, tmp_path: Pat
             state = day.node_state(node)
             gpus = sorted(state["slurm_devices"][int(i)]["gpu"] for i in indices.split(","))
             assert gpus == [4, 5, 6, 7]  # by day the DGX-1's whole GPUs, a connected set
+
+
+def test_the_installed_layout_is_offered_whatever_the_clock(day):
+    """`gres install` records the layout every node is in; wrapper and Lua offer that, not the schedule's."""
+    day.gpupool("gres", "install")
+    catalog = json.loads((day.root / "etc" / "gpupool-submit.json").read_text())
+    assert catalog["installed"] == "day"
+    assert dry_run(day, "--gpu-mem=18G").split()[1] == "--gres=gpu:3g.20gb:1"
+    job = day.run(["sbatch", "--parsable", "--hold", "--comment=gpupool: gpu-mem=18G", "--wrap", "true"])
+    jid = job.stdout.strip()
+    try:
+        assert tres_of(day, jid)[0] == "gres:gpu:3g.20gb:1"
+    finally:
+        day.run(["scancel", jid], check=False)
 
 
 def test_a_night_only_request_by_day_is_reported_with_its_start(day):

@@ -100,6 +100,23 @@ def test_a_request_only_the_night_can_meet_says_when(catalog):
     assert "--gres=gpu:a100:8" in p.argv
 
 
+def test_the_installed_layout_is_what_is_offered_now(catalog):
+    # the day layout is installed although the schedule says night (e.g. before the repartitioner ran)
+    day_installed = {**catalog, "installed": "day"}
+    p = plan(["--gpu-mem=18G", "--wrap", "true"], None, day_installed, MONDAY_NIGHT)
+    assert p.argv[0] == "--gres=gpu:3g.20gb:1" and p.later is None  # a day slice, not a night whole GPU
+    wait = plan(["--gpus-nvlink=8", "--wrap", "true"], None, day_installed, MONDAY_NIGHT)
+    assert wait.later == ("night", MONDAY_NIGHT)  # night is due now: it waits for the switch
+    # the night layout is installed at noon (a switch to day is still pending): shards wait for day
+    night_installed = {**catalog, "installed": "night"}
+    share = plan(["--gpu-share=0.5", "--wrap", "true"], None, night_installed, MONDAY_NOON)
+    assert share.later == ("day", MONDAY_NOON)
+    # without a schedule, the installed layout is the only "now"; another layout's offer is a note
+    fixed = {**catalog, "schedule": None, "installed": "night"}
+    only_day = plan(["--gpu-share=0.5", "--wrap", "true"], None, fixed, MONDAY_NOON)
+    assert only_day.later == ("day", None) and only_day.argv[0] == "--gres=shard:v100_shared:2"
+
+
 @pytest.mark.parametrize(
     "argv",
     [
