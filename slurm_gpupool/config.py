@@ -26,6 +26,7 @@ from slurm_gpupool.validate import Where
 
 CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpupool/gpupool.yaml"
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"  # Debian's; where Slurm looks without $SLURM_CONF
 SUPPORTED_VERSIONS = (1,)
 
 DEFAULT_PATHS = {
@@ -532,11 +533,12 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
 
 def config_path(path: str | Path | None = None) -> Path:
     """``--config``, else $SLURM_GPUPOOL_CONFIG, else the config named by the hook
-    settings beside $SLURM_CONF (how Slurm-run programs such as the health check find
-    it), else /etc/slurm-gpupool/gpupool.yaml."""
+    settings beside $SLURM_CONF or /etc/slurm/slurm.conf (how Slurm-run programs find
+    it: slurmd runs the HealthCheckProgram with SLURMD_NODENAME as its only variable),
+    else /etc/slurm-gpupool/gpupool.yaml."""
     if path or os.environ.get(CONFIG_ENV):
         return Path(path or os.environ[CONFIG_ENV])
-    conf = os.environ.get("SLURM_CONF")
+    conf = os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
     if conf:
         import json
 

@@ -88,16 +88,17 @@ def _body(env: dict[str, str]) -> int:
             raise HookError("no node state (run `gpupool node apply` on this node)") from None
         from slurm_gpupool.hooks.allocation import devices_for, gpus_of
         from slurm_gpupool.hooks.health import check_gpus
-        from slurm_gpupool.hooks.leftovers import belongs_to_job, candidates, end_processes
+        from slurm_gpupool.hooks.leftovers import belongs_to_job, candidates, end_processes, lineage
         from slurm_gpupool.hw import open_backend
 
         devices = devices_for(state, indices)
         with open_backend(node, settings.get("sim_dir")) as backend:
             used = usage(backend, devices, _sampled(run_dir, jid))  # before leftovers go
+            spare = lineage()
             found = [
                 (g, p)
                 for g, p in candidates(backend, state, devices)
-                if belongs_to_job(p, jid, env.get("SLURM_JOB_UID"))
+                if belongs_to_job(p, jid, env.get("SLURM_JOB_UID"), spare)
             ]
             killed = end_processes([p for _, p in found], float(settings["epilog_kill_grace_s"]))
             if killed:

@@ -22,8 +22,29 @@ def _owner(pid: int) -> int | None:
         return None
 
 
-def belongs_to_job(pid: int, job: str, uid: str | None) -> bool:
-    """Is ``pid`` part of Slurm job ``job`` (run by ``uid`` if given)?"""
+def lineage(pid: int | None = None) -> set[int]:
+    """``pid`` (default: this process) and its ancestors, from ``/proc/<pid>/stat``.
+
+    The epilog carries the job's SLURM_JOB_ID in its own environment, so without
+    this guard a stale GPU-process entry whose pid was reused by the epilog (or by
+    slurmd) would look like the job's, and the epilog would signal itself."""
+    out: set[int] = set()
+    p = os.getpid() if pid is None else pid
+    while p > 1 and p not in out:
+        out.add(p)
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                stat = f.read()
+            p = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def belongs_to_job(pid: int, job: str, uid: str | None, spare: set[int] | frozenset[int] = frozenset()) -> bool:
+    """Is ``pid`` part of Slurm job ``job`` (run by ``uid`` if given)?  ``spare``: never (see lineage)."""
+    if pid in spare:
+        return False
     if uid and uid.isdigit() and _owner(pid) != int(uid):
         return False
     try:

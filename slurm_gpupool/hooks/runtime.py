@@ -6,7 +6,8 @@ job-controlled string as a path; it writes through a directory file descriptor
 with ``O_NOFOLLOW`` and renames atomically; and it lets callers fail open.
 
 Settings come from ``gpupool-hooks.json`` beside ``$SLURM_CONF`` (slurmd sets
-that variable for Prolog and Epilog), else ``/etc/slurm-gpupool/hooks.json``.
+that variable for Prolog and Epilog, not for the HealthCheckProgram: then beside
+``/etc/slurm/slurm.conf``), else ``/etc/slurm-gpupool/hooks.json``.
 ``gpupool gres install`` writes the file from the pool config.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 SETTINGS_NAME = "gpupool-hooks.json"
 FALLBACK_SETTINGS = "/etc/slurm-gpupool/hooks.json"
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 SCHEMA = 1
 _JOB_ID = re.compile(r"^[0-9]{1,12}$")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -69,8 +71,8 @@ def load_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
     """The hook settings; defaults where the file is missing or a key is absent."""
     env = os.environ if env is None else env
     candidates = []
-    conf = env.get("SLURM_CONF")
-    if conf and conf.startswith("/"):
+    conf = env.get("SLURM_CONF") or DEFAULT_SLURM_CONF  # the HealthCheckProgram gets no SLURM_CONF
+    if conf.startswith("/"):
         candidates.append(os.path.join(os.path.dirname(conf), SETTINGS_NAME))
     candidates.append(FALLBACK_SETTINGS)
     for path in candidates:

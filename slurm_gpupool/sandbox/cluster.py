@@ -311,6 +311,22 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             raise SlurmUnavailableError(f"{' '.join(argv)}", f"timed out after {timeout_s:.0f} s") from None
 
+    def _healthcheck_shim(self, program: str, changed: set[Path]) -> str:
+        """slurmd runs the HealthCheckProgram with SLURMD_NODENAME as its only variable,
+        so a program there finds /etc/slurm/slurm.conf, not the sandbox's.  This shim
+        (what a site with slurm.conf elsewhere would install too) names it."""
+        shim = self.paths.etc / "gpupool-healthcheck"
+        text = (
+            "#!/bin/sh\n"
+            "# Written by `gpupool sandbox up`: slurmd gives the HealthCheckProgram no SLURM_CONF.\n"
+            f"SLURM_CONF={self.paths.slurm_conf}; export SLURM_CONF\n"
+            "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH\n"
+            f'exec {program} "$@"\n'
+        )
+        if self._write_if_changed(shim, text, 0o755):
+            changed.add(shim)
+        return str(shim)
+
     def _write_if_changed(self, path: Path, text: str, mode: int = 0o644) -> bool:
         try:
             if path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
@@ -517,10 +533,12 @@ class Sandbox:
             "ports": self.ports,
             "munge_socket": str(p.munge_socket),
         }
+        hooks = hook_programs()
+        hooks["healthcheck"] = self._healthcheck_shim(hooks["healthcheck"], changed)
         slurm_conf = self._render(
             "slurm.conf.j2",
             **common,
-            hooks=hook_programs(),
+            hooks=hooks,
             nodes_conf=str(p.nodes_conf),
             gres_types_conf=str(p.gres_types_conf),
             def_mem_per_cpu_mib=DEF_MEM_PER_CPU_MIB,

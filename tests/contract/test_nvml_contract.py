@@ -272,6 +272,15 @@ def test_a_dead_process_no_longer_holds_the_gpu(sim):
     assert pynvml.nvmlDeviceGetComputeRunningProcesses(h) == []
 
 
+def test_a_reused_pid_is_not_the_registered_process(sim):
+    store, h = sim("V100-SXM2-32GB")
+    inject.add_process(store, 0, os.getpid(), 100)
+    assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)] == [os.getpid()]
+    with store.modify() as st:  # as if our pid had belonged to a process started earlier
+        st["gpus"][0]["processes"][0]["start"] -= 1
+    assert pynvml.nvmlDeviceGetComputeRunningProcesses(h) == []
+
+
 def test_non_root_gets_no_permission(sim):
     store, h = sim("H100-SXM5-80GB", euid=1000)
     with pytest.raises(pynvml.NVMLError_NoPermission):

@@ -81,6 +81,12 @@ def _sandbox_session() -> Iterator[SandboxHandle]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(sb.env())
     handle = SandboxHandle(sandbox=sb, nodes=node_map(load_config(default_config_path())), env=env)
+    # A sandbox kept from an earlier run may hold nodes that run drained (Slurm keeps node
+    # state across restarts) and its jobs: every session starts from an idle cluster.
+    handle.run(["scancel", "--full", "--user=root"], check=False)
+    drained = handle.run(["sinfo", "-h", "-t", "drain,drained,draining,down", "-o", "%N"]).stdout.split()
+    for nodes in drained:
+        handle.run(["scontrol", "update", f"nodename={nodes}", "state=resume"], check=False)
     yield handle
     if not was_up and os.environ.get("SLURM_GPUPOOL_KEEP_SANDBOX") != "1":
         Sandbox(TEST_ROOT).down()

@@ -145,6 +145,9 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
         assert table[rec["devices"][0]["index"]]["mig_uuid"] == rec["devices"][0]["mig_uuid"]
     finally:
         day.run(["scancel", b], check=False)
+        for pid in ("a_pid", "b_pid"):  # leave no stale entry whose pid a later process could reuse
+            if pid in locals():
+                day.gpupool("--node", node, "sim", "process", "0", str(locals()[pid]), "--remove")
 
 
 def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Path):
@@ -171,13 +174,14 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
 
 
 def test_healthcheck_program_drains_with_a_clear_reason(sandbox):
-    """Run the HealthCheckProgram as slurmd does: no arguments, Slurm's environment."""
-    import shutil
-
-    program = shutil.which("gpupool-healthcheck")
-    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": sandbox.env["SLURM_CONF"], "SLURMD_NODENAME": "a30n1"}
+    """Run the HealthCheckProgram as slurmd does: no arguments, SLURMD_NODENAME as the only
+    variable (measured: slurmd 22.05 passes nothing else, not even PATH or SLURM_CONF)."""
+    conf = Path(sandbox.env["SLURM_CONF"]).read_text()
+    (program,) = re.findall(r"^HealthCheckProgram=(\S+)$", conf, re.M)
+    env = {"SLURMD_NODENAME": "a30n1"}
     try:
-        assert sandbox.run([program], env=env).returncode == 0
+        ok = sandbox.run([program], env=env, check=False)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
         sandbox.gpupool("--node", "a30n1", "sim", "temperature", "3", "95")
         res = sandbox.run([program], env=env, check=False)
         assert res.returncode == 1 and "GPU 3: 95 C" in res.stdout
@@ -185,4 +189,20 @@ def test_healthcheck_program_drains_with_a_clear_reason(sandbox):
         assert reason.startswith("drain") and "gpupool: GPU 3: 95 C, slowdown at 90 C" in reason
     finally:
         sandbox.gpupool("--node", "a30n1", "sim", "temperature", "3", "34")
+        sandbox.run(["scontrol", "update", "nodename=a30n1", "state=resume"], check=False)
+
+
+def test_slurmd_itself_runs_the_health_check_and_drains(sandbox):
+    """slurmd runs the HealthCheckProgram when it starts: a hot GPU drains its node."""
+    sandbox.gpupool("--node", "a30n1", "sim", "temperature", "2", "96")
+    try:
+        sandbox.gpupool("sandbox", "restart", "--root", str(sandbox.root), "--nodes", "a30n1")
+        deadline = time.monotonic() + 60
+        reason = ""
+        while time.monotonic() < deadline and "GPU 2: 96 C" not in reason:
+            reason = sandbox.run(["sinfo", "-h", "-n", "a30n1", "-o", "%T|%E"]).stdout.strip()
+            time.sleep(0.5)
+        assert reason.startswith("drain") and "gpupool: GPU 2: 96 C" in reason, reason
+    finally:
+        sandbox.gpupool("--node", "a30n1", "sim", "temperature", "2", "34")
         sandbox.run(["scontrol", "update", "nodename=a30n1", "state=resume"], check=False)

@@ -22,6 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+WITH_JOB_IDS = {"StdOut", "StdErr", "StdIn", "Dependency", "Comment"}
 IGNORED = {
     "JobId",
     "ArrayJobId",
@@ -64,7 +65,9 @@ def show(sandbox, job: str) -> list[dict[str, str]]:
     recs = []
     for line in out.splitlines():
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        recs.append({k: norm(v) for k, v in fields.items() if k not in IGNORED})
+        # only fields that can carry a job id; elsewhere a number such as a session id or
+        # 1024 (MiB) may equal job+1 by chance
+        recs.append({k: norm(v) if k in WITH_JOB_IDS else v for k, v in fields.items() if k not in IGNORED})
     return recs
 
 

@@ -52,8 +52,9 @@ def site(tmp_path: Path) -> dict:
     return {"root": tmp_path, "sim": sim, "etc": etc, "settings": settings, "table": table, "state": state_dir}
 
 
-def run(site: dict, hook: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {
+def hook_env(site: dict, **env: str) -> dict[str, str]:
+    """The environment slurmd gives a hook for job 42."""
+    return {
         "PATH": os.environ["PATH"],
         "SLURM_CONF": str(site["etc"] / "slurm.conf"),
         "SLURMD_NODENAME": NODE,
@@ -61,13 +62,17 @@ def run(site: dict, hook: str, **env: str) -> subprocess.CompletedProcess[str]:
         "SLURM_JOB_UID": str(os.getuid()),
         "SLURM_JOB_USER": "alice",
         "SLURM_JOB_ACCOUNT": "physics",
+        **env,
     }
+
+
+def run(site: dict, hook: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", f"slurm_gpupool.hooks.{hook}"],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**base, **env},
+        env=hook_env(site, **env),
     )
 
 
@@ -223,6 +228,28 @@ def test_running_a_hook_loads_nothing_heavy(site: dict):
     data = json.loads(res.stderr[res.stderr.index("{") :])
     assert data["rc"] == [0, 0, 0]
     assert not set(data["mods"]) & {"pandas", "click", "jinja2", "pyslurm", "yaml", "matplotlib", "ClusterShell"}
+
+
+def test_the_epilog_never_signals_itself_or_its_parent(site: dict):
+    """A GPU-process entry whose pid now belongs to the epilog's parent (pid reuse), and
+    that parent carries the job's SLURM_JOB_ID, as slurmd's epilog environment does."""
+    i = index_of(site, "mig", "1g.10gb")
+    d = site["table"][i]
+    parent = (
+        "import os, subprocess, sys\n"
+        "from slurm_gpupool.hw.sim import inject\n"
+        "from slurm_gpupool.hw.sim.state import SimStore\n"
+        f"inject.add_process(SimStore({str(site['sim'] / f'{NODE}.json')!r}), {d['gpu']}, os.getpid(), 100, "
+        f"{d['mig_uuid']!r})\n"
+        "r = subprocess.run([sys.executable, '-m', 'slurm_gpupool.hooks.epilog'])\n"
+        "print('epilog exit', r.returncode)\n"
+    )
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    env = hook_env(site, SLURM_JOB_GPUS=str(i))
+    p = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, env=env)
+    assert (p.returncode, p.stdout.strip()) == (0, "epilog exit 0"), p.stderr
+    rec = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
+    assert rec["killed"] == []
 
 
 def test_the_sampler_records_peak_memory_between_prolog_and_epilog(site: dict):

@@ -14,6 +14,7 @@ from typing import Any
 
 from slurm_gpupool.core import catalog
 from slurm_gpupool.errors import GpuBusyError, UsageError
+from slurm_gpupool.hw.sim.lib import process_start
 from slurm_gpupool.hw.sim.state import SimStore
 
 # Xid numbers and the text the driver logs for them (NVIDIA Xid catalog).
@@ -85,11 +86,12 @@ def reboot(store: SimStore) -> None:
 def add_process(store: SimStore, index: int, pid: int, used_memory_mib: int = 0, mig_uuid: str | None = None) -> None:
     """A compute process on a GPU, or on the MIG device with ``mig_uuid``.
 
-    The process must exist: a pid that is gone no longer holds the GPU.
+    The process must exist: a pid that is gone no longer holds the GPU, nor does
+    another process that later gets the same pid (its start time differs).
     """
     with store.modify() as st:
         g = _gpu(st, index)
-        entry: dict[str, Any] = {"pid": pid, "used_memory_mib": used_memory_mib}
+        entry: dict[str, Any] = {"pid": pid, "used_memory_mib": used_memory_mib, "start": process_start(pid)}
         if mig_uuid:
             for gi in g["gis"]:
                 for ci in gi["cis"]:

@@ -121,8 +121,20 @@ def _put_str(buf: Any, size: Any, text: str) -> None:
     buf.value = data
 
 
-def _pid_alive(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}")
+def process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])  # after "pid (comm) ": state is field 3
+
+
+def _pid_alive(pid: int, start: int | None = None) -> bool:
+    """Real NVML lists only live processes; a pid reused by another process is not the one registered."""
+    now = process_start(pid)
+    return now is not None and (start is None or now == start)
 
 
 _API: dict[str, tuple[Callable[..., Any], bool, bool]] = {}
@@ -294,7 +306,7 @@ class SimNvmlLibrary:
         return out
 
     def _live_processes(self, g: dict) -> list[dict]:
-        return [p for p in g["processes"] if _pid_alive(p["pid"])]
+        return [p for p in g["processes"] if _pid_alive(p["pid"], p.get("start"))]
 
     # -- system -----------------------------------------------------------------------------
     @c_api("nvmlInitWithFlags")
