@@ -10,6 +10,7 @@ A NVIDIA mig-parted v1 file can be a source of layouts too (``mig_parted:``).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,6 +34,7 @@ DEFAULT_PATHS = {
     "state_dir": "/var/lib/slurm-gpupool",
     "run_dir": "/run/slurm-gpupool",
     "spool_dir": "/var/spool/slurm-gpupool",
+    "controller_dir": "/var/lib/slurm-gpupool/controller",
 }
 PATH_ENV = {k: f"SLURM_GPUPOOL_{k.upper()}" for k in DEFAULT_PATHS}
 # gpupool-sbatch and job_submit.lua rules (``submit:``)
@@ -68,6 +70,7 @@ class Paths:
     state_dir: str
     run_dir: str
     spool_dir: str
+    controller_dir: str = DEFAULT_PATHS["controller_dir"]  # the repartitioner's lock, journal, node states
 
     def for_node(self, name: str, node: str) -> Path:
         """A path with ``{node}`` filled in (the sandbox runs many nodes on one host)."""
@@ -120,6 +123,32 @@ class HookSettings:
 
 
 @dataclass(frozen=True)
+class RepartitionSettings:
+    """``repartition:``: how `gpupool repartition` switches nodes (docs/repartition.md)."""
+
+    lead_time_s: int | None = None  # reserve this long before a switch; None: the partition's MaxTime
+    max_lead_time_s: int = 86400  # cap for the MaxTime-derived lead time (UNLIMITED partitions)
+    deadline_s: int = 1800  # how long one run waits for a node's jobs to end
+    requeue: bool = False  # after the deadline, requeue requeueable jobs (signal, grace, requeue)
+    checkpoint_signal: str = "USR1"
+    checkpoint_grace_s: int = 120
+    parallel: int = 16  # nodes applied at once
+    restart_batch: int = 64  # slurmds restarted per command
+    node_command: tuple[str, ...] = ("gpupool",)  # gpupool on the nodes, run there through srun
+    # Slurm 22.05 takes new GRES counts only if the node's slurmd is down while slurmctld
+    # restarts (measured: an old slurmd registering with a restarted slurmctld leaves the
+    # node INVAL with its old GRES), so: stop slurmds, restart slurmctld, start slurmds.
+    stop_slurmd: tuple[str, ...] = ("clush", "-w", "{nodes}", "systemctl", "stop", "slurmd")
+    restart_slurmctld: tuple[str, ...] = ("systemctl", "restart", "slurmctld")
+    start_slurmd: tuple[str, ...] = ("clush", "-w", "{nodes}", "systemctl", "start", "slurmd")
+    command_timeout_s: int = 600
+    verify_timeout_s: int = 120
+    reservation_prefix: str = "gpupool"
+    partition: str | None = None  # whose MaxTime is the lead time (default: the default partition)
+    cron: str = "*/5 * * * *"  # how often `gpupool schedule install` runs `repartition --scheduled`
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     source: str
     version: int
@@ -132,6 +161,7 @@ class PoolConfig:
     sim_dir: str | None = None  # simulation: the directory of simulated nodes (sandbox)
     submit: dict[str, Any] = field(default_factory=lambda: dict(SUBMIT_DEFAULTS))
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
 
     def all_nodes(self) -> list[str]:
         return sorted(n for ns in self.nodesets.values() for n in ns.nodes)
@@ -497,13 +527,81 @@ def _parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     return out
 
 
+_DURATIONS = ("lead_time", "max_lead_time", "deadline", "checkpoint_grace", "command_timeout", "verify_timeout")
+_COMMANDS = ("node_command", "stop_slurmd", "restart_slurmctld", "start_slurmd")
+
+
+def _parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
+    """Durations as ``30m``/``2h``/seconds; commands as argument lists (never a shell)."""
+    from slurm_gpupool.core.durations import parse_duration_s
+
+    d = RepartitionSettings()
+    if raw is None:
+        return d
+    w = top.key("repartition")
+    w.check_type(raw, dict)
+    w.only_keys(
+        raw,
+        {*_DURATIONS, *_COMMANDS, "requeue", "checkpoint_signal", "parallel", "restart_batch"}
+        | {"reservation_prefix", "partition", "cron"},
+    )
+    values: dict[str, Any] = {}
+    for k in _DURATIONS:
+        if k in raw and not (k == "lead_time" and raw[k] in (None, "auto")):
+            try:
+                values[f"{k}_s"] = parse_duration_s(w.key(k).check_type(raw[k], (str, int)))
+            except ValueError as e:
+                raise w.key(k).error(str(e)) from None
+    for k in _COMMANDS:
+        if k in raw:
+            argv = w.key(k).check_type(raw[k], list)
+            if not argv or not all(isinstance(a, str) and a for a in argv):
+                raise w.key(k).error("must be a non-empty list of strings (an argument list; no shell)")
+            values[k] = tuple(argv)
+    for k in ("stop_slurmd", "start_slurmd"):
+        if "{nodes}" not in " ".join(values.get(k, getattr(d, k))):
+            raise w.key(k).error("must contain {nodes}, replaced by a hostlist of nodes")
+    values["requeue"] = w.optional(raw, "requeue", bool, d.requeue)
+    sig = w.optional(raw, "checkpoint_signal", str, d.checkpoint_signal).upper().removeprefix("SIG")
+    if not sig.isalnum():
+        raise w.key("checkpoint_signal").error(f"not a signal name: {sig!r}")
+    values["checkpoint_signal"] = sig
+    for k in ("parallel", "restart_batch"):
+        n = w.optional(raw, k, int, getattr(d, k))
+        if n < 1:
+            raise w.key(k).error("must be at least 1")
+        values[k] = n
+    prefix = w.optional(raw, "reservation_prefix", str, d.reservation_prefix)
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", prefix):
+        raise w.key("reservation_prefix").error("letters, digits, - and _ only (it names Slurm reservations)")
+    values["reservation_prefix"] = prefix
+    values["partition"] = w.optional(raw, "partition", str, None)
+    cron = w.optional(raw, "cron", str, d.cron)
+    if len(cron.split()) != 5:
+        raise w.key("cron").error("a cron time spec has 5 fields, e.g. '*/5 * * * *'")
+    values["cron"] = cron
+    return RepartitionSettings(**{**d.__dict__, **values})
+
+
 def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolConfig:
     """Validate a decoded pool config."""
     top = Where(source)
     top.check_type(raw, dict)
     top.only_keys(
         raw,
-        {"version", "paths", "nodesets", "layouts", "schedule", "mig_parted", "slurm", "hooks", "simulation", "submit"},
+        {
+            "version",
+            "paths",
+            "nodesets",
+            "layouts",
+            "schedule",
+            "mig_parted",
+            "slurm",
+            "hooks",
+            "simulation",
+            "submit",
+            "repartition",
+        },
     )
     version = top.require(raw, "version", int)
     if version not in SUPPORTED_VERSIONS:
@@ -528,7 +626,10 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     top.key("simulation").only_keys(sim, {"sim_dir"})
     sim_dir = top.key("simulation").optional(sim, "sim_dir", str)
     submit = _parse_submit(raw.get("submit"), top)
-    return PoolConfig(source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, submit, raw)
+    repartition = _parse_repartition(raw.get("repartition"), top)
+    return PoolConfig(
+        source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, submit, raw, repartition
+    )
 
 
 def config_path(path: str | Path | None = None) -> Path:

@@ -37,6 +37,9 @@ COMMANDS = {
     "node": "slurm_gpupool.cli.node:node",
     "gres": "slurm_gpupool.cli.gres:gres",
     "health": "slurm_gpupool.cli.health:health",
+    "repartition": "slurm_gpupool.cli.repartition:repartition",
+    "status": "slurm_gpupool.cli.repartition:status",
+    "schedule": "slurm_gpupool.cli.repartition:schedule",
 }
 
 

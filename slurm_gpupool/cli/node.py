@@ -30,7 +30,10 @@ def apply(app: AppContext, layout_name: str, dry_run: bool, force: bool, as_json
 
     report = apply_node(app.gpu_backend(), app.config(), layout_name, app.state_dir(), dry_run=dry_run, force=force)
     if as_json:
-        emit_json(report.to_dict())
+        from slurm_gpupool.ops.node_state import read_node_state
+
+        # the node state too: the repartitioner runs this through srun and keeps a copy on the controller
+        emit_json({**report.to_dict(), "state": None if dry_run else read_node_state(app.state_dir())})
     else:
         for g in report.gpus:
             head = f"GPU {g.index}: {g.status}"

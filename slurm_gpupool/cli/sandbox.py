@@ -141,6 +141,35 @@ def status(ctx: click.Context, root: Path | None, as_json: bool) -> None:
         ctx.exit(EXIT_FAILED)
 
 
+def _hostlist(text: str) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    from slurm_gpupool.errors import UsageError
+
+    try:
+        return list(NodeSet(text))
+    except NodeSetParseError as e:
+        raise UsageError(f"--nodes {text}", f"not a hostlist ({e})") from None
+
+
+@sandbox.command()
+@_root_option
+@click.option("--nodes", "nodes_text", metavar="HOSTLIST", required=True, help="The nodes whose slurmd to stop.")
+def stop(root: Path | None, nodes_text: str) -> None:
+    """Stop nodes' slurmd, as `systemctl stop slurmd` would (start them with `sandbox start`)."""
+    stopped = _sandbox(root, progress=_progress).stop_nodes(_hostlist(nodes_text))
+    click.echo(f"stopped slurmd on {', '.join(stopped) or 'no node (none was running)'}")
+
+
+@sandbox.command()
+@_root_option
+@click.option("--nodes", "nodes_text", metavar="HOSTLIST", required=True, help="The nodes whose slurmd to start.")
+def start(root: Path | None, nodes_text: str) -> None:
+    """Start nodes' slurmd if they are not running, as `systemctl start slurmd` would (files untouched)."""
+    report = _sandbox(root, progress=_progress).start_nodes(_hostlist(nodes_text))
+    click.echo(f"started {', '.join(report.started) or 'nothing (all running)'} ({report.seconds:.1f} s)")
+
+
 @sandbox.command()
 @_root_option
 @_json_option
@@ -174,25 +203,23 @@ def down(root: Path | None, purge: bool, as_json: bool) -> None:
 @_root_option
 @click.option("--controller", is_flag=True, help="Restart slurmctld.")
 @click.option("--nodes", "nodes_text", metavar="HOSTLIST", help="Restart these nodes' slurmd (e.g. a100n[1-2],h100n1).")
+@click.option(
+    "--no-files",
+    is_flag=True,
+    help="Only restart the daemons, as `systemctl restart` would: leave gres.conf and the includes as they are.",
+)
 @_json_option
-def restart(root: Path | None, controller: bool, nodes_text: str | None, as_json: bool) -> None:
+def restart(root: Path | None, controller: bool, nodes_text: str | None, no_files: bool, as_json: bool) -> None:
     """Restart slurmctld and/or slurmds (all of them without options).
 
     Slurm 22.05 applies changed GRES counts only after a restart of slurmctld
-    and the node's slurmd; `scontrol reconfigure` is not enough.
+    and the node's slurmd; `scontrol reconfigure` is not enough.  Without
+    --no-files the sandbox first re-installs GRES from the nodes' live state.
+    Exit 1 if a daemon does not come back (e.g. slurmctld refuses its config).
     """
-    nodes = None
-    if nodes_text:
-        from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
-        from slurm_gpupool.errors import UsageError
-
-        try:
-            nodes = list(NodeSet(nodes_text))
-        except NodeSetParseError as e:
-            raise UsageError(f"--nodes {nodes_text}", f"not a hostlist ({e})") from None
+    nodes = _hostlist(nodes_text) if nodes_text else None
     sb = _sandbox(root, progress=None if as_json else _progress)
-    report = sb.restart(controller=controller, nodes=nodes)
+    report = sb.restart(controller=controller, nodes=nodes, files=not no_files)
     if as_json:
         emit_json(report.to_dict())
         return

@@ -17,7 +17,7 @@ from slurm_gpupool.core.layouts import MIG
 from slurm_gpupool.core.planner import plan_gpu
 from slurm_gpupool.errors import ConfigError, StateError
 from slurm_gpupool.machines import MachineSpec
-from slurm_gpupool.ops.node_state import gres_gpus, read_node_state, state_file
+from slurm_gpupool.ops.node_state import controller_copy_dir, gres_gpus, newest_node_state, state_file
 
 
 def _cpu_layout(cfg: PoolConfig, node: str) -> MachineSpec | None:
@@ -81,9 +81,9 @@ def planned_node(cfg: PoolConfig, layout: str, node: str) -> GresNode:
 
 
 def live_node(cfg: PoolConfig, node: str) -> GresNode:
-    """A node as its last ``node apply`` left it (``node-state.json``)."""
+    """A node as its last ``node apply`` left it (``node-state.json``, or the controller's copy)."""
     state_dir = cfg.paths.for_node("state_dir", node)
-    st = read_node_state(state_dir)
+    st = newest_node_state(state_dir, controller_copy_dir(cfg.paths.for_node("controller_dir", node), node))
     if st is None:
         raise StateError(
             f"node state of {node}",

@@ -113,6 +113,22 @@ def write_node_state(state_dir: Path, state: dict[str, Any]) -> Path:
     return path
 
 
+def controller_copy_dir(controller_dir: str | Path, node: str) -> Path:
+    """Where the controller keeps a node's state, as the repartitioner received it through srun."""
+    return Path(controller_dir) / "nodes" / node
+
+
+def newest_node_state(own_dir: Path, copy_dir: Path) -> dict[str, Any] | None:
+    """The node's own state file or the controller's copy, whichever was applied last.
+
+    On a controller the node's own file is not there; in the sandbox (one host)
+    both are, and a hand-run `node apply` is newer than the repartitioner's copy."""
+    own, copy = read_node_state(own_dir), read_node_state(copy_dir)
+    if own is None or copy is None:
+        return own or copy
+    return copy if copy.get("applied_at_epoch", 0) > own.get("applied_at_epoch", 0) else own
+
+
 def gres_gpus(state: dict[str, Any]) -> tuple[GresGpu, ...]:
     """The GPUs of a node state as the GRES generator sees them."""
     gpus = []

@@ -640,7 +640,7 @@ class Sandbox:
         report.seconds = time.monotonic() - t0
         return report
 
-    def _converge(self, report: UpReport, stopped: set[str]) -> None:
+    def _converge(self, report: UpReport, stopped: set[str], files: bool = True) -> None:
         """Files first, then each daemon in dependency order; start what is not running.
 
         ``stopped`` names daemons the caller just stopped (they count as restarted).
@@ -650,7 +650,7 @@ class Sandbox:
         self._make_dirs()
         plans = self._plans()
         self._prepare_nodes(plans)
-        changed = self._write_configs(plans)
+        changed = self._write_configs(plans) if files else set()
         self._stop_foreign_slurmds(report)
         p = self.paths
         specs = {d.name: d for d in self.daemons()}
@@ -840,7 +840,7 @@ class Sandbox:
 
     # ------------------------------------------------------------ restart
 
-    def restart(self, controller: bool = False, nodes: Iterable[str] | None = None) -> UpReport:
+    def restart(self, controller: bool = False, nodes: Iterable[str] | None = None, files: bool = True) -> UpReport:
         """Restart slurmctld and/or the given slurmds (both if neither is given).
 
         Slurm 22.05 applies changed GRES counts only when slurmctld and the
@@ -856,22 +856,44 @@ class Sandbox:
         node_list = list(nodes) if nodes is not None else []
         if not controller and not node_list:
             controller, node_list = True, list(self.node_map)
-        unknown = [n for n in node_list if n not in self.node_map]
-        if unknown:
-            raise UsageError(
-                f"sandbox restart --nodes {','.join(node_list)}",
-                f"not a sandbox node: {', '.join(unknown)}",
-                hint=f"nodes: {','.join(self.node_map)}",
-            )
+        self._known_nodes(node_list, "restart")
         if not self.exists():
             raise UsageError(f"sandbox at {self.root}", "not set up", hint="gpupool sandbox up")
         with self._locked():
             stopped = {f"slurmd-{n}" for n in node_list if self._stop(self._spec(f"slurmd-{n}"))}
             if controller and self._stop(self._spec("slurmctld")):
                 stopped.add("slurmctld")
-            self._converge(report, stopped=stopped)
+            self._converge(report, stopped=stopped, files=files)
         report.seconds = time.monotonic() - t0
         return report
+
+    def stop_nodes(self, nodes: Iterable[str]) -> list[str]:
+        """Stop these nodes' slurmd (``systemctl stop slurmd`` on a real node); returns those stopped."""
+        self._require_root("stop")
+        node_list = self._known_nodes(list(nodes), "stop")
+        with self._locked():
+            return [n for n in node_list if self._stop(self._spec(f"slurmd-{n}"))]
+
+    def start_nodes(self, nodes: Iterable[str]) -> UpReport:
+        """Start these nodes' slurmd if they are not running (``systemctl start slurmd``); files untouched."""
+        self._require_root("start")
+        self._known_nodes(list(nodes), "start")
+        t0 = time.monotonic()
+        report = UpReport(str(self.root))
+        with self._locked():
+            self._converge(report, stopped=set(), files=False)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _known_nodes(self, node_list: list[str], what: str) -> list[str]:
+        unknown = [n for n in node_list if n not in self.node_map]
+        if unknown:
+            raise UsageError(
+                f"sandbox {what} --nodes {','.join(node_list)}",
+                f"not a sandbox node: {', '.join(unknown)}",
+                hint=f"nodes: {','.join(self.node_map)}",
+            )
+        return node_list
 
     # ------------------------------------------------------------ status
 

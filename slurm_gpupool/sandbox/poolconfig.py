@@ -10,6 +10,7 @@ Every gpupool command run with ``gpupool sandbox env`` uses it.
 from __future__ import annotations
 
 import copy
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
             "state_dir": f"{root}/nodes/{{node}}/state",
             "run_dir": f"{root}/nodes/{{node}}/run",
             "spool_dir": f"{root}/nodes/{{node}}/spool",
+            "controller_dir": f"{root}/controller",
         }
     )
     raw["paths"] = paths
@@ -68,4 +70,16 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
     raw["slurm"] = slurm
     raw["simulation"] = {"sim_dir": f"{root}/sim"}
     raw["hooks"] = {"usage_interval_s": 1.0, **(raw.get("hooks") or {})}
+    # the repartitioner runs gpupool on the nodes through srun, and restarts the sandbox's daemons
+    gpupool = str(Path(sysconfig.get_path("scripts")) / "gpupool")
+    sandbox = [gpupool, "sandbox"]
+    raw["repartition"] = {
+        "node_command": [gpupool],
+        "stop_slurmd": [*sandbox, "stop", "--root", str(root), "--nodes", "{nodes}"],
+        "restart_slurmctld": [*sandbox, "restart", "--root", str(root), "--no-files", "--controller"],
+        "start_slurmd": [*sandbox, "start", "--root", str(root), "--nodes", "{nodes}"],
+        "command_timeout": "5m",
+        "verify_timeout": "2m",
+        **(raw.get("repartition") or {}),
+    }
     return raw

@@ -1,0 +1,128 @@
+"""Which nodes a layout switch changes, and how long a switch of N nodes takes.
+
+Pure: the repartitioner feeds it what Slurm says (each node's ``layout_<name>``
+feature, whether it is usable) and what the journal says (nodes an unfinished
+run left midway); it answers per node: change, keep or skip, and why.  The
+timing model is what ``benchmarks/bench_repartition.py`` uses to extrapolate
+from measured sandbox switches to 1,000 nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+CHANGE, KEEP, SKIP = "change", "keep", "skip"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the plan needs to know of a node."""
+
+    name: str
+    layout: str | None  # from its layout_<name> feature; None if unknown
+    usable: bool = True  # registered and responding
+    state: str = "idle"
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    name: str
+    action: str  # change | keep | skip
+    current: str | None
+    target: str
+    why: str
+
+
+@dataclass
+class SwitchPlan:
+    target: str
+    decisions: list[NodeDecision] = field(default_factory=list)
+
+    def nodes(self, action: str) -> list[str]:
+        return [d.name for d in self.decisions if d.action == action]
+
+    @property
+    def changing(self) -> list[str]:
+        return self.nodes(CHANGE)
+
+
+def plan_switch(
+    target: str,
+    covered: Iterable[str],
+    views: Mapping[str, NodeView],
+    requested: Iterable[str] | None = None,
+    unfinished: Iterable[str] = (),
+    force: bool = False,
+) -> SwitchPlan:
+    """Nodes of ``covered`` (those the target layout describes), limited to ``requested``.
+
+    A node changes when Slurm shows another layout (or none), or when an earlier run
+    left it midway (``unfinished``): its GPUs may already be switched while its GRES
+    are not; with ``force`` every usable node is switched (re-applied and verified).
+    Nodes Slurm does not know or cannot reach are skipped, never touched.
+    """
+    wanted = set(requested) if requested is not None else None
+    midway = set(unfinished)
+    plan = SwitchPlan(target)
+    for name in sorted(covered):
+        if wanted is not None and name not in wanted:
+            continue
+        v = views.get(name)
+        if v is None:
+            plan.decisions.append(NodeDecision(name, SKIP, None, target, "not known to Slurm"))
+        elif not v.usable:
+            plan.decisions.append(NodeDecision(name, SKIP, v.layout, target, f"not usable ({v.state})"))
+        elif name in midway:
+            plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, "an earlier run left it midway"))
+        elif force:
+            plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, "forced: apply and verify again"))
+        elif v.layout == target:
+            plan.decisions.append(NodeDecision(name, KEEP, v.layout, target, f"already in layout {target}"))
+        else:
+            was = f"layout {v.layout}" if v.layout else "no known layout"
+            plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, f"{was} -> {target}"))
+    return plan
+
+
+def batches(items: Sequence[str], size: int) -> list[list[str]]:
+    """``items`` in consecutive groups of at most ``size`` (restart batches)."""
+    return [list(items[i : i + size]) for i in range(0, len(items), max(1, size))]
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Measured seconds of one switch's phases (sandbox medians, or a site's own)."""
+
+    reserve_s: float  # create the reservation, check the jobs
+    apply_s: float  # one node's `srun ... node apply` (GPUs change in parallel inside it)
+    install_s: float  # render and install GRES for the cluster
+    ctld_restart_s: float  # slurmctld back and answering
+    slurmd_stop_s: float  # one `stop_slurmd` command for a batch of nodes
+    slurmd_start_s: float  # one `start_slurmd` command for a batch (until they register)
+    verify_s: float  # sinfo shows the expected GRES, resume
+
+
+def estimate_switch_s(n_nodes: int, parallel: int, restart_batch: int, t: Timings) -> dict[str, float]:
+    """Wall time of a switch of ``n_nodes`` idle nodes: applies run ``parallel`` at a time,
+    then slurmds stopped in ``ceil(n/restart_batch)`` sequential batches, one slurmctld
+    restart, and the slurmds started in as many batches.
+
+    Per-node unavailability (drain to resume) spans from its apply to the end of the
+    verify, so it grows with the batches, not with the node's own work."""
+    waves = math.ceil(n_nodes / max(1, parallel))
+    restarts = math.ceil(n_nodes / max(1, restart_batch))
+    apply = waves * t.apply_s
+    restart = restarts * t.slurmd_stop_s + t.ctld_restart_s + restarts * t.slurmd_start_s
+    total = t.reserve_s + apply + t.install_s + restart + t.verify_s
+    worst_node = t.apply_s * waves + t.install_s + restart + t.verify_s
+    return {
+        "nodes": n_nodes,
+        "apply_waves": waves,
+        "restart_batches": restarts,
+        "apply_s": apply,
+        "restart_s": restart,
+        "total_s": total,
+        "worst_node_unavailable_s": worst_node,
+    }

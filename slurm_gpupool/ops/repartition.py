@@ -1,0 +1,610 @@
+"""``gpupool repartition``: switch nodes to a layout without killing a job.
+
+Slurm is the distributed engine (DESIGN.md).  Per run, on the controller:
+
+1. **Reserve.** A MAINT reservation (``gpupool_<layout>``, ignoring running jobs)
+   holds the changing nodes: running jobs finish, new ones start elsewhere.  Ahead
+   of a scheduled switch the same reservation is made to start at the switch time,
+   so backfill keeps starting short jobs that end before it (``prepare``).
+2. **Per node, in parallel:** wait until its jobs end (until the deadline; then
+   skip it, or with ``requeue`` signal and requeue requeueable jobs), run
+   ``gpupool node apply LAYOUT --json`` on it through ``srun --reservation``,
+   keep the node state it prints, and drain it for the restart.  (Slurm 22.05
+   refuses srun on a drained node, even inside a maintenance reservation: we
+   measured it.  So the node is drained right after its apply, before GRES change.)
+3. **Once per run:** render GRES from the nodes' states and install them, restart
+   slurmctld once and the changed nodes' slurmd in batches (site commands).
+4. **Per node:** verify that Slurm shows the rendered GRES and the layout feature,
+   then resume it.  Finally remove the reservation.
+
+Failures: an apply that fails is rolled back to the previous layout on that node,
+which stays drained with the reason.  If slurmctld refuses the new files, the
+previous ones are restored, the daemons restarted, and the nodes' GPUs rolled
+back.  A node is resumed only when Slurm's GRES equal those rendered from the
+state its GPUs reported.  Every step is journaled (``ops/journal.py``) and
+idempotent, so a killed run is finished by the next.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.atomic import write_json_atomic, write_text_atomic
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.core.durations import format_duration
+from slurm_gpupool.core.switch_plan import NodeView, SwitchPlan, plan_switch
+from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
+from slurm_gpupool.ops import journal as jr
+from slurm_gpupool.ops.journal import Journal, run_lock
+from slurm_gpupool.ops.node_state import FILE_NAME, controller_copy_dir
+from slurm_gpupool.ops.services import Restarter
+from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, SlurmCluster, gres_counts, hostlist
+
+JOB_NAME = "gpupool-repartition"  # our srun jobs: never waited for
+BUSY_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+OUR_DRAIN = "gpupool: switching to layout"
+
+
+def reason_text(text: str) -> str:
+    """Slurm reasons are one line; keep them short and free of '='-splitting surprises."""
+    return " ".join(text.split())[:200]
+
+
+@dataclass
+class RunReport:
+    target: str
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # node → {outcome, reason, unavailable_s}
+    kept: list[str] = field(default_factory=list)
+    skipped_plan: dict[str, str] = field(default_factory=dict)
+    reservation: str | None = None
+    seconds: float = 0.0
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        outcomes = {n["outcome"] for n in self.nodes.values()}
+        if outcomes & {jr.FAILED, jr.ROLLED_BACK}:
+            return 1
+        if jr.SKIPPED in outcomes:
+            return 75
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "nodes": self.nodes,
+            "kept": self.kept,
+            "not_switched": self.skipped_plan,
+            "reservation": self.reservation,
+            "seconds": round(self.seconds, 2),
+            "messages": self.messages,
+            "exit_code": self.exit_code,
+        }
+
+
+class Repartitioner:
+    """One controller's switches; Slurm, the restart commands and the clock are injectable."""
+
+    def __init__(
+        self,
+        cfg: PoolConfig,
+        cluster: SlurmCluster | None = None,
+        restarter: Restarter | None = None,
+        progress: Callable[[str], None] | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.cfg = cfg
+        self.s = cfg.repartition
+        self.cluster = cluster or SlurmCluster()
+        self.restarter = restarter or Restarter(cfg.repartition)
+        self.progress = progress or (lambda _m: None)
+        self.poll_s = poll_s
+        self.dir = Path(cfg.paths.controller_dir)
+        self.journal = Journal(self.dir)
+        self._jobs: tuple[float, list[JobInfo]] = (0.0, [])
+        self.requeue = cfg.repartition.requeue
+        self._restart_extra: list[str] = []
+        self._jobs_lock = threading.Lock()
+
+    # -- planning ------------------------------------------------------------------------
+
+    def reservation_name(self, target: str) -> str:
+        return f"{self.s.reservation_prefix}_{target}"
+
+    def _check_target(self, target: str) -> None:
+        if target not in self.cfg.layout_names():
+            raise UsageError(f"layout {target!r}", "not in the pool config", hint=", ".join(self.cfg.layout_names()))
+
+    def views(self, infos: dict[str, NodeInfo], midway: set[str]) -> dict[str, NodeView]:
+        """Slurm's nodes as the planner sees them; a node drained by someone else is not usable."""
+        out = {}
+        for name, i in infos.items():
+            foreign_drain = i.drained and name not in midway and not i.reason.startswith(OUR_DRAIN)
+            usable = i.usable and not foreign_drain
+            state = f"drained: {i.reason}" if foreign_drain else i.state
+            out[name] = NodeView(name, i.layout, usable, state)
+        return out
+
+    def plan(self, target: str, nodes: list[str] | None = None, force: bool = False) -> SwitchPlan:
+        self._check_target(target)
+        j = Journal(self.dir).load()
+        unfinished = j.unfinished()
+        midway = {n for n in (unfinished or {}).get("nodes", []) if j.node(n)["step"] not in jr.OUTCOMES}
+        covered = [n for n in self.cfg.all_nodes() if self.cfg.covers(target, n)]
+        return plan_switch(target, covered, self.views(self.cluster.nodes(), midway), nodes, midway, force)
+
+    def describe(self, plan: SwitchPlan, deadline_s: int, requeue: bool) -> dict[str, Any]:
+        """The whole plan of a run, for --dry-run: nothing is changed."""
+        jobs = self.cluster.jobs()
+        resv = self.reservation_name(plan.target)
+        node_cmd = [*self.s.node_command, "node", "apply", plan.target, "--json"]
+        nodes = []
+        for d in plan.decisions:
+            busy = [j for j in jobs if d.name in j.nodes and j.state in BUSY_STATES and j.name != JOB_NAME]
+            nodes.append(
+                {
+                    "node": d.name,
+                    "action": d.action,
+                    "current": d.current,
+                    "target": d.target,
+                    "why": d.why,
+                    "jobs": [
+                        {"job_id": j.job_id, "user": j.user, "ends_in_s": _ends_in(j), "requeue": j.requeue}
+                        for j in busy
+                    ],
+                }
+            )
+        changing = plan.changing
+        steps = []
+        if changing:
+            steps.append(
+                f"scontrol create reservation ReservationName={resv} StartTime=now Nodes={hostlist(changing)} "
+                "Flags=MAINT,IGNORE_JOBS Users=root"
+            )
+            steps.append(
+                f"per node ({self.s.parallel} at a time): wait for its jobs (deadline {format_duration(deadline_s)}"
+                + (", then signal and requeue requeueable jobs" if requeue else ", then skip it")
+                + f"); srun --reservation={resv} -w NODE {' '.join(node_cmd)}; "
+                f"scontrol update nodename=NODE state=drain reason='{OUR_DRAIN} {plan.target}'"
+            )
+            steps.append("gpupool gres install (live node states)")
+            steps += [" ".join(c) for c in self.restarter.commands(changing)]
+            steps.append("verify each node: sinfo GRES == rendered, feature layout_" + plan.target + "; then resume")
+            steps.append(f"scontrol delete ReservationName={resv}")
+        return {"target": plan.target, "reservation": resv, "nodes": nodes, "steps": steps}
+
+    # -- ahead of a scheduled switch -----------------------------------------------------
+
+    def lead_time_s(self) -> int:
+        if self.s.lead_time_s is not None:
+            return self.s.lead_time_s
+        max_time = self.cluster.partition_max_time_s(self.s.partition)
+        return min(max_time, self.s.max_lead_time_s) if max_time is not None else self.s.max_lead_time_s
+
+    def prepare(self, target: str, start: datetime, nodes: list[str] | None = None) -> str | None:
+        """Reserve the nodes that will change, from ``start``: backfill keeps filling them until then."""
+        plan = self.plan(target, nodes)
+        if not plan.changing:
+            return None
+        name = self.reservation_name(target)
+        duration = self.s.deadline_s + self.s.verify_timeout_s + 3600
+        existing = self.cluster.reservations().get(name)
+        if existing is None:
+            self.cluster.create_reservation(name, plan.changing, start, duration)
+        elif set(plan.changing) - existing.nodes:
+            self.cluster.update_reservation(name, nodes=set(plan.changing) | existing.nodes)
+        self.progress(f"reserved {hostlist(plan.changing)} from {start:%Y-%m-%d %H:%M} for layout {target} ({name})")
+        return name
+
+    # -- the switch ----------------------------------------------------------------------
+
+    def run(
+        self,
+        target: str,
+        nodes: list[str] | None = None,
+        deadline_s: int | None = None,
+        requeue: bool | None = None,
+        force: bool = False,
+    ) -> RunReport:
+        t0 = time.monotonic()
+        self._check_target(target)
+        deadline_s = self.s.deadline_s if deadline_s is None else deadline_s
+        self.requeue = self.s.requeue if requeue is None else requeue
+        report = RunReport(target)
+        with run_lock(self.dir):
+            j = self.journal.load()
+            plan = self.plan(target, nodes, force)
+            report.kept = plan.nodes("keep")
+            report.skipped_plan = {d.name: d.why for d in plan.decisions if d.action == "skip"}
+            previous = {d.name: d.current for d in plan.decisions}
+            unfinished = j.unfinished()
+            if unfinished and unfinished["target"] == target:
+                self.progress(f"resuming the unfinished run {unfinished['id']} to layout {target}")
+                j.resume_run(plan.changing, previous)
+                unfinished["deadline_epoch"] = time.time() + deadline_s
+            elif plan.changing:
+                stale = [unfinished["reservation"]] if unfinished else []
+                j.start(target, plan.changing, self.reservation_name(target), time.time() + deadline_s, previous, stale)
+            elif unfinished:  # an earlier run to another layout left nothing midway: close it
+                self._delete_reservations([unfinished["reservation"]])
+                j.cluster_step(jr.FINISHED, finished_at=jr.now_iso())
+            run = j.unfinished()
+            if run is None:
+                report.messages.append(f"every node the layout covers is in layout {target}")
+                report.seconds = time.monotonic() - t0
+                return report
+            report.reservation = run["reservation"]
+            self._reserve(j)
+            todo = j.nodes_at(jr.WAITING, jr.APPLYING)
+            if todo:
+                with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(todo))) as ex:
+                    list(ex.map(self._node_phase, todo))
+            pending = j.nodes_at(jr.APPLIED, jr.DRAINED, jr.VERIFYING)
+            if pending:
+                self._commit(pending)
+            self._finish(report)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _reserve(self, j: Journal) -> None:
+        """The run's reservation exists, has started, and holds every node still to change."""
+        run = j.run
+        assert run is not None
+        name = run["reservation"]
+        nodes = set(j.nodes_at(jr.WAITING, jr.APPLYING, jr.APPLIED, jr.DRAINED, jr.VERIFYING))
+        duration = max(60, int(run["deadline_epoch"] - time.time())) + self.s.verify_timeout_s + 3600
+        existing = self.cluster.reservations().get(name)
+        if existing is None:
+            self.cluster.create_reservation(name, nodes, None, duration)
+        else:
+            start = None
+            if existing.start > datetime.now() + timedelta(seconds=5):
+                start = datetime.now() + timedelta(seconds=2)  # it was made ahead of the switch: begin now
+            if start or (nodes - existing.nodes):
+                self.cluster.update_reservation(name, nodes=nodes | existing.nodes, start=start, duration_s=duration)
+        j.cluster_step(jr.RESERVED)
+        self.progress(f"reservation {name} holds {hostlist(nodes)}")
+
+    # per node: wait, apply, drain ------------------------------------------------------
+
+    def _busy_jobs(self, node: str) -> list[JobInfo]:
+        with self._jobs_lock:
+            at, jobs = self._jobs
+            if time.monotonic() - at > self.poll_s:
+                jobs = self.cluster.jobs()
+                self._jobs = (time.monotonic(), jobs)
+        return [j for j in jobs if node in j.nodes and j.state in BUSY_STATES and j.name != JOB_NAME]
+
+    def _wait_idle(self, node: str) -> bool:
+        """Until the node has no jobs; at the deadline requeue (if asked) or skip it."""
+        j = self.journal
+        deadline = j.run["deadline_epoch"] if j.run else time.time()
+        requeued = False
+        last: set[int] | None = None
+        while True:
+            busy = self._busy_jobs(node)
+            if not busy:
+                return True
+            ids = {b.job_id for b in busy}
+            if ids != last:
+                j.step(node, jr.WAITING, reason=f"waiting for jobs {', '.join(map(str, sorted(ids)))} to end")
+                last = ids
+            if time.time() >= deadline:
+                requeueable = [b for b in busy if b.requeue and b.state == "RUNNING"]
+                if self.requeue and requeueable and not requeued:
+                    for b in requeueable:
+                        self.cluster.signal_job(b.job_id, self.s.checkpoint_signal)
+                    self.progress(
+                        f"{node}: SIG{self.s.checkpoint_signal} to jobs {', '.join(str(b.job_id) for b in requeueable)}"
+                        f", requeue in {format_duration(self.s.checkpoint_grace_s)}"
+                    )
+                    time.sleep(self.s.checkpoint_grace_s)
+                    for b in requeueable:
+                        self.cluster.requeue(b.job_id)
+                    requeued, deadline = True, time.time() + 60
+                    continue
+                desc = ", ".join(f"{b.job_id} ({b.user}, {_left(b)})" for b in busy)
+                j.step(node, jr.SKIPPED, reason=f"jobs still running at the deadline: {desc}; not killed")
+                self.progress(f"{node}: skipped, jobs still running at the deadline: {desc}")
+                return False
+            time.sleep(self.poll_s)
+
+    def _apply(self, node: str, layout: str) -> tuple[int, str, dict[str, Any] | None]:
+        """``srun ... gpupool node apply LAYOUT --json`` on the node: (exit code, why, node state)."""
+        run = self.journal.run
+        assert run is not None
+        argv = [*self.s.node_command, "node", "apply", layout, "--json"]
+        r = self.cluster.srun(node, run["reservation"], argv, timeout_s=self.s.command_timeout_s)
+        state = None
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        if r.returncode == 0:
+            try:
+                state = json.loads(r.stdout)["state"]
+            except (ValueError, KeyError, TypeError):
+                return 1, f"node apply printed no node state: {r.stdout[-200:]!r}", None
+            if not isinstance(state, dict) or state.get("node") != node:
+                return 1, f"node apply answered for {state.get('node') if isinstance(state, dict) else '?'}", None
+            copy = controller_copy_dir(self.cfg.paths.for_node("controller_dir", node), node)
+            copy.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(copy / FILE_NAME, state)
+        return r.returncode, why, state
+
+    def _node_phase(self, node: str) -> None:
+        j = self.journal
+        target = j.node(node)["target"]
+        try:
+            j.step(node, jr.WAITING, reason="waiting for its jobs to end")
+            if not self._wait_idle(node):
+                return
+            info = self.cluster.nodes().get(node)
+            if info is not None and info.drained and j.node(node).get("drained_by_us"):
+                self.cluster.resume([node])  # srun cannot run on a drained node; the reservation holds it
+            deadline = j.run["deadline_epoch"] if j.run else time.time()
+            while True:
+                j.step(node, jr.APPLYING, applying_at=time.time())
+                self.progress(f"{node}: node apply {target}")
+                rc, why, state = self._apply(node, target)
+                if rc != 75 or time.time() >= deadline:
+                    break
+                time.sleep(self.poll_s * 2)  # GPUs busy or another apply holds the node: retry
+            if rc == 75:
+                j.step(node, jr.SKIPPED, reason=f"GPUs still busy at the deadline: {why}")
+                return
+            if rc != 0:
+                self._apply_failed(node, target, why)
+                return
+            j.step(node, jr.APPLIED, layout=target)
+            self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {target}"))
+            j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
+        except (SlurmUnavailableError, OSError) as e:
+            j.step(node, jr.FAILED, reason=reason_text(f"gpupool: switch to {target} failed: {e}"))
+            self._try_drain(node, j.node(node)["reason"])
+
+    def _apply_failed(self, node: str, target: str, why: str) -> None:
+        """Roll the node back to its previous layout; it stays drained with the reason."""
+        j = self.journal
+        prev = j.node(node).get("previous")
+        if prev:
+            rc, why2, _ = self._apply(node, prev)
+            back = f"rolled back to layout {prev}" if rc == 0 else f"rollback to {prev} failed too ({why2})"
+        else:
+            rc, back = 1, "no previous layout to roll back to"
+        reason = reason_text(f"gpupool: node apply {target} failed ({why}); {back}")
+        self._try_drain(node, reason)
+        j.step(node, jr.FAILED, reason=reason, drained_by_us=False, layout=prev if rc == 0 else None)
+        self.progress(f"{node}: {reason}")
+
+    def _try_drain(self, node: str, reason: str) -> None:
+        try:
+            self.cluster.drain([node], reason)
+        except SlurmUnavailableError as e:
+            self.progress(f"{node}: could not drain: {e}")
+
+    # once per run: install, restart, verify ----------------------------------------------
+
+    def _snapshot_dir(self) -> Path:
+        run = self.journal.run
+        assert run is not None
+        return self.dir / "runs" / run["id"] / "previous"
+
+    def _installed_files(self) -> list[Path]:
+        from slurm_gpupool.ops.gres_install import installed_paths
+        from slurm_gpupool.ops.job_submit import FILE_NAME as LUA
+        from slurm_gpupool.ops.submit_catalog import FILE_NAME as CATALOG
+
+        conf = Path(self.cfg.slurm.config_dir)
+        return [*installed_paths(self.cfg).values(), conf / CATALOG, conf / LUA]
+
+    def _snapshot(self) -> None:
+        """Keep the files as they were before this run's install (once, even across a kill)."""
+        snap = self._snapshot_dir()
+        if (snap / ".complete").exists():
+            return
+        snap.mkdir(parents=True, exist_ok=True)
+        for p in self._installed_files():
+            if p.exists():
+                shutil.copy2(p, snap / p.name)
+        (snap / ".complete").write_text("")
+
+    def _restore(self) -> None:
+        snap = self._snapshot_dir()
+        for p in self._installed_files():
+            saved = snap / p.name
+            if saved.exists():
+                write_text_atomic(p, saved.read_text(), saved.stat().st_mode & 0o777)
+
+    def _install(self) -> dict[str, dict[str, int]]:
+        """gres install from the nodes' states; returns each node's expected GRES counts."""
+        from slurm_gpupool.ops.gres_install import install, render
+        from slurm_gpupool.ops.support_files import install_support_files
+
+        rendered = render(self.cfg, self.cfg.all_nodes(), None)
+        plan = install(self.cfg, rendered, backup=False)
+        install_support_files(self.cfg, rendered.installed_layout())
+        self._restart_extra = plan.gres_changed
+        return {n.node: gres_counts(n.gres_value()) for n in rendered.nodes}
+
+    def _wait_controller(self) -> bool:
+        deadline = time.time() + self.s.verify_timeout_s
+        while time.time() < deadline:
+            if self.cluster.ping():
+                return True
+            time.sleep(self.poll_s)
+        return False
+
+    def _commit(self, pending: list[str]) -> None:
+        j = self.journal
+        run = j.run
+        assert run is not None
+        for node in j.nodes_at(jr.APPLIED):  # a run killed between apply and drain
+            self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {run['target']}"))
+            j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
+        if not j.has(jr.GRES_INSTALLED):
+            self._snapshot()
+            j.cluster_step(jr.GRES_INSTALLING)
+            self._restart_extra = []
+            expected = self._install()
+            restart = sorted(set(pending) | set(self._restart_extra))
+            j.cluster_step(jr.GRES_INSTALLED, restart_nodes=restart, expected=expected)
+            self.progress(f"installed GRES; restarting slurmctld and slurmd on {hostlist(restart)}")
+        if not j.has(jr.RESTARTED):
+            j.cluster_step(jr.RESTARTING)
+            failed = self.restarter.restart(run["restart_nodes"])
+            why = failed.why() if failed else ("" if self._wait_controller() else "slurmctld does not answer")
+            if why:
+                self._refused(pending, why)
+                return
+            j.cluster_step(jr.RESTARTED)
+        expected = run["expected"]
+        with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(pending))) as ex:
+            list(ex.map(lambda n: self._verify(n, expected.get(n, {}), run["target"]), pending))
+
+    def _verify(self, node: str, expected: dict[str, int], layout: str, outcome: str = jr.DONE, note: str = "") -> None:
+        """Resume the node only when Slurm shows the GRES rendered from its GPUs' state."""
+        j = self.journal
+        j.step(node, jr.VERIFYING)
+        deadline = time.time() + self.s.verify_timeout_s
+        problem = ""
+        confirmed = False  # slurmctld flags nodes it has not pinged since its restart: look twice
+        while True:
+            info = self.cluster.nodes().get(node)
+            if info is None or not info.responding:
+                flags = ",".join(sorted(info.flags)) if info else ""
+                problem = f"Slurm shows the node {info.state if info else 'missing'} {flags}".strip()
+            elif info.gres_counts() != expected:
+                problem = f"Slurm shows GRES {info.gres or '(none)'}, expected {_fmt(expected)}"
+            elif info.layout != layout:
+                problem = f"Slurm shows layout {info.layout}, expected {layout}"
+            else:
+                problem = ""
+            if problem:
+                confirmed = False
+            elif not confirmed:
+                confirmed = True
+                time.sleep(max(2.0, self.poll_s))
+                continue
+            if not problem or time.time() >= deadline:
+                break
+            time.sleep(self.poll_s)
+        if problem:
+            reason = reason_text(f"gpupool: verify after switch to {layout} failed: {problem}")
+            self._try_drain(node, reason)
+            j.step(node, jr.FAILED, reason=reason, drained_by_us=False)
+            self.progress(f"{node}: {reason}")
+            return
+        if j.node(node).get("drained_by_us"):
+            self.cluster.resume([node])
+        j.step(node, outcome, reason=note, drained_by_us=False, layout=layout)
+        self.progress(f"{node}: {'done' if outcome == jr.DONE else outcome} in layout {layout}")
+
+    def _refused(self, pending: list[str], why: str) -> None:
+        """slurmctld (or a slurmd) did not come back with the new files: restore the old ones,
+        restart, put the nodes' GPUs back in their previous layout, then verify and resume."""
+        j = self.journal
+        run = j.run
+        assert run is not None
+        self.progress(f"restart failed ({why}): restoring the previous Slurm files")
+        self._restore()
+        failed = self.restarter.restart(run["restart_nodes"])
+        if failed or not self._wait_controller():
+            raise OperationFailedError(
+                "repartition",
+                f"Slurm did not come back after restoring the previous files ({failed.why() if failed else why})",
+                hint=f"the previous files are in {self._snapshot_dir()}; the journal keeps the run",
+            )
+        j.clear_steps(jr.GRES_INSTALLING, jr.GRES_INSTALLED, jr.RESTARTING)
+        note = reason_text(f"Slurm refused the configuration for layout {run['target']} ({why}); restored")
+        back: list[str] = []
+        for node in pending:
+            prev = j.node(node).get("previous")
+            try:
+                self.cluster.resume([node])  # for srun; the reservation still holds it
+                rc, why2, _ = self._apply(node, prev) if prev else (1, "no previous layout", None)
+            except SlurmUnavailableError as e:
+                rc, why2 = 1, str(e)
+            if rc == 0:
+                self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {prev} (rollback)"))
+                j.step(node, jr.DRAINED, drained_by_us=True, layout=prev)
+                back.append(node)
+            else:
+                reason = reason_text(f"gpupool: {note}; GPU rollback to {prev} failed ({why2})")
+                self._try_drain(node, reason)
+                j.step(node, jr.FAILED, reason=reason, drained_by_us=False)
+        if not back:
+            return
+        self._restart_extra = []
+        expected = self._install()
+        changed = sorted(set(self._restart_extra))
+        if changed:  # the GPUs came back with other instance ids: their files differ again
+            failed = self.restarter.restart(changed)
+            if failed or not self._wait_controller():
+                raise OperationFailedError(
+                    "repartition", f"restart after the rollback failed: {failed and failed.why()}"
+                )
+        for node in back:
+            self._verify(node, expected.get(node, {}), j.node(node)["layout"], jr.ROLLED_BACK, note)
+
+    # end of run ------------------------------------------------------------------------
+
+    def _delete_reservations(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                self.cluster.delete_reservation(name)
+            except SlurmUnavailableError as e:
+                self.progress(f"could not delete reservation {name}: {e}")
+
+    def _finish(self, report: RunReport) -> None:
+        j = self.journal
+        run = j.run
+        assert run is not None
+        waiting = j.nodes_at(jr.SKIPPED)
+        name = run["reservation"]
+        if waiting:  # still due to switch: they stay reserved for the next run
+            try:
+                self.cluster.update_reservation(name, nodes=waiting)
+            except SlurmUnavailableError as e:
+                self.progress(f"could not shrink reservation {name}: {e}")
+        else:
+            self._delete_reservations([name])
+        self._delete_reservations(run.get("stale_reservations", []))
+        for n in run["nodes"]:
+            rec = j.node(n)
+            drained = applying = None
+            if rec["step"] in (jr.DONE, jr.ROLLED_BACK):
+                if rec.get("drained_at"):
+                    drained = round(rec["since_epoch"] - rec["drained_at"], 2)
+                if rec.get("applying_at"):
+                    applying = round(rec["since_epoch"] - rec["applying_at"], 2)
+            report.nodes[n] = {
+                "outcome": rec["step"],
+                "reason": rec["reason"],
+                "drained_s": drained,  # drain to resume
+                "out_of_service_s": applying,  # apply start to resume
+            }
+        j.cluster_step(
+            jr.FINISHED, finished_at=jr.now_iso(), outcomes={n: v["outcome"] for n, v in report.nodes.items()}
+        )
+
+
+def _ends_in(j: JobInfo) -> int | None:
+    if j.time_limit_s is None or not j.start_time:
+        return None
+    return max(0, int(j.start_time + j.time_limit_s - time.time()))
+
+
+def _left(j: JobInfo) -> str:
+    left = _ends_in(j)
+    return "no time limit" if left is None else f"{format_duration(left)} left"
+
+
+def _fmt(counts: dict[str, int]) -> str:
+    return ",".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "(none)"

@@ -1,0 +1,73 @@
+"""``gpupool schedule install``: the cron entry (or systemd timer) that runs the repartitioner.
+
+Rendered from ``templates/cron.j2`` or ``templates/systemd/*.j2`` (site
+overridable like the GRES templates); ``repartition.cron`` says how often.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from slurm_gpupool.atomic import write_text_atomic
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.core.render import environment
+from slurm_gpupool.errors import UsageError
+
+HEADER = "managed by slurm_gpupool; do not edit: changes are overwritten by `gpupool schedule install`"
+CRON_FILE = "/etc/cron.d/slurm-gpupool"
+SYSTEMD_DIR = "/etc/systemd/system"
+UNIT = "gpupool-repartition"
+
+
+def on_calendar(cron: str) -> str:
+    """The systemd OnCalendar= of the cron specs we support: ``*/N * * * *``, ``M * * * *``, ``M H * * *``."""
+    minute, hour, dom, month, dow = cron.split()
+    if (dom, month, dow) != ("*", "*", "*"):
+        raise UsageError(f"repartition.cron {cron!r}", "only minute and hour fields convert to a systemd timer")
+    m = re.fullmatch(r"\*/(\d+)", minute)
+    if m and hour == "*":
+        return f"*:0/{int(m.group(1))}"
+    if minute.isdigit() and hour == "*":
+        return f"*:{int(minute):02d}"
+    if minute.isdigit() and hour.isdigit():
+        return f"*-*-* {int(hour):02d}:{int(minute):02d}:00"
+    raise UsageError(f"repartition.cron {cron!r}", "cannot convert to OnCalendar=", hint="use the cron entry instead")
+
+
+def _command(cfg: PoolConfig, gpupool: str | None) -> str:
+    exe = gpupool or str(Path(sys.executable).parent / "gpupool")
+    return shlex.join([exe, "--config", str(Path(cfg.source).resolve()), "repartition", "--scheduled", "--quiet"])
+
+
+def render_schedule(cfg: PoolConfig, systemd: bool = False, gpupool: str | None = None) -> dict[str, str]:
+    """File name → text: the cron file, or the service and timer units."""
+    env = environment(cfg.slurm.templates_dir)
+    common = {
+        "header": HEADER,
+        "source": str(Path(cfg.source).resolve()),
+        "cron": cfg.repartition.cron,
+        "command": _command(cfg, gpupool),
+        "env": [],
+    }
+    if not systemd:
+        return {CRON_FILE: env.get_template("cron.j2").render(**common)}
+    timer = env.get_template("systemd/gpupool-repartition.timer.j2")
+    service = env.get_template("systemd/gpupool-repartition.service.j2")
+    return {
+        f"{SYSTEMD_DIR}/{UNIT}.service": service.render(**common),
+        f"{SYSTEMD_DIR}/{UNIT}.timer": timer.render(**common, on_calendar=on_calendar(cfg.repartition.cron)),
+    }
+
+
+def install_schedule(files: dict[str, str], dest: Path | None = None) -> list[Path]:
+    """Write the files (under ``dest`` instead of / if given), atomically."""
+    written = []
+    for name, text in files.items():
+        path = Path(dest, name.lstrip("/")) if dest else Path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text, 0o644)
+        written.append(path)
+    return written

@@ -1,0 +1,76 @@
+"""Restarting Slurm's daemons with the site's commands (``repartition.restart_*``).
+
+Slurm 22.05 takes a node's new GRES counts only when its slurmd is down while
+slurmctld restarts, then starts (measured in the sandbox: a running slurmd that
+re-registers with a restarted slurmctld leaves the node INVAL with its old GRES).
+So: stop the changed nodes' slurmd (batches), restart slurmctld once, start the
+slurmds (batches).  systemd and ClusterShell's ``clush`` by default; the sandbox
+puts its own commands in its config.  Argument lists only, never a shell;
+``{nodes}`` becomes a folded hostlist, one command per batch of ``restart_batch``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from slurm_gpupool.config import RepartitionSettings
+from slurm_gpupool.core.switch_plan import batches
+from slurm_gpupool.slurm.cluster import hostlist
+
+
+@dataclass
+class CommandResult:
+    argv: list[str]
+    returncode: int
+    output: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def why(self) -> str:
+        last = [line for line in self.output.strip().splitlines() if line.strip()]
+        return last[-1] if last else f"{self.argv[0]} exited {self.returncode}"
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+        out, rc = (p.stdout + p.stderr), p.returncode
+    except FileNotFoundError:
+        out, rc = f"{argv[0]}: command not found", 127
+    except subprocess.TimeoutExpired:
+        out, rc = f"timed out after {timeout_s:.0f} s", 124
+    return CommandResult(list(argv), rc, out, time.monotonic() - t0)
+
+
+@dataclass
+class Restarter:
+    """Stop slurmds (batches), restart slurmctld once, start slurmds (batches); stops at the first failure."""
+
+    settings: RepartitionSettings
+    run: Callable[[Sequence[str], float], CommandResult] = run_command
+    done: list[CommandResult] = field(default_factory=list)
+
+    def commands(self, nodes: Sequence[str], controller: bool = True) -> list[list[str]]:
+        groups = [hostlist(g) for g in batches(sorted(nodes), self.settings.restart_batch)]
+
+        def each(template: Sequence[str]) -> list[list[str]]:
+            return [[a.replace("{nodes}", hl) for a in template] for hl in groups]
+
+        ctld = [list(self.settings.restart_slurmctld)] if controller else []
+        return [*each(self.settings.stop_slurmd), *ctld, *each(self.settings.start_slurmd)]
+
+    def restart(self, nodes: Sequence[str], controller: bool = True) -> CommandResult | None:
+        """Run every command; the first that fails is returned (None: all succeeded)."""
+        for argv in self.commands(nodes, controller):
+            r = self.run(argv, float(self.settings.command_timeout_s))
+            self.done.append(r)
+            if not r.ok:
+                return r
+        return None
