@@ -78,19 +78,15 @@ def repartition(
     deadline_s = _duration(deadline, f"--deadline {deadline}")
     nodes = _nodes(nodes_text)
     messages = []
+    nxt = None
     if scheduled:
         if cfg.schedule is None:
             raise UsageError("repartition --scheduled", "the pool config has no schedule")
         now = datetime.now(cfg.schedule.tz) if cfg.schedule.tz else datetime.now().astimezone()
         target = cfg.schedule.due(now)
         nxt = cfg.schedule.next_change(now)
-        if nxt and not dry_run:
-            lead = rp.lead_time_s()
-            when, layout = nxt
-            if (when - now).total_seconds() <= lead:
-                name = rp.prepare(layout, when.astimezone().replace(tzinfo=None), nodes)
-                if name:
-                    messages.append(f"reserved the nodes that switch to {layout} at {when:%H:%M} ({name})")
+        if nxt and (nxt[0] - now).total_seconds() > rp.lead_time_s():
+            nxt = None  # not yet time to reserve for it
     assert target is not None
     if dry_run:
         plan = rp.plan(target, nodes, force)
@@ -111,7 +107,12 @@ def repartition(
             click.echo(f"\nnothing to do: every node is in layout {target} or skipped")
         return 0
     report = rp.run(target, nodes, deadline_s, requeue, force)
-    report.messages = messages + [m for m in report.messages if m]
+    if nxt:  # after the due switch: reserve the nodes the next one changes, from its start
+        when, layout = nxt
+        name = rp.prepare(layout, when, nodes)
+        if name:
+            messages.append(f"reserved the nodes that switch to {layout} at {when:%H:%M} ({name})")
+    report.messages = [m for m in report.messages if m] + messages
     if as_json:
         emit_json(report.to_dict())
         return report.exit_code

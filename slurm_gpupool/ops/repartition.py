@@ -476,8 +476,14 @@ class Repartitioner:
         problem = ""
         confirmed = False  # slurmctld flags nodes it has not pinged since its restart: look twice
         while True:
-            info = self.cluster.nodes().get(node)
-            if info is None or not info.responding:
+            try:
+                info: NodeInfo | None = self.cluster.nodes().get(node)
+                unreadable = ""
+            except SlurmUnavailableError as e:  # e.g. client commands cannot parse the files either
+                info, unreadable = None, str(e)
+            if unreadable:
+                problem = unreadable
+            elif info is None or not info.responding:
                 flags = ",".join(sorted(info.flags)) if info else ""
                 problem = f"Slurm shows the node {info.state if info else 'missing'} {flags}".strip()
             elif info.gres_counts() != expected:
@@ -539,17 +545,11 @@ class Repartitioner:
                 reason = reason_text(f"gpupool: {note}; GPU rollback to {prev} failed ({why2})")
                 self._try_drain(node, reason)
                 j.step(node, jr.FAILED, reason=reason, drained_by_us=False)
+        # Not a new render: the config that produced the refused files would produce them again.
+        # The restored files describe the previous layout, and the GPUs are back in it.
         if not back:
             return
-        self._restart_extra = []
-        expected = self._install()
-        changed = sorted(set(self._restart_extra))
-        if changed:  # the GPUs came back with other instance ids: their files differ again
-            failed = self.restarter.restart(changed)
-            if failed or not self._wait_controller():
-                raise OperationFailedError(
-                    "repartition", f"restart after the rollback failed: {failed and failed.why()}"
-                )
+        expected = restored_gres(self.cfg.slurm.path("nodes_include"))
         for node in back:
             self._verify(node, expected.get(node, {}), j.node(node)["layout"], jr.ROLLED_BACK, note)
 
@@ -593,6 +593,20 @@ class Repartitioner:
         j.cluster_step(
             jr.FINISHED, finished_at=jr.now_iso(), outcomes={n: v["outcome"] for n, v in report.nodes.items()}
         )
+
+
+def restored_gres(nodes_conf: Path) -> dict[str, dict[str, int]]:
+    """Node → GRES counts from the ``Gres=`` of its ``NodeName=`` line."""
+    from ClusterShell.NodeSet import NodeSet
+
+    out: dict[str, dict[str, int]] = {}
+    for line in nodes_conf.read_text().splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        for node in NodeSet(fields["NodeName"]):
+            out[node] = gres_counts(fields.get("Gres", ""))
+    return out
 
 
 def _ends_in(j: JobInfo) -> int | None:

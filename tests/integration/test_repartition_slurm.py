@@ -1,0 +1,339 @@
+"""The repartitioner against the real sandbox Slurm (5 nodes): switches with jobs running,
+faults at every step, a config slurmctld refuses, busy nodes, reservations ahead of a switch.
+
+Every test starts and ends with the whole cluster in the night layout.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpupool.config import load_config
+from slurm_gpupool.ops.gres_install import render
+from slurm_gpupool.slurm.cluster import gres_counts, parse_reservations, parse_sinfo_json
+
+GPUPOOL = [sys.executable, "-m", "slurm_gpupool.cli.main"]
+KILL_STEPS = [
+    "waiting",
+    "reserved",
+    "applying",
+    "applied",
+    "drained",
+    "gres_installing",
+    "gres_installed",
+    "restarting",
+    "restarted",
+    "verifying",
+    "done",
+    "finished",
+]
+
+
+def repartition(sb, *args: str, env: dict[str, str] | None = None, timeout: float = 600):
+    return sb.run([*GPUPOOL, "repartition", *args], timeout=timeout, check=False, env={**sb.env, **(env or {})})
+
+
+def report_of(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def nodes_info(sb) -> dict:
+    return parse_sinfo_json(sb.run(["sinfo", "--json"]).stdout)
+
+
+def our_reservations(sb) -> dict:
+    out = sb.run(["scontrol", "-o", "show", "reservation"]).stdout
+    return {k: v for k, v in parse_reservations(out).items() if k.startswith("gpupool_")}
+
+
+def assert_converged(sb, layouts: dict[str, str]) -> None:
+    """Each node: GPUs in its layout (node assert), Slurm's GRES those of the layout, the layout
+    feature, not drained; no reservation of ours; the journal's run finished."""
+    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
+    infos = nodes_info(sb)
+    for node, layout in layouts.items():
+        sb.gpupool("--node", node, "node", "assert", layout)
+        (expected,) = render(cfg, [node], layout).nodes
+        info = infos[node]
+        assert gres_counts(info.gres) == gres_counts(expected.gres_value()), (node, info.gres)
+        assert info.layout == layout and not info.drained, (node, info.features, info.reason)
+    assert our_reservations(sb) == {}
+    path = sb.root / "controller" / "journal.json"
+    if path.exists():  # no run yet on a fresh sandbox already in its layouts
+        assert "finished" in json.loads(path.read_text())["run"]["steps"]
+
+
+@pytest.fixture
+def night(sandbox):
+    """The cluster in the night layout before and after the test."""
+    everyone = {n: "night" for n in sandbox.nodes}
+    drained = [n for n, i in nodes_info(sandbox).items() if i.drained]
+    if drained:
+        sandbox.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"])
+    proc = repartition(sandbox, "--to", "night", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield sandbox
+    sandbox.gpupool("--node", "h100n1", "sim", "clear-faults")
+    drained = [n for n, i in nodes_info(sandbox).items() if i.drained]
+    if drained:
+        sandbox.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"])
+    proc = repartition(sandbox, "--to", "night", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_converged(sandbox, everyone)
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(night):
+    files = {p: p.read_bytes() for p in (night.root / "etc").glob("*.conf")}
+    path = night.root / "controller" / "journal.json"
+    journal = path.read_bytes() if path.exists() else None
+    proc = repartition(night, "--to", "day", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert {n["node"]: n["action"] for n in plan["nodes"]} == {n: "change" for n in night.nodes}
+    steps = "\n".join(plan["steps"])
+    assert "create reservation ReservationName=gpupool_day" in steps and "node apply day --json" in steps
+    assert "sandbox stop" in steps and "--controller" in steps and "sandbox start" in steps
+    text = repartition(night, "--to", "day", "--dry-run")
+    assert text.returncode == 0 and "steps:" in text.stdout and "a100n1" in text.stdout
+    assert {p: p.read_bytes() for p in (night.root / "etc").glob("*.conf")} == files
+    assert (path.read_bytes() if path.exists() else None) == journal
+    assert our_reservations(night) == {} and all(i.layout == "night" for i in nodes_info(night).values())
+
+
+class JobStream(threading.Thread):
+    """Submits short jobs (some asking for a GPU) every second until stopped."""
+
+    def __init__(self, sb) -> None:
+        super().__init__(daemon=True)
+        self.sb, self.jobs, self.stop = sb, [], threading.Event()
+
+    def run(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            args = ["--gres=gpu:1"] if k % 2 == 0 else []
+            out = self.sb.run(
+                ["sbatch", "--parsable", "-t", "2", "-J", f"stream{k}", *args, "--wrap", f"sleep {1 + k % 4}"],
+                check=False,
+            )
+            if out.returncode == 0:
+                self.jobs.append(out.stdout.strip().split(";")[0])
+            k += 1
+            time.sleep(1.0)
+
+
+def sacct_states(sb, jobs: list[str]) -> dict[str, str]:
+    out = sb.run(["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,State"]).stdout
+    return dict(line.split("|", 1) for line in out.splitlines() if line)
+
+
+def wait_jobs_done(sb, jobs: list[str], timeout: float = 240) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = sacct_states(sb, jobs)
+        if len(states) == len(jobs) and all(s not in ("PENDING", "RUNNING", "COMPLETING") for s in states.values()):
+            return states
+        time.sleep(2)
+    raise AssertionError(f"jobs not done: {states}")
+
+
+def test_day_night_day_with_a_stream_of_jobs_loses_none(night):
+    """Jobs keep coming through two switches; a long job holds its node until it ends; none is
+    killed, failed or lost; the night layout runs an 8-GPU NVLink job."""
+    long_job = night.run(
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:2", "-t", "3", "--wrap", "sleep 25"]
+    ).stdout.strip()
+    stream = JobStream(night)
+    stream.start()
+    try:
+        time.sleep(4)
+        day = repartition(night, "--to", "day", "--deadline", "3m", "--json")
+        assert day.returncode == 0, day.stdout + day.stderr
+        rep = report_of(day)
+        assert {n: v["outcome"] for n, v in rep["nodes"].items()} == {n: "done" for n in night.nodes}
+        assert sacct_states(night, [long_job])[long_job] == "COMPLETED"  # v100n1 waited for it
+        time.sleep(3)
+        back = repartition(night, "--to", "night", "--deadline", "3m", "--json")
+        assert back.returncode == 0, back.stdout + back.stderr
+        wrapper = str(Path(sys.executable).parent / "gpupool-sbatch")
+        nvlink = night.run(
+            [wrapper, "--parsable", "--wait", "--gpus-nvlink=8", "-t", "2", "--wrap", "echo $SLURM_JOB_GPUS"],
+            timeout=120,
+        )
+        nv_job = nvlink.stdout.strip().split(";")[0]
+        time.sleep(3)
+        again = repartition(night, "--to", "day", "--deadline", "3m", "--json")
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        stream.stop.set()
+        stream.join()
+    states = wait_jobs_done(night, [*stream.jobs, long_job, nv_job])
+    assert len(stream.jobs) >= 10
+    assert set(states.values()) == {"COMPLETED"}, {j: s for j, s in states.items() if s != "COMPLETED"}
+    assert_converged(night, {n: "day" for n in night.nodes})
+
+
+def test_nvml_failure_mid_apply_rolls_that_node_back_and_the_others_switch(night):
+    # GPU 5 of h100n1 gets two 3g.40gb by day: the second creation fails
+    night.gpupool(
+        "--node", "h100n1", "sim", "fault", "nvmlDeviceCreateGpuInstanceWithPlacement", "--gpu", "5", "--after", "1"
+    )
+    proc = repartition(night, "--to", "day", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rep = report_of(proc)
+    assert rep["nodes"]["h100n1"]["outcome"] == "failed"
+    assert "node apply day failed" in rep["nodes"]["h100n1"]["reason"]
+    assert "rolled back to layout night" in rep["nodes"]["h100n1"]["reason"]
+    others = {n: "day" for n in night.nodes if n != "h100n1"}
+    assert {n: rep["nodes"][n]["outcome"] for n in others} == {n: "done" for n in others}
+    info = nodes_info(night)["h100n1"]
+    assert info.drained and "rolled back to layout night" in info.reason and info.layout == "night"
+    night.gpupool("--node", "h100n1", "node", "assert", "night")  # its GPUs are back
+    for n in others:
+        assert nodes_info(night)[n].layout == "day"
+    # the admin looks, resumes; the next run switches it
+    night.run(["scontrol", "update", "nodename=h100n1", "state=resume"])
+    again = repartition(night, "--to", "day", "--json")
+    assert again.returncode == 0 and report_of(again)["nodes"]["h100n1"]["outcome"] == "done"
+    assert_converged(night, {n: "day" for n in night.nodes})
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_killed_at_each_step_the_next_run_converges(night, step):
+    nodes = "a30n1,v100n1"
+    killed = repartition(night, "--to", "day", "--nodes", nodes, env={"SLURM_GPUPOOL_KILL_AT": step})
+    assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
+    again = repartition(night, "--to", "day", "--nodes", nodes, "--json")
+    assert again.returncode == 0, (step, again.stdout, again.stderr)
+    assert_converged(night, {"a30n1": "day", "v100n1": "day", "a100n1": "night", "a100n2": "night", "h100n1": "night"})
+
+
+def _site_config(sb, tmp_path: Path, mutate) -> Path:
+    raw = yaml.safe_load((sb.root / "etc" / "gpupool.yaml").read_text())
+    raw = copy.deepcopy(raw)
+    mutate(raw)
+    path = tmp_path / "gpupool.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_slurmctld_refusing_the_new_config_is_reverted(night, tmp_path: Path):
+    """A site template that slurmctld cannot parse: the old files come back, the GPUs too."""
+    site = tmp_path / "templates"
+    site.mkdir()
+    from slurm_gpupool.resources import templates_dir
+
+    text = (templates_dir() / "nodes.conf.j2").read_text()
+    site.joinpath("nodes.conf.j2").write_text(text.replace("NodeName=", "NodeName=", 1) + "BogusKey=1\n")
+
+    def bad(raw):
+        raw["slurm"]["templates_dir"] = str(site)
+
+    conf = _site_config(night, tmp_path, bad)
+    before = {p.name: p.read_text() for p in (night.root / "etc").glob("*.conf")}
+    proc = repartition(night, "--to", "day", "--nodes", "a30n1", "--json", env={"SLURM_GPUPOOL_CONFIG": str(conf)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rep = report_of(proc)
+    assert rep["nodes"]["a30n1"]["outcome"] == "rolled_back", rep
+    assert "refused" in rep["nodes"]["a30n1"]["reason"]
+    assert {p.name: p.read_text() for p in (night.root / "etc").glob("*.conf")} == before
+    assert night.run(["scontrol", "ping"]).returncode == 0
+    assert_converged(night, {n: "night" for n in night.nodes})
+
+
+def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night):
+    job = night.run(
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "3", "--wrap", "sleep 30"]
+    ).stdout.strip()
+    deadline = time.monotonic() + 30
+    while night.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    proc = repartition(night, "--to", "day", "--nodes", "v100n1,a30n1", "--deadline", "5s", "--json")
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    rep = report_of(proc)
+    assert rep["nodes"]["a30n1"]["outcome"] == "done"
+    v = rep["nodes"]["v100n1"]
+    assert v["outcome"] == "skipped" and f"{job} (root" in v["reason"] and "not killed" in v["reason"]
+    assert our_reservations(night)["gpupool_day"].nodes == {"v100n1"}  # still due: no new job lands there
+    assert night.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() == "RUNNING"
+    assert wait_jobs_done(night, [job]) == {job: "COMPLETED"}
+    again = repartition(night, "--to", "day", "--nodes", "v100n1,a30n1", "--json")
+    assert again.returncode == 0 and report_of(again)["nodes"]["v100n1"]["outcome"] == "done"
+    assert_converged(night, {"v100n1": "day", "a30n1": "day", "a100n1": "night", "a100n2": "night", "h100n1": "night"})
+
+
+def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_path: Path):
+    """--scheduled: day is due now and night starts in 4 minutes (lead time 10m): the run
+    switches to day and reserves the nodes from the night switch; short jobs still start
+    on them, jobs that would run past the switch wait."""
+    now = datetime.now().astimezone()
+    switch_at = (now + timedelta(minutes=4)).replace(second=0, microsecond=0)
+
+    def schedule(raw):
+        raw["schedule"] = {
+            "timezone": "local",
+            "default": "night",
+            "rules": [
+                {
+                    "layout": "day",
+                    "days": "daily",
+                    "start": (now - timedelta(minutes=30)).strftime("%H:%M"),
+                    "end": switch_at.strftime("%H:%M"),
+                }
+            ],
+        }
+        raw["repartition"]["lead_time"] = "10m"
+
+    conf = _site_config(night, tmp_path, schedule)
+    env = {"SLURM_GPUPOOL_CONFIG": str(conf)}
+    proc = repartition(night, "--scheduled", "--deadline", "2m", "--json", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(i.layout == "day" for i in nodes_info(night).values())
+    resv = our_reservations(night)["gpupool_night"]
+    assert resv.nodes == set(night.nodes) and resv.start == switch_at.replace(tzinfo=None)
+    short = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "1", "--wrap", "sleep 2"]).stdout.strip()
+    long = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "30", "--wrap", "sleep 2"]).stdout.strip()
+    try:
+        assert wait_jobs_done(night, [short], timeout=60) == {short: "COMPLETED"}  # ends before the switch
+        state, reason = night.run(["squeue", "-h", "-j", long, "-o", "%T|%r"]).stdout.strip().split("|")
+        assert state == "PENDING" and reason in ("ReqNodeNotAvail", "Resources", "Reservation"), reason
+    finally:
+        night.run(["scancel", long], check=False)
+    status = json.loads(night.gpupool("status", "--json").stdout)
+    assert [r["name"] for r in status["reservations"]] == ["gpupool_night"]
+    # the switch itself (run early here) takes over the reservation made ahead and removes it
+    back = repartition(night, "--to", "night", "--json")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert our_reservations(night) == {}
+
+
+def test_two_runs_never_overlap(night, tmp_path: Path):
+    """While one run holds the lock, another exits 75 at once."""
+    first = subprocess.Popen(
+        [*GPUPOOL, "repartition", "--to", "day", "--nodes", "a30n1", "--json"],
+        env=night.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lock = night.root / "controller" / "repartition.lock"
+    deadline = time.monotonic() + 20
+    while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    second = repartition(night, "--to", "day", "--nodes", "a30n1")
+    assert second.returncode == 75 and "another run" in second.stderr
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err

@@ -1,0 +1,222 @@
+"""Repartitioner pieces that need no Slurm: planning, batching, timing model, journal, lock,
+restart commands, schedule files, status, config validation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import multiprocessing
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.config import RepartitionSettings, load_config, parse_config
+from slurm_gpupool.core.switch_plan import CHANGE, KEEP, SKIP, NodeView, Timings, batches, estimate_switch_s
+from slurm_gpupool.core.switch_plan import plan_switch as plan
+from slurm_gpupool.errors import BusyError, ConfigError, UsageError
+from slurm_gpupool.ops import journal as jr
+from slurm_gpupool.ops.journal import Journal, run_lock
+from slurm_gpupool.ops.pool_status import pool_status
+from slurm_gpupool.ops.repartition import restored_gres
+from slurm_gpupool.ops.schedule_install import install_schedule, on_calendar, render_schedule
+from slurm_gpupool.ops.services import CommandResult, Restarter
+from slurm_gpupool.slurm.cluster import NodeInfo, Reservation
+
+TOP = Path(__file__).resolve().parents[2]
+EXAMPLE = TOP / "etc" / "gpupool.yaml"
+
+
+def test_plan_changes_only_what_differs_and_skips_what_it_cannot_reach():
+    views = {
+        "a": NodeView("a", "night"),
+        "b": NodeView("b", "day"),
+        "c": NodeView("c", None),
+        "d": NodeView("d", "night", usable=False, state="down"),
+        "e": NodeView("e", "day"),
+    }
+    p = plan("day", ["a", "b", "c", "d", "e", "ghost"], views, unfinished=["e"])
+    got = {d.name: d.action for d in p.decisions}
+    assert got == {"a": CHANGE, "b": KEEP, "c": CHANGE, "d": SKIP, "e": CHANGE, "ghost": SKIP}
+    assert p.changing == ["a", "c", "e"]
+    assert "earlier run" in next(d.why for d in p.decisions if d.name == "e")
+    assert plan("day", ["a", "b"], views, requested=["b"]).nodes(KEEP) == ["b"]
+    assert plan("day", ["a", "b"], views, force=True).changing == ["a", "b"]
+
+
+def test_batches_and_the_timing_model():
+    assert batches(["a", "b", "c", "d", "e"], 2) == [["a", "b"], ["c", "d"], ["e"]]
+    t = Timings(
+        reserve_s=0.5, apply_s=2.0, install_s=1.0, ctld_restart_s=3.0, slurmd_stop_s=0.5, slurmd_start_s=2.0, verify_s=2
+    )
+    small = estimate_switch_s(4, parallel=16, restart_batch=64, t=t)
+    assert small["apply_waves"] == 1 and small["restart_batches"] == 1
+    assert small["total_s"] == pytest.approx(0.5 + 2.0 + 1.0 + 0.5 + 3.0 + 2.0 + 2)
+    big = estimate_switch_s(1000, parallel=64, restart_batch=128, t=t)
+    assert big["apply_waves"] == 16 and big["restart_batches"] == 8
+    assert big["restart_s"] == pytest.approx(8 * 0.5 + 3.0 + 8 * 2.0)
+    assert big["worst_node_unavailable_s"] < big["total_s"]
+
+
+def test_journal_records_steps_and_survives_a_reload(tmp_path: Path):
+    j = Journal(tmp_path)
+    j.start("day", ["n1", "n2"], "gpupool_day", 1e12, {"n1": "night", "n2": None})
+    j.step("n1", jr.APPLYING)
+    j.step("n1", jr.DRAINED, drained_by_us=True)
+    j.cluster_step(jr.GRES_INSTALLED, restart_nodes=["n1"])
+    again = Journal(tmp_path).load()
+    assert again.unfinished() is not None and again.run["target"] == "day"
+    assert again.node("n1")["step"] == jr.DRAINED and again.node("n1")["previous"] == "night"
+    assert again.has(jr.GRES_INSTALLED) and not again.has(jr.RESTARTED)
+    assert again.nodes_at(jr.WAITING) == ["n2"]
+    # a new run to another layout keeps what the midway node had before the first run
+    again.start("night", ["n1"], "gpupool_night", 1e12, {"n1": "day"}, ["gpupool_day"])
+    assert again.node("n1")["previous"] == "night" and again.node("n1")["drained_by_us"]
+    assert again.run["stale_reservations"] == ["gpupool_day"]
+    again.cluster_step(jr.FINISHED)
+    assert Journal(tmp_path).load().unfinished() is None
+    lines = [json.loads(x) for x in (tmp_path / "journal.log").read_text().splitlines()]
+    assert [x.get("step") for x in lines if x.get("node") == "n1"] == [jr.APPLYING, jr.DRAINED]
+
+
+def test_a_corrupt_journal_is_a_clear_error(tmp_path: Path):
+    (tmp_path / "journal.json").write_text("{not json")
+    with pytest.raises(Exception, match="unreadable"):
+        Journal(tmp_path).load()
+
+
+def _hold(directory: str, ready, release) -> None:
+    with run_lock(Path(directory)):
+        ready.set()
+        release.wait(10)
+
+
+def test_the_lock_keeps_two_runs_apart(tmp_path: Path):
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(tmp_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        with pytest.raises(BusyError, match=f"pid {holder.pid}"), run_lock(tmp_path):
+            pass
+    finally:
+        release.set()
+        holder.join(10)
+    with run_lock(tmp_path):  # free again
+        pass
+
+
+def test_restart_order_stop_slurmds_restart_controller_start_slurmds():
+    s = RepartitionSettings(restart_batch=2)
+    calls = []
+
+    def fake(argv, timeout):
+        calls.append(argv)
+        return CommandResult(list(argv), 0, "", 0.01)
+
+    r = Restarter(s, run=fake)
+    assert r.restart(["n3", "n1", "n2"]) is None
+    assert calls == [
+        ["clush", "-w", "n[1-2]", "systemctl", "stop", "slurmd"],
+        ["clush", "-w", "n3", "systemctl", "stop", "slurmd"],
+        ["systemctl", "restart", "slurmctld"],
+        ["clush", "-w", "n[1-2]", "systemctl", "start", "slurmd"],
+        ["clush", "-w", "n3", "systemctl", "start", "slurmd"],
+    ]
+    calls.clear()
+
+    def ctld_fails(argv, timeout):
+        calls.append(argv)
+        return CommandResult(list(argv), 1 if "slurmctld" in argv else 0, "fatal: parse error\n", 0.01)
+
+    failed = Restarter(s, run=ctld_fails).restart(["n1"])
+    assert failed is not None and failed.why() == "fatal: parse error" and len(calls) == 2  # stops there
+
+
+def _raw() -> dict:
+    return copy.deepcopy(load_config(EXAMPLE).raw)
+
+
+@pytest.mark.parametrize(
+    "section,needle",
+    [
+        ({"deadline": "soon"}, "repartition.deadline"),
+        ({"parallel": 0}, "repartition.parallel"),
+        ({"stop_slurmd": ["ssh", "x"]}, "repartition.stop_slurmd"),
+        ({"restart_slurmctld": "systemctl restart slurmctld"}, "repartition.restart_slurmctld"),
+        ({"cron": "every 5 minutes"}, "repartition.cron"),
+        ({"reservation_prefix": "bad name"}, "repartition.reservation_prefix"),
+        ({"checkpoint_signal": "US R1"}, "repartition.checkpoint_signal"),
+        ({"surprise": 1}, "repartition"),
+    ],
+)
+def test_bad_repartition_settings_name_the_key(section, needle):
+    raw = _raw()
+    raw["repartition"] = section
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw, str(EXAMPLE))
+    assert needle in str(e.value) or needle in e.value.what
+
+
+def test_repartition_settings_parse_durations_and_commands():
+    raw = _raw()
+    raw["repartition"] = {"deadline": "1h30m", "lead_time": "2h", "restart_slurmctld": ["svc", "restart"]}
+    s = parse_config(raw, str(EXAMPLE)).repartition
+    assert s.deadline_s == 5400 and s.lead_time_s == 7200 and s.restart_slurmctld == ("svc", "restart")
+    assert parse_config(_raw(), str(EXAMPLE)).repartition.lead_time_s is None  # the partition's MaxTime
+
+
+def test_schedule_files_render_cron_and_systemd(tmp_path: Path):
+    cfg = load_config(EXAMPLE)
+    ((cron_name, cron),) = render_schedule(cfg, gpupool="/opt/gpupool/bin/gpupool").items()
+    assert cron_name == "/etc/cron.d/slurm-gpupool"
+    line = next(x for x in cron.splitlines() if x.startswith("*/5"))
+    assert line.endswith(f"root /opt/gpupool/bin/gpupool --config {EXAMPLE} repartition --scheduled --quiet")
+    units = render_schedule(cfg, systemd=True, gpupool="/usr/bin/gpupool")
+    timer = units["/etc/systemd/system/gpupool-repartition.timer"]
+    assert "OnCalendar=*:0/5" in timer
+    assert "SuccessExitStatus=75" in units["/etc/systemd/system/gpupool-repartition.service"]
+    written = install_schedule(units, tmp_path)
+    assert sorted(p.name for p in written) == ["gpupool-repartition.service", "gpupool-repartition.timer"]
+    assert on_calendar("30 7 * * *") == "*-*-* 07:30:00" and on_calendar("15 * * * *") == "*:15"
+    with pytest.raises(UsageError):
+        on_calendar("0 8 * * 1-5")
+
+
+def test_status_per_node_and_next_switch():
+    cfg = load_config(EXAMPLE)
+    monday_noon = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    nodes = {
+        "a100n1": NodeInfo("a100n1", "idle", frozenset(), "gpu:a100:8", ("a100", "layout_night"), ""),
+        "a100n2": NodeInfo("a100n2", "idle", frozenset({"DRAIN"}), "", ("layout_day",), "gpupool: switching"),
+    }
+    journal = {
+        "run": {"id": "r1", "target": "day", "nodes": ["a100n2"], "steps": ["reserved"], "started_at": "t"},
+        "nodes": {"a100n2": {"step": jr.APPLYING, "target": "day", "since": "t1", "reason": ""}},
+    }
+    resv = {
+        "gpupool_day": Reservation("gpupool_day", frozenset({"a100n2"}), datetime(2026, 1, 1), datetime(2026, 1, 2)),
+        "other": Reservation("other", frozenset({"x"}), datetime(2026, 1, 1), datetime(2026, 1, 2)),
+    }
+    st = pool_status(cfg, nodes, journal, resv, monday_noon)
+    by = {n["node"]: n for n in st["nodes"]}
+    assert by["a100n1"]["active"] == "night" and by["a100n1"]["state"] == "scheduled"
+    assert by["a100n2"]["state"] == "applying" and by["a100n2"]["since"] == "t1"
+    assert by["a100n2"]["slurm_state"] == "idle+drain"
+    assert by["h100n1"]["active"] is None and by["h100n1"]["slurm_state"] == "unknown"
+    assert [r["name"] for r in st["reservations"]] == ["gpupool_day"]
+    assert st["next_switch"]["layout"] == "night" and st["run"]["finished"] is False
+
+
+def test_restored_gres_reads_the_node_lines(tmp_path: Path):
+    conf = tmp_path / "nodes.conf"
+    conf.write_text(
+        "# managed\nNodeName=a100n[1-2] Sockets=2 Gres=gpu:a100:8 Features=a100,layout_night\n"
+        "NodeName=v100n1 Gres=gpu:v100_shared:4,gpu:v100:4,shard:16 Features=v100\n"
+    )
+    assert restored_gres(conf) == {
+        "a100n1": {"gpu:a100": 8},
+        "a100n2": {"gpu:a100": 8},
+        "v100n1": {"gpu:v100_shared": 4, "gpu:v100": 4, "shard": 16},
+    }
