@@ -1,0 +1,134 @@
+"""Benchmark: layout switches on the sandbox cluster, and what they predict for 1,000 nodes.
+
+Runs ``--cycles`` day→night→… switches of every sandbox node (idle cluster)
+through the real repartitioner, in process so each phase can be timed:
+reservation, per-node ``srun … node apply``, GRES install, the three restart
+commands, verification.  Reports medians of the whole-cluster switch time and
+of each node's unavailability (drain to resume, and apply start to resume),
+then feeds the measured phase medians to ``core/switch_plan.estimate_switch_s``
+for 1,000 nodes under a few ``parallel``/``restart_batch`` settings, to show how
+restarts are batched.  Needs ``gpupool sandbox up``; leaves it in night.
+
+    python -m benchmarks.bench_repartition [--cycles 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import time
+from collections import defaultdict
+from typing import Any
+
+from benchmarks.common import table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cycles", type=int, default=3, help="switches in each direction")
+    args = ap.parse_args()
+
+    from slurm_gpupool.config import load_config
+    from slurm_gpupool.core.switch_plan import Timings, estimate_switch_s
+    from slurm_gpupool.ops.repartition import Repartitioner
+    from slurm_gpupool.ops.services import Restarter, run_command
+    from slurm_gpupool.sandbox.cluster import Sandbox
+    from slurm_gpupool.slurm.cluster import SlurmCluster
+    from slurm_gpupool.slurm.runner import SlurmRunner
+
+    sb = Sandbox()
+    env = {**os.environ, **sb.env()}
+    os.environ.update(sb.env())
+    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
+    phases: dict[str, list[float]] = defaultdict(list)
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases[name].append(time.monotonic() - t)
+
+        return wrapper
+
+    def command(argv: Any, timeout: float) -> Any:
+        r = run_command(argv, timeout)
+        kind = "stop" if " stop " in f" {' '.join(argv)} " else "start" if " start " in f" {' '.join(argv)} " else "ctld"
+        phases[f"restart:{kind}"].append(r.seconds)
+        return r
+
+    switch_s: list[float] = []
+    drained: list[float] = []
+    out_of_service: list[float] = []
+    nodes = 0
+    layouts = ["day", "night"] * args.cycles
+    for target in layouts:
+        rp = Repartitioner(cfg, SlurmCluster(SlurmRunner(env)), Restarter(cfg.repartition, run=command))
+        rp._reserve = timed("reserve", rp._reserve)  # type: ignore[method-assign]
+        rp._apply = timed("apply", rp._apply)  # type: ignore[method-assign]
+        rp._install = timed("install", rp._install)  # type: ignore[method-assign]
+        rp._verify = timed("verify", rp._verify)  # type: ignore[method-assign]
+        report = rp.run(target)
+        if report.exit_code != 0:
+            raise SystemExit(f"switch to {target} failed: {report.to_dict()}")
+        nodes = len(report.nodes)
+        switch_s.append(report.seconds)
+        drained += [v["drained_s"] for v in report.nodes.values() if v["drained_s"] is not None]
+        out_of_service += [v["out_of_service_s"] for v in report.nodes.values() if v["out_of_service_s"] is not None]
+
+    med = statistics.median
+    print(f"# repartition on the sandbox, {datetime.date.today()}, {len(layouts)} switches of {nodes} idle nodes")
+    print(
+        table(
+            [
+                ["whole-cluster switch", f"{med(switch_s):.1f} s", f"{min(switch_s):.1f} s", f"{max(switch_s):.1f} s"],
+                ["per node: drain to resume", f"{med(drained):.1f} s", f"{min(drained):.1f} s", f"{max(drained):.1f} s"],
+                [
+                    "per node: apply start to resume",
+                    f"{med(out_of_service):.1f} s",
+                    f"{min(out_of_service):.1f} s",
+                    f"{max(out_of_service):.1f} s",
+                ],
+                *[[f"phase {k}", f"{med(v):.2f} s", f"{min(v):.2f} s", f"{max(v):.2f} s"] for k, v in sorted(phases.items())],
+            ],
+            ["measure", "median", "min", "max"],
+        )
+    )
+    t = Timings(
+        reserve_s=med(phases["reserve"]),
+        apply_s=med(phases["apply"]),
+        install_s=med(phases["install"]),
+        ctld_restart_s=med(phases["restart:ctld"]),
+        slurmd_stop_s=med(phases["restart:stop"]),
+        slurmd_start_s=med(phases["restart:start"]),
+        verify_s=max(phases["verify"]),
+    )
+    rows = []
+    for n, parallel, batch in [(nodes, 16, 64), (1000, 16, 64), (1000, 64, 128), (1000, 128, 250), (1000, 256, 1000)]:
+        e = estimate_switch_s(n, parallel, batch, t)
+        rows.append(
+            [
+                n,
+                parallel,
+                batch,
+                e["apply_waves"],
+                e["restart_batches"],
+                f"{e['restart_s']:.0f} s",
+                f"{e['total_s']:.0f} s",
+                f"{e['worst_node_unavailable_s']:.0f} s",
+            ]
+        )
+    print("\n# estimate from the measured phase medians (idle nodes; a slurmd batch assumed as fast as here)")
+    print(
+        table(
+            rows,
+            ["nodes", "parallel", "restart_batch", "apply waves", "restart batches", "restarts", "switch", "worst node"],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
