@@ -507,8 +507,8 @@ class Repartitioner:
             j.step(node, jr.FAILED, reason=reason, drained_by_us=False)
             self.progress(f"{node}: {reason}")
             return
-        if j.node(node).get("drained_by_us"):
-            self.cluster.resume([node])
+        if j.node(node).get("drained_by_us") and info is not None and info.drained:
+            self.cluster.resume([node])  # (a run killed after a resume finds it resumed already)
         j.step(node, outcome, reason=note, drained_by_us=False, layout=layout)
         self.progress(f"{node}: {'done' if outcome == jr.DONE else outcome} in layout {layout}")
 

@@ -238,10 +238,12 @@ class SlurmCluster:
             self._run(["scontrol", "update", f"nodename={hl}", "state=drain", f"reason={reason}"], f"drain {hl}")
 
     def resume(self, nodes: Iterable[str]) -> None:
-        """``scontrol update nodename=... state=resume``."""
+        """``scontrol update nodename=... state=resume``; a node not drained is left as it is."""
         hl = hostlist(nodes)
         if hl:
-            self._run(["scontrol", "update", f"nodename={hl}", "state=resume"], f"resume {hl}")
+            r = self.runner.run(["scontrol", "update", f"nodename={hl}", "state=resume"])
+            if r.returncode != 0 and "Invalid node state specified" not in r.stderr:
+                r.check(f"resume {hl}")
 
     def create_reservation(self, name: str, nodes: Iterable[str], start: datetime | None, duration_s: int) -> None:
         """A MAINT reservation for root that ignores running jobs (they finish; new ones wait)."""

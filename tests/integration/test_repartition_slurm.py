@@ -341,3 +341,56 @@ def test_two_runs_never_overlap(night, tmp_path: Path):
     assert second.returncode == 75 and "another run" in second.stderr
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, out + err
+
+
+def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Path):
+    """--requeue at the deadline: SIGUSR1 to the requeueable job, requeue after the grace
+    time; the job that may not be requeued runs to its end, then the node switches."""
+
+    def quick(raw):
+        raw["repartition"]["checkpoint_grace"] = "3s"
+
+    conf = _site_config(night, tmp_path, quick)
+    marker = tmp_path / "checkpointed"
+    ckpt = night.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--requeue",
+            "-w",
+            "v100n1",
+            "--gres=gpu:v100:1",
+            "-t",
+            "5",
+            "--wrap",
+            f"trap 'touch {marker}' USR1; for i in $(seq 120); do sleep 1; done",
+        ]
+    ).stdout.strip()
+    keep = night.run(
+        ["sbatch", "--parsable", "--no-requeue", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "5", "--wrap", "sleep 25"]
+    ).stdout.strip()
+    deadline = time.monotonic() + 30
+    while {night.run(["squeue", "-h", "-j", j, "-o", "%T"]).stdout.strip() for j in (ckpt, keep)} != {"RUNNING"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    try:
+        proc = repartition(
+            night,
+            "--to",
+            "day",
+            "--nodes",
+            "v100n1",
+            "--deadline",
+            "3s",
+            "--requeue",
+            "--json",
+            env={"SLURM_GPUPOOL_CONFIG": str(conf)},
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert report_of(proc)["nodes"]["v100n1"]["outcome"] == "done"
+        assert marker.exists()  # the checkpoint signal reached the job's batch script
+        shown = night.run(["scontrol", "-o", "show", "job", ckpt]).stdout
+        assert "Restarts=1" in shown and "JobState=PENDING" in shown  # requeued, not killed
+        assert sacct_states(night, [keep])[keep] == "COMPLETED"  # ran to its end before the switch
+    finally:
+        night.run(["scancel", ckpt], check=False)
