@@ -156,6 +156,12 @@ class Journal:
         self._save(event={"cluster": step, **extra})
         self._maybe_die(step)
 
+    def next_wave(self) -> None:
+        """A wave is committed: the next one installs, restarts and verifies again."""
+        run = self.data["run"]
+        run["wave"] = run.get("wave", 1) + 1
+        self.clear_steps(GRES_INSTALLING, GRES_INSTALLED, RESTARTING, RESTARTED)
+
     def has(self, step: str) -> bool:
         return bool(self.run) and step in self.data["run"]["steps"]
 

@@ -27,12 +27,13 @@ idempotent, so a killed run is finished by the next.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -50,6 +51,7 @@ from slurm_gpupool.ops.services import Restarter
 from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, SlurmCluster, gres_counts, hostlist
 
 JOB_NAME = "gpupool-repartition"  # our srun jobs: never waited for
+WAVE_WINDOW_S = 30.0  # at most this long a wave waits for applies under way
 BUSY_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
 OUR_DRAIN = "gpupool: switching to layout"
 
@@ -113,6 +115,10 @@ class Repartitioner:
         self._jobs: tuple[float, list[JobInfo]] = (0.0, [])
         self.requeue = cfg.repartition.requeue
         self._restart_extra: list[str] = []
+        # no srun or drain while a wave restarts the daemons, no restart while an apply runs
+        self._gate = threading.Condition()
+        self._restarting = False
+        self._applying = 0
         self._jobs_lock = threading.Lock()
 
     # -- planning ------------------------------------------------------------------------
@@ -244,13 +250,11 @@ class Repartitioner:
                 return report
             report.reservation = run["reservation"]
             self._reserve(j)
+            if j.nodes_at(jr.APPLIED, jr.DRAINED, jr.VERIFYING):  # a wave a killed run left midway
+                self._commit()
             todo = j.nodes_at(jr.WAITING, jr.APPLYING)
             if todo:
-                with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(todo))) as ex:
-                    list(ex.map(self._node_phase, todo))
-            pending = j.nodes_at(jr.APPLIED, jr.DRAINED, jr.VERIFYING)
-            if pending:
-                self._commit(pending)
+                self._waves(todo)
             self._finish(report)
         report.seconds = time.monotonic() - t0
         return report
@@ -274,15 +278,44 @@ class Repartitioner:
         j.cluster_step(jr.RESERVED)
         self.progress(f"reservation {name} holds {hostlist(nodes)}")
 
+    def _waves(self, todo: list[str]) -> None:
+        """Apply nodes as they become free; commit (GRES, restarts, verify) in waves.
+
+        Idle nodes switch at once: the first wave does not wait for nodes whose jobs
+        still run, only (up to ``WAVE_WINDOW_S``) for applies already under way, so
+        slurmctld restarts once per wave, not once per node."""
+        with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(todo))) as ex:
+            futures = {ex.submit(self._node_phase, n): n for n in todo}
+            remaining = set(futures)
+            while remaining:
+                done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                until = time.monotonic() + WAVE_WINDOW_S
+                while remaining and time.monotonic() < until:
+                    if not any(self.journal.node(futures[f])["step"] == jr.APPLYING for f in remaining):
+                        break  # the others wait for their jobs: do not hold this wave for them
+                    more, remaining = wait(remaining, timeout=0.5)
+                    done |= more
+                for f in done:
+                    f.result()
+                if self.journal.nodes_at(jr.APPLIED, jr.DRAINED):
+                    self._commit()
+
     # per node: wait, apply, drain ------------------------------------------------------
 
     def _busy_jobs(self, node: str) -> list[JobInfo]:
         with self._jobs_lock:
             at, jobs = self._jobs
             if time.monotonic() - at > self.poll_s:
-                jobs = self.cluster.jobs()
+                try:
+                    jobs = self.cluster.jobs()
+                except SlurmUnavailableError:  # slurmctld restarting for another wave: ask again soon
+                    return self._unknown_jobs(node)
                 self._jobs = (time.monotonic(), jobs)
         return [j for j in jobs if node in j.nodes and j.state in BUSY_STATES and j.name != JOB_NAME]
+
+    @staticmethod
+    def _unknown_jobs(node: str) -> list[JobInfo]:
+        return [JobInfo(0, "RUNNING", frozenset({node}), "?", "(slurmctld not answering)", None, 0, False, "")]
 
     def _wait_idle(self, node: str) -> bool:
         """Until the node has no jobs; at the deadline requeue (if asked) or skip it."""
@@ -318,6 +351,33 @@ class Repartitioner:
                 return False
             time.sleep(self.poll_s)
 
+    @contextlib.contextmanager
+    def _no_restart(self) -> Iterator[None]:
+        """A node's apply and drain never overlap a wave's install and restarts."""
+        with self._gate:
+            while self._restarting:
+                self._gate.wait()
+            self._applying += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._applying -= 1
+                self._gate.notify_all()
+
+    @contextlib.contextmanager
+    def _restart_window(self) -> Iterator[None]:
+        with self._gate:
+            self._restarting = True
+            while self._applying:
+                self._gate.wait()
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._restarting = False
+                self._gate.notify_all()
+
     def _apply(self, node: str, layout: str) -> tuple[int, str, dict[str, Any] | None]:
         """``srun ... gpupool node apply LAYOUT --json`` on the node: (exit code, why, node state)."""
         run = self.journal.run
@@ -350,21 +410,22 @@ class Repartitioner:
                 self.cluster.resume([node])  # srun cannot run on a drained node; the reservation holds it
             deadline = j.run["deadline_epoch"] if j.run else time.time()
             while True:
-                j.step(node, jr.APPLYING, applying_at=time.time())
-                self.progress(f"{node}: node apply {target}")
-                rc, why, state = self._apply(node, target)
-                if rc != 75 or time.time() >= deadline:
-                    break
+                with self._no_restart():
+                    j.step(node, jr.APPLYING, applying_at=time.time())
+                    self.progress(f"{node}: node apply {target}")
+                    rc, why, _ = self._apply(node, target)
+                    if rc == 0:
+                        j.step(node, jr.APPLIED, layout=target)
+                        self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {target}"))
+                        j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
+                        return
+                    if rc != 75:
+                        self._apply_failed(node, target, why)
+                        return
+                if time.time() >= deadline:
+                    j.step(node, jr.SKIPPED, reason=f"GPUs still busy at the deadline: {why}")
+                    return
                 time.sleep(self.poll_s * 2)  # GPUs busy or another apply holds the node: retry
-            if rc == 75:
-                j.step(node, jr.SKIPPED, reason=f"GPUs still busy at the deadline: {why}")
-                return
-            if rc != 0:
-                self._apply_failed(node, target, why)
-                return
-            j.step(node, jr.APPLIED, layout=target)
-            self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {target}"))
-            j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
         except (SlurmUnavailableError, OSError) as e:
             j.step(node, jr.FAILED, reason=reason_text(f"gpupool: switch to {target} failed: {e}"))
             self._try_drain(node, j.node(node)["reason"])
@@ -394,7 +455,7 @@ class Repartitioner:
     def _snapshot_dir(self) -> Path:
         run = self.journal.run
         assert run is not None
-        return self.dir / "runs" / run["id"] / "previous"
+        return self.dir / "runs" / run["id"] / f"wave{run.get('wave', 1)}"
 
     def _installed_files(self) -> list[Path]:
         from slurm_gpupool.ops.gres_install import installed_paths
@@ -441,32 +502,39 @@ class Repartitioner:
             time.sleep(self.poll_s)
         return False
 
-    def _commit(self, pending: list[str]) -> None:
+    def _commit(self) -> None:
+        """One wave: the nodes applied so far get their GRES, the restarts, verify, resume."""
         j = self.journal
         run = j.run
         assert run is not None
-        for node in j.nodes_at(jr.APPLIED):  # a run killed between apply and drain
-            self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {run['target']}"))
-            j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
-        if not j.has(jr.GRES_INSTALLED):
-            self._snapshot()
-            j.cluster_step(jr.GRES_INSTALLING)
-            self._restart_extra = []
-            expected = self._install()
-            restart = sorted(set(pending) | set(self._restart_extra))
-            j.cluster_step(jr.GRES_INSTALLED, restart_nodes=restart, expected=expected)
-            self.progress(f"installed GRES; restarting slurmctld and slurmd on {hostlist(restart)}")
-        if not j.has(jr.RESTARTED):
-            j.cluster_step(jr.RESTARTING)
-            failed = self.restarter.restart(run["restart_nodes"])
-            why = failed.why() if failed else ("" if self._wait_controller() else "slurmctld does not answer")
-            if why:
-                self._refused(pending, why)
+        with self._restart_window():  # no apply runs now: the render and the restarts see them all
+            pending = j.nodes_at(jr.APPLIED, jr.DRAINED, jr.VERIFYING)
+            if not pending:
                 return
-            j.cluster_step(jr.RESTARTED)
+            for node in j.nodes_at(jr.APPLIED):  # a run killed between apply and drain
+                self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {run['target']}"))
+                j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
+            if not j.has(jr.GRES_INSTALLED):
+                self._snapshot()
+                j.cluster_step(jr.GRES_INSTALLING)
+                self._restart_extra = []
+                expected = self._install()
+                restart = sorted(set(pending) | set(self._restart_extra))
+                j.cluster_step(jr.GRES_INSTALLED, restart_nodes=restart, expected=expected)
+                self.progress(f"installed GRES; restarting slurmctld and slurmd on {hostlist(restart)}")
+            if not j.has(jr.RESTARTED):
+                j.cluster_step(jr.RESTARTING)
+                failed = self.restarter.restart(run["restart_nodes"])
+                why = failed.why() if failed else ("" if self._wait_controller() else "slurmctld does not answer")
+                if why:
+                    self._refused(pending, why)
+                    j.next_wave()
+                    return
+                j.cluster_step(jr.RESTARTED)
         expected = run["expected"]
         with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(pending))) as ex:
             list(ex.map(lambda n: self._verify(n, expected.get(n, {}), run["target"]), pending))
+        j.next_wave()
 
     def _verify(self, node: str, expected: dict[str, int], layout: str, outcome: str = jr.DONE, note: str = "") -> None:
         """Resume the node only when Slurm shows the GRES rendered from its GPUs' state."""
