@@ -56,7 +56,8 @@ def main() -> None:
 
     def command(argv: Any, timeout: float) -> Any:
         r = run_command(argv, timeout)
-        kind = "stop" if " stop " in f" {' '.join(argv)} " else "start" if " start " in f" {' '.join(argv)} " else "ctld"
+        words = set(argv)
+        kind = "stop" if "stop" in words else "start" if "start" in words else "ctld"
         phases[f"restart:{kind}"].append(r.seconds)
         return r
 
@@ -80,19 +81,18 @@ def main() -> None:
         out_of_service += [v["out_of_service_s"] for v in report.nodes.values() if v["out_of_service_s"] is not None]
 
     med = statistics.median
+
+    def row(name: str, xs: list[float], digits: int = 1) -> list[str]:
+        return [name, *(f"{f(xs):.{digits}f} s" for f in (med, min, max))]
+
     print(f"# repartition on the sandbox, {datetime.date.today()}, {len(layouts)} switches of {nodes} idle nodes")
     print(
         table(
             [
-                ["whole-cluster switch", f"{med(switch_s):.1f} s", f"{min(switch_s):.1f} s", f"{max(switch_s):.1f} s"],
-                ["per node: drain to resume", f"{med(drained):.1f} s", f"{min(drained):.1f} s", f"{max(drained):.1f} s"],
-                [
-                    "per node: apply start to resume",
-                    f"{med(out_of_service):.1f} s",
-                    f"{min(out_of_service):.1f} s",
-                    f"{max(out_of_service):.1f} s",
-                ],
-                *[[f"phase {k}", f"{med(v):.2f} s", f"{min(v):.2f} s", f"{max(v):.2f} s"] for k, v in sorted(phases.items())],
+                row("whole-cluster switch", switch_s),
+                row("per node: drain to resume", drained),
+                row("per node: apply start to resume", out_of_service),
+                *[row(f"phase {k}", v, 2) for k, v in sorted(phases.items())],
             ],
             ["measure", "median", "min", "max"],
         )
@@ -125,7 +125,7 @@ def main() -> None:
     print(
         table(
             rows,
-            ["nodes", "parallel", "restart_batch", "apply waves", "restart batches", "restarts", "switch", "worst node"],
+            ["nodes", "parallel", "restart_batch", "apply waves", "batches", "restarts", "switch", "worst node"],
         )
     )
 
