@@ -63,6 +63,12 @@ def sandbox() -> None:
 @click.option("--layout", help="Layout applied to nodes with new GPUs (default: the schedule's default).")
 @click.option("--port-base", type=click.IntRange(1024, 65000), help="First of the sandbox's ports (default 16800).")
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start from empty state: stop and delete what a previous sandbox at this root left "
+    "(saved jobs, drained nodes, reservations, accounting, repartition journal).",
+)
 @_json_option
 def up(
     root: Path | None,
@@ -70,9 +76,12 @@ def up(
     layout: str | None,
     port_base: int | None,
     no_install: bool,
+    fresh: bool,
     as_json: bool,
 ) -> None:
     """Start (or repair) the cluster; a fast no-op when it is already up."""
+    if fresh:
+        _sandbox(root, progress=None if as_json else _progress).down(purge=True)
     sb = _sandbox(root, config=config_path, base_port=port_base, layout=layout, progress=None if as_json else _progress)
     report = sb.up(install=not no_install)
     if as_json:

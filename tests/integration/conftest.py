@@ -77,6 +77,10 @@ def _sandbox_session() -> Iterator[SandboxHandle]:
         pytest.skip("integration tests need root: the sandbox runs Slurm daemons as root and mknods device files")
     sb = Sandbox(TEST_ROOT, config=default_config_path(), base_port=TEST_PORT_BASE)
     was_up = sb.exists() and sb.status()["up"]
+    if sb.exists() and not was_up:
+        # Left by a session that was cut off (or copied with the machine): its saved
+        # slurmctld state may hold jobs, drained nodes and reservations mid-test.
+        sb.down(purge=True)
     sb.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(sb.env())
@@ -87,6 +91,10 @@ def _sandbox_session() -> Iterator[SandboxHandle]:
     drained = handle.run(["sinfo", "-h", "-t", "drain,drained,draining,down", "-o", "%N"]).stdout.split()
     for nodes in drained:
         handle.run(["scontrol", "update", f"nodename={nodes}", "state=resume"], check=False)
+    for line in handle.run(["scontrol", "-o", "show", "reservation"], check=False).stdout.splitlines():
+        if line.startswith("ReservationName="):
+            name = line.split()[0].split("=", 1)[1]
+            handle.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
     yield handle
     if not was_up and os.environ.get("SLURM_GPUPOOL_KEEP_SANDBOX") != "1":
         Sandbox(TEST_ROOT).down()
