@@ -162,6 +162,7 @@ class PoolConfig:
     submit: dict[str, Any] = field(default_factory=lambda: dict(SUBMIT_DEFAULTS))
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
+    reports: ReportSettings = field(default_factory=lambda: ReportSettings())
 
     def all_nodes(self) -> list[str]:
         return sorted(n for ns in self.nodesets.values() for n in ns.nodes)
@@ -510,6 +511,74 @@ def _parse_hooks(raw: Any, top: Where) -> HookSettings:
     return HookSettings(**{**d.__dict__, **values})
 
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """``reports:``: chargeback prices and the thresholds of efficiency and advice."""
+
+    currency: str = "EUR"
+    prices: tuple[tuple[str, float], ...] = ()  # catalog model (or "default") → price per GPU-hour
+    profile_prices: tuple[tuple[str, float], ...] = ()  # profile → fraction of its model's price
+    low_memory_fraction: float = 0.25  # peak GPU memory below this share of the slice's: oversized
+    idle_utilization_pct: float = 5.0  # mean utilization below this: the GPU sat idle
+    long_wait_s: int = 3600  # p90 wait above this: a GRES type is short
+    idle_fraction: float = 0.8  # capacity idle this share of a period: offer less of it
+    min_jobs: int = 5  # advice needs at least this many jobs behind it
+    spool_dirs: tuple[str, ...] = ()  # collected usage spools (default: paths.spool_dir per node)
+
+    def price(self, model: str | None) -> float | None:
+        table = dict(self.prices)
+        return table.get(model or "", table.get("default"))
+
+
+def _parse_reports(raw: Any, top: Where) -> ReportSettings:
+    from slurm_gpupool.core.catalog import all_models
+    from slurm_gpupool.core.durations import parse_duration_s
+
+    d = ReportSettings()
+    if raw is None:
+        return d
+    w = top.key("reports")
+    w.check_type(raw, dict)
+    w.only_keys(raw, {"currency", "prices", "profile_prices", "efficiency", "advice", "spool_dirs"})
+    values: dict[str, Any] = {"currency": w.optional(raw, "currency", str, d.currency)}
+    models = set(all_models())
+    for key, allowed in (("prices", models | {"default"}), ("profile_prices", None)):
+        table = w.optional(raw, key, dict, {})
+        out = []
+        for name, price in table.items():
+            wk = w.key(key).key(str(name))
+            if allowed is not None and name not in allowed:
+                raise wk.error("not a GPU model of the catalog", hint="models: " + ", ".join(sorted(models)))
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+                raise wk.error("must be a number >= 0")
+            if key == "profile_prices" and price > 1:
+                raise wk.error("a fraction of the model's price, 0 to 1")
+            out.append((str(name), float(price)))
+        values[key] = tuple(sorted(out))
+    eff = w.optional(raw, "efficiency", dict, {})
+    we = w.key("efficiency")
+    we.only_keys(eff, {"low_memory_fraction", "idle_utilization_pct"})
+    values["low_memory_fraction"] = float(we.optional(eff, "low_memory_fraction", (int, float), d.low_memory_fraction))
+    values["idle_utilization_pct"] = float(
+        we.optional(eff, "idle_utilization_pct", (int, float), d.idle_utilization_pct)
+    )
+    adv = w.optional(raw, "advice", dict, {})
+    wa = w.key("advice")
+    wa.only_keys(adv, {"long_wait", "idle_fraction", "min_jobs"})
+    if "long_wait" in adv:
+        try:
+            values["long_wait_s"] = parse_duration_s(wa.key("long_wait").check_type(adv["long_wait"], (str, int)))
+        except ValueError as e:
+            raise wa.key("long_wait").error(str(e)) from None
+    values["idle_fraction"] = float(wa.optional(adv, "idle_fraction", (int, float), d.idle_fraction))
+    values["min_jobs"] = wa.optional(adv, "min_jobs", int, d.min_jobs)
+    dirs = w.optional(raw, "spool_dirs", list, [])
+    if not all(isinstance(x, str) and x for x in dirs):
+        raise w.key("spool_dirs").error("must be a list of directory paths")
+    values["spool_dirs"] = tuple(dirs)
+    return ReportSettings(**{**d.__dict__, **values})
+
+
 def _parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     out = dict(SUBMIT_DEFAULTS)
     if raw is None:
@@ -601,6 +670,7 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
             "simulation",
             "submit",
             "repartition",
+            "reports",
         },
     )
     version = top.require(raw, "version", int)
@@ -627,8 +697,9 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     sim_dir = top.key("simulation").optional(sim, "sim_dir", str)
     submit = _parse_submit(raw.get("submit"), top)
     repartition = _parse_repartition(raw.get("repartition"), top)
+    reports = _parse_reports(raw.get("reports"), top)
     return PoolConfig(
-        source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, submit, raw, repartition
+        source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, submit, raw, repartition, reports
     )
 
 

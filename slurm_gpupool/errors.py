@@ -16,6 +16,7 @@ EXIT_INFEASIBLE = 65
 EXIT_UNAVAILABLE = 69  # NVML or Slurm unavailable
 EXIT_INTERNAL = 70
 EXIT_TEMPFAIL = 75  # lock held, GPU or node busy: retry later
+EXIT_DATA = 76  # accounting data (sacct output, a saved file) not in a form we can read
 EXIT_CONFIG = 78
 
 
@@ -107,6 +108,12 @@ class StateError(GpupoolError):
     """A state file is missing, corrupt, or of an unknown schema."""
 
     exit_code = EXIT_FAILED
+
+
+class DataError(GpupoolError):
+    """Accounting input we cannot read at all (a malformed *line* is counted, not raised)."""
+
+    exit_code = EXIT_DATA
 
 
 class InternalError(GpupoolError):

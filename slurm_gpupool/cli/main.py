@@ -39,6 +39,7 @@ COMMANDS = {
     "health": "slurm_gpupool.cli.health:health",
     "repartition": "slurm_gpupool.cli.repartition:repartition",
     "status": "slurm_gpupool.cli.repartition:status",
+    "report": "slurm_gpupool.cli.report:report",
     "schedule": "slurm_gpupool.cli.repartition:schedule",
 }
 

@@ -126,7 +126,8 @@ class Journal:
                 "reason": "",
                 "drained_by_us": bool(prev.get("drained_by_us")) and midway,
             }
-        self._save(event={"run": "start", "target": target, "nodes": sorted(nodes)})
+        # "previous" lets the reports know each node's layout before its first switch
+        self._save(event={"run": "start", "target": target, "nodes": sorted(nodes), "previous": dict(previous)})
 
     def resume_run(self, extra_nodes: list[str], previous: dict[str, str | None]) -> None:
         """Continue an unfinished run, possibly with more nodes."""

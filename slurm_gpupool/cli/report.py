@@ -1,0 +1,214 @@
+"""``gpupool report``: GPU-hours, utilization, waits, cost, efficiency and advice.
+
+From ``sacct`` on this cluster (in windows, ``--json`` where Slurm has it) or
+from saved files (``--from``), joined with the repartition journal (which
+layout each node had when) and the hooks' usage spool.  pandas is imported
+only here, under ``slurm_gpupool.reports``.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_gpupool.cli.context import AppContext, pass_app
+from slurm_gpupool.errors import UsageError
+
+REPORTS = ("usage", "utilization", "waits", "cost", "efficiency", "advice")
+BY = ("account", "user", "partition", "gres-type", "layout", "day-night")
+FORMATS = ("table", "csv", "json", "html")
+
+
+def parse_when(text: str, now: datetime, option: str) -> datetime:
+    """``2026-11-01``, ``2026-11-01T08:00`` (local time unless it has an offset), ``now``,
+    or a duration before now (``7d``, ``36h``)."""
+    from slurm_gpupool.core.durations import parse_duration_s
+
+    t = text.strip()
+    if t == "now":
+        return now
+    try:
+        when = datetime.fromisoformat(t)
+    except ValueError:
+        try:
+            return now - timedelta(seconds=parse_duration_s(t))
+        except ValueError:
+            raise UsageError(
+                f"{option} {text}", "not a date, date-time, 'now' or a duration", hint="e.g. 2026-11-01, 7d, 36h"
+            ) from None
+    return (when if when.tzinfo else when.astimezone()).astimezone(UTC)
+
+
+def _common(f: Any) -> Any:
+    options = [
+        click.option("--since", default="7d", show_default=True, help="Start: date, date-time, or a duration ago."),
+        click.option("--until", default="now", show_default=True, help="End: date, date-time, 'now'."),
+        click.option(
+            "--from",
+            "files",
+            multiple=True,
+            type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+            help="Saved sacct output (--parsable2/--parsable/--json), Sonar CSV, or this tool's export, "
+            "instead of sacct. Repeatable; '-' is stdin.",
+        ),
+        click.option("--fields", help="Comma-separated sacct --format of a headerless file."),
+        click.option("--delimiter", help="Field delimiter of a --parsable file (default: detected)."),
+        click.option("--tz", default="local", show_default=True, help="Time zone of times without an offset."),
+        click.option(
+            "--journal",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Repartition journal.log for the layout history (default: paths.controller_dir).",
+        ),
+        click.option("--spool-dir", "spools", multiple=True, help="A collected usage spool (repeatable)."),
+        click.option("--window", default="1d", show_default=True, help="sacct is asked one window at a time."),
+    ]
+    for o in reversed(options):
+        f = o(f)
+    return f
+
+
+def _load(app: AppContext, since: str, until: str, files, fields, delimiter, tz, journal, spools, window):
+    from slurm_gpupool.core.durations import parse_duration_s
+    from slurm_gpupool.errors import ConfigError
+    from slurm_gpupool.reports.dataset import Source, build
+
+    now = datetime.now(UTC)
+    t0, t1 = parse_when(since, now, "--since"), parse_when(until, now, "--until")
+    if t1 <= t0:
+        raise UsageError(f"--since {since} --until {until}", "the period is empty (until is not after since)")
+    try:
+        cfg = app.config()
+    except ConfigError:
+        if not files:
+            raise
+        cfg = None  # saved files from elsewhere: the catalog's names, no capacity or schedule
+    try:
+        win = timedelta(seconds=parse_duration_s(window))
+    except ValueError as e:
+        raise UsageError(f"--window {window}", str(e)) from None
+    source = Source(
+        files=tuple(files),
+        tz=tz,
+        fields=[x.strip() for x in fields.split(",")] if fields else None,
+        delimiter=delimiter,
+        window=win,
+    )
+    return build(cfg, source, t0, t1, journal, tuple(spools), now)
+
+
+@click.group()
+def report() -> None:
+    """Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, advice.
+
+    GPU-equivalents count a MIG slice as its compute share (1g = 1/7) and a
+    shard as its share of the GPU; capacity follows the layout each node had.
+    """
+
+
+def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None) -> None:
+    from slurm_gpupool.reports import output as out
+
+    load = stats.to_dict()
+    if fmt == "json":
+        text = out.to_json(reports, load, data.notes)
+    elif fmt == "csv":
+        if table and table not in reports[0].tables:
+            raise UsageError(f"--table {table}", "no such table", hint="tables: " + ", ".join(reports[0].tables))
+        text = out.to_csv(reports[0], table)
+    elif fmt == "html":
+        from slurm_gpupool.reports.html import render_html
+
+        text = render_html(
+            reports,
+            {
+                "title": "slurm_gpupool report",
+                "since": data.since.isoformat(),
+                "until": data.until.isoformat(),
+                "load": load,
+                "notes": data.notes,
+            },
+        )
+    else:
+        text = out.to_table(reports, load, data.notes)
+    if output:
+        from slurm_gpupool.atomic import write_text_atomic
+
+        write_text_atomic(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+    if fmt != "table" and stats.malformed_total:
+        click.echo("gpupool: " + out.load_summary(load), err=True)
+
+
+def _run(name: str, data, spool, by: str | None):
+    from slurm_gpupool.reports import compute
+
+    if name == "usage":
+        return compute.usage(data, by or "account")
+    if name == "utilization":
+        return compute.utilization(data, by or "day-night")
+    if name == "waits":
+        return compute.waits(data, by or "gres-type")
+    if name == "cost":
+        return compute.cost(data, by or "account")
+    if name == "efficiency":
+        return compute.efficiency(data, spool)
+    from slurm_gpupool.reports.advice import advice
+
+    return advice(data, spool)
+
+
+def _make(name: str) -> click.Command:
+    @click.command(name=name, help=f"The {name} report.")
+    @_common
+    @click.option("--by", type=click.Choice(BY), help="Group by (default: the report's natural grouping).")
+    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+    @click.option("--table", help="With --format csv: which table (default: the main one).")
+    @pass_app
+    def cmd(app: AppContext, by: str | None, fmt: str, output: Path | None, table: str | None, **kw: Any) -> None:
+        data, stats, spool = _load(app, **kw)
+        _emit([_run(name, data, spool, by)], stats, data, fmt, output, table)
+
+    return cmd
+
+
+for _name in REPORTS:
+    report.add_command(_make(_name))
+
+
+@report.command(name="all")
+@_common
+@click.option("--format", "fmt", type=click.Choice(("table", "json", "html")), default="html", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+@pass_app
+def all_reports(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
+    """Every report in one document (HTML by default: charts included)."""
+    data, stats, spool = _load(app, **kw)
+    reports = [_run(n, data, spool, None) for n in REPORTS]
+    _emit(reports, stats, data, fmt, output, None)
+
+
+@report.command()
+@_common
+@click.option("--format", "fmt", type=click.Choice(("csv", "json")), default="csv", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+@pass_app
+def export(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
+    """The loaded jobs, normalized, for reports away from the cluster (`--from FILE`)."""
+    from slurm_gpupool.reports.export import export_jobs
+
+    data, stats, _ = _load(app, **kw)
+    text = export_jobs(data.jobs, fmt)
+    if output:
+        from slurm_gpupool.atomic import write_text_atomic
+
+        write_text_atomic(output, text)
+        click.echo(f"wrote {len(data.jobs):,} jobs to {output}", err=True)
+    else:
+        sys.stdout.write(text)

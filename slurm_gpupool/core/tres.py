@@ -1,0 +1,103 @@
+"""Slurm TRES strings → the GPU resources a job held.  Pure.
+
+``sacct`` prints ``AllocTRES`` as ``billing=2,cpu=2,gres/gpu:1g.5gb=2,gres/gpu=2,mem=2G,node=1``:
+the untyped ``gres/gpu`` count is always there, the typed one only for types in
+``AccountingStorageTRES`` (and, before Slurm 23, only when the job asked for the
+type).  Shards appear as ``gres/shard=N`` (``gres/shard:<type>=N`` when typed).
+Accounting plugins add usage keys such as ``gres/gpumem`` and ``gres/gpuutil``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_COUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+_SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+GPU_KEYS = ("gres/gpu", "gres/shard")
+USAGE_KEYS = ("gres/gpumem", "gres/gpuutil")
+
+
+class TresError(ValueError):
+    """A TRES string that is not ``name=count[,name=count...]``."""
+
+
+@dataclass(frozen=True)
+class GpuTres:
+    """GPU resources in one TRES string."""
+
+    gpus: int = 0  # untyped gres/gpu: Slurm's GPU count (a MIG slice counts 1)
+    typed: tuple[tuple[str, int], ...] = ()  # (type, count) of gres/gpu:<type>
+    shards: int = 0
+    shard_types: tuple[tuple[str, int], ...] = ()
+    unknown: tuple[str, ...] = ()  # other gres/* keys that are not usage figures
+
+    @property
+    def untyped_rest(self) -> int:
+        """GPUs whose type the record does not say (untyped request on a pre-23.02 Slurm)."""
+        return max(0, self.gpus - sum(c for _, c in self.typed))
+
+
+def parse_count(text: str) -> float:
+    """``2``, ``10G``, ``20500736K`` → a number (suffixes are powers of 1024)."""
+    m = _COUNT.match(text.strip())
+    if not m:
+        raise TresError(f"not a TRES count: {text!r}")
+    return float(m.group(1)) * _SCALE[m.group(2)]
+
+
+def parse_tres(text: str) -> dict[str, float]:
+    """``a=1,b=2G`` → ``{"a": 1.0, "b": 2147483648.0}``; empty text → {}."""
+    out: dict[str, float] = {}
+    text = text.strip()
+    if not text:
+        return out
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise TresError(f"not name=count: {item!r}")
+        out[name.strip()] = parse_count(value)
+    return out
+
+
+def gpu_tres(text: str) -> GpuTres:
+    """The GPU part of a TRES string (``TresError`` if it does not parse)."""
+    gpus = shards = 0
+    typed: list[tuple[str, int]] = []
+    shard_types: list[tuple[str, int]] = []
+    unknown: list[str] = []
+    for name, value in parse_tres(text).items():
+        if not name.startswith("gres/"):
+            continue
+        base, _, typ = name.partition(":")
+        if base == "gres/gpu":
+            if typ:
+                typed.append((typ, int(value)))
+            else:
+                gpus = int(value)
+        elif base == "gres/shard":
+            if typ:
+                shard_types.append((typ, int(value)))
+            else:
+                shards = int(value)
+        elif base not in USAGE_KEYS:
+            unknown.append(name)
+    if not gpus and typed:  # a record with only typed counts: their sum is the count
+        gpus = sum(c for _, c in typed)
+    if not shards and shard_types:
+        shards = sum(c for _, c in shard_types)
+    return GpuTres(gpus, tuple(sorted(typed)), shards, tuple(sorted(shard_types)), tuple(sorted(unknown)))
+
+
+def usage_tres(text: str) -> tuple[float | None, float | None]:
+    """``gres/gpumem`` (MiB) and ``gres/gpuutil`` (%) from a step's ``TRESUsageInMax``."""
+    found: dict[str, float] = {}
+    for item in text.split(","):  # other keys hold times (cpu=15:33:58): read only ours
+        name, _, value = item.partition("=")
+        if name in USAGE_KEYS:
+            try:
+                found[name] = parse_count(value)
+            except TresError:
+                continue
+    mem = found.get("gres/gpumem")
+    return (mem / (1 << 20) if mem is not None else None), found.get("gres/gpuutil")

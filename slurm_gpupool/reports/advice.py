@@ -1,0 +1,201 @@
+"""Concrete recommendations, each with the numbers behind it.
+
+Three rules, with thresholds from ``reports.advice`` / ``reports.efficiency``:
+
+* **oversized slices**: most jobs on a MIG type peaked below the memory of a
+  smaller profile of the same GPU → offer more of the smaller one;
+* **idle capacity**: a GRES type sat idle most of a layout's hours → offer less;
+* **long waits**: a type's p90 queue wait is above ``long_wait`` → offer more.
+
+A layout change is only suggested if the planner places it (the same check as
+``gpupool layout check``); the suggestion names the config key to edit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.core.catalog import GpuModel, get_model
+from slurm_gpupool.core.layouts import MIG
+from slurm_gpupool.core.planner import plan_gpu
+from slurm_gpupool.errors import InfeasibleError
+from slurm_gpupool.reports import compute
+from slurm_gpupool.reports.compute import Data, Report
+from slurm_gpupool.reports.output import human_s
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str  # config key path: layouts.<layout>.<entry>.<selector>
+    model: str
+    before: dict[str, int]
+    after: dict[str, int]
+
+    def text(self) -> str:
+        def fmt(c: dict[str, int]) -> str:
+            return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(c.items())) + "}"
+
+        return f"{self.key}: mig {fmt(self.before)} -> {fmt(self.after)} (placed by the planner on {self.model})"
+
+
+def feasible(model: GpuModel, counts: dict[str, int]) -> bool:
+    try:
+        plan_gpu(model, {k: v for k, v in counts.items() if v})
+    except InfeasibleError:
+        return False
+    return True
+
+
+def _mig_targets(cfg: PoolConfig, layout: str, profile_model: str | None):
+    """(key, model, counts) of every MIG GPU entry of ``layout`` on a model (if given)."""
+    for entry in cfg.layouts.get(layout, ()):
+        node = sorted(entry.nodes)[0]
+        ns = cfg.nodeset_of(node)
+        if ns.machine is None:
+            continue
+        models = [get_model(g.model) for g in ns.machine.gpus]
+        for sel, target in entry.entries:
+            if target.mode != MIG:
+                continue
+            idx = sorted(sel.resolve(len(models)))
+            model = models[idx[0]] if idx else None
+            if model is None or (profile_model and model.key != profile_model):
+                continue
+            yield f"layouts.{layout}.{entry.key}.{sel.text}", model, dict(target.mig)
+
+
+def more_of(cfg: PoolConfig, layout: str, want: str, model_key: str | None, spare: list[str]) -> Change | None:
+    """One more ``want`` per GPU entry, giving up instances of ``spare`` types (most idle first)."""
+    for key, model, counts in _mig_targets(cfg, layout, model_key):
+        if model.mig is None or model.mig.by_name(want) is None:
+            continue
+        after = Counter(counts)
+        after[want] += 1
+        for victim in [s for s in spare if s != want] + [p for p in sorted(counts) if p != want]:
+            while not feasible(model, dict(after)) and after[victim] > 0:
+                after[victim] -= 1
+        after = Counter({k: v for k, v in after.items() if v})
+        if feasible(model, dict(after)) and after != Counter(counts):
+            return Change(key, model.key, counts, dict(after))
+    return None
+
+
+def smaller_instead(cfg: PoolConfig, layout: str, big: str, small: str, model_key: str | None) -> Change | None:
+    """One ``big`` fewer per GPU entry, and as many more ``small`` as the planner places."""
+    for key, model, counts in _mig_targets(cfg, layout, model_key):
+        if counts.get(big, 0) < 1:
+            continue
+        after = Counter(counts)
+        after[big] -= 1
+        while feasible(model, dict(after + Counter({small: 1}))):
+            after[small] += 1
+        after = Counter({k: v for k, v in after.items() if v})
+        if after[small] > counts.get(small, 0):
+            return Change(key, model.key, counts, dict(after))
+    return None
+
+
+def _gb(mib: float) -> str:
+    return f"{mib / 1024:.1f} GB"
+
+
+def advice(data: Data, spool: pd.DataFrame, cfg: PoolConfig | None = None) -> Report:
+    """The recommendations, most valuable first (by the GPU-equivalent hours behind them)."""
+    from slurm_gpupool.ops.capacity import type_table
+
+    s = data.settings
+    cfg = cfg if cfg is not None else data.cfg
+    types = type_table(cfg)
+    rows: list[tuple[str, str, float, str]] = []  # (rule, advice, weight, change)
+    util = compute.utilization(data).tables["by type"]
+    idle_rank = util.assign(idle_share=util["idle_eq_hours"] / util["capacity_eq_hours"].replace(0, np.nan))
+
+    # 1. oversized MIG slices
+    eff = compute.efficiency(data, spool).series["per_job"]
+    for typ, grp in eff[eff["peak_mem_mib"].notna()].groupby(eff["gres"].astype(str)):
+        name = typ.removeprefix("gpu:")
+        info = types.get(name)
+        if info is None or info.kind != MIG or info.model is None or len(grp) < s.min_jobs:
+            continue
+        model = get_model(info.model)
+        assert model.mig is not None
+        smaller = sorted(
+            (p for p in model.mig.profiles if p.memory_mib < (info.memory_mib or 0) and not p.has_media_extensions),
+            key=lambda p: p.memory_mib,
+        )
+        for p in smaller:
+            fits = grp["peak_mem_mib"] <= p.memory_mib
+            if fits.mean() >= 0.6:
+                small = next(
+                    (
+                        t
+                        for t, i in types.items()
+                        if i.model == model.key and i.memory_mib == p.memory_mib and i.kind == MIG
+                    ),
+                    p.name,
+                )
+                layout = _layout_of(data, grp)
+                change = smaller_instead(cfg, layout, name, small, model.key) if cfg and layout else None
+                rows.append(
+                    (
+                        "oversized slices",
+                        f"most {name} jobs ({int(fits.sum())} of {len(grp)}) peaked below {_gb(p.memory_mib)} "
+                        f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))}): offer more {small}"
+                        + (f" in the {layout} layout" if layout else ""),
+                        float(grp["eq_hours"].sum()),
+                        change.text() if change else "",
+                    )
+                )
+                break
+
+    # 2. idle capacity, per layout period and type
+    for r in idle_rank.itertuples(index=False):
+        if r.capacity_eq_hours > 0 and r.idle_share >= s.idle_fraction:
+            rows.append(
+                (
+                    "idle capacity",
+                    f"{r.type} was idle {r.idle_share:.0%} of {r.period} hours "
+                    f"({r.capacity_eq_hours:,.1f} GPU-eq-h offered, {r.allocated_eq_hours:,.1f} used): "
+                    f"offer less {r.type} in the {r.period} layout, or steer {r.period} work to it",
+                    float(r.idle_eq_hours),
+                    "",
+                )
+            )
+
+    # 3. long waits, per type and period
+    waits = compute.waits(data).tables["by type and period"]
+    for r in waits.itertuples(index=False):
+        if r.jobs < s.min_jobs or not (r.p90_s > s.long_wait_s):
+            continue
+        name = str(r.gres).split(":", 1)[-1]
+        info = types.get(name)
+        change = None
+        if cfg and info is not None and info.kind == MIG:
+            spare = idle_rank[idle_rank["period"] == r.period].sort_values("idle_share", ascending=False)["type"]
+            change = more_of(cfg, str(r.period), name, info.model, [str(x) for x in spare])
+        rows.append(
+            (
+                "long waits",
+                f"jobs waiting for {r.gres} in {r.period} periods waited p90 = {human_s(r.p90_s)} "
+                f"({r.jobs} jobs, p50 {human_s(r.p50_s)}): offer more {name}"
+                + (f" in the {r.period} layout" if r.period != "all" else ""),
+                float(r.jobs),
+                change.text() if change else "",
+            )
+        )
+    t = pd.DataFrame(rows, columns=["rule", "advice", "weight", "layout_change"])
+    t = t.sort_values(["rule", "weight"], ascending=[True, False]).reset_index(drop=True)
+    notes = [] if len(t) else ["nothing to change: no rule fired for this period"]
+    return Report("advice", "Advice", data.since, data.until, {"advice": t}, notes=notes)
+
+
+def _layout_of(data: Data, grp: pd.DataFrame) -> str | None:
+    """The layout most of these jobs ran in."""
+    ids = set(grp["job_id"].astype(str))
+    lay = data.jobs.loc[data.jobs["job_id"].astype(str).isin(ids), "layout"].dropna().astype(str)
+    return lay.mode().iloc[0] if len(lay) else None

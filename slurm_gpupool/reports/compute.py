@@ -1,0 +1,358 @@
+"""The reports: usage, utilization, waits, cost and efficiency, as pandas tables.
+
+Every figure is in two units where it matters: Slurm's GPU count (a MIG slice
+is one GPU, a shard none) and GPU-equivalents (a slice is its compute share, a
+shard its share of a time-sliced GPU).  Hours are clipped to the report window;
+running jobs count up to now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from slurm_gpupool.config import PoolConfig, ReportSettings
+from slurm_gpupool.reports.layout_history import ALL
+from slurm_gpupool.reports.timeline import Level
+
+BY = ("account", "user", "partition", "gres-type", "layout", "day-night")
+_JOB_COLUMN = {
+    "account": "account",
+    "user": "user",
+    "partition": "partition",
+    "layout": "layout",
+    "day-night": "period",
+}
+
+
+@dataclass
+class Report:
+    """What a report says: tables (the first is the main one), notes, chart data."""
+
+    name: str
+    title: str
+    since: datetime
+    until: datetime
+    tables: dict[str, pd.DataFrame]
+    notes: list[str] = field(default_factory=list)
+    series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def main(self) -> pd.DataFrame:
+        return next(iter(self.tables.values()))
+
+
+@dataclass
+class Data:
+    """Everything the reports read: enriched jobs, their grants, capacity and periods."""
+
+    jobs: pd.DataFrame
+    grants: pd.DataFrame
+    capacity: pd.DataFrame  # type, kind, model, start, end, eq, memory_mib (epoch s)
+    periods: tuple[np.ndarray, list[str]]  # schedule segment starts and their layout
+    since: datetime
+    until: datetime
+    settings: ReportSettings
+    notes: list[str] = field(default_factory=list)
+    cfg: PoolConfig | None = None  # layouts and schedule (None: files from elsewhere)
+
+
+def _grants_with(data: Data, cols: list[str]) -> pd.DataFrame:
+    g = data.grants
+    j = data.jobs[cols]
+    return g.join(j, on="job")
+
+
+def _group_col(by: str) -> str:
+    return "gres" if by == "gres-type" else _JOB_COLUMN[by]
+
+
+# -- usage ---------------------------------------------------------------------------
+
+
+def usage(data: Data, by: str = "account") -> Report:
+    """GPU-hours (Slurm's count) and GPU-equivalent hours per group, and job counts."""
+    col = _group_col(by)
+    jobs = data.jobs
+    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
+    g["gpu_hours"] = g["gpus"] * g["hours"]
+    g["eq_hours"] = g["eq"] * g["hours"]
+    gpu_jobs = jobs[jobs["gpu_eq"] > 0]
+    key = g[col].astype(str)
+    t = g.groupby(key, observed=True).agg(
+        gpu_jobs=("job", "nunique"), gpu_hours=("gpu_hours", "sum"), eq_hours=("eq_hours", "sum")
+    )
+    if col != "gres":
+        t["jobs"] = jobs.groupby(jobs[col].astype(str), observed=True).size().reindex(t.index)
+    else:
+        t["jobs"] = t["gpu_jobs"]
+    total = t["eq_hours"].sum()
+    t["eq_share_pct"] = 100 * t["eq_hours"] / total if total else 0.0
+    t = t.sort_values("eq_hours", ascending=False)
+    t.index.name = by
+    t = t.reset_index()[[by, "jobs", "gpu_jobs", "gpu_hours", "eq_hours", "eq_share_pct"]]
+    totals = {
+        "jobs": len(jobs),
+        "gpu_jobs": len(gpu_jobs),
+        "gpu_hours": float(g["gpu_hours"].sum()),
+        "eq_hours": float(total),
+    }
+    return Report("usage", f"GPU usage by {by}", data.since, data.until, {"usage": t}, meta={"totals": totals})
+
+
+# -- utilization ----------------------------------------------------------------------
+
+
+def _bins(since: datetime, until: datetime) -> np.ndarray:
+    span = until.timestamp() - since.timestamp()
+    step = 3600 if span <= 31 * 86400 else 6 * 3600 if span <= 183 * 86400 else 86400
+    return np.arange(since.timestamp(), until.timestamp() + step, step, dtype=float).clip(max=until.timestamp())
+
+
+def utilization(data: Data, by: str = "day-night") -> Report:
+    """Allocated GPU-equivalents over offered ones, per period and GRES type, and over time."""
+    lo, hi = data.since.timestamp(), data.until.timestamp()
+    g = _grants_with(data, ["run_start", "run_end", "hours"])
+    g = g[(g["hours"] > 0) & g["eq"].notna()]
+    start = g["run_start"].astype("int64").to_numpy() / 1e9
+    end = g["run_end"].astype("int64").to_numpy() / 1e9
+    cap = data.capacity
+    types = sorted(set(cap["type"]) | set(g["type"].astype(str)))
+    # period segments: the schedule's, clipped to the window
+    p_starts, p_names = data.periods
+    seg_a = np.maximum(p_starts, lo)
+    seg_b = np.minimum(np.append(p_starts[1:], hi), hi)
+    rows = []
+    edges = _bins(data.since, data.until)
+    series = {"time": pd.to_datetime(edges[:-1], unit="s", utc=True)}
+    width = np.diff(edges)
+    tot_alloc = np.zeros(len(width))
+    tot_cap = np.zeros(len(width))
+    for typ in types:
+        m = (g["type"].astype(str) == typ).to_numpy()
+        alloc = Level.from_intervals(start[m], end[m], g["eq"].to_numpy()[m])
+        cm = (cap["type"] == typ).to_numpy()
+        offered = Level.from_intervals(cap["start"].to_numpy()[cm], cap["end"].to_numpy()[cm], cap["eq"].to_numpy()[cm])
+        a_seg, c_seg = alloc.between(seg_a, seg_b), offered.between(seg_a, seg_b)
+        for period in sorted(set(p_names)):
+            sel = np.array([n == period for n in p_names])
+            a, c = a_seg[sel].sum() / 3600, c_seg[sel].sum() / 3600
+            if a == 0 and c == 0:
+                continue
+            rows.append((period, typ, c, a, 100 * a / c if c else np.nan, max(c - a, 0.0)))
+        a_bins, c_bins = alloc.between(edges[:-1], edges[1:]) / width, offered.between(edges[:-1], edges[1:]) / width
+        tot_alloc += a_bins
+        tot_cap += c_bins
+    series["allocated_eq"] = tot_alloc
+    series["capacity_eq"] = tot_cap
+    t = pd.DataFrame(
+        rows, columns=["period", "type", "capacity_eq_hours", "allocated_eq_hours", "util_pct", "idle_eq_hours"]
+    )
+    if by != "day-night" and by != "gres-type":
+        by = "day-night"
+    summary = (
+        t.groupby("period")
+        .agg(capacity_eq_hours=("capacity_eq_hours", "sum"), allocated_eq_hours=("allocated_eq_hours", "sum"))
+        .reset_index()
+    )
+    summary["util_pct"] = 100 * summary["allocated_eq_hours"] / summary["capacity_eq_hours"].replace(0, np.nan)
+    ts = pd.DataFrame(series)
+    ts["util_pct"] = 100 * ts["allocated_eq"] / ts["capacity_eq"].replace(0, np.nan)
+    ts["period"] = _period_of(data, edges[:-1])
+    return Report(
+        "utilization",
+        "Pool utilization (GPU-equivalents allocated / offered)",
+        data.since,
+        data.until,
+        {"by type": t, "by period": summary},
+        series={"utilization": ts},
+    )
+
+
+def _period_of(data: Data, at: np.ndarray) -> np.ndarray:
+    from slurm_gpupool.reports.layout_history import lookup
+
+    return lookup(data.periods[0], data.periods[1], at)
+
+
+# -- waits ----------------------------------------------------------------------------
+
+
+def _percentiles(s: pd.Series) -> dict[str, float]:
+    q = s.quantile([0.5, 0.9, 0.99]) if len(s) else pd.Series([np.nan] * 3, index=[0.5, 0.9, 0.99])
+    return {
+        "p50_s": float(q[0.5]),
+        "p90_s": float(q[0.9]),
+        "p99_s": float(q[0.99]),
+        "mean_s": float(s.mean()) if len(s) else np.nan,
+        "max_s": float(s.max()) if len(s) else np.nan,
+    }
+
+
+def waits(data: Data, by: str = "gres-type") -> Report:
+    """Queue waits (start − submit) per GRES type and per layout period; pending jobs counted."""
+    jobs = data.jobs
+    jobs = jobs[(jobs["gres"].astype(str) != "") & (jobs["submit"] >= pd.Timestamp(data.since))]
+    started = jobs[jobs["wait_s"].notna()]
+    pending = jobs[jobs["start"].isna()]
+    col = _group_col(by)
+    keys = ["gres", "period"] if col == "gres" else [col, "gres"]
+    rows = []
+    for k, grp in started.groupby([started[c].astype(str) for c in keys], observed=True):
+        rows.append({keys[0]: k[0], keys[1]: k[1], "jobs": len(grp), **_percentiles(grp["wait_s"])})
+    t = pd.DataFrame(rows, columns=[*keys, "jobs", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"])
+    pend = pending.groupby(pending["gres"].astype(str), observed=True).size()
+    t["pending_now"] = [int(pend.get(r[keys.index("gres")], 0)) for r in t[keys].itertuples(index=False)]
+    overall = []
+    for k, grp in started.groupby(started["gres"].astype(str), observed=True):
+        overall.append({"gres": k, "jobs": len(grp), **_percentiles(grp["wait_s"])})
+    o = pd.DataFrame(overall, columns=["gres", "jobs", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"])
+    o = o.sort_values("p90_s", ascending=False)
+    series = {"waits": started[["gres", "period", "wait_s"]].reset_index(drop=True)}
+    return Report(
+        "waits",
+        "Queue waits per GRES type and layout period",
+        data.since,
+        data.until,
+        {"by type and period": t.sort_values(keys).reset_index(drop=True), "by type": o.reset_index(drop=True)},
+        series=series,
+    )
+
+
+# -- cost -----------------------------------------------------------------------------
+
+
+def price_fraction(settings: ReportSettings, gres_type: str, fraction: float) -> float:
+    """A device's share of its model's price: the configured profile fraction, else its
+    GPU-equivalent share (the profile name is the type with any model prefix cut)."""
+    table = dict(settings.profile_prices)
+    for name in (gres_type, gres_type.rsplit("_", 1)[-1]):
+        if name in table:
+            return table[name]
+    return fraction
+
+
+def cost(data: Data, by: str = "account") -> Report:
+    """Chargeback: hours × devices × the model's price × the device's price fraction."""
+    s = data.settings
+    col = _group_col(by)
+    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
+    per_device = (g["eq"] / g["gpus"].where(g["gpus"] > 0, 1)).where(g["kind"] != "shard", g["eq"])
+    fracs = {}
+    for typ, frac in set(zip(g["type"].astype(str), per_device.round(6))):
+        fracs[(typ, frac)] = price_fraction(s, typ, float(frac))
+    units = g["gpus"].where(g["kind"] != "shard", 1)
+    frac = pd.Series([fracs[(t, f)] for t, f in zip(g["type"].astype(str), per_device.round(6))], index=g.index)
+    prices = {m: s.price(m) for m in g["model"].astype(object).unique()}
+    unpriced = g["model"].astype(object).map(lambda m: prices.get(m) is None)
+    price = g["model"].astype(object).map(lambda m: prices.get(m) or 0.0).astype(float)
+    g["eq_hours"] = g["eq"] * g["hours"]
+    g["cost"] = g["hours"] * units * frac * price
+    key = g[col].astype(str)
+    t = g.groupby(key, observed=True).agg(jobs=("job", "nunique"), eq_hours=("eq_hours", "sum"), cost=("cost", "sum"))
+    t = t.sort_values("cost", ascending=False)
+    t.index.name = by
+    t = t.reset_index()
+    notes = []
+    if unpriced.any():
+        missing = sorted({str(m) for m, u in zip(g["model"].astype(object), unpriced) if u})
+        notes.append(
+            f"{int(g.loc[unpriced, 'job'].nunique())} jobs on GPUs without a price ({', '.join(missing)}): "
+            "cost 0; set reports.prices (or reports.prices.default)"
+        )
+    return Report(
+        "cost",
+        f"Chargeback by {by} ({s.currency})",
+        data.since,
+        data.until,
+        {"cost": t},
+        notes=notes,
+        meta={"currency": s.currency, "total": float(t["cost"].sum())},
+    )
+
+
+# -- efficiency -----------------------------------------------------------------------
+
+
+def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report:
+    """Jobs whose peak GPU memory was far below their slice's, or that held a GPU idle."""
+    s = data.settings
+    jobs = data.jobs
+    g = _grants_with(data, ["job_id", "user", "account", "hours", "gpumem_mib", "gpuutil_pct"])
+    g = g[g["hours"] > 0]
+    per_job = g.groupby("job").agg(
+        job_id=("job_id", "first"),
+        user=("user", "first"),
+        account=("account", "first"),
+        gres=("gres", lambda x: "+".join(sorted(map(str, set(x))))),
+        eq_hours=("eq", "sum"),
+        slice_mib=("memory_mib", "max"),
+        devices=("gpus", "sum"),
+    )
+    per_job["eq_hours"] = per_job["eq_hours"] * jobs["hours"].reindex(per_job.index)
+    # peaks: the hooks' spool (MIG included), else sacct's gpumem/gpuutil (NVML acct_gather)
+    acct = jobs[["job_id", "gpumem_mib", "gpuutil_pct"]].reindex(per_job.index)
+    per_job["peak_mem_mib"] = pd.to_numeric(acct["gpumem_mib"], errors="coerce")
+    per_job["util_pct"] = pd.to_numeric(acct["gpuutil_pct"], errors="coerce")
+    if len(usage_records):
+        u = usage_records.set_index("job_id")
+        ids = per_job["job_id"].astype(str)
+        per_job["peak_mem_mib"] = ids.map(u["peak_mem_mib"]).fillna(per_job["peak_mem_mib"])
+        per_job["util_pct"] = ids.map(u["mean_util_pct"]).fillna(per_job["util_pct"])
+        per_job["slice_mib"] = per_job["slice_mib"].fillna(ids.map(u["memory_mib"]))  # untyped: the device's
+    measured = per_job["peak_mem_mib"].notna()
+    per_job["mem_used_pct"] = 100 * per_job["peak_mem_mib"] / per_job["slice_mib"]
+    low_mem = measured & (per_job["mem_used_pct"] < 100 * s.low_memory_fraction)
+    idle = per_job["util_pct"].notna() & (per_job["util_pct"] < s.idle_utilization_pct)
+    per_job["why"] = np.select(
+        [low_mem & idle, low_mem, idle],
+        [
+            f"memory < {s.low_memory_fraction:.0%} and utilization < {s.idle_utilization_pct:g} %",
+            f"peak memory < {s.low_memory_fraction:.0%} of the slice",
+            f"utilization < {s.idle_utilization_pct:g} %",
+        ],
+        "",
+    )
+    flagged = per_job[per_job["why"] != ""].sort_values("eq_hours", ascending=False)
+    cols = [
+        "job_id",
+        "user",
+        "account",
+        "gres",
+        "eq_hours",
+        "peak_mem_mib",
+        "slice_mib",
+        "mem_used_pct",
+        "util_pct",
+        "why",
+    ]
+    wasters = (
+        flagged.groupby(flagged["user"].astype(str))
+        .agg(jobs=("job_id", "count"), wasted_eq_hours=("eq_hours", "sum"))
+        .sort_values("wasted_eq_hours", ascending=False)
+        .head(top)
+        .reset_index()
+    )
+    notes = [
+        f"{int(measured.sum())} of {len(per_job)} GPU jobs have a measured peak memory "
+        "(hooks' usage spool, or sacct gres/gpumem)",
+    ]
+    return Report(
+        "efficiency",
+        "GPU efficiency: oversized slices and idle GPUs",
+        data.since,
+        data.until,
+        {"jobs": flagged[cols].head(top * 5).reset_index(drop=True), "top wasters": wasters},
+        notes=notes,
+        meta={"flagged": len(flagged), "measured": int(measured.sum())},
+        series={"per_job": per_job.reset_index(drop=True)},
+    )
+
+
+def no_period(names: list[str]) -> bool:
+    return names == [ALL]

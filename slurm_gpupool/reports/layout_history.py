@@ -1,0 +1,127 @@
+"""Which layout each node had when: the repartition journal, else the schedule.
+
+``journal.log`` (``paths.controller_dir``) has a line per step: a run's start
+names its target and every node's previous layout, and a node's ``done`` step
+is the moment Slurm offered the new GRES (``rolled_back`` returns it to the
+previous one).  Before a node's first recorded switch, or with no journal at
+all, the schedule's due layout stands in.  Lookups are vectorized
+(``searchsorted``), so a million jobs cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from slurm_gpupool.core.schedule import Schedule
+
+ALL = "all"  # the period label when there is no schedule
+
+
+def schedule_segments(schedule: Schedule | None, since: datetime, until: datetime) -> tuple[np.ndarray, list[str]]:
+    """Start times (epoch s, ascending, first <= since) and the layout due from each."""
+    if schedule is None:
+        return np.array([since.timestamp()]), [ALL]
+    starts, names = [since.timestamp()], [schedule.due(since)]
+    t = since
+    while True:
+        nxt = schedule.next_change(t)
+        if nxt is None or nxt[0] >= until:
+            break
+        t, layout = nxt
+        starts.append(t.timestamp())
+        names.append(layout)
+    return np.array(starts, dtype=float), names
+
+
+def lookup(starts: np.ndarray, names: list[str], at: np.ndarray) -> np.ndarray:
+    """The name in force at each time in ``at`` (epoch s); before the first start: the first."""
+    idx = np.searchsorted(starts, at, side="right") - 1
+    return np.asarray(names, dtype=object)[np.clip(idx, 0, len(names) - 1)]
+
+
+@dataclass
+class LayoutHistory:
+    """Per node: (epoch s, layout) changes from the journal, ascending."""
+
+    changes: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    source: str = "schedule"
+
+    def node_segments(self, node: str, schedule: Schedule | None, since: datetime, until: datetime):
+        """(starts, names) for one node: journal changes on top of the schedule before them."""
+        starts, names = schedule_segments(schedule, since, until)
+        ch = self.changes.get(node)
+        if not ch:
+            return starts, names
+        first = ch[0][0]
+        keep = starts < first
+        s2 = list(starts[keep]) + [t for t, _ in ch]
+        n2 = [n for n, k in zip(names, keep) if k] + [name for _, name in ch]
+        return np.array(s2, dtype=float), n2
+
+
+def _epoch(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+
+def read_journal_log(path: Path) -> LayoutHistory:
+    """Layout changes per node from ``journal.log`` (missing file: empty history)."""
+    hist = LayoutHistory()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return hist
+    target: str | None = None
+    previous: dict[str, str | None] = {}
+    for line in text.splitlines():
+        try:
+            ev = json.loads(line)
+            at = _epoch(ev["at"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if ev.get("run") == "start":
+            target, previous = ev.get("target"), ev.get("previous") or {}
+            for node, layout in previous.items():
+                if layout and node not in hist.changes:
+                    hist.changes[node] = [(0.0, layout)]  # its layout before any recorded switch
+        elif ev.get("run") == "resume":
+            target = ev.get("target")
+        elif "node" in ev and target is not None:
+            step = ev.get("step")
+            if step == "done":
+                hist.changes.setdefault(ev["node"], []).append((at, target))
+            elif step == "rolled_back" and previous.get(ev["node"]):
+                hist.changes.setdefault(ev["node"], []).append((at, str(previous[ev["node"]])))
+    for ch in hist.changes.values():
+        ch.sort()
+        if ch and ch[0][0] == 0.0 and len(ch) > 1:
+            ch[0] = (ch[1][0] - 1e9, ch[0][1])  # long before the first switch
+    if hist.changes:
+        hist.source = f"journal {path}"
+    return hist
+
+
+def to_utc(t: datetime) -> datetime:
+    return t.astimezone(UTC) if t.tzinfo else t.astimezone().astimezone(UTC)
+
+
+def layouts_at(
+    history: LayoutHistory, schedule: Schedule | None, nodes: pd.Series, at: pd.Series, since: datetime, until: datetime
+) -> np.ndarray:
+    """The layout each row's node had at each row's time (object array; None if unknown)."""
+    t = at.astype("int64").to_numpy() / 1e9
+    out = np.empty(len(t), dtype=object)
+    sched_starts, sched_names = schedule_segments(schedule, since, until)
+    out[:] = lookup(sched_starts, sched_names, t) if schedule is not None else None
+    node_arr = nodes.astype(str).to_numpy()
+    for node in history.changes:
+        mask = node_arr == node
+        if mask.any():
+            starts, names = history.node_segments(node, schedule, since, until)
+            out[mask] = lookup(starts, names, t[mask])
+    return out

@@ -1,0 +1,101 @@
+"""Reports → text tables, CSV or JSON (HTML lives in ``html.py``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+from slurm_gpupool.reports.compute import Report
+
+
+def human_s(v: Any) -> str:
+    """Seconds → ``42 s``, ``7m 05s``, ``3h 02m``, ``2d 04h`` (blank when unknown)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    s = float(v)
+    if s < 60:
+        return f"{s:.0f} s"
+    m, s = divmod(round(s), 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h {m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d {h:02d}h"
+
+
+def _num(x: Any) -> str:
+    """Two decimals, but small values keep three significant digits (a 2-second job)."""
+    if pd.isna(x):
+        return ""
+    return f"{x:,.2f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+
+
+def _fmt_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "  (nothing in this period)"
+    out = df.copy()
+    for c in out.columns:
+        if c.endswith("_s"):
+            out[c] = out[c].map(human_s)
+        elif pd.api.types.is_float_dtype(out[c]):
+            out[c] = out[c].map(_num)
+    return out.to_string(index=False)
+
+
+def to_table(reports: list[Report], load: dict[str, Any], notes: list[str]) -> str:
+    lines = []
+    for r in reports:
+        lines.append(f"{r.title}, {r.since:%Y-%m-%d %H:%M} .. {r.until:%Y-%m-%d %H:%M} UTC")
+        for name, df in r.tables.items():
+            if len(r.tables) > 1:
+                lines.append(f"\n-- {name}")
+            lines.append(_fmt_table(df))
+        lines.extend(f"note: {n}" for n in r.notes)
+        lines.append("")
+    lines.append(load_summary(load))
+    lines.extend(f"note: {n}" for n in notes)
+    return "\n".join(lines) + "\n"
+
+
+def load_summary(load: dict[str, Any]) -> str:
+    text = f"read {load['lines']:,} lines: {load['jobs']:,} jobs, {load['steps']:,} steps"
+    if load["malformed_total"]:
+        reasons = ", ".join(f"{n:,} {why}" for why, n in load["malformed"].items())
+        text += f"; {load['malformed_total']:,} malformed, not used ({reasons})"
+        text += "".join(f"\n  e.g. {e}" for e in load["examples"][:3])
+    return text
+
+
+def to_csv(report: Report, table: str | None = None) -> str:
+    df = report.tables[table] if table else report.main
+    return df.to_csv(index=False)
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    out = json.loads(df.to_json(orient="records", date_format="iso", double_precision=10))
+    return out
+
+
+def to_json(reports: list[Report], load: dict[str, Any], notes: list[str]) -> str:
+    doc = {
+        "reports": [
+            {
+                "report": r.name,
+                "title": r.title,
+                "since": r.since.isoformat(),
+                "until": r.until.isoformat(),
+                "tables": {k: _records(v) for k, v in r.tables.items()},
+                "notes": r.notes,
+                **r.meta,
+            }
+            for r in reports
+        ],
+        "load": load,
+        "notes": notes,
+    }
+    return json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n"

@@ -1,0 +1,77 @@
+"""One ``sacct --json`` job record → the sacct-named fields ``--parsable2`` would print.
+
+Data parser v0.0.38 (Slurm 22.05) and later keep times as epoch seconds under
+``time`` and TRES as lists of ``{type, name, count}``; turning them back into
+``AllocTRES``-style strings lets one parser serve both sources.  Pure.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+def _tres(items: list[dict[str, Any]] | None) -> str:
+    """``[{"type": "gres", "name": "gpu:1g.5gb", "count": 2}]`` → ``gres/gpu:1g.5gb=2``."""
+    out = []
+    for t in items or []:
+        name = f"{t['type']}/{t['name']}" if t.get("name") else str(t["type"])
+        out.append(f"{name}={int(t['count'])}")
+    return ",".join(out)
+
+
+def _time(epoch: Any) -> str:
+    """Epoch seconds → ISO 8601 with offset (0 means "not yet", as sacct's Unknown)."""
+    if not epoch:
+        return "Unknown"
+    return datetime.fromtimestamp(int(epoch), tz=UTC).isoformat()
+
+
+def _state(job: dict[str, Any]) -> str:
+    s = job["state"]
+    return str(s["current"] if isinstance(s, dict) else s)
+
+
+def _number(v: Any) -> str:
+    """v0.0.39+ wrap numbers as ``{"set": true, "number": N}``."""
+    if isinstance(v, dict):
+        return str(v.get("number", "")) if v.get("set", True) and not v.get("infinite") else ""
+    return "" if v is None else str(v)
+
+
+def job_rows(job: dict[str, Any]) -> list[dict[str, str]]:
+    """The job row and one row per step that carries GPU usage peaks."""
+    t = job["time"]
+    jid = str(job["job_id"])
+    row = {
+        "JobID": jid,
+        "JobIDRaw": jid,
+        "JobName": str(job.get("name") or ""),
+        "User": str(job.get("user") or ""),
+        "Account": str(job.get("account") or ""),
+        "Partition": str(job.get("partition") or ""),
+        "NodeList": str(job.get("nodes") or ""),
+        "State": _state(job),
+        "Submit": _time(_number(t["submission"])),
+        "Start": _time(_number(t.get("start"))),
+        "End": _time(_number(t.get("end"))),
+        "TimelimitRaw": _number(t.get("limit")),
+        "ReqTRES": _tres(job.get("tres", {}).get("requested")),
+        "AllocTRES": _tres(job.get("tres", {}).get("allocated")),
+        "TRESUsageInMax": "",
+    }
+    rows = [row]
+    for step in job.get("steps") or []:
+        peak = _tres(((step.get("tres") or {}).get("requested") or {}).get("max"))
+        if "gres/gpu" in peak:
+            sid = (step.get("step") or {}).get("id", "step")
+            rows.append(
+                {
+                    **{k: "" for k in row},
+                    "JobID": f"{jid}.{sid}",
+                    "JobIDRaw": f"{jid}.{sid}",
+                    "TRESUsageInMax": peak,
+                    "Submit": row["Submit"],
+                }
+            )
+    return rows

@@ -1,0 +1,59 @@
+"""The job hooks' usage spool: per job, the GPU devices it held and their peaks.
+
+The Prolog writes ``<spool_dir>/jobs/<job>.json`` on each node and the Epilog
+adds peak memory and utilization per device (MIG devices included, which
+Slurm's own accounting cannot measure).  Sites collect the spools to the
+report host (or run reports where they are mounted): ``reports.spool_dirs``,
+else ``paths.spool_dir`` of every node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from slurm_gpupool.config import PoolConfig
+
+COLUMNS = ["job_id", "node", "types", "peak_mem_mib", "memory_mib", "mean_util_pct"]
+
+
+def spool_dirs(cfg: PoolConfig | None, extra: Iterable[str] = ()) -> list[Path]:
+    dirs = [Path(d) for d in extra]
+    if cfg is not None:
+        dirs += [Path(d) for d in cfg.reports.spool_dirs]
+        if not dirs:
+            dirs = sorted({cfg.paths.for_node("spool_dir", n) for n in cfg.all_nodes()})
+    return dirs
+
+
+def read_records(dirs: Iterable[Path]) -> tuple[pd.DataFrame, int]:
+    """One row per job (its devices summarized); and the count of unreadable records."""
+    rows, bad = [], 0
+    for d in dirs:
+        for p in sorted((d / "jobs").glob("*.json")) if (d / "jobs").is_dir() else []:
+            try:
+                rec = json.loads(p.read_text())
+                usage = rec.get("usage") or []
+                devices = rec.get("devices") or []
+                peaks = [u for u in usage if u.get("peak_memory_mib") is not None]
+                fullest = max(
+                    peaks, key=lambda u: u["peak_memory_mib"] / max(u.get("memory_total_mib") or 1, 1), default=None
+                )
+                utils = [u["mean_utilization_pct"] for u in usage if u.get("mean_utilization_pct") is not None]
+                rows.append(
+                    (
+                        str(rec["job_id"]),
+                        str(rec.get("node", "")),
+                        ",".join(sorted({str(x.get("type")) for x in devices})),
+                        float(fullest["peak_memory_mib"]) if fullest else None,
+                        (float(fullest.get("memory_total_mib") or 0) or None) if fullest else None,
+                        sum(utils) / len(utils) if utils else None,
+                    )
+                )
+            except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+                bad += 1
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.drop_duplicates("job_id", keep="last"), bad
