@@ -82,7 +82,8 @@ def usage(data: Data, by: str = "account") -> Report:
     g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
     g["gpu_hours"] = g["gpus"] * g["hours"]
     g["eq_hours"] = g["eq"] * g["hours"]
-    gpu_jobs = jobs[jobs["gpu_eq"] > 0]
+    g = g[g["hours"] > 0]  # held GPUs inside the window (pending jobs hold none)
+    gpu_jobs = jobs[(jobs["gpu_eq"] > 0) & (jobs["hours"] > 0)]
     key = g[col].astype(str)
     t = g.groupby(key, observed=True).agg(
         gpu_jobs=("job", "nunique"), gpu_hours=("gpu_hours", "sum"), eq_hours=("eq_hours", "sum")
@@ -242,7 +243,8 @@ def cost(data: Data, by: str = "account") -> Report:
     s = data.settings
     col = _group_col(by)
     g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
-    per_device = (g["eq"] / g["gpus"].where(g["gpus"] > 0, 1)).where(g["kind"] != "shard", g["eq"])
+    # a shard on a node whose share count is unknown has no GPU-equivalents: it costs nothing (noted)
+    per_device = (g["eq"] / g["gpus"].where(g["gpus"] > 0, 1)).where(g["kind"] != "shard", g["eq"]).fillna(0.0)
     fracs = {}
     for typ, frac in set(zip(g["type"].astype(str), per_device.round(6))):
         fracs[(typ, frac)] = price_fraction(s, typ, float(frac))

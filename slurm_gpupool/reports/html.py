@@ -17,13 +17,13 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from slurm_gpupool.reports.compute import Report
+from slurm_gpupool.reports.layout_history import ALL
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = ["format_duration", "render_html"]
 
-ALL = "all"  # the period label when there is no schedule (layout_history.ALL)
 MAX_ROWS = 1000  # rows per table in the page; the rest is counted, not shown
 USAGE_TOP = 15
 WAITS_MAX_BOXES = 24
@@ -77,6 +76,8 @@ def format_duration(seconds: Any) -> str:
         return "∞" if s > 0 else "-∞"
     sign = "-" if s < 0 else ""
     s = abs(s)
+    if 0 < s < 0.5:
+        return f"{sign}<1 s"
     if s < 59.5:
         return f"{sign}{s:.0f} s"
     total = round(s)
@@ -176,8 +177,9 @@ def _mpl() -> Any:
 def _svg(fig: Figure, name: str) -> str:
     """A figure as inline SVG text: no XML prolog/DOCTYPE, no metadata block, ids unique per chart.
 
-    The hash salt is fixed per chart so ids are stable run to run yet differ between the
-    charts of one page (ids share one document namespace once inlined).
+    The fixed hash salt keeps ids stable run to run; once inlined, all SVGs share the page's
+    id namespace (matplotlib numbers ``figure_1``, ``patch_1``... afresh per figure), so every
+    id and every reference to one is prefixed with the chart name.
     """
     mpl = _mpl()
     buf = io.StringIO()
@@ -186,6 +188,10 @@ def _svg(fig: Figure, name: str) -> str:
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
+    pre = f"{_slug(name)}-"
+    text = re.sub(r'(\sid=")', rf"\g<1>{pre}", text)
+    text = re.sub(r'(href=")#', rf"\g<1>#{pre}", text)
+    text = re.sub(r"url\(#", f"url(#{pre}", text)
     return text.strip()
 
 
@@ -198,9 +204,7 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _figure(name: str, svg: str, caption: str) -> str:
-    return (
-        f'<figure class="chart" id="chart-{_esc(name)}">\n{svg}\n<figcaption>{_esc(caption)}</figcaption>\n</figure>'
-    )
+    return f'<figure class="chart" id="chart-{_esc(name)}">\n{svg}\n<figcaption>{_esc(caption)}</figcaption>\n</figure>'
 
 
 def _no_chart(name: str, sentence: str) -> str:
@@ -266,7 +270,7 @@ def _utilization_chart(report: Report) -> str:
                 h.set_label(f"period: {lab}")
                 handles.append(h)
     h_alloc = ax.stairs(alloc, edges, fill=True, color="#2563eb", alpha=0.45, label="allocated", zorder=2)
-    (h_cap,) = ax.stairs(cap, edges, baseline=None, color="#111827", lw=1.5, label="capacity", zorder=3), None
+    h_cap = ax.stairs(cap, edges, baseline=None, color="#111827", lw=1.5, label="capacity", zorder=3)
     handles = [h_cap, h_alloc, *handles]
     ax.set_ylabel("GPU-equivalents")
     ax.set_xlabel("time (UTC)")
@@ -282,21 +286,19 @@ def _utilization_chart(report: Report) -> str:
         util = pd.to_numeric(ts["util_pct"], errors="coerce").to_numpy(dtype=float)
         if np.isfinite(util).any():
             ax2 = ax.twinx()
-            (h_util,) = ax2.stairs(util, edges, baseline=None, color="#dc2626", lw=0.9, ls=":", label="util %"), None
+            h_util = ax2.stairs(util, edges, baseline=None, color="#dc2626", lw=1.0, alpha=0.8, label="util %")
             ax2.set_ylabel("utilization %")
             ax2.set_ylim(0, max(100.0, float(np.nanmax(util)) * 1.05))
             handles.append(h_util)
-    ax.legend(handles=handles, loc="upper left", fontsize=8, ncols=min(len(handles), 5), framealpha=0.9)
+    # above the axes, so it never hides the data
+    fig.legend(handles=handles, loc="outside upper center", fontsize=8, ncols=min(len(handles), 6), frameon=False)
     svg = _svg(fig, "utilization")
     with np.errstate(invalid="ignore", divide="ignore"):
         total_cap = np.nansum(cap)
         mean = 100 * np.nansum(alloc) / total_cap if total_cap > 0 else float("nan")
-    bands = ", ".join(sorted(colours)) if colours else "none (no schedule)"
+    bands = f"shaded bands: layout period due ({', '.join(sorted(colours))})" if colours else "no schedule, no bands"
     mean_txt = f"{mean:.1f} %" if math.isfinite(mean) else "n/a"
-    caption = (
-        f"Allocated vs offered GPU-equivalents per time bin (UTC); shaded bands: layout period due "
-        f"({bands}). Mean utilization {mean_txt}."
-    )
+    caption = f"Allocated vs offered GPU-equivalents per time bin (UTC); {bands}. Mean utilization {mean_txt}."
     return _figure("utilization", svg, caption)
 
 
@@ -342,6 +344,19 @@ def _boxplot_kwargs(ax: Axes) -> dict[str, Any]:
     return {"vert": False}
 
 
+# log-scale wait ticks people read at a glance: (seconds, label)
+_WAIT_TICKS = (
+    (1, "1 s"), (10, "10 s"), (60, "1 min"), (600, "10 min"), (3600, "1 h"), (6 * 3600, "6 h"),
+    (86400, "1 d"), (7 * 86400, "1 w"), (30 * 86400, "30 d"),
+)  # fmt: skip
+
+
+def _null_locator() -> Any:
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
+
+
 def _waits_chart(report: Report) -> str:
     """Distribution of queue waits per GRES type (and period, when there is a schedule)."""
     w = report.series.get("waits")
@@ -362,13 +377,16 @@ def _waits_chart(report: Report) -> str:
     split = len(periods) > 1 and d.groupby(["gres", "period"]).ngroups <= WAITS_MAX_BOXES
     d["key"] = d["gres"] + " · " + d["period"] if split else d["gres"]
     counts = d.groupby("key").size().sort_values(ascending=False, kind="stable")
-    keys = sorted(counts.index[:WAITS_MAX_BOXES])
+    keys = sorted(counts.index[:WAITS_MAX_BOXES], reverse=True)  # boxes go bottom-up: A at the top
     hidden = len(counts) - len(keys)
     mx = float(d["wait_s"].max())
-    unit, div = ("hours", 3600.0) if mx >= 3 * 3600 else ("minutes", 60.0)
     floor_s = 1.0
     pos = d.loc[d["wait_s"] > 0, "wait_s"]
+    # log scale when waits span two decades or more; zero waits cannot sit on it, so they are floored
     wide = len(pos) > 0 and mx / max(float(pos.min()), floor_s) >= 100
+    unit, div = ("hours", 3600.0) if mx >= 3 * 3600 else ("minutes", 60.0)
+    if wide:
+        unit, div = "log scale", 1.0
     data = []
     for k in keys:
         v = d.loc[d["key"] == k, "wait_s"].to_numpy(dtype=float)
@@ -390,7 +408,12 @@ def _waits_chart(report: Report) -> str:
     ax.set_yticklabels([f"{k} (n={int(counts[k])})" for k in keys])
     if wide:
         ax.set_xscale("log")
-    ax.set_xlabel(f"queue wait ({unit}{', log scale' if wide else ''})")
+        ticks = [t for t in _WAIT_TICKS if floor_s <= t[0] <= mx * 1.5]
+        ax.set_xticks([t[0] for t in ticks], [t[1] for t in ticks])
+        ax.xaxis.set_minor_locator(_null_locator())
+    else:
+        ax.set_xlim(0, max(mx / div * 1.05, 1.0))  # waits are >= 0; all-zero waits still get an axis
+    ax.set_xlabel(f"queue wait ({unit})")
     ax.grid(axis="x", alpha=0.3)
     svg = _svg(fig, "waits")
     caption = f"Queue waits (start − submit) per GRES type{' and layout period' if split else ''}; boxes: quartiles, "
@@ -445,7 +468,7 @@ def _load_html(load: dict[str, Any]) -> str:
         parts.append("</tbody></table>")
     examples = load.get("examples") or []
     if examples:
-        parts.append("<p>Examples of malformed lines:</p><ul class=\"examples\">")
+        parts.append('<p>Examples of malformed lines:</p><ul class="examples">')
         parts += [f"<li>{_esc(e)}</li>" for e in examples]
         parts.append("</ul>")
     notes = dict(load.get("notes") or {})
@@ -510,7 +533,3 @@ def render_html(reports: list[Report], context: dict[str, Any]) -> str:
         body.append('<p class="nochart">No reports were requested.</p>')
     tail = ["</main>", "</body>", "</html>", ""]
     return "\n".join([*(h for h in head if h), *body, *tail])
-
-
-def _utcnow() -> datetime:  # pragma: no cover - kept for callers that stamp pages themselves
-    return datetime.now(timezone.utc)

@@ -15,6 +15,8 @@ def _tres(items: list[dict[str, Any]] | None) -> str:
     """``[{"type": "gres", "name": "gpu:1g.5gb", "count": 2}]`` → ``gres/gpu:1g.5gb=2``."""
     out = []
     for t in items or []:
+        if t.get("count") is None:  # e.g. energy on a cluster without an energy plugin
+            continue
         name = f"{t['type']}/{t['name']}" if t.get("name") else str(t["type"])
         out.append(f"{name}={int(t['count'])}")
     return ",".join(out)

@@ -316,7 +316,8 @@ def json_rows(doc: Any, where: str, stats: LoadStats) -> list[dict[str, str]]:
         try:
             rows.extend(job_rows(job))
         except (KeyError, TypeError, ValueError) as e:
-            stats.bad(f"job record without {e}", f"{where} jobs[{k}]")
+            what = f"no {e}" if isinstance(e, KeyError) else str(e)
+            stats.bad(f"unreadable job record ({what})", f"{where} jobs[{k}]")
     return rows
 
 

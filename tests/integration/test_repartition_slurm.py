@@ -203,9 +203,12 @@ def test_nvml_failure_mid_apply_rolls_that_node_back_and_the_others_switch(night
     for n in others:
         assert nodes_info(night)[n].layout == "day"
     # the admin looks, resumes; the next run switches it
-    night.run(["scontrol", "update", "nodename=h100n1", "state=resume"])
+    # (under heavy load slurmctld has been seen to answer "Invalid node state" here once: the
+    # outcome below is what matters, and it shows the node's state if it goes wrong)
+    night.run(["scontrol", "update", "nodename=h100n1", "state=resume"], check=False)
     again = repartition(night, "--to", "day", "--json")
-    assert again.returncode == 0 and report_of(again)["nodes"]["h100n1"]["outcome"] == "done"
+    show = night.run(["scontrol", "-o", "show", "node", "h100n1"]).stdout
+    assert again.returncode == 0 and report_of(again)["nodes"]["h100n1"]["outcome"] == "done", (again.stdout, show)
     assert_converged(night, {n: "day" for n in night.nodes})
 
 
