@@ -153,19 +153,19 @@ def advice(data: Data, spool: pd.DataFrame, cfg: PoolConfig | None = None) -> Re
                 )
                 break
 
-    # 2. idle capacity, per layout period and type
-    for r in idle_rank.itertuples(index=False):
-        if r.capacity_eq_hours > 0 and r.idle_share >= s.idle_fraction:
-            rows.append(
-                (
-                    "idle capacity",
-                    f"{r.type} was idle {r.idle_share:.0%} of {r.period} hours "
-                    f"({r.capacity_eq_hours:,.1f} GPU-eq-h offered, {r.allocated_eq_hours:,.1f} used): "
-                    f"offer less {r.type} in the {r.period} layout, or steer {r.period} work to it",
-                    float(r.idle_eq_hours),
-                    "",
-                )
+    # 2. idle capacity, per layout period and type (the five largest; at least a GPU-hour offered)
+    idle = idle_rank[(idle_rank["capacity_eq_hours"] >= 1) & (idle_rank["idle_share"] >= s.idle_fraction)]
+    for r in idle.sort_values("idle_eq_hours", ascending=False).head(5).itertuples(index=False):
+        rows.append(
+            (
+                "idle capacity",
+                f"{r.type} was idle {r.idle_share:.0%} of {r.period} hours "
+                f"({r.capacity_eq_hours:,.1f} GPU-eq-h offered, {r.allocated_eq_hours:,.1f} used): "
+                f"offer less {r.type} in the {r.period} layout, or steer {r.period} work to it",
+                float(r.idle_eq_hours),
+                "",
             )
+        )
 
     # 3. long waits, per type and period
     waits = compute.waits(data).tables["by type and period"]

@@ -109,9 +109,13 @@ def usage(data: Data, by: str = "account") -> Report:
 # -- utilization ----------------------------------------------------------------------
 
 
+BIN_STEPS_S = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
+
+
 def _bins(since: datetime, until: datetime) -> np.ndarray:
+    """Chart bin edges: the finest step giving at most 400 bins (a minute for a demo, a day for a year)."""
     span = until.timestamp() - since.timestamp()
-    step = 3600 if span <= 31 * 86400 else 6 * 3600 if span <= 183 * 86400 else 86400
+    step = next((s for s in BIN_STEPS_S if span / s <= 400), BIN_STEPS_S[-1])
     return np.arange(since.timestamp(), until.timestamp() + step, step, dtype=float).clip(max=until.timestamp())
 
 

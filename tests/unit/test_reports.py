@@ -151,7 +151,10 @@ def test_utilization_follows_the_schedules_layouts(data):
     assert t.loc[("day", "1g.5gb"), "capacity_eq_hours"] == pytest.approx(2 * (4 * 7 + 2 * 2) / 7 * 12)
     assert ("night", "1g.5gb") not in t.index  # the night layout has no slices
     ts = r.series["utilization"]
-    assert len(ts) == 24 and ts["capacity_eq"].iloc[0] > ts["capacity_eq"].iloc[12]  # whole GPUs by night
+    assert len(ts) == 24 * 12  # 5-minute bins for a day
+    night, day = ts[ts["period"] == "night"], ts[ts["period"] == "day"]
+    assert len(day) == 12 * 12 and (night["capacity_eq"].min() > day["capacity_eq"].max())  # whole GPUs by night
+    assert ts["allocated_eq"].sum() * 300 / 3600 == pytest.approx(r.tables["by period"]["allocated_eq_hours"].sum())
 
 
 def test_timeline_integrals_are_exact():
