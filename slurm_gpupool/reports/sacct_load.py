@@ -72,6 +72,7 @@ CATEGORIES = ("user", "account", "partition", "nodes", "state", "req_tres", "all
 CHUNK_LINES = 200_000
 EXAMPLES = 10
 NO_TIME = ("", "Unknown", "None", "N/A")
+SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 _OFFSET = re.compile(r"(?:[+-]\d\d:?\d\d|Z)$")
 EXPORT_MARK = "gpupool-jobs"
 
@@ -135,10 +136,18 @@ def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str) -> 
     col = col.fillna("").astype(str).str.strip()
     missing = col.isin(NO_TIME)
     out = pd.Series(pd.NaT, index=col.index, dtype="datetime64[ns, UTC]")
-    has_offset = col.str.contains(_OFFSET) & ~missing
+    # sacct's own format (no offset, so naive) in one vectorized pass; the rest as below
+    plain = pd.to_datetime(col, format=SACCT_TIME, errors="coerce")
+    done = plain.notna()
+    if done.any():
+        out[done] = plain[done].dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+    rest = ~missing & ~done
+    has_offset = pd.Series(False, index=col.index)
+    if rest.any():
+        has_offset[rest] = col[rest].str.contains(_OFFSET)
     if has_offset.any():
         out[has_offset] = pd.to_datetime(col[has_offset], format="ISO8601", utc=True, errors="coerce")
-    naive = ~missing & ~has_offset
+    naive = rest & ~has_offset
     if naive.any():
         parsed = pd.to_datetime(col[naive], format="ISO8601", errors="coerce")
         if getattr(parsed.dt, "tz", None) is None:
@@ -148,6 +157,14 @@ def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str) -> 
     if bad.any():
         stats.bad(f"unreadable {name} time", f"{where} job {col.index[bad][0]}: {col[bad].iloc[0]!r}", int(bad.sum()))
     return out
+
+
+def _per_value(col: pd.Series, fn: Callable[[pd.Series], pd.Series]) -> pd.Series:
+    """``fn(col)`` for an elementwise ``fn``, computed once per distinct value (states and
+    time limits repeat a few values over a million rows)."""
+    codes, uniques = pd.factorize(col, use_na_sentinel=False)
+    done = fn(pd.Series(uniques, dtype=col.dtype))
+    return pd.Series(done.to_numpy()[codes], index=col.index, name=col.name, dtype=done.dtype)
 
 
 def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.DataFrame:
@@ -178,10 +195,10 @@ def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.Da
         )
         peaks = peaks.groupby("job_id", as_index=False).max()
     out = pd.DataFrame({col: jobs[src].astype(str) for col, src in COLUMNS.items()}, index=jobs.index)
-    out["state"] = out["state"].str.split(" ", n=1).str[0]  # "CANCELLED by 123" → CANCELLED
+    out["state"] = _per_value(out["state"], lambda s: s.str.split(" ", n=1).str[0])  # "CANCELLED by 123" → CANCELLED
     for col in ("submit", "start", "end"):
         out[col] = _times(out[col], tz, stats, col, where)
-    out["timelimit_min"] = pd.to_numeric(out["timelimit_min"], errors="coerce")
+    out["timelimit_min"] = _per_value(out["timelimit_min"], lambda s: pd.to_numeric(s, errors="coerce"))
     out = out.merge(peaks, on="job_id", how="left") if len(peaks) else out.assign(gpumem_mib=None, gpuutil_pct=None)
     out = out.drop(columns=["usage_tres"])
     no_submit = out["submit"].isna()
@@ -203,13 +220,27 @@ def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.Da
 def _split_lines(
     lines: Iterable[str], delim: str, fields: list[str], stats: LoadStats, where: str, first_line: int
 ) -> Iterator[list[str]]:
-    """Chunks of well-formed lines, re-delimited with \\x1f (pandas' C reader takes one byte)."""
+    """Chunks of well-formed lines, re-delimited with \\x1f (pandas' C reader takes one byte)
+    unless the delimiter is one the C reader takes as is (see :func:`_chunk_sep`)."""
     n = len(fields)
     chunk: list[str] = []
+    as_is = _chunk_sep(delim) == delim
     for k, line in enumerate(lines, first_line):
         stats.lines += 1
         line = line.rstrip("\r\n")
         if not line.strip():
+            continue
+        if as_is:  # the same checks as below, without splitting and re-joining each line
+            count = line.count(delim) + 1
+            if count == n + 1 and line.endswith(delim):  # --parsable: a trailing delimiter
+                line, count = line[:-1], n
+            if count != n:
+                stats.bad(f"{count} fields, expected {n}", f"{where}:{k}")
+                continue
+            chunk.append(line)
+            if len(chunk) >= CHUNK_LINES:
+                yield chunk
+                chunk = []
             continue
         parts = line.split(delim)
         if len(parts) == n + 1 and parts[-1] == "":  # --parsable: a trailing delimiter
@@ -225,15 +256,22 @@ def _split_lines(
         yield chunk
 
 
-def _read_chunk(chunk: list[str], fields: list[str]) -> pd.DataFrame:
+def _chunk_sep(delim: str) -> str:
+    """The separator of the chunks :func:`_split_lines` yields: sacct's own ``|`` and the other
+    single-byte delimiters the C reader takes literally, else \\x1f."""
+    return delim if delim in ("|", "\t", ";", ",") else "\x1f"
+
+
+def _read_chunk(chunk: list[str], fields: list[str], sep: str = "\x1f") -> pd.DataFrame:
     return pd.read_csv(
         io.StringIO("\n".join(chunk)),
-        sep="\x1f",
+        sep=sep,
         header=None,
         names=fields,
         dtype=str,
         quoting=csv.QUOTE_NONE,
         keep_default_na=False,
+        na_filter=False,  # no NA strings anyway (keep_default_na=False): skip looking for them
         engine="c",
     )
 
@@ -270,7 +308,7 @@ def _parsable(
     if missing:
         raise DataError(where, f"sacct fields missing: {', '.join(missing)}", hint="sacct -o " + ",".join(SACCT_FIELDS))
     for chunk in _split_lines(lines, delim, fields, stats, where, first_line):
-        yield normalize(_read_chunk(chunk, fields), tz, stats, where)
+        yield normalize(_read_chunk(chunk, fields, _chunk_sep(delim)), tz, stats, where)
         progress(stats.lines)
 
 
