@@ -65,13 +65,21 @@ def _common(f: Any) -> Any:
         ),
         click.option("--spool-dir", "spools", multiple=True, help="A collected usage spool (repeatable)."),
         click.option("--window", default="1d", show_default=True, help="sacct is asked one window at a time."),
+        click.option(
+            "--sacct",
+            "sacct_format",
+            type=click.Choice(("auto", "json", "parsable2")),
+            default="auto",
+            show_default=True,
+            help="How sacct is read: --json where Slurm has it (auto), or force one.",
+        ),
     ]
     for o in reversed(options):
         f = o(f)
     return f
 
 
-def _load(app: AppContext, since: str, until: str, files, fields, delimiter, tz, journal, spools, window):
+def _load(app: AppContext, since: str, until: str, files, fields, delimiter, tz, journal, spools, window, sacct_format):
     from slurm_gpupool.core.durations import parse_duration_s
     from slurm_gpupool.errors import ConfigError
     from slurm_gpupool.reports.dataset import Source, build
@@ -96,6 +104,7 @@ def _load(app: AppContext, since: str, until: str, files, fields, delimiter, tz,
         fields=[x.strip() for x in fields.split(",")] if fields else None,
         delimiter=delimiter,
         window=win,
+        use_json={"auto": None, "json": True, "parsable2": False}[sacct_format],
     )
     return build(cfg, source, t0, t1, journal, tuple(spools), now)
 

@@ -40,15 +40,18 @@ def mig_fraction(model: GpuModel, profile: str) -> float:
     return model.profile(profile).compute_slices / model.mig.compute_slices
 
 
-_MEMO: dict[tuple[int, str, str], tuple[Offer, ...]] = {}
+_MEMO: dict[tuple[int, str, str, str], tuple[PoolConfig, tuple[Offer, ...]]] = {}
 
 
 def node_offers(cfg: PoolConfig, layout: str, node: str) -> tuple[Offer, ...]:
     """``node``'s GRES in ``layout``, by type (empty if the layout does not cover it)."""
-    key = (id(cfg), layout, node)
-    if key not in _MEMO:
-        _MEMO[key] = _node_offers(cfg, layout, node)
-    return _MEMO[key]
+    if not cfg.covers(layout, node):
+        return ()
+    # nodes of one node set under the same layout entry offer the same: plan one of them
+    key = (id(cfg), layout, cfg.nodeset_of(node).name, cfg.entry(layout, node).key)
+    if key not in _MEMO:  # the entry keeps cfg alive, so its id is never reused by another config
+        _MEMO[key] = (cfg, _node_offers(cfg, layout, node))
+    return _MEMO[key][1]
 
 
 def _node_offers(cfg: PoolConfig, layout: str, node: str) -> tuple[Offer, ...]:

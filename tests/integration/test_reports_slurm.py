@@ -239,3 +239,10 @@ def test_export_then_report_away_from_the_cluster_gives_the_same_usage(history):
     )
     assert live["reports"][0]["tables"] == away["reports"][0]["tables"]
     assert Path(exported).read_text().startswith("# gpupool-jobs v1")
+
+
+def test_sacct_json_and_parsable2_give_the_same_report(history):
+    by_json = report(history, "usage", "--by", "account", "--sacct", "json")
+    by_text = report(history, "usage", "--by", "account", "--sacct", "parsable2")
+    assert by_json["reports"][0]["tables"] == by_text["reports"][0]["tables"]
+    assert by_json["load"]["jobs"] == by_text["load"]["jobs"] > 0
