@@ -154,8 +154,19 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
         click.echo("gpupool: " + out.load_summary(load), err=True)
 
 
+BY_OF = {"utilization": ("day-night",), "efficiency": (), "advice": ()}  # the rest: all of BY
+
+
 def _run(name: str, data, spool, by: str | None):
     from slurm_gpupool.reports import compute
+
+    allowed = BY_OF.get(name, BY)
+    if by is not None and by not in allowed:
+        raise UsageError(
+            f"report {name} --by {by}",
+            f"{name} is not grouped that way",
+            hint=f"--by {' or '.join(allowed)}" if allowed else f"{name} takes no --by",
+        )
 
     if name == "usage":
         return compute.usage(data, by or "account")

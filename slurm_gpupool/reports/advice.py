@@ -170,7 +170,9 @@ def advice(data: Data, spool: pd.DataFrame, cfg: PoolConfig | None = None) -> Re
     # 3. long waits, per type and period
     waits = compute.waits(data).tables["by type and period"]
     for r in waits.itertuples(index=False):
-        if r.jobs < s.min_jobs or not (r.p90_s > s.long_wait_s):
+        waited = r.jobs >= s.min_jobs and r.p90_s > s.long_wait_s
+        stuck = r.pending_now >= s.min_jobs and r.oldest_pending_s > s.long_wait_s
+        if not (waited or stuck):
             continue
         name = str(r.gres).split(":", 1)[-1]
         info = types.get(name)
@@ -181,10 +183,16 @@ def advice(data: Data, spool: pd.DataFrame, cfg: PoolConfig | None = None) -> Re
         rows.append(
             (
                 "long waits",
-                f"jobs waiting for {r.gres} in {r.period} periods waited p90 = {human_s(r.p90_s)} "
-                f"({r.jobs} jobs, p50 {human_s(r.p50_s)}): offer more {name}"
+                (
+                    f"jobs waiting for {r.gres} in {r.period} periods waited p90 = {human_s(r.p90_s)} "
+                    f"({r.jobs} jobs, p50 {human_s(r.p50_s)}"
+                    if waited
+                    else f"{r.pending_now} jobs for {r.gres} are still pending in {r.period} periods "
+                    f"(the oldest for {human_s(r.oldest_pending_s)}"
+                )
+                + f"): offer more {name}"
                 + (f" in the {r.period} layout" if r.period != "all" else ""),
-                float(r.jobs),
+                float(r.jobs + r.pending_now),
                 change.text() if change else "",
             )
         )

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpupool.config import PoolConfig, ReportSettings
-from slurm_gpupool.reports.layout_history import ALL
+from slurm_gpupool.reports.layout_history import ALL, epoch_s
 from slurm_gpupool.reports.timeline import Level
 
 BY = ("account", "user", "partition", "gres-type", "layout", "day-night")
@@ -124,8 +124,7 @@ def utilization(data: Data, by: str = "day-night") -> Report:
     lo, hi = data.since.timestamp(), data.until.timestamp()
     g = _grants_with(data, ["run_start", "run_end", "hours"])
     g = g[(g["hours"] > 0) & g["eq"].notna()]
-    start = g["run_start"].astype("int64").to_numpy() / 1e9
-    end = g["run_end"].astype("int64").to_numpy() / 1e9
+    start, end = epoch_s(g["run_start"]), epoch_s(g["run_end"])
     cap = data.capacity
     types = sorted(set(cap["type"]) | set(g["type"].astype(str)))
     # period segments: the schedule's, clipped to the window
@@ -199,32 +198,43 @@ def _percentiles(s: pd.Series) -> dict[str, float]:
     }
 
 
+def _wait_table(started: pd.DataFrame, pending: pd.DataFrame, keys: list[str], until: pd.Timestamp) -> pd.DataFrame:
+    """Wait percentiles of started jobs and the pending ones (count, oldest) per group."""
+    cols = ["jobs", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"]
+    rows = []
+    for k, grp in started.groupby([started[c].astype(str) for c in keys], observed=True):
+        rows.append({**dict(zip(keys, k)), "jobs": len(grp), **_percentiles(grp["wait_s"])})
+    t = pd.DataFrame(rows, columns=[*keys, *cols])
+    p = pd.DataFrame({c: pending[c].astype(str) for c in keys})
+    p["oldest_pending_s"] = (until - pending["submit"]).dt.total_seconds()
+    p = p.groupby(keys, observed=True).agg(
+        pending_now=("oldest_pending_s", "size"), oldest_pending_s=("oldest_pending_s", "max")
+    )
+    t = t.merge(p.reset_index(), on=keys, how="outer")
+    t["jobs"] = t["jobs"].fillna(0).astype(int)
+    t["pending_now"] = t["pending_now"].fillna(0).astype(int)
+    return t
+
+
 def waits(data: Data, by: str = "gres-type") -> Report:
-    """Queue waits (start − submit) per GRES type and per layout period; pending jobs counted."""
+    """Queue waits (start − submit) per GRES type and per layout period, and the jobs still
+    pending at the end of the window (how many, the oldest's wait so far)."""
     jobs = data.jobs
     jobs = jobs[(jobs["gres"].astype(str) != "") & (jobs["submit"] >= pd.Timestamp(data.since))]
     started = jobs[jobs["wait_s"].notna()]
-    pending = jobs[jobs["start"].isna()]
+    pending = jobs[jobs["start"].isna() & jobs["end"].isna()]  # cancelled while pending: not pending
     col = _group_col(by)
     keys = ["gres", "period"] if col == "gres" else [col, "gres"]
-    rows = []
-    for k, grp in started.groupby([started[c].astype(str) for c in keys], observed=True):
-        rows.append({keys[0]: k[0], keys[1]: k[1], "jobs": len(grp), **_percentiles(grp["wait_s"])})
-    t = pd.DataFrame(rows, columns=[*keys, "jobs", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"])
-    pend = pending.groupby(pending["gres"].astype(str), observed=True).size()
-    t["pending_now"] = [int(pend.get(r[keys.index("gres")], 0)) for r in t[keys].itertuples(index=False)]
-    overall = []
-    for k, grp in started.groupby(started["gres"].astype(str), observed=True):
-        overall.append({"gres": k, "jobs": len(grp), **_percentiles(grp["wait_s"])})
-    o = pd.DataFrame(overall, columns=["gres", "jobs", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"])
-    o = o.sort_values("p90_s", ascending=False)
+    until = pd.Timestamp(data.until)
+    t = _wait_table(started, pending, keys, until).sort_values(keys).reset_index(drop=True)
+    o = _wait_table(started, pending, ["gres"], until).sort_values("p90_s", ascending=False, na_position="last")
     series = {"waits": started[["gres", "period", "wait_s"]].reset_index(drop=True)}
     return Report(
         "waits",
         "Queue waits per GRES type and layout period",
         data.since,
         data.until,
-        {"by type and period": t.sort_values(keys).reset_index(drop=True), "by type": o.reset_index(drop=True)},
+        {"by type and period": t, "by type": o.reset_index(drop=True)},
         series=series,
     )
 
@@ -247,6 +257,7 @@ def cost(data: Data, by: str = "account") -> Report:
     s = data.settings
     col = _group_col(by)
     g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
+    g = g[g["hours"] > 0]  # what ran inside the window (pending jobs cost nothing)
     # a shard on a node whose share count is unknown has no GPU-equivalents: it costs nothing (noted)
     per_device = (g["eq"] / g["gpus"].where(g["gpus"] > 0, 1)).where(g["kind"] != "shard", g["eq"]).fillna(0.0)
     fracs = {}

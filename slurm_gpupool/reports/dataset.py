@@ -12,7 +12,7 @@ import pandas as pd
 from slurm_gpupool.config import PoolConfig, ReportSettings
 from slurm_gpupool.reports.compute import Data
 from slurm_gpupool.reports.gpu_frame import enrich
-from slurm_gpupool.reports.layout_history import LayoutHistory, read_journal_log, schedule_segments
+from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, read_journal_log, schedule_segments
 from slurm_gpupool.reports.pool_capacity import capacity_intervals
 from slurm_gpupool.reports.sacct_load import LoadStats, Progress, finish, load_files, read_stream
 from slurm_gpupool.reports.usage_spool import read_records, spool_dirs
@@ -34,15 +34,14 @@ def load_jobs(source: Source, since: datetime, until: datetime, progress: Progre
     """(jobs, stats) from files, or from sacct in windows."""
     if source.files:
         return load_files(source.files, source.tz, source.fields, source.delimiter, progress)
-    from slurm_gpupool.slurm.accounting import sacct_windows
-    from slurm_gpupool.slurm.runner import SlurmRunner
+    from slurm_gpupool.slurm.accounting import sacct_windows, utc_runner
 
     stats = LoadStats()
     progress = progress or Progress()
     frames = []
-    for label, text in sacct_windows(SlurmRunner(), since, until, source.window, source.use_json):
+    for label, text in sacct_windows(utc_runner(), since, until, source.window, source.use_json):
         stats.sources.append(label)
-        frames.extend(read_stream(io.StringIO(text), label, stats, source.tz, None, None, progress))
+        frames.extend(read_stream(io.StringIO(text), label, stats, "UTC", None, None, progress))
     progress(stats.lines, done=True)
     return finish(frames, stats), stats
 
@@ -80,5 +79,8 @@ def build(
     if bad_spool:
         text.append(f"{bad_spool} unreadable usage spool records")
     text.append(f"capacity history: {history.source}")
+    assumed = assumed_layout(cfg)
+    if assumed is not None:
+        text.append(f"no schedule in the config: nodes without journal entries taken to be in layout {assumed}")
     data = Data(jobs, grants, capacity, periods, since, until, cfg.reports if cfg else ReportSettings(), text, cfg)
     return data, stats, spool

@@ -20,9 +20,18 @@ import pandas as pd
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.tres import GpuTres, TresError, gpu_tres
 from slurm_gpupool.ops.capacity import TypeInfo, node_shares, type_table
-from slurm_gpupool.reports.layout_history import LayoutHistory, layouts_at, lookup, schedule_segments
+from slurm_gpupool.reports.layout_history import (
+    LayoutHistory,
+    assumed_layout,
+    epoch_s,
+    layouts_at,
+    lookup,
+    schedule_segments,
+)
 
 _PROFILE = re.compile(r"(?:^|_)(\d)g\.\d+gb")
+# states whose missing End means "still going" (any other state without an End is bad data)
+RUNNING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT")
 UNTYPED = "gpu"
 
 
@@ -127,19 +136,21 @@ def enrich(
     df["node"] = node_cat.map(firsts).astype("category") if len(firsts) else node_cat
     started = df["start"].notna()
     at = df["start"].where(started, df["submit"])
-    df["layout"] = pd.Categorical(layouts_at(history, schedule, df["node"], at, since, until))
+    df["layout"] = pd.Categorical(layouts_at(history, schedule, df["node"], at, since, until, assumed_layout(cfg)))
     starts, names = schedule_segments(schedule, since, until)
-    df["period"] = pd.Categorical(lookup(starts, names, at.astype("int64").to_numpy() / 1e9))
+    df["period"] = pd.Categorical(lookup(starts, names, epoch_s(at)))
     df["wait_s"] = (df["start"] - df["submit"]).dt.total_seconds()
-    running = started & df["end"].isna()
+    no_end = started & df["end"].isna()
+    running = no_end & df["state"].astype(str).isin(RUNNING_STATES)
     notes["running jobs (counted up to now)"] += int(running.sum())
+    notes["finished jobs without an end time (not counted)"] += int((no_end & ~running).sum())
     notes["jobs that never started"] += int((~started).sum())
     lo, hi, now_ts = pd.Timestamp(since), pd.Timestamp(until), pd.Timestamp(now)
     end = df["end"].where(~running, min(now_ts, hi))
     df["run_start"] = df["start"].clip(lower=lo)
     df["run_end"] = end.clip(upper=hi)
     hours = (df["run_end"] - df["run_start"]).dt.total_seconds() / 3600
-    df["hours"] = hours.where(started & (hours > 0), 0.0)
+    df["hours"] = hours.where(started & (hours > 0) & ~(no_end & ~running), 0.0)
 
     # -- grants: resolve each distinct (TRES, node, layout) once ---------------------
     tres = (

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.schedule import Schedule
 
 ALL = "all"  # the period label when there is no schedule
@@ -37,6 +38,13 @@ def schedule_segments(schedule: Schedule | None, since: datetime, until: datetim
         starts.append(t.timestamp())
         names.append(layout)
     return np.array(starts, dtype=float), names
+
+
+def epoch_s(t: pd.Series) -> np.ndarray:
+    """Timestamps → epoch seconds (float), whatever their resolution (ns from sacct, µs
+    from ``to_datetime(unit="s")``); NaT → NaN."""
+    ns = t.astype("datetime64[ns, UTC]")
+    return np.where(ns.isna(), np.nan, ns.astype("int64").to_numpy() / 1e9)
 
 
 def lookup(starts: np.ndarray, names: list[str], at: np.ndarray) -> np.ndarray:
@@ -88,7 +96,7 @@ def read_journal_log(path: Path) -> LayoutHistory:
             target, previous = ev.get("target"), ev.get("previous") or {}
             for node, layout in previous.items():
                 if layout and node not in hist.changes:
-                    hist.changes[node] = [(0.0, layout)]  # its layout before any recorded switch
+                    hist.changes[node] = [(at, layout)]  # what it had when the journal first saw it
         elif ev.get("run") == "resume":
             target = ev.get("target")
         elif "node" in ev and target is not None:
@@ -99,8 +107,6 @@ def read_journal_log(path: Path) -> LayoutHistory:
                 hist.changes.setdefault(ev["node"], []).append((at, str(previous[ev["node"]])))
     for ch in hist.changes.values():
         ch.sort()
-        if ch and ch[0][0] == 0.0 and len(ch) > 1:
-            ch[0] = (ch[1][0] - 1e9, ch[0][1])  # long before the first switch
     if hist.changes:
         hist.source = f"journal {path}"
     return hist
@@ -110,14 +116,27 @@ def to_utc(t: datetime) -> datetime:
     return t.astimezone(UTC) if t.tzinfo else t.astimezone().astimezone(UTC)
 
 
+def assumed_layout(cfg: PoolConfig | None) -> str | None:
+    """With no schedule, the layout a node without journal entries is taken to be in."""
+    if cfg is None or cfg.schedule is not None or not cfg.layouts:
+        return None
+    return cfg.layout_names()[0]
+
+
 def layouts_at(
-    history: LayoutHistory, schedule: Schedule | None, nodes: pd.Series, at: pd.Series, since: datetime, until: datetime
+    history: LayoutHistory,
+    schedule: Schedule | None,
+    nodes: pd.Series,
+    at: pd.Series,
+    since: datetime,
+    until: datetime,
+    assumed: str | None = None,
 ) -> np.ndarray:
     """The layout each row's node had at each row's time (object array; None if unknown)."""
-    t = at.astype("int64").to_numpy() / 1e9
+    t = epoch_s(at)
     out = np.empty(len(t), dtype=object)
     sched_starts, sched_names = schedule_segments(schedule, since, until)
-    out[:] = lookup(sched_starts, sched_names, t) if schedule is not None else None
+    out[:] = lookup(sched_starts, sched_names, t) if schedule is not None else assumed
     node_arr = nodes.astype(str).to_numpy()
     for node in history.changes:
         mask = node_arr == node

@@ -14,7 +14,7 @@ import pandas as pd
 
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.ops.capacity import Offer, node_offers
-from slurm_gpupool.reports.layout_history import LayoutHistory, schedule_segments
+from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, schedule_segments
 
 
 def _segments(starts: np.ndarray, names: list[str], lo: float, hi: float) -> list[tuple[float, float, str]]:
@@ -36,8 +36,9 @@ def capacity_intervals(
         return pd.DataFrame(columns=cols)
     lo, hi = since.timestamp(), until.timestamp()
     sched = schedule_segments(cfg.schedule, since, until)
-    if cfg.schedule is None:  # no schedule: nodes not in the journal keep the first layout
-        sched = (np.array([lo]), [cfg.layout_names()[0]])
+    assumed = assumed_layout(cfg)
+    if assumed is not None:  # no schedule: nodes not in the journal are taken to be in one layout
+        sched = (np.array([lo]), [assumed])
     by_layout: dict[str, dict[str, Offer]] = defaultdict(dict)  # nodes on the schedule, summed
     rows: list[tuple] = []
     for node in cfg.all_nodes():

@@ -24,14 +24,17 @@ def _tres(items: list[dict[str, Any]] | None) -> str:
 
 def _time(epoch: Any) -> str:
     """Epoch seconds → ISO 8601 with offset (0 means "not yet", as sacct's Unknown)."""
-    if not epoch:
+    if not epoch or int(epoch) == 0:  # a pending job's start, a running job's end
         return "Unknown"
     return datetime.fromtimestamp(int(epoch), tz=UTC).isoformat()
 
 
 def _state(job: dict[str, Any]) -> str:
     s = job["state"]
-    return str(s["current"] if isinstance(s, dict) else s)
+    cur = s["current"] if isinstance(s, dict) else s
+    if isinstance(cur, list):  # v0.0.39+: a list of flags, the base state first
+        cur = cur[0] if cur else ""
+    return str(cur)
 
 
 def _number(v: Any) -> str:

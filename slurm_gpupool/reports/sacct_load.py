@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import pandas as pd
 
 from slurm_gpupool.errors import DataError
@@ -130,7 +131,15 @@ class Progress:
 # -- one chunk of rows → the normalized frame ---------------------------------------
 
 
-def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str) -> pd.Series:
+def _localize(t: pd.Series, tz: Any) -> pd.Series:
+    """Naive local times → UTC.  The hour repeated when DST ends is taken as standard time
+    and the hour skipped when it starts is shifted forward: a job is never lost to a clock
+    change (sacct prints local time without an offset; run it with TZ=UTC to avoid both)."""
+    ambiguous = np.zeros(len(t), dtype=bool)
+    return t.dt.tz_localize(tz, ambiguous=ambiguous, nonexistent="shift_forward").dt.tz_convert("UTC")
+
+
+def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str, ids: pd.Series) -> pd.Series:
     """sacct times → UTC timestamps.  sacct prints the cluster's local time without an
     offset; saved files may carry offsets (``+02:00``).  Unknown/None → NaT."""
     col = col.fillna("").astype(str).str.strip()
@@ -140,7 +149,7 @@ def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str) -> 
     plain = pd.to_datetime(col, format=SACCT_TIME, errors="coerce")
     done = plain.notna()
     if done.any():
-        out[done] = plain[done].dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+        out[done] = _localize(plain[done], tz)
     rest = ~missing & ~done
     has_offset = pd.Series(False, index=col.index)
     if rest.any():
@@ -151,11 +160,13 @@ def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str) -> 
     if naive.any():
         parsed = pd.to_datetime(col[naive], format="ISO8601", errors="coerce")
         if getattr(parsed.dt, "tz", None) is None:
-            parsed = parsed.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
-        out[naive] = parsed.dt.tz_convert("UTC")
+            ok = parsed.notna()
+            out[naive & ok.reindex(col.index, fill_value=False)] = _localize(parsed[ok], tz)
+        else:
+            out[naive] = parsed.dt.tz_convert("UTC")
     bad = ~missing & out.isna()
     if bad.any():
-        stats.bad(f"unreadable {name} time", f"{where} job {col.index[bad][0]}: {col[bad].iloc[0]!r}", int(bad.sum()))
+        stats.bad(f"unreadable {name} time", f"{where} job {ids[bad].iloc[0]}: {col[bad].iloc[0]!r}", int(bad.sum()))
     return out
 
 
@@ -197,7 +208,7 @@ def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.Da
     out = pd.DataFrame({col: jobs[src].astype(str) for col, src in COLUMNS.items()}, index=jobs.index)
     out["state"] = _per_value(out["state"], lambda s: s.str.split(" ", n=1).str[0])  # "CANCELLED by 123" → CANCELLED
     for col in ("submit", "start", "end"):
-        out[col] = _times(out[col], tz, stats, col, where)
+        out[col] = _times(out[col], tz, stats, col, where, out["job_id"])
     out["timelimit_min"] = _per_value(out["timelimit_min"], lambda s: pd.to_numeric(s, errors="coerce"))
     out = out.merge(peaks, on="job_id", how="left") if len(peaks) else out.assign(gpumem_mib=None, gpuutil_pct=None)
     out = out.drop(columns=["usage_tres"])
@@ -368,11 +379,17 @@ def _export(f: IO[str], first: str, where: str, stats: LoadStats) -> Iterator[pd
         raw["JobID"] = raw["JobIDRaw"]
         if "gpumem_mib" in chunk.columns:
             raw["TRESUsageInMax"] = ""
-        out = normalize(raw, "UTC", stats, where)
-        for col in ("gpumem_mib", "gpuutil_pct"):
-            if col in chunk.columns:
-                out[col] = pd.to_numeric(chunk[col].reindex(out.index), errors="coerce")
-        yield out
+        yield _with_peaks(normalize(raw, "UTC", stats, where), chunk)
+
+
+def _with_peaks(out: pd.DataFrame, src: pd.DataFrame) -> pd.DataFrame:
+    """An export's peak columns joined back by job id (normalize may drop rows)."""
+    cols = [c for c in ("gpumem_mib", "gpuutil_pct") if c in src.columns]
+    if not cols:
+        return out
+    peaks = src[["job_id", *cols]].drop_duplicates("job_id", keep="last")
+    peaks[cols] = peaks[cols].apply(pd.to_numeric, errors="coerce")
+    return out.drop(columns=cols).merge(peaks, on="job_id", how="left")
 
 
 class _ChainIO(io.TextIOBase):
@@ -461,11 +478,7 @@ def _export_json(doc: dict[str, Any], where: str, stats: LoadStats) -> pd.DataFr
     stats.lines += len(df)
     raw = df.rename(columns=COLUMNS)
     raw["JobID"] = raw["JobIDRaw"] if "JobIDRaw" in raw.columns else ""
-    out = normalize(raw, "UTC", stats, where)
-    for col in ("gpumem_mib", "gpuutil_pct"):
-        if col in df.columns:
-            out[col] = pd.to_numeric(df[col].reindex(out.index), errors="coerce")
-    return out
+    return _with_peaks(normalize(raw, "UTC", stats, where), df)
 
 
 def _tz(tz: Any) -> Any:
@@ -478,13 +491,16 @@ def _tz(tz: Any) -> Any:
 
 
 def finish(frames: Iterable[pd.DataFrame], stats: LoadStats) -> pd.DataFrame:
-    """Concatenate chunks; a job seen twice (overlapping windows or files) keeps its last row."""
+    """Concatenate chunks into one frame of jobs, one row per job."""
     parts = [f for f in frames if len(f)]
     if not parts:
         return empty_jobs()
     df = pd.concat(parts, ignore_index=True)
     before = len(df)
-    df = df.drop_duplicates("job_id", keep="last").reset_index(drop=True)
+    # a job listed twice (sacct windows, several files) keeps its latest row: the one with
+    # an end if any (a stale RUNNING row never wins over the finished job), else the last read
+    df = df.sort_values("end", na_position="first", kind="stable")
+    df = df.drop_duplicates("job_id", keep="last").sort_index().reset_index(drop=True)
     if before != len(df):
         stats.notes["duplicate job rows merged"] += before - len(df)
         stats.jobs -= before - len(df)

@@ -4,13 +4,16 @@ Each window (a day by default) is one ``sacct`` call whose output is parsed
 before the next, so memory follows the window, not the year.  ``--json`` where
 the Slurm version has it (21.08+: data parser v0.0.37 and later), else
 ``--parsable2``.  A job running across windows is listed in each; the loader
-keeps its last row.
+keeps its latest row.  sacct runs with ``TZ=UTC`` so its times are unambiguous.
+Measured on 22.05: a held job has no eligible time and is not listed in a
+``-S``/``-E`` window until it is released.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
 
@@ -22,8 +25,13 @@ JSON_SINCE = (21, 8, 0)
 
 
 def _stamp(t: datetime) -> str:
-    """sacct takes local time without an offset."""
-    return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+    """sacct takes times without an offset, in its TZ: we run it with TZ=UTC."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def utc_runner() -> SlurmRunner:
+    """sacct in UTC: its output then has no local-time gaps or repeats at DST changes."""
+    return SlurmRunner(env={**os.environ, "TZ": "UTC"})
 
 
 def sacct_argv(since: datetime, until: datetime, as_json: bool) -> list[str]:

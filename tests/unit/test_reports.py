@@ -134,8 +134,10 @@ def test_waits_per_gres_type_and_period(data):
     assert w.loc["gpu:3g.40gb", "max_s"] == 4 * 3600
     assert w.loc["gpu:a100", "jobs"] == 2 and w.loc["gpu:a100", "p50_s"] == pytest.approx(1800)
     t = r.tables["by type and period"]
-    pend = t.set_index("gres")["pending_now"]
-    assert "gpu:1g.10gb" not in pend.index  # never started: no wait yet, counted as pending
+    pend = t.set_index("gres")
+    # never started: no wait percentile yet, but counted, with its wait so far (15:00 → 24:00)
+    assert pend.loc["gpu:1g.10gb", "pending_now"] == 1 and pend.loc["gpu:1g.10gb", "jobs"] == 0
+    assert pend.loc["gpu:1g.10gb", "oldest_pending_s"] == 9 * 3600
     assert set(t["period"]) == {"day", "night"}
 
 
@@ -386,3 +388,102 @@ def test_sacct_json_with_null_tres_counts_loads_every_job():
     jobs, stats = load_files([FIXTURES / "sandbox-switch.json"])
     assert stats.malformed_total == 0 and stats.jobs == len(jobs) > 0
     assert jobs["alloc_tres"].astype(str).str.contains("gres/").any()
+
+
+def test_pending_running_and_cancelled_jobs_from_json_and_parsable2_alike(cfg):
+    """Recorded from the sandbox: a job running (end 0 in JSON, Unknown in text), one pending
+    (start 0 / Unknown) and one cancelled while pending (start None)."""
+    since, until = datetime(2026, 11, 22, 3, 0, tzinfo=UTC), datetime(2026, 11, 22, 3, 30, tzinfo=UTC)
+    out = {}
+    for name, tz in (("sandbox-pending-running.json", "UTC"), ("sandbox-pending-running.txt", "UTC")):
+        d, stats, _ = build(cfg, Source(files=(FIXTURES / name,), tz=tz), since, until, now=until)
+        assert stats.malformed_total == 0, (name, stats.to_dict())
+        jobs = d.jobs.set_index("job_id")
+        assert jobs.loc["28", "hours"] == pytest.approx((until - jobs.loc["28", "start"]).total_seconds() / 3600)
+        assert jobs.loc["29", "hours"] == 0 and jobs.loc["30", "hours"] == 0
+        w = compute.waits(d).tables["by type"].set_index("gres")
+        assert w.loc["gpu:v100", "pending_now"] == 1  # 29; 30 was cancelled, not pending
+        out[name] = jobs[["state", "start", "end", "gpus"]].astype(str).to_dict("index")
+    assert out["sandbox-pending-running.json"] == out["sandbox-pending-running.txt"]
+
+
+def test_clock_changes_lose_no_job_and_a_missing_end_is_not_running(cfg, tmp_path):
+    f = tmp_path / "dst.txt"
+    f.write_text(
+        "\n".join(
+            [
+                HEADER,
+                # 02:15 happens twice on 2026-10-25 in Paris; 02:30 never happens on 2026-03-29
+                "1|1|a|u|phys|gpu|a100n1|COMPLETED|2026-10-25T01:00:00|2026-10-25T01:30:00|2026-10-25T02:15:00|60||"
+                "gres/gpu:a100=1,gres/gpu=1",
+                "2|2|b|u|phys|gpu|a100n1|COMPLETED|2026-03-29T02:00:00|2026-03-29T02:30:00|2026-03-29T04:00:00|60||"
+                "gres/gpu:a100=1,gres/gpu=1",
+                "3|3|c|u|phys|gpu|a100n1|COMPLETED|2026-10-20T01:00:00|2026-10-20T01:00:00|Unknown|60||"
+                "gres/gpu:a100=1,gres/gpu=1",
+            ]
+        )
+        + "\n"
+    )
+    since, until = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
+    d, stats, _ = build(cfg, Source(files=(f,), tz="Europe/Paris"), since, until, now=until)
+    assert stats.malformed_total == 0
+    h = d.jobs.set_index("job_id")["hours"]
+    assert 0.75 <= h["1"] <= 1.75  # 01:30 CEST to either 02:15: never "running until now"
+    assert h["2"] == pytest.approx(1.0)  # 02:30 does not exist: shifted to 03:00 CEST
+    assert h["3"] == 0 and any("finished jobs without an end time" in n for n in d.notes)
+
+
+def test_export_round_trip_keeps_each_jobs_gpu_peaks(tmp_path):
+    path = _need(SAMPLES / "hb-jobinfo" / "sacct.txt")
+    jobs, _ = load_files([path], fields=HB_FIELDS)
+    want = jobs.set_index("job_id")[["gpumem_mib", "gpuutil_pct"]].dropna()
+    assert len(want) == 7
+    for fmt in ("csv", "json"):
+        f = tmp_path / f"hb.{fmt}"
+        f.write_text(export_jobs(jobs, fmt))
+        again, stats = load_files([f])
+        assert stats.jobs == 100
+        got = again.set_index("job_id")[["gpumem_mib", "gpuutil_pct"]].dropna()
+        pd.testing.assert_frame_equal(got.sort_index().astype(float), want.sort_index().astype(float))
+
+
+def test_a_config_without_schedule_assumes_one_layout_and_says_so(tmp_path):
+    raw = yaml.safe_load((ROOT / "etc" / "gpupool.yaml").read_text())
+    del raw["schedule"]
+    raw["paths"] = {**(raw.get("paths") or {}), "controller_dir": "/nonexistent", "spool_dir": "/nonexistent"}
+    c = parse_config(raw, str(ROOT / "etc" / "gpupool.yaml"), ROOT / "etc")
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    d, _, _ = build(c, Source(files=(f,)), SINCE, UNTIL, now=UNTIL)
+    layout = c.layout_names()[0]
+    assert set(d.jobs["layout"].astype(str)) == {layout}
+    assert any(f"taken to be in layout {layout}" in n for n in d.notes)
+    assert set(compute.utilization(d).tables["by type"]["period"]) == {"all"}
+
+
+def test_before_the_journal_the_schedule_holds(cfg):
+    from slurm_gpupool.reports.layout_history import LayoutHistory, layouts_at
+
+    t = lambda h: datetime(2026, 11, 16, h, tzinfo=UTC).timestamp()  # noqa: E731
+    hist = LayoutHistory({"a100n1": [(t(10), "night"), (t(11), "day")]})  # run at 10:00, done at 11:00
+    at = pd.Series(pd.to_datetime([t(9), t(10) + 60, t(12)], unit="s", utc=True))
+    got = layouts_at(hist, cfg.schedule, pd.Series(["a100n1"] * 3), at, SINCE, UNTIL)
+    assert list(got) == ["day", "night", "day"]  # schedule, then the journal's previous, then done
+
+
+def test_a_report_refuses_a_grouping_it_does_not_have(tmp_path):
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    res = gpupool(
+        "--config",
+        str(ROOT / "etc" / "gpupool.yaml"),
+        "report",
+        "utilization",
+        "--by",
+        "account",
+        "--from",
+        str(f),
+        "--since",
+        "2026-11-16",
+    )
+    assert res.returncode == 2 and "utilization is not grouped that way" in res.stderr
