@@ -319,6 +319,10 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
     if len(usage_records):
         u = usage_records.set_index("job_id")
         ids = per_job["job_id"].astype(str)
+        # a spool record is this job's only if it started within an hour of sacct's start
+        # (job ids restart with a new slurmctld state; a stale record must not be joined)
+        start = epoch_s(jobs["start"].reindex(per_job.index))
+        ids = ids.where(np.abs(ids.map(u["start_time"]).astype(float).to_numpy() - start) < 3600, "")
         per_job["peak_mem_mib"] = ids.map(u["peak_mem_mib"]).fillna(per_job["peak_mem_mib"])
         per_job["util_pct"] = ids.map(u["mean_util_pct"]).fillna(per_job["util_pct"])
         per_job["slice_mib"] = per_job["slice_mib"].fillna(ids.map(u["memory_mib"]))  # untyped: the device's

@@ -17,7 +17,7 @@ import pandas as pd
 
 from slurm_gpupool.config import PoolConfig
 
-COLUMNS = ["job_id", "node", "types", "peak_mem_mib", "memory_mib", "mean_util_pct"]
+COLUMNS = ["job_id", "node", "start_time", "types", "peak_mem_mib", "memory_mib", "mean_util_pct"]
 
 
 def spool_dirs(cfg: PoolConfig | None, extra: Iterable[str] = ()) -> list[Path]:
@@ -47,6 +47,7 @@ def read_records(dirs: Iterable[Path]) -> tuple[pd.DataFrame, int]:
                     (
                         str(rec["job_id"]),
                         str(rec.get("node", "")),
+                        float(rec.get("start_time") or "nan"),
                         ",".join(sorted({str(x.get("type")) for x in devices})),
                         float(fullest["peak_memory_mib"]) if fullest else None,
                         (float(fullest.get("memory_total_mib") or 0) or None) if fullest else None,
@@ -56,4 +57,11 @@ def read_records(dirs: Iterable[Path]) -> tuple[pd.DataFrame, int]:
             except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
                 bad += 1
     df = pd.DataFrame(rows, columns=COLUMNS)
-    return df.drop_duplicates("job_id", keep="last"), bad
+    # a multi-node job has a record on each node: keep its fullest device, average the utilization
+    df["ratio"] = df["peak_mem_mib"] / df["memory_mib"]
+    util = df.groupby("job_id")["mean_util_pct"].mean()
+    first = df.groupby("job_id")["start_time"].min()
+    df = df.sort_values("ratio", na_position="first").drop_duplicates("job_id", keep="last")
+    df["mean_util_pct"] = df["job_id"].map(util)
+    df["start_time"] = df["job_id"].map(first)
+    return df.drop(columns=["ratio"]).reset_index(drop=True), bad

@@ -487,3 +487,26 @@ def test_a_report_refuses_a_grouping_it_does_not_have(tmp_path):
         "2026-11-16",
     )
     assert res.returncode == 2 and "utilization is not grouped that way" in res.stderr
+
+
+def test_efficiency_joins_the_usage_spool_only_for_the_same_job(cfg, tmp_path):
+    spool = tmp_path / "a100n1" / "jobs"
+    spool.mkdir(parents=True)
+    start = datetime(2026, 11, 16, 9, 30, tzinfo=UTC).timestamp()
+
+    def rec(jid: str, started: float, peak: int) -> str:
+        dev = {"index": 0, "type": "1g.5gb", "memory_total_mib": 4864, "peak_memory_mib": peak}
+        return json.dumps({"job_id": jid, "node": "a100n1", "start_time": started, "devices": [dev], "usage": [dev]})
+
+    (spool / "1.json").write_text(rec("1", start + 2, 600))  # job 1: 600 of 4864 MiB
+    (spool / "4.json").write_text(rec("4", start - 30 * 86400, 10))  # an older job 4: not this one
+    (spool / "9.json").write_text("{not json")
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    d, _, records = build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "a100n1"),), now=UNTIL)
+    assert any("1 unreadable usage spool records" in n for n in d.notes)
+    r = compute.efficiency(d, records)
+    per_job = r.series["per_job"].set_index("job_id")
+    assert per_job.loc["1", "peak_mem_mib"] == 600 and per_job.loc["1", "slice_mib"] == 4864
+    assert "1" in set(r.tables["jobs"]["job_id"])  # 12 % of its slice: oversized
+    assert pd.isna(per_job.loc["4", "peak_mem_mib"])  # the stale record was not joined
