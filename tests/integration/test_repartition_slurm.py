@@ -152,7 +152,7 @@ def test_day_night_day_with_a_stream_of_jobs_loses_none(night):
     """Jobs keep coming through two switches; a long job holds its node until it ends; none is
     killed, failed or lost; the night layout runs an 8-GPU NVLink job."""
     long_job = night.run(
-        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:2", "-t", "3", "--wrap", "sleep 25"]
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:2", "-t", "3", "--wrap", "sleep 15"]
     ).stdout.strip()
     stream = JobStream(night)
     stream.start()
@@ -261,7 +261,7 @@ def test_slurmctld_refusing_the_new_config_is_reverted(night, tmp_path: Path):
 
 def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night):
     job = night.run(
-        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "3", "--wrap", "sleep 30"]
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "3", "--wrap", "sleep 20"]
     ).stdout.strip()
     deadline = time.monotonic() + 30
     while night.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
@@ -371,7 +371,7 @@ def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Pat
         ]
     ).stdout.strip()
     keep = night.run(
-        ["sbatch", "--parsable", "--no-requeue", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "5", "--wrap", "sleep 25"]
+        ["sbatch", "--parsable", "--no-requeue", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "5", "--wrap", "sleep 15"]
     ).stdout.strip()
     deadline = time.monotonic() + 30
     while {night.run(["squeue", "-h", "-j", j, "-o", "%T"]).stdout.strip() for j in (ckpt, keep)} != {"RUNNING"}:

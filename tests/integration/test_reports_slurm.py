@@ -75,6 +75,12 @@ def history(_sandbox_session, tmp_path_factory):
     since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     ids: dict[str, str] = {}
     register = "gpupool --node h100n1 sim process 0 $$ --mig-uuid $CUDA_VISIBLE_DEVICES --memory-mib 900"
+    ids["across"] = sbatch(
+        sb, "-A", "phys", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "1", "-o", "/dev/null", "--wrap", "sleep 14"
+    )  # still running when the night switch starts
+    ids["held"] = sbatch(
+        sb, "--hold", "-A", "bio", "-w", "a100n1", "--gres=gpu:3g.20gb:1", "-o", "/dev/null", "--wrap", "sleep 2"
+    )
     ids["mig"] = sbatch(
         sb,
         "--wait",
@@ -86,18 +92,11 @@ def history(_sandbox_session, tmp_path_factory):
         "-o",
         "/dev/null",
         "--wrap",
-        f"{register}; sleep 3; gpupool --node h100n1 sim process 0 $$ --remove",
+        f"{register}; sleep 2; gpupool --node h100n1 sim process 0 $$ --remove",
     )
+    sb.run(["scontrol", "release", ids["held"]])  # held while the MIG job ran: a wait of seconds
     ids["shard"] = sbatch(
         sb, "--wait", "-A", "bio", "-w", "v100n1", "--gres=shard:2", "-o", "/dev/null", "--wrap", "sleep 2"
-    )
-    ids["held"] = sbatch(
-        sb, "--hold", "-A", "bio", "-w", "a100n1", "--gres=gpu:3g.20gb:1", "-o", "/dev/null", "--wrap", "sleep 2"
-    )
-    time.sleep(3)
-    sb.run(["scontrol", "release", ids["held"]])
-    ids["across"] = sbatch(
-        sb, "-A", "phys", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "1", "-o", "/dev/null", "--wrap", "sleep 20"
     )
     wait_done(sb, [ids["held"]])
     repartition(sb, "night")  # v100n1 waits for "across"; no job is killed
@@ -174,7 +173,7 @@ def test_waits_equal_sacct_start_minus_submit(history):
     got = rows(report(history, "waits"), "gres", "by type")
     submit, start, _ = times[ids["held"]]
     held_wait = (start - submit).total_seconds()
-    assert held_wait >= 3
+    assert held_wait >= 2  # held while the MIG job ran
     assert got["gpu:3g.20gb"]["max_s"] == pytest.approx(held_wait)
     submit, start, _ = times[ids["mig"]]
     assert got["gpu:1g.10gb"]["max_s"] == pytest.approx((start - submit).total_seconds())
