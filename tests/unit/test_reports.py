@@ -514,3 +514,14 @@ def test_efficiency_joins_the_usage_spool_only_for_the_same_job(cfg, tmp_path):
     assert per_job.loc["1", "peak_mem_mib"] == 600 and per_job.loc["1", "slice_mib"] == 4864
     assert "1" in set(r.tables["jobs"]["job_id"])  # 12 % of its slice: oversized
     assert pd.isna(per_job.loc["4", "peak_mem_mib"])  # the stale record was not joined
+
+
+def test_long_loads_show_progress_on_a_terminal(tmp_path, capsys):
+    from slurm_gpupool.reports.sacct_load import Progress
+
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    load_files([f], progress=Progress(enabled=True))
+    assert "loaded 7 lines" in capsys.readouterr().err  # the 7 job lines under the header
+    load_files([f])  # not a terminal (pytest captures stderr): silent
+    assert capsys.readouterr().err == ""
