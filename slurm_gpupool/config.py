@@ -530,9 +530,18 @@ class ReportSettings:
         return table.get(model or "", table.get("default"))
 
 
+def _duration_s(w: Where, raw: dict, key: str) -> int:
+    """``raw[key]`` as seconds (``30m``, ``2h``, 90), or an error naming the key."""
+    from slurm_gpupool.core.durations import parse_duration_s
+
+    try:
+        return parse_duration_s(w.key(key).check_type(raw[key], (str, int)))
+    except ValueError as e:
+        raise w.key(key).error(str(e)) from None
+
+
 def _parse_reports(raw: Any, top: Where) -> ReportSettings:
     from slurm_gpupool.core.catalog import all_models
-    from slurm_gpupool.core.durations import parse_duration_s
 
     d = ReportSettings()
     if raw is None:
@@ -566,10 +575,7 @@ def _parse_reports(raw: Any, top: Where) -> ReportSettings:
     wa = w.key("advice")
     wa.only_keys(adv, {"long_wait", "idle_fraction", "min_jobs"})
     if "long_wait" in adv:
-        try:
-            values["long_wait_s"] = parse_duration_s(wa.key("long_wait").check_type(adv["long_wait"], (str, int)))
-        except ValueError as e:
-            raise wa.key("long_wait").error(str(e)) from None
+        values["long_wait_s"] = _duration_s(wa, adv, "long_wait")
     values["idle_fraction"] = float(wa.optional(adv, "idle_fraction", (int, float), d.idle_fraction))
     values["min_jobs"] = wa.optional(adv, "min_jobs", int, d.min_jobs)
     dirs = w.optional(raw, "spool_dirs", list, [])
@@ -602,8 +608,6 @@ _COMMANDS = ("node_command", "stop_slurmd", "restart_slurmctld", "start_slurmd")
 
 def _parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
     """Durations as ``30m``/``2h``/seconds; commands as argument lists (never a shell)."""
-    from slurm_gpupool.core.durations import parse_duration_s
-
     d = RepartitionSettings()
     if raw is None:
         return d
@@ -617,10 +621,7 @@ def _parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
     values: dict[str, Any] = {}
     for k in _DURATIONS:
         if k in raw and not (k == "lead_time" and raw[k] in (None, "auto")):
-            try:
-                values[f"{k}_s"] = parse_duration_s(w.key(k).check_type(raw[k], (str, int)))
-            except ValueError as e:
-                raise w.key(k).error(str(e)) from None
+            values[f"{k}_s"] = _duration_s(w, raw, k)
     for k in _COMMANDS:
         if k in raw:
             argv = w.key(k).check_type(raw[k], list)

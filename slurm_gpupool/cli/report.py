@@ -8,7 +8,6 @@ only here, under ``slurm_gpupool.reports``.
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -118,6 +117,17 @@ def report() -> None:
     """
 
 
+def _write(text: str, output: Path | None, what: str) -> None:
+    """To ``output`` atomically (saying so on stderr), else to stdout."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from slurm_gpupool.atomic import write_text_atomic
+
+    write_text_atomic(output, text)
+    click.echo(f"wrote {what}", err=True)
+
+
 def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None) -> None:
     from slurm_gpupool.reports import output as out
 
@@ -143,13 +153,7 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
         )
     else:
         text = out.to_table(reports, load, data.notes)
-    if output:
-        from slurm_gpupool.atomic import write_text_atomic
-
-        write_text_atomic(output, text)
-        click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    _write(text, output, str(output))
     if fmt != "table" and stats.malformed_total:
         click.echo("gpupool: " + out.load_summary(load), err=True)
 
@@ -157,7 +161,7 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
 BY_OF = {"utilization": ("day-night",), "efficiency": (), "advice": ()}  # the rest: all of BY
 
 
-def _run(name: str, data, spool, by: str | None):
+def _run(name: str, data, spool, by: str | None, done: dict | None = None):
     from slurm_gpupool.reports import compute
 
     allowed = BY_OF.get(name, BY)
@@ -171,7 +175,7 @@ def _run(name: str, data, spool, by: str | None):
     if name == "usage":
         return compute.usage(data, by or "account")
     if name == "utilization":
-        return compute.utilization(data, by or "day-night")
+        return compute.utilization(data)
     if name == "waits":
         return compute.waits(data, by or "gres-type")
     if name == "cost":
@@ -180,7 +184,7 @@ def _run(name: str, data, spool, by: str | None):
         return compute.efficiency(data, spool)
     from slurm_gpupool.reports.advice import advice
 
-    return advice(data, spool)
+    return advice(data, spool, done)
 
 
 def _make(name: str) -> click.Command:
@@ -210,8 +214,10 @@ for _name in REPORTS:
 def all_reports(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
     """Every report in one document (HTML by default: charts included)."""
     data, stats, spool = _load(app, **kw)
-    reports = [_run(n, data, spool, None) for n in REPORTS]
-    _emit(reports, stats, data, fmt, output, None)
+    done: dict = {}
+    for n in REPORTS:  # advice comes last and reuses what the others computed
+        done[n] = _run(n, data, spool, None, done)
+    _emit(list(done.values()), stats, data, fmt, output, None)
 
 
 @report.command()
@@ -224,11 +230,4 @@ def export(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
     from slurm_gpupool.reports.export import export_jobs
 
     data, stats, _ = _load(app, **kw)
-    text = export_jobs(data.jobs, fmt)
-    if output:
-        from slurm_gpupool.atomic import write_text_atomic
-
-        write_text_atomic(output, text)
-        click.echo(f"wrote {len(data.jobs):,} jobs to {output}", err=True)
-    else:
-        sys.stdout.write(text)
+    _write(export_jobs(data.jobs, fmt), output, f"{len(data.jobs):,} jobs to {output}")

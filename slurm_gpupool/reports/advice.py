@@ -14,6 +14,7 @@ A layout change is only suggested if the planner places it (the same check as
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,19 +105,21 @@ def _gb(mib: float) -> str:
     return f"{mib / 1024:.1f} GB"
 
 
-def advice(data: Data, spool: pd.DataFrame, cfg: PoolConfig | None = None) -> Report:
-    """The recommendations, most valuable first (by the GPU-equivalent hours behind them)."""
+def advice(data: Data, spool: pd.DataFrame, done: Mapping[str, Report] | None = None) -> Report:
+    """The recommendations, most valuable first (by the GPU-equivalent hours behind them).
+    ``done``: reports already computed for this data (``report all``), by name, reused."""
     from slurm_gpupool.ops.capacity import type_table
 
+    done = done or {}
     s = data.settings
-    cfg = cfg if cfg is not None else data.cfg
+    cfg = data.cfg
     types = type_table(cfg)
     rows: list[tuple[str, str, float, str]] = []  # (rule, advice, weight, change)
-    util = compute.utilization(data).tables["by type"]
+    util = (done.get("utilization") or compute.utilization(data)).tables["by type"]
     idle_rank = util.assign(idle_share=util["idle_eq_hours"] / util["capacity_eq_hours"].replace(0, np.nan))
 
     # 1. oversized MIG slices
-    eff = compute.efficiency(data, spool).series["per_job"]
+    eff = (done.get("efficiency") or compute.efficiency(data, spool)).series["per_job"]
     for typ, grp in eff[eff["peak_mem_mib"].notna()].groupby(eff["gres"].astype(str)):
         name = typ.removeprefix("gpu:")
         info = types.get(name)
@@ -168,7 +171,7 @@ def advice(data: Data, spool: pd.DataFrame, cfg: PoolConfig | None = None) -> Re
         )
 
     # 3. long waits, per type and period
-    waits = compute.waits(data).tables["by type and period"]
+    waits = (done.get("waits") or compute.waits(data)).tables["by type and period"]
     for r in waits.itertuples(index=False):
         waited = r.jobs >= s.min_jobs and r.p90_s > s.long_wait_s
         stuck = r.pending_now >= s.min_jobs and r.oldest_pending_s > s.long_wait_s

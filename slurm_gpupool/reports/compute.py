@@ -16,10 +16,9 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpupool.config import PoolConfig, ReportSettings
-from slurm_gpupool.reports.layout_history import ALL, epoch_s
+from slurm_gpupool.reports.layout_history import epoch_s
 from slurm_gpupool.reports.timeline import Level
 
-BY = ("account", "user", "partition", "gres-type", "layout", "day-night")
 _JOB_COLUMN = {
     "account": "account",
     "user": "user",
@@ -119,7 +118,7 @@ def _bins(since: datetime, until: datetime) -> np.ndarray:
     return np.arange(since.timestamp(), until.timestamp() + step, step, dtype=float).clip(max=until.timestamp())
 
 
-def utilization(data: Data, by: str = "day-night") -> Report:
+def utilization(data: Data) -> Report:
     """Allocated GPU-equivalents over offered ones, per period and GRES type, and over time."""
     lo, hi = data.since.timestamp(), data.until.timestamp()
     g = _grants_with(data, ["run_start", "run_end", "hours"])
@@ -157,8 +156,6 @@ def utilization(data: Data, by: str = "day-night") -> Report:
     t = pd.DataFrame(
         rows, columns=["period", "type", "capacity_eq_hours", "allocated_eq_hours", "util_pct", "idle_eq_hours"]
     )
-    if by != "day-night" and by != "gres-type":
-        by = "day-night"
     summary = (
         t.groupby("period")
         .agg(capacity_eq_hours=("capacity_eq_hours", "sum"), allocated_eq_hours=("allocated_eq_hours", "sum"))
@@ -373,7 +370,3 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
         meta={"flagged": len(flagged), "measured": int(measured.sum())},
         series={"per_job": per_job.reset_index(drop=True)},
     )
-
-
-def no_period(names: list[str]) -> bool:
-    return names == [ALL]

@@ -64,7 +64,7 @@ class Resolver:
     def __init__(self, cfg: PoolConfig | None) -> None:
         self.cfg = cfg
         self.types = type_table(cfg)
-        self.notes: Counter[str] = Counter()
+        self.unknown: dict[str, str] = {}  # GPU type not in the catalog → how it was counted
         self._parsed: dict[str, GpuTres | None] = {}  # a TRES string recurs on many nodes
 
     def info(self, typ: str) -> TypeInfo:
@@ -72,9 +72,9 @@ class Resolver:
             return self.types[typ]
         m = _PROFILE.search(typ)
         if m:  # a profile-like name we do not know: its compute slices over seven
-            self.notes[f"GPU type {typ} not in the catalog: counted as {m.group(1)}/7 GPU"] += 0
+            self.unknown[typ] = f"counted as {m.group(1)}/7 GPU"
             return TypeInfo("mig", None, int(m.group(1)) / 7, None)
-        self.notes[f"GPU type {typ} not in the catalog: counted as a whole GPU"] += 0
+        self.unknown[typ] = "counted as a whole GPU"
         return TypeInfo("unknown", None, 1.0, None)
 
     def grants(self, tres: str, node: str, layout: str | None) -> tuple[Grant, ...] | None:
@@ -184,9 +184,8 @@ def enrich(
         notes["shard jobs on nodes whose share count is unknown (no GPU-equivalents)"] += int(
             grants.loc[nan_eq, "job"].nunique()
         )
-    for note in res.notes:
-        typ = note.split()[2]
-        notes[note] += int(grants.loc[grants["type"] == typ, "job"].nunique())
+    for typ, how in res.unknown.items():
+        notes[f"GPU type {typ} not in the catalog: {how}"] += int(grants.loc[grants["type"] == typ, "job"].nunique())
     untyped = grants["kind"] == "untyped"
     if untyped.any():
         notes["jobs whose GPU type sacct does not record (counted as whole GPUs)"] += int(

@@ -24,6 +24,7 @@ import pandas as pd
 
 from slurm_gpupool.reports.compute import Report
 from slurm_gpupool.reports.layout_history import ALL
+from slurm_gpupool.reports.output import human_s as format_duration
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -62,33 +63,6 @@ figcaption{color:#555;font-size:.9em;margin-top:.3em}
 
 
 # -- formatting ------------------------------------------------------------------------------
-
-
-def format_duration(seconds: Any) -> str:
-    """A wait or runtime for people: ``42 s``, ``3m 07s``, ``1h 05m``, ``2d 04h``; blank-ish if unknown."""
-    try:
-        s = float(seconds)
-    except (TypeError, ValueError):
-        return "–"
-    if math.isnan(s):
-        return "–"
-    if math.isinf(s):
-        return "∞" if s > 0 else "-∞"
-    sign = "-" if s < 0 else ""
-    s = abs(s)
-    if 0 < s < 0.5:
-        return f"{sign}<1 s"
-    if s < 59.5:
-        return f"{sign}{s:.0f} s"
-    total = round(s)
-    d, rem = divmod(total, 86400)
-    h, rem = divmod(rem, 3600)
-    m, sec = divmod(rem, 60)
-    if d:
-        return f"{sign}{d}d {h:02d}h"
-    if h:
-        return f"{sign}{h}h {m:02d}m"
-    return f"{sign}{m}m {sec:02d}s"
 
 
 def _format_float(v: float) -> str:

@@ -11,21 +11,31 @@ import pandas as pd
 from slurm_gpupool.reports.compute import Report
 
 
-def human_s(v: Any) -> str:
-    """Seconds → ``42 s``, ``7m 05s``, ``3h 02m``, ``2d 04h`` (blank when unknown)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    s = float(v)
-    if s < 60:
-        return f"{s:.0f} s"
-    m, s = divmod(round(s), 60)
-    if m < 60:
-        return f"{m}m {s:02d}s"
-    h, m = divmod(m, 60)
-    if h < 48:
-        return f"{h}h {m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d {h:02d}h"
+def human_s(seconds: Any) -> str:
+    """A wait or runtime for people: ``42 s``, ``3m 07s``, ``1h 05m``, ``2d 04h``; ``–`` if unknown.
+    (Two units, padded, for tables; ``core.durations.format_duration`` writes exact spans.)"""
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return "–"
+    if math.isnan(s):
+        return "–"
+    if math.isinf(s):
+        return "∞" if s > 0 else "-∞"
+    sign = "-" if s < 0 else ""
+    s = abs(s)
+    if 0 < s < 0.5:
+        return f"{sign}<1 s"
+    if s < 59.5:
+        return f"{sign}{s:.0f} s"
+    d, rem = divmod(round(s), 86400)
+    h, rem = divmod(rem, 3600)
+    m, sec = divmod(rem, 60)
+    if d:
+        return f"{sign}{d}d {h:02d}h"
+    if h:
+        return f"{sign}{h}h {m:02d}m"
+    return f"{sign}{m}m {sec:02d}s"
 
 
 def _num(x: Any) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 import sys
@@ -314,7 +315,7 @@ def _parsable(
             hint="pass --fields with sacct's --format list, e.g. --fields JobID,User,...,AllocTRES",
         )
     else:
-        lines = _chain(first, f)
+        lines = itertools.chain([first], f)
     missing = [x for x in REQUIRED if x not in fields and not (x == "JobID" and "JobIDRaw" in fields)]
     if missing:
         raise DataError(where, f"sacct fields missing: {', '.join(missing)}", hint="sacct -o " + ",".join(SACCT_FIELDS))
@@ -323,15 +324,10 @@ def _parsable(
         progress(stats.lines)
 
 
-def _chain(first: str, rest: Iterable[str]) -> Iterator[str]:
-    yield first
-    yield from rest
-
-
 def _sonar(f: IO[str], first: str, where: str, tz: str, stats: LoadStats, progress: Callable[[int], None]):
     """``v=0.1.0,JobID=...,"AllocTRES=a=1,b=2",...``: csv-quoted key=value pairs."""
     rows: list[dict[str, str]] = []
-    for k, line in enumerate(_chain(first, f), 1):
+    for k, line in enumerate(itertools.chain([first], f), 1):
         stats.lines += 1
         if not line.strip():
             continue
