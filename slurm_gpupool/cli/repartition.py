@@ -200,14 +200,25 @@ def schedule() -> None:
     """The cron entry (or systemd timer) that runs `gpupool repartition --scheduled`."""
 
 
+def env_option(f):
+    return click.option(
+        "--env",
+        "env_items",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="An environment variable for the repartitioner (repeatable), e.g. SLURM_CONF=/etc/slurm-b/slurm.conf.",
+    )(f)
+
+
 @schedule.command("show")
 @click.option("--systemd", is_flag=True, help="A systemd service and timer instead of a cron entry.")
+@env_option
 @pass_app
-def show(app: AppContext, systemd: bool) -> None:
+def show(app: AppContext, systemd: bool, env_items: tuple[str, ...]) -> None:
     """Print what `schedule install` would write."""
-    from slurm_gpupool.ops.schedule_install import render_schedule
+    from slurm_gpupool.ops.schedule_install import parse_env, render_schedule
 
-    for name, text in render_schedule(app.config(), systemd).items():
+    for name, text in render_schedule(app.config(), systemd, env_vars=parse_env(env_items)).items():
         click.echo(f"==> {name} <==")
         click.echo(text, nl=False)
 
@@ -215,14 +226,16 @@ def show(app: AppContext, systemd: bool) -> None:
 @schedule.command("install")
 @click.option("--systemd", is_flag=True, help="A systemd service and timer instead of a cron entry.")
 @click.option("--dest", metavar="DIR", help="Write under DIR instead of / (packaging, tests).")
+@env_option
 @pass_app
-def install(app: AppContext, systemd: bool, dest: str | None) -> None:
+def install(app: AppContext, systemd: bool, dest: str | None, env_items: tuple[str, ...]) -> None:
     """Write /etc/cron.d/slurm-gpupool, or the systemd service and timer (--systemd)."""
     from pathlib import Path
 
-    from slurm_gpupool.ops.schedule_install import install_schedule, render_schedule
+    from slurm_gpupool.ops.schedule_install import install_schedule, parse_env, render_schedule
 
-    for p in install_schedule(render_schedule(app.config(), systemd), Path(dest) if dest else None):
+    files = render_schedule(app.config(), systemd, env_vars=parse_env(env_items))
+    for p in install_schedule(files, Path(dest) if dest else None):
         click.echo(f"installed {p}")
     if systemd and not dest:
         click.echo("enable it: systemctl daemon-reload && systemctl enable --now gpupool-repartition.timer")

@@ -42,15 +42,41 @@ def _command(cfg: PoolConfig, gpupool: str | None) -> str:
     return shlex.join([exe, "--config", str(Path(cfg.source).resolve()), "repartition", "--scheduled", "--quiet"])
 
 
-def render_schedule(cfg: PoolConfig, systemd: bool = False, gpupool: str | None = None) -> dict[str, str]:
-    """File name → text: the cron file, or the service and timer units."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` options as pairs, for the cron file's variable lines and ``Environment=``.
+
+    Cron takes a value literally and systemd splits on quotes and backslashes, so a
+    value with a quote, a backslash or a newline is refused rather than mangled.
+    """
+    pairs = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not ENV_NAME.fullmatch(name):
+            raise UsageError(f"--env {item!r}", "expected NAME=VALUE with NAME a shell variable name")
+        if any(c in value for c in '"\\\n'):
+            raise UsageError(f"--env {item!r}", "a value cannot hold a quote, a backslash or a newline")
+        pairs.append((name, value))
+    return pairs
+
+
+def render_schedule(
+    cfg: PoolConfig, systemd: bool = False, gpupool: str | None = None, env_vars: list[tuple[str, str]] | None = None
+) -> dict[str, str]:
+    """File name → text: the cron file, or the service and timer units.
+
+    ``env_vars`` (e.g. SLURM_CONF for a slurm.conf outside /etc/slurm) go into the
+    cron file's variable lines or the service's ``Environment=``.
+    """
     env = environment(cfg.slurm.templates_dir)
     common = {
         "header": HEADER,
         "source": str(Path(cfg.source).resolve()),
         "cron": cfg.repartition.cron,
         "command": _command(cfg, gpupool),
-        "env": [],
+        "env": env_vars or [],
     }
     if not systemd:
         return {CRON_FILE: env.get_template("cron.j2").render(**common)}

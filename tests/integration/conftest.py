@@ -6,6 +6,11 @@ from 17800; override with ``SLURM_GPUPOOL_TEST_SANDBOX`` and
 ``up`` is idempotent: a sandbox left running (``SLURM_GPUPOOL_KEEP_SANDBOX=1``)
 is reused in about 0.2 s.  At the end of the session the sandbox is brought
 down again if the session started it.
+
+Under pytest-xdist (``-n 2 --dist loadfile``, as ``scripts/test`` runs) each worker
+gets a sandbox of its own: root ``<root>-gw<N>`` and ports ``WORKER_PORT_STRIDE``
+apart, so modules run side by side on independent clusters (each sandbox has its
+own munged, MariaDB and Slurm daemons).
 """
 
 from __future__ import annotations
@@ -23,8 +28,29 @@ from slurm_gpupool.config import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.poolconfig import node_map
 
-TEST_ROOT = Path(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/slurm-gpupool-sandbox-test"))
-TEST_PORT_BASE = int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800"))
+from .repartition_support import assert_converged, nodes_info, repartition
+
+WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (gw1 -> 1), 0 without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def worker_root(path: str) -> Path:
+    """``path`` itself without xdist, ``path-gwN`` on worker N: one sandbox per worker."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return Path(f"{path}-{worker}" if worker else path)
+
+
+def worker_port(base: int) -> int:
+    return base + WORKER_PORT_STRIDE * worker_index()
+
+
+TEST_ROOT = worker_root(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/slurm-gpupool-sandbox-test"))
+TEST_PORT_BASE = worker_port(int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800")))
 
 
 @dataclass
@@ -106,3 +132,22 @@ def sandbox(_sandbox_session: SandboxHandle) -> SandboxHandle:
     if _sandbox_session.brought_down:
         _sandbox_session.ensure_up()
     return _sandbox_session
+
+
+@pytest.fixture
+def night(sandbox):
+    """The cluster in the night layout (by the repartitioner) before and after the test."""
+    everyone = {n: "night" for n in sandbox.nodes}
+    drained = [n for n, i in nodes_info(sandbox).items() if i.drained]
+    if drained:
+        sandbox.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"])
+    proc = repartition(sandbox, "--to", "night", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield sandbox
+    sandbox.gpupool("--node", "h100n1", "sim", "clear-faults")
+    drained = [n for n, i in nodes_info(sandbox).items() if i.drained]
+    if drained:
+        sandbox.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"])
+    proc = repartition(sandbox, "--to", "night", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_converged(sandbox, everyone)

@@ -12,16 +12,17 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.unit.test_gres import VARIANTS
 
+from .conftest import worker_port, worker_root
+
 pytestmark = pytest.mark.integration
 
-ROOT = Path("/var/tmp/slurm-gpupool-sandbox-cases")
+ROOT = worker_root("/var/tmp/slurm-gpupool-sandbox-cases")
 NODES = {"dgxa1": "dgx-a100", "hgxh1": "hgx-h100", "pcie1": "pcie-a30", "dgxv1": "dgx1-v100", "nvl1": "h100-nvl-pair"}
 
 
@@ -39,7 +40,7 @@ def cluster(tmp_path_factory):
         "schedule": {"default": "whole"},
     }
     cfg.write_text(yaml.safe_dump(raw))
-    sb = Sandbox(ROOT, config=cfg, base_port=18800)
+    sb = Sandbox(ROOT, config=cfg, base_port=worker_port(18800))
     sb.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(sb.env())

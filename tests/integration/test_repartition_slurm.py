@@ -15,82 +15,9 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import pytest
 import yaml
 
-from slurm_gpupool.config import load_config
-from slurm_gpupool.ops.gres_install import render
-from slurm_gpupool.slurm.cluster import gres_counts, parse_reservations, parse_sinfo_json
-
-GPUPOOL = [sys.executable, "-m", "slurm_gpupool.cli.main"]
-KILL_STEPS = [
-    "waiting",
-    "reserved",
-    "applying",
-    "applied",
-    "drained",
-    "gres_installing",
-    "gres_installed",
-    "restarting",
-    "restarted",
-    "verifying",
-    "done",
-    "finished",
-]
-
-
-def repartition(sb, *args: str, env: dict[str, str] | None = None, timeout: float = 600):
-    return sb.run([*GPUPOOL, "repartition", *args], timeout=timeout, check=False, env={**sb.env, **(env or {})})
-
-
-def report_of(proc: subprocess.CompletedProcess[str]) -> dict:
-    assert proc.stdout.strip(), proc.stderr
-    return json.loads(proc.stdout)
-
-
-def nodes_info(sb) -> dict:
-    return parse_sinfo_json(sb.run(["sinfo", "--json"]).stdout)
-
-
-def our_reservations(sb) -> dict:
-    out = sb.run(["scontrol", "-o", "show", "reservation"]).stdout
-    return {k: v for k, v in parse_reservations(out).items() if k.startswith("gpupool_")}
-
-
-def assert_converged(sb, layouts: dict[str, str]) -> None:
-    """Each node: GPUs in its layout (node assert), Slurm's GRES those of the layout, the layout
-    feature, not drained; no reservation of ours; the journal's run finished."""
-    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
-    infos = nodes_info(sb)
-    for node, layout in layouts.items():
-        sb.gpupool("--node", node, "node", "assert", layout)
-        (expected,) = render(cfg, [node], layout).nodes
-        info = infos[node]
-        assert gres_counts(info.gres) == gres_counts(expected.gres_value()), (node, info.gres)
-        assert info.layout == layout and not info.drained, (node, info.features, info.reason)
-    assert our_reservations(sb) == {}
-    path = sb.root / "controller" / "journal.json"
-    if path.exists():  # no run yet on a fresh sandbox already in its layouts
-        assert "finished" in json.loads(path.read_text())["run"]["steps"]
-
-
-@pytest.fixture
-def night(sandbox):
-    """The cluster in the night layout before and after the test."""
-    everyone = {n: "night" for n in sandbox.nodes}
-    drained = [n for n, i in nodes_info(sandbox).items() if i.drained]
-    if drained:
-        sandbox.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"])
-    proc = repartition(sandbox, "--to", "night", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    yield sandbox
-    sandbox.gpupool("--node", "h100n1", "sim", "clear-faults")
-    drained = [n for n, i in nodes_info(sandbox).items() if i.drained]
-    if drained:
-        sandbox.run(["scontrol", "update", f"nodename={','.join(drained)}", "state=resume"])
-    proc = repartition(sandbox, "--to", "night", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert_converged(sandbox, everyone)
+from .repartition_support import GPUPOOL, assert_converged, nodes_info, our_reservations, repartition, report_of
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(night):
@@ -210,20 +137,6 @@ def test_nvml_failure_mid_apply_rolls_that_node_back_and_the_others_switch(night
     show = night.run(["scontrol", "-o", "show", "node", "h100n1"]).stdout
     assert again.returncode == 0 and report_of(again)["nodes"]["h100n1"]["outcome"] == "done", (again.stdout, show)
     assert_converged(night, {n: "day" for n in night.nodes})
-
-
-def test_killed_at_each_step_the_next_run_converges(night):
-    """kill -9 right after each journaled step in turn; the next run finishes the switch.
-    The target alternates, so every step is also tried from the other layout."""
-    nodes = ["a30n1", "v100n1"]
-    rest = {n: "night" for n in night.nodes if n not in nodes}
-    for i, step in enumerate(KILL_STEPS):
-        target = "day" if i % 2 == 0 else "night"
-        killed = repartition(night, "--to", target, "--nodes", ",".join(nodes), env={"SLURM_GPUPOOL_KILL_AT": step})
-        assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
-        again = repartition(night, "--to", target, "--nodes", ",".join(nodes), "--json")
-        assert again.returncode == 0, (step, again.stdout, again.stderr)
-        assert_converged(night, {**rest, **{n: target for n in nodes}})
 
 
 def _site_config(sb, tmp_path: Path, mutate) -> Path:

@@ -19,7 +19,7 @@ from slurm_gpupool.ops import journal as jr
 from slurm_gpupool.ops.journal import Journal, run_lock
 from slurm_gpupool.ops.pool_status import pool_status
 from slurm_gpupool.ops.repartition import restored_gres
-from slurm_gpupool.ops.schedule_install import install_schedule, on_calendar, render_schedule
+from slurm_gpupool.ops.schedule_install import install_schedule, on_calendar, parse_env, render_schedule
 from slurm_gpupool.ops.services import CommandResult, Restarter
 from slurm_gpupool.slurm.cluster import NodeInfo, Reservation
 
@@ -182,6 +182,20 @@ def test_schedule_files_render_cron_and_systemd(tmp_path: Path):
     assert on_calendar("30 7 * * *") == "*-*-* 07:30:00" and on_calendar("15 * * * *") == "*:15"
     with pytest.raises(UsageError):
         on_calendar("0 8 * * 1-5")
+
+
+def test_schedule_environment_reaches_cron_and_systemd():
+    cfg = load_config(EXAMPLE)
+    env = parse_env(["SLURM_CONF=/etc/slurm-b/slurm.conf", "LABEL=50% off"])
+    cron = render_schedule(cfg, env_vars=env)["/etc/cron.d/slurm-gpupool"].splitlines()
+    job = next(i for i, x in enumerate(cron) if x.startswith("*/5"))
+    assert cron.index("SLURM_CONF=/etc/slurm-b/slurm.conf") < job and "LABEL=50% off" in cron
+    service = render_schedule(cfg, systemd=True, env_vars=env)["/etc/systemd/system/gpupool-repartition.service"]
+    assert 'Environment="SLURM_CONF=/etc/slurm-b/slurm.conf"' in service.splitlines()
+    assert 'Environment="LABEL=50%% off"' in service.splitlines()  # % is a systemd specifier
+    for bad in ("NOEQUALS", "1X=y", 'X=a"b', "X=a\\b", "X=a\nb"):
+        with pytest.raises(UsageError, match="--env"):
+            parse_env([bad])
 
 
 def test_status_per_node_and_next_switch():

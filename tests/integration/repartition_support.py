@@ -1,0 +1,48 @@
+"""What the repartitioner's integration tests share: running it, reading Slurm, convergence."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from slurm_gpupool.config import load_config
+from slurm_gpupool.ops.gres_install import render
+from slurm_gpupool.slurm.cluster import gres_counts, parse_reservations, parse_sinfo_json
+
+GPUPOOL = [sys.executable, "-m", "slurm_gpupool.cli.main"]
+
+
+def repartition(sb, *args: str, env: dict[str, str] | None = None, timeout: float = 600):
+    return sb.run([*GPUPOOL, "repartition", *args], timeout=timeout, check=False, env={**sb.env, **(env or {})})
+
+
+def report_of(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def nodes_info(sb) -> dict:
+    return parse_sinfo_json(sb.run(["sinfo", "--json"]).stdout)
+
+
+def our_reservations(sb) -> dict:
+    out = sb.run(["scontrol", "-o", "show", "reservation"]).stdout
+    return {k: v for k, v in parse_reservations(out).items() if k.startswith("gpupool_")}
+
+
+def assert_converged(sb, layouts: dict[str, str]) -> None:
+    """Each node: GPUs in its layout (node assert), Slurm's GRES those of the layout, the layout
+    feature, not drained; no reservation of ours; the journal's run finished."""
+    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
+    infos = nodes_info(sb)
+    for node, layout in layouts.items():
+        sb.gpupool("--node", node, "node", "assert", layout)
+        (expected,) = render(cfg, [node], layout).nodes
+        info = infos[node]
+        assert gres_counts(info.gres) == gres_counts(expected.gres_value()), (node, info.gres)
+        assert info.layout == layout and not info.drained, (node, info.features, info.reason)
+    assert our_reservations(sb) == {}
+    path = sb.root / "controller" / "journal.json"
+    if path.exists():  # no run yet on a fresh sandbox already in its layouts
+        assert "finished" in json.loads(path.read_text())["run"]["steps"]

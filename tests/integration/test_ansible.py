@@ -1,0 +1,271 @@
+"""The Ansible role for real: ``site.yml`` run (connection local) on the test sandbox.
+
+The inventory is ``ansible/inventory/sandbox.yml``: every host is this machine, the
+role writes under ``<sandbox>/ansible``, and restarts go through ``gpupool sandbox``.
+Before the first run one node gets a MIG layout that no GRES file knows yet, so the
+GRES Slurm shows afterwards can only come from the playbook's ``gpupool gres install``.
+Then: Slurm runs the installed hooks, a MIG job gets its MIG UUID, a second run
+changes nothing, ``--check --diff`` on a changed config shows exactly the intended
+lines and changes nothing, and ``ansible-lint`` passes on the production profile.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.config import load_config
+from slurm_gpupool.slurm.cluster import gres_counts, parse_sinfo_json
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = REPO / "ansible"
+BIN = Path(sys.executable).parent
+MIG_NODE, MIG_LAYOUT, MIG_TYPE = "a100n1", "day", "1g.5gb"
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+
+    def recap(self) -> dict[str, tuple[int, int, int, int]]:
+        """PLAY RECAP as host -> (ok, changed, unreachable, failed)."""
+        return {m[1]: (int(m[2]), int(m[3]), int(m[4]), int(m[5])) for m in RECAP.finditer(self.out)}
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.fail(f"{name} is not installed in {BIN}: `scripts/bootstrap dev` installs ansible-core and ansible-lint")
+    return str(path)
+
+
+def ansible_env(sandbox, home: Path) -> dict[str, str]:
+    env = dict(sandbox.env)
+    env.update(
+        PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"),
+        ANSIBLE_HOME=str(home),
+        ANSIBLE_LOCAL_TEMP=str(home / "tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        SANDBOX_GPUPOOL=str(BIN / "gpupool"),
+        GPUPOOL_PACKAGE=str(REPO),
+    )
+    return env
+
+
+def playbook(env: dict[str, str], *args: str) -> Run:
+    argv = [tool("ansible-playbook"), "-i", "inventory/sandbox.yml", "site.yml"]
+    proc = subprocess.run(
+        [*argv, *args], cwd=ANSIBLE, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    return Run(proc.returncode, proc.stdout + proc.stderr)
+
+
+@dataclass
+class Deployed:
+    sandbox: object
+    env: dict[str, str]
+    first: Run
+    second: Run
+    home: Path
+
+
+@pytest.fixture(scope="module")
+def deployed(_sandbox_session, tmp_path_factory):
+    sb = _sandbox_session
+    if sb.brought_down:
+        sb.ensure_up()
+    home = tmp_path_factory.mktemp("ansible-home")
+    env = ansible_env(sb, home)
+    shutil.rmtree(sb.root / "ansible", ignore_errors=True)
+    # A layout only the node knows: Slurm can learn it from the playbook alone.
+    sb.gpupool("--node", MIG_NODE, "node", "apply", MIG_LAYOUT)
+    assert sb.gpupool("gres", "diff", check=False).returncode == 1
+    first = playbook(env)
+    second = playbook(env) if first.rc == 0 else Run(-1, "")
+    yield Deployed(sb, env, first, second, home)
+    # back to the sandbox's own slurm.conf (without the role's Include) and night
+    sb.switch("night")
+
+
+def show_config(sandbox) -> dict[str, str]:
+    out = sandbox.run(["scontrol", "show", "config"]).stdout
+    return {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in out.splitlines()) if v}
+
+
+def test_first_run_deploys_and_slurm_uses_the_installed_hooks(deployed: Deployed):
+    assert deployed.first.rc == 0, deployed.first.out[-6000:]
+    recap = deployed.first.recap()
+    assert set(recap) == {"a100n1", "a100n2", "h100n1", "a30n1", "v100n1", "sandbox-controller", "sandbox-admin"}
+    assert all(failed == 0 and unreachable == 0 for _, _, unreachable, failed in recap.values())
+    assert recap["sandbox-controller"][1] > 0
+
+    sb, role = deployed.sandbox, deployed.sandbox.root / "ansible"
+    conf = show_config(sb)
+    assert conf["Prolog"] == f"{role}/venv/bin/gpupool-prolog"
+    assert conf["Epilog"] == f"{role}/venv/bin/gpupool-epilog"
+    assert conf["TaskProlog"] == f"{role}/venv/bin/gpupool-taskprolog"
+    assert conf["HealthCheckProgram"] == f"{role}/sbin/gpupool-healthcheck"
+    assert "Alloc" in conf["PrologFlags"] and conf["PrologEpilogTimeout"] == "60"
+    slurm_conf = (sb.root / "etc" / "slurm.conf").read_text()
+    assert slurm_conf.count(f"Include {sb.root}/etc/gpupool.conf") == 1
+
+    # the light install on the nodes, the reports extra on the admin host
+    light, admin = role / "venv" / "bin" / "python", role / "admin-venv" / "bin" / "python"
+    assert subprocess.run([light, "-c", "import pandas"], capture_output=True, check=False).returncode != 0
+    assert subprocess.run([light, "-c", "import slurm_gpupool, pynvml"], check=False).returncode == 0
+    assert subprocess.run([admin, "-c", "import pandas, matplotlib, slurm_gpupool"], check=False).returncode == 0
+
+    # the boot unit per node and the repartitioner's cron entry, both from gpupool's own output
+    for node in ("a100n1", "v100n1"):
+        unit = (role / "nodes" / node / "systemd" / "gpupool-node-layout.service").read_text()
+        assert "Before=slurmd.service" in unit and "gpupool-boot-apply" in unit
+    cron = (role / "cron.d" / "slurm-gpupool").read_text()
+    assert "repartition" in cron and f"{role}/venv/bin/gpupool" in cron
+
+
+def test_slurm_has_the_rendered_gres_and_a_mig_job_gets_its_mig_uuid(deployed: Deployed, tmp_path: Path):
+    assert deployed.first.rc == 0, deployed.first.out[-3000:]
+    sb = deployed.sandbox
+    assert sb.gpupool("gres", "diff", check=False).returncode == 0  # installed == a fresh rendering
+    gres = parse_sinfo_json(sb.run(["sinfo", "--json"]).stdout)[MIG_NODE].gres  # scontrol show node's Gres=
+    slurm = load_config(sb.root / "etc" / "gpupool.yaml").slurm
+    rendered = slurm.path("nodes_include").read_text()
+    line = next(ln for ln in rendered.splitlines() if ln.startswith(f"NodeName={MIG_NODE} "))
+    assert gres_counts(gres) == gres_counts(re.search(r"\bGres=(\S+)", line)[1])
+    assert gres_counts(gres)[f"gpu:{MIG_TYPE}"] == 32  # day: 7 on each of GPUs 0-3, 2 on each of 4-5
+
+    out = tmp_path / "mig.out"
+    sb.run(
+        ["sbatch", "--wait", "-w", MIG_NODE, f"--gres=gpu:{MIG_TYPE}:1", "-o", str(out), "--wrap", "env"],
+        timeout=120,
+    )
+    env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    uuid = env["CUDA_VISIBLE_DEVICES"]
+    assert re.fullmatch(r"MIG-[0-9a-f-]{36}", uuid)
+    table = sb.node_state(MIG_NODE)["slurm_devices"]
+    device = table[int(env["SLURM_JOB_GPUS"])]
+    assert device["mig_uuid"] == uuid and device["type"] == MIG_TYPE
+
+
+def test_second_run_changes_nothing(deployed: Deployed):
+    assert deployed.second.rc == 0, deployed.second.out[-6000:]
+    recap = deployed.second.recap()
+    assert len(recap) == 7
+    assert {host: counts[1] for host, counts in recap.items()} == dict.fromkeys(recap, 0), deployed.second.out[-6000:]
+
+
+def diff_lines(out: str) -> list[str]:
+    """The +/- lines of every diff Ansible printed (not the ---/+++ headers)."""
+    return [ln for ln in out.splitlines() if re.match(r"^[+-](?![+-]{2} )", ln) and not ln.startswith(("+++", "---"))]
+
+
+def snapshot(root: Path) -> dict[Path, bytes]:
+    """Every file the role may write (Slurm's config directory and its own files), venvs aside."""
+    files = list((root / "etc").iterdir())
+    for top in (root / "ansible").iterdir():
+        if not top.name.endswith("venv"):
+            files += [top, *top.rglob("*")]
+    return {p: p.read_bytes() for p in files if p.is_file()}
+
+
+def test_check_diff_shows_exactly_the_intended_change(deployed: Deployed, tmp_path: Path):
+    assert deployed.second.rc == 0
+    sb = deployed.sandbox
+    installed = sb.root / "etc" / "gpupool.yaml"
+    before = snapshot(sb.root)
+    text = installed.read_text()
+    assert "    start: 08:00\n" in text
+    changed = tmp_path / "gpupool.yaml"
+    changed.write_text(text.replace("    start: 08:00\n", "    start: '07:30'\n"))
+
+    run = playbook(
+        deployed.env,
+        "--check",
+        "--diff",
+        "-e",
+        f"gpupool_config_src={changed}",
+        "-e",
+        "gpupool_slurm_prolog_epilog_timeout_s=90",
+    )
+    assert run.rc == 0, run.out[-6000:]
+    # the pool config's line on each of the 7 hosts that install it, the include's line once
+    assert Counter(diff_lines(run.out)) == {
+        "-    start: 08:00": 7,
+        "+    start: '07:30'": 7,
+        "-PrologEpilogTimeout=60": 1,
+        "+PrologEpilogTimeout=90": 1,
+    }, run.out[-6000:]
+    assert "check mode, nothing restarts; a real run would: restart slurmctld" in run.out
+    # only the pool config (every host) and the include (the controller) would change
+    assert {host: counts[1] for host, counts in run.recap().items()} == {
+        **dict.fromkeys(run.recap(), 1),
+        "sandbox-controller": 2,
+    }, run.out[-6000:]
+    # check mode changed nothing
+    assert snapshot(sb.root) == before
+    assert show_config(sb)["PrologEpilogTimeout"] == "60"
+
+
+def bad_config(sandbox, tmp_path: Path) -> Path:
+    """The installed config with 8 1g.5gb instances on an A100, where 7 is the most."""
+    text = (sandbox.root / "etc" / "gpupool.yaml").read_text()
+    assert " 1g.5gb: 7\n" in text
+    bad = tmp_path / "gpupool.yaml"
+    bad.write_text(text.replace(" 1g.5gb: 7\n", " 1g.5gb: 8\n", 1))
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("case", "check", "expected"),
+    [
+        ("config", True, ["would not be installed", "1g.5gb", "exits 78 for an invalid config, 65"]),
+        ("config", False, ["was not installed", "1g.5gb"]),
+        ("os", False, ["is not supported", "supported: Debian 12", "gpupool_check_os: false"]),
+        ("slurm", False, ["Slurm is missing or too old on sandbox-admin", "scontrol", "PATH /nonexistent"]),
+    ],
+)
+def test_validation_first_fails_clearly_and_changes_nothing(
+    deployed: Deployed, tmp_path: Path, case: str, check: bool, expected: list[str]
+):
+    assert deployed.second.rc == 0
+    sb = deployed.sandbox
+    before = snapshot(sb.root)
+    extra = {
+        "config": ["-e", f"gpupool_config_src={bad_config(sb, tmp_path)}"],
+        "os": ["-e", '{"_gpupool_os_table": {}}'],  # as on an OS the role does not know
+        "slurm": ["-e", "gpupool_path=/nonexistent"],
+    }[case]
+    run = playbook(deployed.env, "--limit", "sandbox-admin", *(["--check"] if check else []), *extra)
+    assert run.rc == 2, run.out[-4000:]
+    assert run.recap() == {"sandbox-admin": (run.recap()["sandbox-admin"][0], 0, 0, 1)}, run.out[-4000:]
+    # the last failure is the role's explanation (a refused config is first rescued to explain it)
+    failed = [line for line in run.out.splitlines() if line.startswith("fatal: [sandbox-admin]")][-1]
+    assert all(text in failed for text in expected), failed
+    assert snapshot(sb.root) == before
+
+
+def test_ansible_lint_production_profile(deployed: Deployed):
+    proc = subprocess.run(
+        [tool("ansible-lint"), "--offline", "--profile", "production"],
+        cwd=ANSIBLE,
+        env=deployed.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Passed" in proc.stdout + proc.stderr
