@@ -33,10 +33,10 @@ from .repartition_support import assert_converged, nodes_info, repartition
 WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
 
 
-def worker_index() -> int:
-    """This pytest-xdist worker's number (gw1 -> 1), 0 without xdist."""
+def worker_index() -> int | None:
+    """This pytest-xdist worker's number (gw1 -> 1), None without xdist."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
 
 def worker_root(path: str) -> Path:
@@ -46,7 +46,9 @@ def worker_root(path: str) -> Path:
 
 
 def worker_port(base: int) -> int:
-    return base + WORKER_PORT_STRIDE * worker_index()
+    """``base`` without xdist; on worker N ``base + STRIDE * (N + 1)``, clear of a kept plain sandbox."""
+    index = worker_index()
+    return base if index is None else base + WORKER_PORT_STRIDE * (index + 1)
 
 
 TEST_ROOT = worker_root(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/slurm-gpupool-sandbox-test"))
