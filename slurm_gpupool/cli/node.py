@@ -15,18 +15,49 @@ def node() -> None:
 
 
 @node.command("apply")
-@click.argument("layout_name", metavar="LAYOUT")
+@click.argument("layout_name", metavar="LAYOUT", required=False)
+@click.option(
+    "--recorded",
+    is_flag=True,
+    help="Apply the layout of the last apply (node status), as at boot: MIG instances do not survive a reboot.",
+)
+@click.option("--fallback", metavar="LAYOUT", help="With --recorded: the layout for a node with none recorded.")
 @click.option("--dry-run", is_flag=True, help="Print the exact NVML operations; change nothing.")
 @click.option("--force", is_flag=True, help="Change GPUs even if processes run on them.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def apply(app: AppContext, layout_name: str, dry_run: bool, force: bool, as_json: bool) -> int:
-    """Apply LAYOUT: leave matching GPUs alone, change the others, roll back on failure.
+def apply(
+    app: AppContext,
+    layout_name: str | None,
+    recorded: bool,
+    fallback: str | None,
+    dry_run: bool,
+    force: bool,
+    as_json: bool,
+) -> int:
+    """Apply LAYOUT (or --recorded): leave matching GPUs alone, change the others, roll back on failure.
 
     Exit 0 when done (or nothing to do), 1 if a GPU failed and was rolled back,
-    75 if GPUs are busy, 65 if the layout cannot fit, 78 for a bad config.
+    75 if GPUs are busy, 65 if the layout cannot fit, 78 for a bad config, 64 for
+    bad arguments. --recorded with no recorded layout and no --fallback leaves the
+    GPUs alone (exit 0).
     """
+    from slurm_gpupool.errors import UsageError
     from slurm_gpupool.ops.node_apply import apply_node
+
+    if bool(layout_name) == recorded:
+        raise UsageError("node apply", "give exactly one of LAYOUT and --recorded")
+    if fallback and not recorded:
+        raise UsageError("node apply --fallback", "only with --recorded")
+    if recorded:
+        from slurm_gpupool.ops.node_state import read_node_state, state_file
+
+        state = read_node_state(app.state_dir()) or {}
+        layout_name = state.get("layout") or fallback
+        if not layout_name:
+            click.echo(f"no layout recorded at {state_file(app.state_dir())} and no --fallback: GPUs left as they are")
+            return 0
+        click.echo(f"applying the {'recorded' if state.get('layout') else 'fallback'} layout {layout_name}", err=True)
 
     report = apply_node(app.gpu_backend(), app.config(), layout_name, app.state_dir(), dry_run=dry_run, force=force)
     if as_json:

@@ -172,14 +172,18 @@ def installed_paths(cfg: PoolConfig) -> dict[str, Path]:
 
 
 def diff(cfg: PoolConfig, rendered: Rendered) -> str:
-    """Unified diff of installed files against the rendering ('' when identical)."""
+    """Unified diff of the installed files (GRES and support files) against a fresh
+    rendering, '' when identical: what ``gres install`` would change."""
+    from slurm_gpupool.ops.support_files import render_support_files
+
+    files = {path: rendered.files[role] for role, path in installed_paths(cfg).items()}
+    files.update(render_support_files(cfg, rendered.installed_layout()))
     out: list[str] = []
-    for role, path in installed_paths(cfg).items():
+    for path, new in files.items():
         try:
             old = path.read_text()
         except FileNotFoundError:
             old = ""
-        new = rendered.files[role]
         if old != new:
             out.extend(
                 difflib.unified_diff(

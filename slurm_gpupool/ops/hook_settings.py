@@ -7,11 +7,8 @@ Slurm's configuration directory; the hooks find it next to ``$SLURM_CONF``.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.atomic import write_text_atomic
 from slurm_gpupool.config import PoolConfig
 
 FILE_NAME = "gpupool-hooks.json"
@@ -39,11 +36,3 @@ def hook_settings(cfg: PoolConfig) -> dict[str, Any]:
         "epilog_kill_grace_s": h.epilog_kill_grace_s,
         "usage_interval_s": h.usage_interval_s,
     }
-
-
-def write_hook_settings(cfg: PoolConfig) -> Path:
-    """Install the file (mode 644, root-owned when run as root) and return its path."""
-    path = Path(cfg.slurm.config_dir) / FILE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(hook_settings(cfg), indent=1, sort_keys=True) + "\n", 0o644)
-    return path

@@ -10,10 +10,8 @@ site's rules (untyped GPUs, GRES binding, switches) apply to every job.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.atomic import write_text_atomic
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.render import HEADER, environment
 from slurm_gpupool.ops.submit_catalog import submit_catalog
@@ -52,10 +50,3 @@ def render_job_submit(cfg: PoolConfig, installed: str | None = None) -> str:
     return env.get_template("job_submit.lua.j2").render(
         header=HEADER, source=cfg.source, catalog=catalog, utc_offset=offset
     )
-
-
-def write_job_submit_lua(cfg: PoolConfig, installed: str | None = None) -> Path:
-    path = Path(cfg.slurm.config_dir) / FILE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, render_job_submit(cfg, installed), 0o644)
-    return path

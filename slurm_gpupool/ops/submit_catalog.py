@@ -8,11 +8,8 @@ Written beside slurm.conf by ``gpupool gres install``; the wrapper reads it with
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.atomic import write_text_atomic
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.catalog import get_model
 from slurm_gpupool.core.gres import device_order, largest_nvlink_clique
@@ -85,10 +82,3 @@ def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, A
 
 def _end(t: Any) -> str:
     return "24:00" if (t.hour, t.minute, t.second) == (23, 59, 59) else t.strftime("%H:%M")
-
-
-def write_submit_catalog(cfg: PoolConfig, installed: str | None = None) -> Path:
-    path = Path(cfg.slurm.config_dir) / FILE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(submit_catalog(cfg, installed), indent=1, sort_keys=True) + "\n", 0o644)
-    return path

@@ -1,19 +1,42 @@
-"""The files besides gres.conf that ``gpupool gres install`` puts next to slurm.conf."""
+"""The files besides gres.conf that ``gpupool gres install`` puts next to slurm.conf.
+
+Rendered first, then written, so ``gpupool gres diff`` compares them too (a pool
+config change that only touches the hooks or the submit rules still shows).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+from slurm_gpupool.atomic import write_text_atomic
 from slurm_gpupool.config import PoolConfig
 
 
-def install_support_files(cfg: PoolConfig, installed: str | None = None) -> list[Path]:
-    """Hook settings, the submit catalog and job_submit.lua, written atomically.
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def render_support_files(cfg: PoolConfig, installed: str | None = None) -> dict[Path, str]:
+    """Path → text: hook settings, the submit catalog and job_submit.lua.
 
     ``installed``: the layout the GRES just installed come from (every node in it),
     which the wrapper and the Lua then treat as what is offered now."""
-    from slurm_gpupool.ops.hook_settings import write_hook_settings
-    from slurm_gpupool.ops.job_submit import write_job_submit_lua
-    from slurm_gpupool.ops.submit_catalog import write_submit_catalog
+    from slurm_gpupool.ops import hook_settings, job_submit, submit_catalog
 
-    return [write_hook_settings(cfg), write_submit_catalog(cfg, installed), write_job_submit_lua(cfg, installed)]
+    base = Path(cfg.slurm.config_dir)
+    return {
+        base / hook_settings.FILE_NAME: _json(hook_settings.hook_settings(cfg)),
+        base / submit_catalog.FILE_NAME: _json(submit_catalog.submit_catalog(cfg, installed)),
+        base / job_submit.FILE_NAME: job_submit.render_job_submit(cfg, installed),
+    }
+
+
+def install_support_files(cfg: PoolConfig, installed: str | None = None) -> list[Path]:
+    """Write them atomically (mode 644, root-owned when run as root); their paths."""
+    files = render_support_files(cfg, installed)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text, 0o644)
+    return list(files)

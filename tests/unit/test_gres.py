@@ -14,6 +14,7 @@ from slurm_gpupool.config import parse_config
 from slurm_gpupool.core.catalog import all_models, get_model
 from slurm_gpupool.core.gres import NAMING_MODEL_PROFILE, autodetect_name, slurm_type
 from slurm_gpupool.ops.gres_install import diff, install, render, restart_plan
+from slurm_gpupool.ops.support_files import install_support_files
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "gres"
 REGEN = os.environ.get("SLURM_GPUPOOL_REGEN_GOLDEN") == "1"
@@ -178,7 +179,18 @@ def test_install_backs_up_and_plans_restarts(tmp_path: Path):
     cfg = parse_config(raw, "t.yaml", Path("."))
     first = install(cfg, render(cfg, cfg.all_nodes(), "whole"))
     assert first.gres_changed == ["node01", "node02"]
+    # `gres diff` covers the support files too: not installed yet, then up to date
+    assert "gpupool-hooks.json (rendered)" in diff(cfg, render(cfg, cfg.all_nodes(), "whole"))
+    install_support_files(cfg, "whole")
     assert diff(cfg, render(cfg, cfg.all_nodes(), "whole")) == ""
+    # a pool config change that touches only the hooks shows as exactly that file's diff
+    hooks_only = parse_config({**raw, "hooks": {"usage_interval_s": 30}}, "t.yaml", Path("."))
+    changed = diff(hooks_only, render(hooks_only, cfg.all_nodes(), "whole"))
+    assert [ln.split()[1] for ln in changed.splitlines() if ln.startswith("--- ")] == [
+        str(tmp_path / "gpupool-hooks.json")
+    ]
+    lines = {ln for ln in changed.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")}
+    assert lines == {'- "usage_interval_s": 10.0', '+ "usage_interval_s": 30.0'}, changed
     plan = install(cfg, render(cfg, cfg.all_nodes(), "whole2"))
     assert plan.gres_changed == ["node02"] and not plan.reconfigure_ok
     assert "restart slurmctld and slurmd on node02" in plan.describe()

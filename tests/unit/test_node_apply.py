@@ -211,6 +211,32 @@ def test_busy_gpu_is_refused_with_75_and_pids(env, tmp_path: Path):
     assert res.returncode == 0, res.stderr
 
 
+def test_recorded_layout_comes_back_after_a_reboot(env, tmp_path: Path):
+    """What the boot unit runs before slurmd: `node apply --recorded [--fallback L]`."""
+    sim, state = env
+    cfg_path = tmp_path / "pool.yaml"
+    cfg_path.write_text(yaml.safe_dump(CONFIG))
+    res = cli(sim, state, cfg_path, "--node", "dgx1", "node", "apply", "--recorded")
+    assert res.returncode == 0 and "GPUs left as they are" in res.stdout, res.stderr
+    assert calls(sim, "dgx1") == Counter()  # nothing recorded, no fallback: untouched
+
+    assert cli(sim, state, cfg_path, "--node", "dgx1", "node", "apply", "day").returncode == 0
+    inject.reboot(SimStore(sim / "dgx1.json"))
+    lost = cli(sim, state, cfg_path, "--node", "dgx1", "node", "assert", "day")
+    assert lost.returncode == 1 and "GPU 0" in lost.stdout  # MIG mode kept (Ampere), instances gone
+    res = cli(sim, state, cfg_path, "--node", "dgx1", "node", "apply", "--recorded")
+    assert res.returncode == 0 and "applying the recorded layout day" in res.stderr, res.stderr
+    assert cli(sim, state, cfg_path, "--node", "dgx1", "node", "assert", "day").returncode == 0
+
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "--recorded", "--fallback", "day")
+    assert res.returncode == 0 and "applying the fallback layout day" in res.stderr, res.stderr
+    assert read_node_state(state / "hgx1")["layout"] == "day"
+
+    for bad in (["apply"], ["apply", "day", "--recorded"], ["apply", "day", "--fallback", "night"]):
+        res = cli(sim, state, cfg_path, "--node", "dgx1", "node", *bad)
+        assert res.returncode == 2 and "gpupool: node apply" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_assert_export_and_round_trip_through_the_cli(env, tmp_path: Path):
     sim, state = env
     cfg_path = tmp_path / "pool.yaml"
