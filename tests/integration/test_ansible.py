@@ -4,13 +4,15 @@ The inventory is ``ansible/inventory/sandbox.yml``: every host is this machine, 
 role writes under ``<sandbox>/ansible``, and restarts go through ``gpupool sandbox``.
 Before the first run one node gets a MIG layout that no GRES file knows yet, so the
 GRES Slurm shows afterwards can only come from the playbook's ``gpupool gres install``.
-Then: Slurm runs the installed hooks, a MIG job gets its MIG UUID, a second run
+Then: Slurm runs the installed hooks, the boot unit's command restores the MIG
+layout after a simulated reboot, a MIG job gets its (new) MIG UUID, a second run
 changes nothing, ``--check --diff`` on a changed config shows exactly the intended
 lines and changes nothing, and ``ansible-lint`` passes on the production profile.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -136,7 +138,7 @@ def test_first_run_deploys_and_slurm_uses_the_installed_hooks(deployed: Deployed
     assert "repartition" in cron and f"{role}/venv/bin/gpupool" in cron
 
 
-def test_slurm_has_the_rendered_gres_and_a_mig_job_gets_its_mig_uuid(deployed: Deployed, tmp_path: Path):
+def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_uuid(deployed: Deployed, tmp_path: Path):
     assert deployed.first.rc == 0, deployed.first.out[-3000:]
     sb = deployed.sandbox
     assert sb.gpupool("gres", "diff", check=False).returncode == 0  # installed == a fresh rendering
@@ -146,6 +148,19 @@ def test_slurm_has_the_rendered_gres_and_a_mig_job_gets_its_mig_uuid(deployed: D
     line = next(ln for ln in rendered.splitlines() if ln.startswith(f"NodeName={MIG_NODE} "))
     assert gres_counts(gres) == gres_counts(re.search(r"\bGres=(\S+)", line)[1])
     assert gres_counts(gres)[f"gpu:{MIG_TYPE}"] == 32  # day: 7 on each of GPUs 0-3, 2 on each of 4-5
+
+    # A reboot loses the MIG instances; the installed boot unit's command brings them back.
+    before = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
+    sb.gpupool("--node", MIG_NODE, "sim", "reboot")
+    assert sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT, check=False).returncode == 1
+    unit = (sb.root / "ansible" / "nodes" / MIG_NODE / "systemd" / "gpupool-node-layout.service").read_text()
+    unit_env = dict(re.findall(r'^Environment="([^=]+)=(.*)"$', unit, re.M))
+    exec_start = re.search(r"^ExecStart=(.+)$", unit, re.M)[1].split()
+    boot = sb.run(exec_start, env={"PATH": os.environ["PATH"], **unit_env}, timeout=120)
+    assert f"applying the recorded layout {MIG_LAYOUT}" in boot.stderr
+    sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT)
+    after = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
+    assert len(after) == len(before) == 32 and after.isdisjoint(before)  # new instances, new UUIDs
 
     out = tmp_path / "mig.out"
     sb.run(
@@ -157,7 +172,7 @@ def test_slurm_has_the_rendered_gres_and_a_mig_job_gets_its_mig_uuid(deployed: D
     assert re.fullmatch(r"MIG-[0-9a-f-]{36}", uuid)
     table = sb.node_state(MIG_NODE)["slurm_devices"]
     device = table[int(env["SLURM_JOB_GPUS"])]
-    assert device["mig_uuid"] == uuid and device["type"] == MIG_TYPE
+    assert device["mig_uuid"] == uuid and device["type"] == MIG_TYPE and uuid in after
 
 
 def test_second_run_changes_nothing(deployed: Deployed):
