@@ -1,0 +1,55 @@
+"""The Ansible role's public variables agree everywhere they are declared.
+
+Each lives in three places: ``defaults/main.yml`` (value), ``meta/argument_specs.yml``
+(type, default, checked when the role starts) and the table in ``ansible/README.md``.
+A variable added to one and forgotten in another is a silent defect; this finds it
+without running Ansible (the integration test runs it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLE = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "gpupool"
+README = ROLE.parents[1] / "README.md"
+TYPES = {"str": str, "bool": bool, "int": int, "list": list, "dict": dict}
+
+
+def defaults() -> dict:
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+
+
+def specs() -> dict:
+    return yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+
+
+def readme_rows() -> dict[str, tuple[str, str]]:
+    """``| `name` | type | `default` | ... |`` rows: name -> (type, default text)."""
+    rows = re.findall(r"^\| `(gpupool_\w+)` \| ([^|]+?) \| (.*?) \|", README.read_text(), re.M)
+    return {name: (kind.split()[0], default) for name, kind, default in rows}  # "list of str" -> list
+
+
+def test_every_public_variable_is_in_defaults_specs_and_readme():
+    spec = specs()
+    public = set(defaults())
+    assert all(name.startswith("gpupool_") for name in public | set(spec))
+    # gpupool_host_role is required (set by each play of site.yml), so it has no default
+    assert set(spec) - public == {"gpupool_host_role"} and spec["gpupool_host_role"]["required"]
+    assert public <= set(spec), sorted(public - set(spec))
+    assert set(readme_rows()) == set(spec), sorted(set(readme_rows()) ^ set(spec))
+
+
+@pytest.mark.parametrize("name", sorted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
+def test_defaults_match_their_spec_and_readme_row(name: str):
+    value, spec = defaults()[name], specs()[name]
+    assert isinstance(value, TYPES[spec["type"]]), (name, value, spec["type"])
+    assert spec.get("default") == value, (name, spec.get("default"), value)
+    kind, shown = readme_rows()[name]
+    assert kind == spec["type"]
+    if isinstance(value, str) and "{{" not in value:
+        assert shown == (f"`{value}`" if value else '`""`'), (name, shown)
+    assert spec.get("description"), name
