@@ -147,7 +147,8 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     rendered = slurm.path("nodes_include").read_text()
     line = next(ln for ln in rendered.splitlines() if ln.startswith(f"NodeName={MIG_NODE} "))
     assert gres_counts(gres) == gres_counts(re.search(r"\bGres=(\S+)", line)[1])
-    assert gres_counts(gres)[f"gpu:{MIG_TYPE}"] == 32  # day: 7 on each of GPUs 0-3, 2 on each of 4-5
+    # day: 7 x 1g.5gb on each of GPUs 0-3; 3g.20gb + 2g.10gb + 2 x 1g.5gb on each of 4-5 (36 MIG devices)
+    assert gres_counts(gres)[f"gpu:{MIG_TYPE}"] == 32
 
     # A reboot loses the MIG instances; the installed boot unit's command brings them back.
     before = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
@@ -160,7 +161,7 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     assert f"applying the recorded layout {MIG_LAYOUT}" in boot.stderr
     sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT)
     after = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
-    assert len(after) == len(before) == 32 and after.isdisjoint(before)  # new instances, new UUIDs
+    assert len(after) == len(before) == 36 and after.isdisjoint(before)  # new instances, new UUIDs
 
     out = tmp_path / "mig.out"
     sb.run(
