@@ -38,7 +38,7 @@ def apply(
     """Apply LAYOUT (or --recorded): leave matching GPUs alone, change the others, roll back on failure.
 
     Exit 0 when done (or nothing to do), 1 if a GPU failed and was rolled back,
-    75 if GPUs are busy, 65 if the layout cannot fit, 78 for a bad config, 64 for
+    75 if GPUs are busy, 65 if the layout cannot fit, 78 for a bad config, 2 for
     bad arguments. --recorded with no recorded layout and no --fallback leaves the
     GPUs alone (exit 0).
     """
@@ -50,15 +50,14 @@ def apply(
     if fallback and not recorded:
         raise UsageError("node apply --fallback", "only with --recorded")
     if recorded:
-        from slurm_gpupool.ops.node_state import read_node_state, state_file
-
-        state = read_node_state(app.state_dir()) or {}
-        layout_name = state.get("layout") or fallback
-        if not layout_name:
-            click.echo(f"no layout recorded at {state_file(app.state_dir())} and no --fallback: GPUs left as they are")
+        layout_name, why = _recorded_layout(app, fallback)
+        if layout_name is None:
+            if as_json:
+                emit_json({"node": app.node_name(), "layout": None, "gpus": [], "message": why})
+            else:
+                click.echo(why)
             return 0
-        click.echo(f"applying the {'recorded' if state.get('layout') else 'fallback'} layout {layout_name}", err=True)
-
+        click.echo(why, err=True)
     report = apply_node(app.gpu_backend(), app.config(), layout_name, app.state_dir(), dry_run=dry_run, force=force)
     if as_json:
         from slurm_gpupool.ops.node_state import read_node_state
@@ -82,6 +81,41 @@ def apply(
         click.echo(f"gpupool: node apply {layout_name} failed on {report.node}; see the errors above", err=True)
         return 1
     return 0
+
+
+def _recorded_layout(app: AppContext, fallback: str | None) -> tuple[str | None, str]:
+    """The layout ``--recorded`` applies, and what to say about it.
+
+    At boot a node must not stay stripped of its MIG instances because its state file
+    is corrupt or names a layout the config has since dropped: with ``--fallback``
+    those fall back (with a warning); without, they are errors naming the file."""
+    from slurm_gpupool.errors import ConfigError, StateError
+    from slurm_gpupool.ops.node_state import read_node_state, state_file
+
+    path = state_file(app.state_dir())
+    try:
+        state = read_node_state(app.state_dir()) or {}
+    except StateError as e:
+        if not fallback:
+            raise
+        click.echo(f"gpupool: warning: {e.message()}; applying the fallback instead", err=True)
+        state = {}
+    layout = state.get("layout")
+    if layout and layout not in app.config().layout_names():
+        if not fallback:
+            raise ConfigError(
+                f"node state {path}",
+                "layout",
+                f"the recorded layout {layout!r} is not in the pool config",
+                hint="give --fallback LAYOUT, or apply a layout by name",
+            )
+        click.echo(f"gpupool: warning: the recorded layout {layout!r} is not in the pool config", err=True)
+        layout = None
+    if layout:
+        return layout, f"applying the recorded layout {layout}"
+    if fallback:
+        return fallback, f"applying the fallback layout {fallback}"
+    return None, f"no layout recorded at {path} and no --fallback: GPUs left as they are"
 
 
 @node.command("assert")

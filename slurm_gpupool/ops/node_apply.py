@@ -37,7 +37,7 @@ from slurm_gpupool.core.gpu_diff import (
     snapshot,
 )
 from slurm_gpupool.core.layouts import GpuTarget
-from slurm_gpupool.errors import BusyError, GpuBusyError, GpupoolError
+from slurm_gpupool.errors import BusyError, GpuBusyError, GpupoolError, StateError
 from slurm_gpupool.hw.backend import GpuBackend
 from slurm_gpupool.model import GpuInfo, NodeInventory, Placement
 from slurm_gpupool.ops.node_state import add_slurm_devices, build_node_state, read_node_state, write_node_state
@@ -197,7 +197,12 @@ def apply_node(
             hint="drain the node and wait for its jobs (or pass --force to try anyway)",
         )
     with node_lock(state_dir):
-        previous = read_node_state(state_dir)
+        try:
+            previous = read_node_state(state_dir)
+        except StateError:
+            # only used to keep rolled-back GPUs' shares; the new state is built from the
+            # hardware and replaces the corrupt file (a boot re-apply must not stop here)
+            previous = None
         for g, (_, ops), m, res in zip(inv.gpus, plan, models, results):
             if not ops:
                 continue

@@ -6,6 +6,7 @@ overridable like the GRES templates); ``repartition.cron`` says how often.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -39,7 +40,13 @@ def on_calendar(cron: str) -> str:
 
 def _command(cfg: PoolConfig, gpupool: str | None) -> str:
     exe = gpupool or str(Path(sys.executable).parent / "gpupool")
-    return shlex.join([exe, "--config", str(Path(cfg.source).resolve()), "repartition", "--scheduled", "--quiet"])
+    return shlex.join([exe, "--config", _source(cfg), "repartition", "--scheduled", "--quiet"])
+
+
+def _source(cfg: PoolConfig) -> str:
+    """The config's path made absolute but not resolved: a symlinked /etc/slurm-gpupool
+    stays as given, as the role and the hooks name it, so renderings agree."""
+    return os.path.abspath(cfg.source)
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -48,16 +55,17 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
     """``NAME=VALUE`` options as pairs, for the cron file's variable lines and ``Environment=``.
 
-    Cron takes a value literally and systemd splits on quotes and backslashes, so a
-    value with a quote, a backslash or a newline is refused rather than mangled.
+    Cron strips a value's outer quotes and blanks, systemd splits on quotes and
+    backslashes: a value with a quote, a backslash, a newline or outer blanks would
+    reach the two differently, so it is refused rather than mangled.
     """
     pairs = []
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not ENV_NAME.fullmatch(name):
             raise UsageError(f"--env {item!r}", "expected NAME=VALUE with NAME a shell variable name")
-        if any(c in value for c in '"\\\n'):
-            raise UsageError(f"--env {item!r}", "a value cannot hold a quote, a backslash or a newline")
+        if any(c in value for c in "\"'\\\n") or value != value.strip():
+            raise UsageError(f"--env {item!r}", "a value cannot hold a quote, a backslash, a newline or outer blanks")
         pairs.append((name, value))
     return pairs
 
@@ -73,7 +81,7 @@ def render_schedule(
     env = environment(cfg.slurm.templates_dir)
     common = {
         "header": HEADER,
-        "source": str(Path(cfg.source).resolve()),
+        "source": _source(cfg),
         "cron": cfg.repartition.cron,
         "command": _command(cfg, gpupool),
         "env": env_vars or [],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,17 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def ansible_env(sandbox, home: Path) -> dict[str, str]:
+def package_copy(dest: Path) -> Path:
+    """What pip needs to build the package, copied: a build in the checkout itself
+    (build/, *.egg-info) could race the packaging test on the other xdist worker."""
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, dest / name)
+    for name in ("slurm_gpupool", "templates", "etc"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def ansible_env(sandbox, home: Path, package: Path) -> dict[str, str]:
     env = dict(sandbox.env)
     env.update(
         PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
@@ -62,7 +73,7 @@ def ansible_env(sandbox, home: Path) -> dict[str, str]:
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORCE_COLOR="0",
         SANDBOX_GPUPOOL=str(BIN / "gpupool"),
-        GPUPOOL_PACKAGE=str(REPO),
+        GPUPOOL_PACKAGE=str(package),
     )
     return env
 
@@ -90,11 +101,12 @@ def deployed(_sandbox_session, tmp_path_factory):
     if sb.brought_down:
         sb.ensure_up()
     home = tmp_path_factory.mktemp("ansible-home")
-    env = ansible_env(sb, home)
+    env = ansible_env(sb, home, package_copy(tmp_path_factory.mktemp("package")))
     shutil.rmtree(sb.root / "ansible", ignore_errors=True)
     # A layout only the node knows: Slurm can learn it from the playbook alone.
     sb.gpupool("--node", MIG_NODE, "node", "apply", MIG_LAYOUT)
-    assert sb.gpupool("gres", "diff", check=False).returncode == 1
+    pre = sb.gpupool("gres", "diff", check=False)
+    assert pre.returncode == 1 and re.search(rf"^\+NodeName={MIG_NODE} .*gpu:{MIG_TYPE}:", pre.stdout, re.M), pre.stdout
     first = playbook(env)
     second = playbook(env) if first.rc == 0 else Run(-1, "")
     yield Deployed(sb, env, first, second, home)
@@ -155,8 +167,9 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     sb.gpupool("--node", MIG_NODE, "sim", "reboot")
     assert sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT, check=False).returncode == 1
     unit = (sb.root / "ansible" / "nodes" / MIG_NODE / "systemd" / "gpupool-node-layout.service").read_text()
-    unit_env = dict(re.findall(r'^Environment="([^=]+)=(.*)"$', unit, re.M))
-    exec_start = re.search(r"^ExecStart=(.+)$", unit, re.M)[1].split()
+    # systemd's syntax: quoted words, % doubled
+    unit_env = {k: v.replace("%%", "%") for k, v in re.findall(r'^Environment="([^=]+)=(.*)"$', unit, re.M)}
+    exec_start = [w.replace("%%", "%") for w in shlex.split(re.search(r"^ExecStart=(.+)$", unit, re.M)[1])]
     boot = sb.run(exec_start, env={"PATH": os.environ["PATH"], **unit_env}, timeout=120)
     assert f"applying the recorded layout {MIG_LAYOUT}" in boot.stderr
     sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT)
@@ -197,42 +210,50 @@ def snapshot(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in files if p.is_file()}
 
 
-def test_check_diff_shows_exactly_the_intended_change(deployed: Deployed, tmp_path: Path):
+def test_check_diff_shows_exactly_what_the_real_run_then_changes(deployed: Deployed, tmp_path: Path):
+    """A config change (a price for reports: nothing Slurm reads is rendered from it) and a
+    role variable: --check --diff shows exactly their lines and changes nothing; the real
+    run then changes exactly those files, by exactly those lines. (A change that alters
+    GRES or the support files shows in check mode as the config's lines only: GRES are
+    rendered from the installed config, see ansible/README.md.)"""
     assert deployed.second.rc == 0
     sb = deployed.sandbox
     installed = sb.root / "etc" / "gpupool.yaml"
+    include = sb.root / "etc" / "gpupool.conf"
     before = snapshot(sb.root)
     text = installed.read_text()
-    assert "    start: 08:00\n" in text
+    assert "    A30: 1.2\n" in text
     changed = tmp_path / "gpupool.yaml"
-    changed.write_text(text.replace("    start: 08:00\n", "    start: '07:30'\n"))
+    changed.write_text(text.replace("    A30: 1.2\n", "    A30: 1.5\n"))
+    args = ["-e", f"gpupool_config_src={changed}", "-e", "gpupool_slurm_prolog_epilog_timeout_s=90"]
 
-    run = playbook(
-        deployed.env,
-        "--check",
-        "--diff",
-        "-e",
-        f"gpupool_config_src={changed}",
-        "-e",
-        "gpupool_slurm_prolog_epilog_timeout_s=90",
-    )
-    assert run.rc == 0, run.out[-6000:]
+    check = playbook(deployed.env, "--check", "--diff", *args)
+    assert check.rc == 0, check.out[-6000:]
     # the pool config's line on each of the 7 hosts that install it, the include's line once
-    assert Counter(diff_lines(run.out)) == {
-        "-    start: 08:00": 7,
-        "+    start: '07:30'": 7,
+    assert Counter(diff_lines(check.out)) == {
+        "-    A30: 1.2": 7,
+        "+    A30: 1.5": 7,
         "-PrologEpilogTimeout=60": 1,
         "+PrologEpilogTimeout=90": 1,
-    }, run.out[-6000:]
-    assert "check mode, nothing restarts; a real run would: restart slurmctld" in run.out
-    # only the pool config (every host) and the include (the controller) would change
-    assert {host: counts[1] for host, counts in run.recap().items()} == {
-        **dict.fromkeys(run.recap(), 1),
+    }, check.out[-6000:]
+    assert "check mode, nothing restarts; a real run would: restart slurmctld" in check.out
+    assert {host: counts[1] for host, counts in check.recap().items()} == {
+        **dict.fromkeys(check.recap(), 1),
         "sandbox-controller": 2,
-    }, run.out[-6000:]
-    # check mode changed nothing
-    assert snapshot(sb.root) == before
+    }, check.out[-6000:]
+    assert snapshot(sb.root) == before  # check mode changed nothing
     assert show_config(sb)["PrologEpilogTimeout"] == "60"
+
+    try:
+        real = playbook(deployed.env, *args)
+        assert real.rc == 0, real.out[-6000:]
+        after = snapshot(sb.root)
+        assert {p for p in after.keys() | before.keys() if after.get(p) != before.get(p)} == {installed, include}
+        assert after[installed] == before[installed].replace(b"    A30: 1.2\n", b"    A30: 1.5\n")
+        assert after[include] == before[include].replace(b"PrologEpilogTimeout=60\n", b"PrologEpilogTimeout=90\n")
+        assert show_config(sb)["PrologEpilogTimeout"] == "90"  # the handler restarted Slurm
+    finally:
+        installed.write_text(text)
 
 
 def bad_config(sandbox, tmp_path: Path) -> Path:
@@ -251,6 +272,7 @@ def bad_config(sandbox, tmp_path: Path) -> Path:
         ("config", False, ["was not installed", "1g.5gb"]),
         ("os", False, ["is not supported", "supported: Debian 12", "gpupool_check_os: false"]),
         ("slurm", False, ["Slurm is missing or too old on sandbox-admin", "scontrol", "PATH /nonexistent"]),
+        ("env", False, ["invalid role variables", "gpupool_environment: SLURM_CONF must be a shell name"]),
     ],
 )
 def test_validation_first_fails_clearly_and_changes_nothing(
@@ -263,6 +285,7 @@ def test_validation_first_fails_clearly_and_changes_nothing(
         "config": ["-e", f"gpupool_config_src={bad_config(sb, tmp_path)}"],
         "os": ["-e", '{"_gpupool_os_table": {}}'],  # as on an OS the role does not know
         "slurm": ["-e", "gpupool_path=/nonexistent"],
+        "env": ["-e", '{"gpupool_environment": {"SLURM_CONF": "/etc/slurm/slurm.conf "}}'],  # cron would trim it
     }[case]
     run = playbook(deployed.env, "--limit", "sandbox-admin", *(["--check"] if check else []), *extra)
     assert run.rc == 2, run.out[-4000:]

@@ -232,6 +232,25 @@ def test_recorded_layout_comes_back_after_a_reboot(env, tmp_path: Path):
     assert res.returncode == 0 and "applying the fallback layout day" in res.stderr, res.stderr
     assert read_node_state(state / "hgx1")["layout"] == "day"
 
+    # a state naming a layout the config dropped, or a corrupt state: the fallback, else a clear error
+    state_path = state / "hgx1" / "node-state.json"
+    renamed = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**renamed, "layout": "old-day"}))
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "--recorded")
+    assert res.returncode == 78 and "the recorded layout 'old-day' is not in the pool config" in res.stderr
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "--recorded", "--fallback", "night")
+    assert res.returncode == 0 and "warning: the recorded layout 'old-day'" in res.stderr, res.stderr
+    assert "applying the fallback layout night" in res.stderr
+    state_path.write_text("{not json")
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "--recorded")
+    assert res.returncode == 1 and f"node state {state_path}" in res.stderr and "Traceback" not in res.stderr
+    res = cli(sim, state, cfg_path, "--node", "hgx1", "node", "apply", "--recorded", "--fallback", "day")
+    assert res.returncode == 0 and "applying the fallback layout day" in res.stderr, res.stderr
+
+    # nothing recorded, --json: still JSON
+    res = cli(sim, state, cfg_path, "--node", "nonode", "node", "apply", "--recorded", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["layout"] is None
+
     for bad in (["apply"], ["apply", "day", "--recorded"], ["apply", "day", "--fallback", "night"]):
         res = cli(sim, state, cfg_path, "--node", "dgx1", "node", *bad)
         assert res.returncode == 2 and "gpupool: node apply" in res.stderr and "Traceback" not in res.stderr

@@ -193,7 +193,7 @@ def test_schedule_environment_reaches_cron_and_systemd():
     service = render_schedule(cfg, systemd=True, env_vars=env)["/etc/systemd/system/gpupool-repartition.service"]
     assert 'Environment="SLURM_CONF=/etc/slurm-b/slurm.conf"' in service.splitlines()
     assert 'Environment="LABEL=50%% off"' in service.splitlines()  # % is a systemd specifier
-    for bad in ("NOEQUALS", "1X=y", 'X=a"b', "X=a\\b", "X=a\nb"):
+    for bad in ("NOEQUALS", "1X=y", 'X=a"b', "X='a b'", "X=a\\b", "X=a\nb", "X= padded"):
         with pytest.raises(UsageError, match="--env"):
             parse_env([bad])
 
