@@ -145,7 +145,8 @@ def test_first_run_deploys_and_slurm_uses_the_installed_hooks(deployed: Deployed
     # the boot unit per node and the repartitioner's cron entry, both from gpupool's own output
     for node in ("a100n1", "v100n1"):
         unit = (role / "nodes" / node / "systemd" / "gpupool-node-layout.service").read_text()
-        assert "Before=slurmd.service" in unit and f"--node {node} node apply --recorded" in unit
+        assert "Before=slurmd.service" in unit
+        assert f'"--node" "{node}" "node" "apply" "--recorded"' in unit  # systemd-quoted words
     cron = (role / "cron.d" / "slurm-gpupool").read_text()
     assert "repartition" in cron and f"{role}/venv/bin/gpupool" in cron
 
