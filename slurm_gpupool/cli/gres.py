@@ -65,12 +65,24 @@ def render_cmd(app: AppContext, planned, live, nodes, templates, out: str | None
 
 @gres.command("diff")
 @source_options
+@click.option(
+    "--as-installed",
+    metavar="PATH",
+    help="Render as if the config were installed at PATH (the path the files name): "
+    "previews what a new config, given with --config, would change.",
+)
 @pass_app
-def diff_cmd(app: AppContext, planned, live, nodes, templates) -> int:
+def diff_cmd(app: AppContext, planned, live, nodes, templates, as_installed: str | None) -> int:
     """Show how the installed files differ from a fresh rendering (exit 1 if they do)."""
-    from slurm_gpupool.ops.gres_install import diff
+    import dataclasses
+
+    from slurm_gpupool.ops.gres_install import diff, render
+    from slurm_gpupool.ops.gres_sources import select_nodes
 
     cfg, r = _render(app, planned, live, nodes, templates)
+    if as_installed:
+        cfg = dataclasses.replace(cfg, source=as_installed)
+        r = render(cfg, select_nodes(cfg, nodes), planned, templates)
     text = diff(cfg, r)
     if text:
         click.echo(text, nl=False)

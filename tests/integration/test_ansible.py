@@ -253,8 +253,32 @@ def test_check_diff_shows_exactly_what_the_real_run_then_changes(deployed: Deplo
         assert after[installed] == before[installed].replace(b"    A30: 1.2\n", b"    A30: 1.5\n")
         assert after[include] == before[include].replace(b"PrologEpilogTimeout=60\n", b"PrologEpilogTimeout=90\n")
         assert show_config(sb)["PrologEpilogTimeout"] == "90"  # the handler restarted Slurm
-    finally:
+    finally:  # the role's defaults again for the tests after this one
         installed.write_text(text)
+        include.write_bytes(before[include])
+
+
+def test_check_mode_previews_what_a_new_config_changes_in_slurm_files(deployed: Deployed, tmp_path: Path):
+    """A schedule change alters the submit catalog and job_submit.lua (their day hours):
+    --check shows those lines from `gres diff --as-installed` on the new config, and the
+    config's own line, and changes nothing."""
+    assert deployed.second.rc == 0
+    sb = deployed.sandbox
+    text = (sb.root / "etc" / "gpupool.yaml").read_text()
+    assert "    start: 08:00\n" in text
+    changed = tmp_path / "gpupool.yaml"
+    changed.write_text(text.replace("    start: 08:00\n", "    start: '07:30'\n"))
+    before = snapshot(sb.root)
+    run = playbook(
+        deployed.env, "--check", "--diff", "--limit", "sandbox-controller", "-e", f"gpupool_config_src={changed}"
+    )
+    assert run.rc == 0, run.out[-6000:]
+    assert Counter(diff_lines(run.out)) == {"-    start: 08:00": 1, "+    start: '07:30'": 1}, run.out[-6000:]
+    preview = run.out[run.out.index("Show what the install will change") :]
+    for name in ("gpupool-submit.json", "job_submit.lua"):
+        assert f"{sb.root}/etc/{name} (rendered)" in preview, preview[:4000]
+    assert '+    \\"start\\": \\"07:30\\"' in preview and "gres.conf (rendered)" not in preview, preview[:4000]
+    assert snapshot(sb.root) == before
 
 
 def bad_config(sandbox, tmp_path: Path) -> Path:

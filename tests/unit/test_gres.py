@@ -199,6 +199,39 @@ def test_install_backs_up_and_plans_restarts(tmp_path: Path):
     assert same.nothing and same.describe() == "no Slurm change: nothing to restart"
 
 
+def test_diff_as_installed_previews_a_new_config(tmp_path: Path):
+    """`gpupool --config NEW gres diff --as-installed OLD`: what installing NEW would change,
+    without the config's path (named in every file) showing up as a change."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    raw = {
+        "version": 1,
+        "nodesets": {"n": {"nodes": "node[01-02]", "machine": "hgx-h100"}},
+        "layouts": {v: {"n": spec} for v, spec in VARIANTS["hgx-h100"].items()},
+        "slurm": {"config_dir": str(tmp_path / "slurm")},
+    }
+    old, new = tmp_path / "installed.yaml", tmp_path / "new.yaml"
+    old.write_text(yaml.safe_dump(raw))
+    new.write_text(yaml.safe_dump({**raw, "hooks": {"usage_interval_s": 30}}))
+
+    def gpupool(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "slurm_gpupool.cli.main", "--config", str(cfg), "gres", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+    assert gpupool(old, "install", "--planned", "whole", "--no-backup").returncode == 0
+    assert gpupool(old, "diff", "--planned", "whole").returncode == 0
+    plain = gpupool(new, "diff", "--planned", "whole")  # every file names new.yaml instead
+    assert plain.returncode == 1 and "new.yaml" in plain.stdout and "gres.conf (rendered)" in plain.stdout
+    preview = gpupool(new, "diff", "--planned", "whole", "--as-installed", str(old))
+    assert preview.returncode == 1, preview.stderr
+    lines = {ln for ln in preview.stdout.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")}
+    assert lines == {'- "usage_interval_s": 10.0', '+ "usage_interval_s": 30.0'}, preview.stdout
+    assert gpupool(old, "diff", "--planned", "whole", "--as-installed", str(old)).returncode == 0
+
+
 def test_features_only_change_needs_a_reconfigure():
     cfg = config_for("hgx-h100")
     a = render(cfg, cfg.all_nodes(), "whole").files
