@@ -25,7 +25,18 @@ def source_options(f):
     return f
 
 
-def _render(app: AppContext, planned: str | None, live: bool, nodes: str | None, templates: str | None):
+def _render(
+    app: AppContext,
+    planned: str | None,
+    live: bool,
+    nodes: str | None,
+    templates: str | None,
+    as_installed: str | None = None,
+):
+    """The config and its rendering; ``as_installed``: as if the config were at that path
+    (the files name it), to preview a config before it is installed."""
+    import dataclasses
+
     from slurm_gpupool.errors import UsageError
     from slurm_gpupool.ops.gres_install import render
     from slurm_gpupool.ops.gres_sources import select_nodes
@@ -33,6 +44,8 @@ def _render(app: AppContext, planned: str | None, live: bool, nodes: str | None,
     if planned and live:
         raise UsageError("gres", "--planned and --live exclude each other")
     cfg = app.config()
+    if as_installed:
+        cfg = dataclasses.replace(cfg, source=as_installed)
     return cfg, render(cfg, select_nodes(cfg, nodes), planned, templates)
 
 
@@ -74,15 +87,9 @@ def render_cmd(app: AppContext, planned, live, nodes, templates, out: str | None
 @pass_app
 def diff_cmd(app: AppContext, planned, live, nodes, templates, as_installed: str | None) -> int:
     """Show how the installed files differ from a fresh rendering (exit 1 if they do)."""
-    import dataclasses
+    from slurm_gpupool.ops.gres_install import diff
 
-    from slurm_gpupool.ops.gres_install import diff, render
-    from slurm_gpupool.ops.gres_sources import select_nodes
-
-    cfg, r = _render(app, planned, live, nodes, templates)
-    if as_installed:
-        cfg = dataclasses.replace(cfg, source=as_installed)
-        r = render(cfg, select_nodes(cfg, nodes), planned, templates)
+    cfg, r = _render(app, planned, live, nodes, templates, as_installed)
     text = diff(cfg, r)
     if text:
         click.echo(text, nl=False)

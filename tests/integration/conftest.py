@@ -98,6 +98,12 @@ class SandboxHandle:
         self.sandbox.up()
         self.brought_down = False
 
+    def ready(self) -> SandboxHandle:
+        """Itself, brought up again first if a test (test_zz_down) took it down."""
+        if self.brought_down:
+            self.ensure_up()
+        return self
+
 
 @pytest.fixture(scope="session")
 def _sandbox_session() -> Iterator[SandboxHandle]:
@@ -131,9 +137,7 @@ def _sandbox_session() -> Iterator[SandboxHandle]:
 @pytest.fixture
 def sandbox(_sandbox_session: SandboxHandle) -> SandboxHandle:
     """The running sandbox (brought up again if a test took it down)."""
-    if _sandbox_session.brought_down:
-        _sandbox_session.ensure_up()
-    return _sandbox_session
+    return _sandbox_session.ready()
 
 
 @pytest.fixture

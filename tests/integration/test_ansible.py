@@ -27,6 +27,8 @@ import pytest
 from slurm_gpupool.config import load_config
 from slurm_gpupool.slurm.cluster import gres_counts, parse_sinfo_json
 
+from .conftest import SandboxHandle
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,18 +90,15 @@ def playbook(env: dict[str, str], *args: str) -> Run:
 
 @dataclass
 class Deployed:
-    sandbox: object
+    sandbox: SandboxHandle
     env: dict[str, str]
     first: Run
     second: Run
-    home: Path
 
 
 @pytest.fixture(scope="module")
 def deployed(_sandbox_session, tmp_path_factory):
-    sb = _sandbox_session
-    if sb.brought_down:
-        sb.ensure_up()
+    sb = _sandbox_session.ready()
     home = tmp_path_factory.mktemp("ansible-home")
     env = ansible_env(sb, home, package_copy(tmp_path_factory.mktemp("package")))
     shutil.rmtree(sb.root / "ansible", ignore_errors=True)
@@ -109,7 +108,7 @@ def deployed(_sandbox_session, tmp_path_factory):
     assert pre.returncode == 1 and re.search(rf"^\+NodeName={MIG_NODE} .*gpu:{MIG_TYPE}:", pre.stdout, re.M), pre.stdout
     first = playbook(env)
     second = playbook(env) if first.rc == 0 else Run(-1, "")
-    yield Deployed(sb, env, first, second, home)
+    yield Deployed(sb, env, first, second)
     # back to the sandbox's own slurm.conf (without the role's Include) and night
     sb.switch("night")
 

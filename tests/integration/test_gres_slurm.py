@@ -95,9 +95,7 @@ def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str
 
 @pytest.fixture(scope="module")
 def day(_sandbox_session):
-    sb = _sandbox_session
-    if sb.brought_down:
-        sb.ensure_up()
+    sb = _sandbox_session.ready()
     sb.switch("day")
     yield sb
     sb.switch("night")

@@ -36,9 +36,7 @@ def wait_for(pred, timeout: float = 60, what: str = "") -> None:
 
 @pytest.fixture(scope="module")
 def day(_sandbox_session):
-    sb = _sandbox_session
-    if sb.brought_down:
-        sb.ensure_up()
+    sb = _sandbox_session.ready()
     sb.switch("day")
     yield sb
     sb.switch("night")

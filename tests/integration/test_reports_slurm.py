@@ -65,9 +65,7 @@ def wait_done(sb, ids: list[str], timeout: float = 120) -> None:
 
 @pytest.fixture(scope="module")
 def history(_sandbox_session, tmp_path_factory):
-    sb = _sandbox_session
-    if sb.brought_down:
-        sb.ensure_up()
+    sb = _sandbox_session.ready()
     tmp = tmp_path_factory.mktemp("reports")
     sb.run(["sacctmgr", "-i", "add", "account", "phys,bio"], check=False)
     sb.run(["sacctmgr", "-i", "add", "user", "root", "account=phys,bio"], check=False)

@@ -68,9 +68,7 @@ def test_device_files_are_char_devices(sandbox):
 @pytest.fixture(scope="module")
 def gpu_job(_sandbox_session, tmp_path_factory):
     """A batch job with one GPU that prints its environment: (job id, env)."""
-    sandbox = _sandbox_session
-    if sandbox.brought_down:
-        sandbox.ensure_up()
+    sandbox = _sandbox_session.ready()
     out = tmp_path_factory.mktemp("job") / "env.out"
     proc = sandbox.run(["sbatch", "--parsable", "--wait", "--gres=gpu:1", "-o", str(out), "--wrap", "env"], timeout=120)
     job_id = proc.stdout.strip().split(";")[0]

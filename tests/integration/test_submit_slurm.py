@@ -160,9 +160,7 @@ def test_thirty_invocations_give_the_same_job_with_and_without_the_wrapper(sandb
 
 @pytest.fixture(scope="module")
 def day(_sandbox_session):
-    sb = _sandbox_session
-    if sb.brought_down:
-        sb.ensure_up()
+    sb = _sandbox_session.ready()
     sb.switch("day")
     yield sb
     sb.switch("night")
