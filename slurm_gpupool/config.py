@@ -42,7 +42,7 @@ SUBMIT_DEFAULTS: dict[str, Any] = {
     "nvlink_constraint": True,  # multi-GPU single-node jobs: only nodes with an NVLink set that large
     "enforce_binding": False,  # add --gres-flags=enforce-binding to multi-GPU jobs
     "switches": None,  # e.g. 1: multi-node jobs get --switches=1 (needs a network topology plugin)
-    "untyped_gpus": "leave",  # leave | reject plain --gres=gpu:N / --gpus=N
+    "untyped_gpus": "auto",  # auto | reject | leave plain --gres=gpu:N / --gpus=N
 }
 
 
@@ -89,7 +89,7 @@ class SlurmSettings:
     gres_include: str = "gpupool-gres.conf"
     templates_dir: str | None = None
     dev_root: str = "/dev"
-    node_params: tuple[tuple[frozenset[str], str], ...] = ()
+    node_params: tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...] = ()
     version: str | None = None  # the cluster's Slurm, e.g. "22.05.8"; None: ask `sinfo -V`
     mig_device_files: str = "auto"  # auto | multiple | ci_cap
 
@@ -97,8 +97,11 @@ class SlurmSettings:
         """Where the node's /dev/nvidia* live (``{node}`` filled in)."""
         return self.dev_root.replace("{node}", node)
 
-    def params_for(self, node: str) -> str:
-        return " ".join(p for nodes, p in self.node_params if node in nodes)
+    def params_for(self, node: str) -> tuple[tuple[str, str], ...]:
+        """The site's NodeName parameters for a node: later entries win per key, Features add up."""
+        from slurm_gpupool.core.gres import merge_params
+
+        return merge_params(*(p for nodes, p in self.node_params if node in nodes))
 
     def path(self, which: str) -> Path:
         """Installed path of ``gres_conf``, ``nodes_include`` or ``gres_include``."""
@@ -236,6 +239,9 @@ def check_target(t: GpuTarget, model: GpuModel, where: Where) -> None:
         raise InfeasibleError(f"{where.source}: {where.key('mig').path}", f"{model.key}: {e.why}", e.hint) from None
 
 
+MAX_MIG_COUNT = 64  # instances of one profile on one GPU: no GPU has more than 7
+
+
 def parse_target(raw: Any, where: Where) -> GpuTarget:
     """``whole`` | ``{whole: true}`` | ``{mig: {profile: count}}`` | ``{shared: N}``."""
     if raw == "whole":
@@ -256,8 +262,8 @@ def parse_target(raw: Any, where: Where) -> GpuTarget:
         counts = {}
         for name, n in val.items():
             wm.key(name).check_type(n, int)
-            if n < 0:
-                raise wm.key(name).error("count must be >= 0")
+            if not 0 <= n <= MAX_MIG_COUNT:
+                raise wm.key(name).error(f"count must be 0..{MAX_MIG_COUNT}, not {n}")
             counts[str(name)] = n
         return GpuTarget.mig_counts(counts)
     if kind == "shared":
@@ -269,14 +275,49 @@ def parse_target(raw: Any, where: Where) -> GpuTarget:
     raise where.key(kind).error("unknown key", hint="one of: whole, mig, shared")
 
 
-def _expand(hostlist: str, where: Where) -> tuple[str, ...]:
-    from ClusterShell.NodeSet import NodeSet as CSNodeSet
-    from ClusterShell.NodeSet import NodeSetParseError
+_HOSTLIST = re.compile(r"[A-Za-z0-9._\-\[\],]{1,4096}")
+MAX_NODES = 100_000  # per hostlist: more is a typo (a[1-20000000] took 17 s, then the memory)
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
+
+def _names_at_most(hostlist: str) -> int:
+    """An upper bound of the names a hostlist expands to, counted without expanding it
+    (ClusterShell builds every name first: 30 s for a[1-20000000])."""
+    total = 0
+    for element in re.split(r",(?![^\[]*\])", hostlist):  # commas outside brackets
+        count = 1
+        for group in re.findall(r"\[([^\]]*)\]", element):
+            count *= sum(int(b or a) - int(a) + 1 if int(b or a) >= int(a) else 1 for a, b in _RANGE.findall(group))
+        total += count
+    return total
+
+
+def _expand(hostlist: str, where: Where) -> tuple[str, ...]:
+    """A Slurm hostlist's node names, each a valid node name; refused if it names none."""
+    from ClusterShell.NodeSet import NodeSet as CSNodeSet
+    from ClusterShell.NodeSet import NodeSetException
+
+    if not isinstance(hostlist, str) or not hostlist.strip():
+        raise where.error("an empty hostlist names no node")
+    if not _HOSTLIST.fullmatch(hostlist):  # ClusterShell also reads @groups and !^& operators: Slurm does not
+        raise where.error(
+            f"not a Slurm hostlist: {hostlist[:70]!r}",
+            hint="node names, [ranges] and commas only, e.g. gpu[01-08],dgx1 (not a name: no space, '=' or newline)",
+        )
+    if (bound := _names_at_most(hostlist)) > MAX_NODES:
+        raise where.error(f"hostlist {hostlist[:60]!r} names {bound} nodes (at most {MAX_NODES})")
     try:
-        return tuple(sorted(CSNodeSet(hostlist)))
-    except NodeSetParseError as e:
-        raise where.error(f"not a Slurm hostlist: {hostlist!r} ({e})") from None
+        ns = CSNodeSet(hostlist)
+        if len(ns) > MAX_NODES:
+            raise where.error(f"hostlist {hostlist[:60]!r} names {len(ns)} nodes (at most {MAX_NODES})")
+        nodes = tuple(sorted(ns))
+    except (NodeSetException, ValueError, KeyError) as e:  # also an unknown @group
+        raise where.error(f"not a Slurm hostlist: {hostlist[:70]!r} ({e})") from None
+    if not nodes:
+        raise where.error(f"hostlist {hostlist!r} names no node")
+    for n in nodes:
+        where.check_name(n, "node name")
+    return nodes
 
 
 def _parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dict[str, NodeSet]:
@@ -288,6 +329,7 @@ def _parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dic
     seen: dict[str, str] = {}
     for name, spec in raw.items():
         wn = w.key(name)
+        wn.check_name(name, "node set name")
         wn.check_type(spec, dict)
         wn.only_keys(spec, {"nodes", "machine"})
         hostlist = wn.require(spec, "nodes", str)
@@ -299,6 +341,7 @@ def _parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dic
         machine = None
         mname = wn.optional(spec, "machine", str)
         if mname:
+            wn.key("machine").check_name(mname, "machine description name")
             try:
                 machine = find_machine(mname, machine_dirs)
             except ConfigError as e:
@@ -349,6 +392,7 @@ def _parse_layouts(
     out: dict[str, list[LayoutEntry]] = {}
     for lname, per_set in raw.items():
         wl = w.key(lname)
+        wl.check_name(lname, "layout name")  # it becomes the feature layout_<name> and a reservation name
         wl.check_type(per_set, dict)
         entries = [_layout_entry(str(k), v, wl.key(k), nodesets) for k, v in per_set.items()]
         for i, a in enumerate(entries):
@@ -467,11 +511,12 @@ def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet])
         raise w.key("mig_device_files").error("must be auto, multiple or ci_cap")
     params = []
     for k, v in w.optional(raw, "node_params", dict, {}).items():
-        nodes = frozenset(_expand(str(k), w.key("node_params").key(k)))
+        wk = w.key("node_params").key(k)
+        nodes = frozenset(_expand(str(k), wk))
         known = {n for ns in nodesets.values() for n in ns.nodes}
         if not nodes <= known:
-            raise w.key("node_params").key(k).error(f"nodes {', '.join(sorted(nodes - known))} are in no node set")
-        params.append((nodes, str(w.key("node_params").key(k).check_type(v, str))))
+            raise wk.error(f"nodes {', '.join(sorted(nodes - known))} are in no node set")
+        params.append((nodes, parse_node_params(wk.check_type(v, str), wk)))
     return SlurmSettings(
         type_naming=naming,
         autodetect=w.optional(raw, "autodetect", bool, d.autodetect),
@@ -485,6 +530,35 @@ def _parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet])
         version=version,
         mig_device_files=mig_files,
     )
+
+
+_PARAM_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]{0,39}")
+_PARAM_VALUE = re.compile(r"[A-Za-z0-9_.,:/@%+\-\[\]()]{1,512}")
+OWN_PARAMS = ("nodename", "gres")  # gpupool writes these
+
+
+def parse_node_params(text: str, where: Where) -> tuple[tuple[str, str], ...]:
+    """``"CPUs=256 RealMemory=1000000 Features=ib"`` as (key, value) pairs, each checked:
+    a word key, a value without spaces, '=' or newlines (which would add a Slurm key
+    or line), no key twice, none that gpupool writes itself (NodeName, Gres)."""
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for token in text.split(" "):
+        if not token:
+            continue
+        key, eq, value = token.partition("=")
+        if not eq or not _PARAM_KEY.fullmatch(key) or not _PARAM_VALUE.fullmatch(value):
+            raise where.error(
+                f"not a NodeName parameter: {token[:60]!r}",
+                hint='space-separated Key=Value pairs, e.g. "CPUs=256 RealMemory=1000000 Features=ib"',
+            )
+        if key.lower() in OWN_PARAMS:
+            raise where.error(f"{key}= is written by gpupool (from the GPUs and the layout)", hint="remove it")
+        if key.lower() in seen:
+            raise where.error(f"{key}= is given twice")
+        seen.add(key.lower())
+        out.append((key, value))
+    return tuple(out)
 
 
 def _parse_hooks(raw: Any, top: Where) -> HookSettings:
@@ -558,8 +632,8 @@ def _parse_reports(raw: Any, top: Where) -> ReportSettings:
             wk = w.key(key).key(str(name))
             if allowed is not None and name not in allowed:
                 raise wk.error("not a GPU model of the catalog", hint="models: " + ", ".join(sorted(models)))
-            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
-                raise wk.error("must be a number >= 0")
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < 1e12:
+                raise wk.error("must be a number >= 0")  # (NaN and inf fail the comparison)
             if key == "profile_prices" and price > 1:
                 raise wk.error("a fraction of the model's price, 0 to 1")
             out.append((str(name), float(price)))
@@ -596,9 +670,9 @@ def _parse_submit(raw: Any, top: Where) -> dict[str, Any]:
         out[k] = w.optional(raw, k, bool, out[k])
     sw = w.optional(raw, "switches", (int, str), None)
     out["switches"] = str(sw) if sw is not None else None
-    out["untyped_gpus"] = w.optional(raw, "untyped_gpus", str, "leave")
-    if out["untyped_gpus"] not in ("leave", "reject"):
-        raise w.key("untyped_gpus").error("must be leave or reject")
+    out["untyped_gpus"] = w.optional(raw, "untyped_gpus", str, "auto")
+    if out["untyped_gpus"] not in ("auto", "reject", "leave"):
+        raise w.key("untyped_gpus").error("must be auto, reject or leave")
     return out
 
 
@@ -726,19 +800,13 @@ def config_path(path: str | Path | None = None) -> Path:
 
 def load_config(path: str | Path | None = None) -> PoolConfig:
     """Read and validate the pool config (``--config``, $SLURM_GPUPOOL_CONFIG, or /etc)."""
-    import yaml
+    from slurm_gpupool.validate import load_yaml
 
     p = config_path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(
-            str(p), "", f"cannot read: {e.strerror}", hint=f"pass --config or set {CONFIG_ENV}; see etc/gpupool.yaml"
-        ) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(str(p), where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+        raw = load_yaml(p)
+    except ConfigError as e:
+        if e.why.startswith("cannot read"):
+            e.hint = f"pass --config or set {CONFIG_ENV}; see etc/gpupool.yaml"
+        raise
     return parse_config(raw, str(p))

@@ -221,15 +221,9 @@ def parse_machine(raw: Any, source: str) -> MachineSpec:
 
 
 def load_machine_file(path: Path) -> MachineSpec:
-    import yaml
+    from slurm_gpupool.validate import load_yaml
 
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(str(path), "", f"cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(str(path), "", f"not valid YAML: {e}") from None
-    return parse_machine(raw, str(path))
+    return parse_machine(load_yaml(path), str(path))
 
 
 @cache
@@ -239,6 +233,10 @@ def _load_cached(path: str) -> MachineSpec:
 
 def find_machine(name: str, search: tuple[Path, ...] = ()) -> MachineSpec:
     """A machine description by name, from ``search`` dirs first, then the built-ins."""
+    from slurm_gpupool.validate import NAME
+
+    if not NAME.fullmatch(name):
+        raise ConfigError("machine descriptions", name[:70], "not a machine description name")
     dirs = (*search, machines_dir())
     for d in dirs:
         p = d / f"{name}.yaml"

@@ -59,15 +59,10 @@ def _target(entry: dict, where: Where) -> GpuTarget:
 
 
 def load_mig_parted(path: Path) -> tuple[dict[str, Any], Where]:
-    import yaml
+    from slurm_gpupool.validate import load_yaml
 
     top = Where(str(path))
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise top.error(f"cannot read mig-parted config: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise top.error(f"not valid YAML: {e}") from None
+    raw = load_yaml(path, " mig-parted config")
     top.check_type(raw, dict)
     top.only_keys(raw, {"version", "mig-configs"})
     if top.require(raw, "version", str) != "v1":

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from slurm_gpupool.errors import ConfigError
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 _TYPE_NAMES = {int: "an integer", str: "a string", dict: "a mapping", list: "a list", bool: "true/false"}
 
@@ -46,6 +51,8 @@ class Where:
         ok = isinstance(val, typ) and not (isinstance(val, bool) and typ in (int, (int, str)))
         if not ok:
             raise self.error(f"expected {_type_name(typ)}, got {_actual(val)}")
+        if isinstance(val, float) and not math.isfinite(val):
+            raise self.error(f"expected a finite number, got {val}")
         return val
 
     def require(self, d: dict, k: str, typ: type | tuple[type, ...]) -> Any:
@@ -58,7 +65,106 @@ class Where:
             return default
         return self.key(k).check_type(d[k], typ)
 
+    def check_name(self, val: Any, what: str) -> str:
+        """A name that ends up in Slurm's files, features or reservation names: letters,
+        digits, '.', '_', '-' (no space, '=', newline or ',' that would add a key or line)."""
+        if not isinstance(val, str) or not NAME.fullmatch(val):
+            raise self.error(
+                f"{what} {str(val)[:70]!r} is not a name: letters, digits, '.', '_' or '-', at most 64",
+            )
+        return val
+
     def only_keys(self, d: dict, allowed: set[str]) -> None:
         for k in d:
             if k not in allowed:
                 raise self.key(k).error("unknown key", hint="allowed here: " + ", ".join(sorted(allowed)))
+
+
+MAX_DEPTH = 32  # no config, machine or mig-parted file nests deeper
+MAX_BYTES = 16 << 20
+
+
+def load_yaml(path: Any, what: str = "") -> Any:
+    """A YAML file as plain data, or a ConfigError naming the file, the line and why.
+
+    Stricter than ``yaml.safe_load``: the file must be UTF-8 text; a key written twice
+    in one mapping is an error (YAML would silently keep the second); keys must be
+    strings, numbers or booleans; nesting deeper than ``MAX_DEPTH`` is refused (a
+    1,000-deep list otherwise ends in a RecursionError)."""
+    import yaml
+
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(source, "", f"cannot read{what}: {e.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise ConfigError(source, "", f"larger than {MAX_BYTES >> 20} MiB: not a config file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(source, f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x})") from None
+    try:
+        return _strict_loader_class()(text, source).get_single_data_checked()
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(source, where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    except RecursionError:
+        raise ConfigError(source, "", f"nested too deeply (more than {MAX_DEPTH} levels)") from None
+
+
+@cache
+def _strict_loader_class() -> Any:
+    """Built on first use, so importing this module does not import yaml."""
+    import yaml
+
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it
+
+    class StrictLoader(base):
+        def __init__(self, text: str, source: str) -> None:
+            super().__init__(text)
+            self.source = source
+
+        def get_single_data_checked(self) -> Any:
+            try:
+                node = self.get_single_node()
+                if node is None:
+                    return None
+                self._check_depth(node, 0)
+                return self.construct_document(node)
+            finally:
+                self.dispose()
+
+        def _check_depth(self, node: Any, depth: int) -> None:
+            if depth > MAX_DEPTH:
+                line = node.start_mark.line + 1
+                raise ConfigError(self.source, f"line {line}", f"nested too deeply (more than {MAX_DEPTH} levels)")
+            if isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    self._check_depth(k, depth + 1)
+                    self._check_depth(v, depth + 1)
+            elif isinstance(node, yaml.SequenceNode):
+                for v in node.value:
+                    self._check_depth(v, depth + 1)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str | int | float | bool) and key is not None:
+                    raise ConfigError(
+                        self.source, f"line {key_node.start_mark.line + 1}", f"a key must be a name, not {key!r:.40}"
+                    )
+                if key in seen:
+                    raise ConfigError(
+                        self.source,
+                        f"line {key_node.start_mark.line + 1}",
+                        f"key {key!r:.60} is written twice in one mapping (first on line {seen[key]})",
+                    )
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader

@@ -73,7 +73,13 @@ def repartition(
     if bool(target) == scheduled:
         raise UsageError("repartition", "give exactly one of --to LAYOUT and --scheduled")
     cfg = app.config()
-    say = (lambda m: None) if quiet or as_json else (lambda m: click.echo(m, err=True))
+    log = _syslog()
+    shown = (lambda m: None) if quiet or as_json else (lambda m: click.echo(m, err=True))
+
+    def say(message: str) -> None:
+        shown(message)
+        log(message)
+
     rp = Repartitioner(cfg, progress=say)
     deadline_s = _duration(deadline, f"--deadline {deadline}")
     nodes = _nodes(nodes_text)
@@ -82,15 +88,36 @@ def repartition(
     if scheduled:
         if cfg.schedule is None:
             raise UsageError("repartition --scheduled", "the pool config has no schedule")
+        from pathlib import Path
+
+        from slurm_gpupool.ops.schedule_hold import read_hold
+
         now = datetime.now(cfg.schedule.tz) if cfg.schedule.tz else datetime.now().astimezone()
+        hold = read_hold(Path(cfg.paths.controller_dir))
         target = cfg.schedule.due(now)
         nxt = cfg.schedule.next_change(now)
+        if hold is not None and hold.active(now.astimezone()):
+            if hold.layout is None:
+                say(f"nothing done: {hold.describe()}")
+                if as_json:
+                    emit_json({"target": None, "held": hold.to_dict(), "exit_code": 0})
+                return 0
+            target, nxt = hold.layout, None  # pinned: no switch ahead either
+            say(hold.describe())
         if nxt and (nxt[0] - now).total_seconds() > rp.lead_time_s():
             nxt = None  # not yet time to reserve for it
     assert target is not None
     if dry_run:
         plan = rp.plan(target, nodes, force)
         desc = rp.describe(plan, deadline_s or cfg.repartition.deadline_s, bool(requeue))
+        from slurm_gpupool.slurm.cluster import hostlist
+
+        ahead = rp.prepare(nxt[1], nxt[0], nodes, after=plan) if nxt else None
+        desc["ahead"] = (
+            {"reservation": ahead[0], "layout": nxt[1], "start": nxt[0].isoformat(), "nodes": ahead[1]}
+            if ahead and nxt
+            else None
+        )
         if as_json:
             emit_json(desc)
             return 0
@@ -104,39 +131,65 @@ def repartition(
             for i, s in enumerate(desc["steps"], 1):
                 click.echo(f"  {i}. {s}")
         else:
-            click.echo(f"\nnothing to do: every node is in layout {target} or skipped")
+            click.echo(f"\nnothing to switch: every node is in layout {target} or skipped")
+        if ahead and nxt:  # what --scheduled does after the switch (the real run does it too)
+            click.echo(
+                f"then: scontrol create reservation ReservationName={ahead[0]} StartTime={nxt[0]:%Y-%m-%dT%H:%M} "
+                f"Nodes={hostlist(ahead[1])} (they switch to {nxt[1]} then: from now on only jobs that end "
+                "before it start there)"
+            )
         return 0
     report = rp.run(target, nodes, deadline_s, requeue, force)
     if nxt:  # after the due switch: reserve the nodes the next one changes, from its start
         when, layout = nxt
-        name = rp.prepare(layout, when, nodes)
-        if name:
-            messages.append(f"reserved the nodes that switch to {layout} at {when:%H:%M} ({name})")
+        made = rp.prepare(layout, when, nodes)
+        if made:
+            messages.append(f"reserved the nodes that switch to {layout} at {when:%H:%M} ({made[0]})")
     report.messages = [m for m in report.messages if m] + messages
+    for node, v in report.every_node().items():
+        log(f"{node}: {v['outcome']} (layout {target}){': ' + v['reason'] if v.get('reason') else ''}")
     if as_json:
         emit_json(report.to_dict())
         return report.exit_code
     for m in report.messages:
         if not quiet:
             click.echo(m)
-    if report.nodes:
-        rows = [
-            [n, v["outcome"], _secs(v["drained_s"]), _secs(v["out_of_service_s"]), v["reason"]]
-            for n, v in sorted(report.nodes.items())
+    rows = [
+        [
+            n,
+            v["outcome"],
+            _secs(v.get("reserved_s")),
+            _secs(v.get("out_of_service_s")),
+            _secs(v.get("drained_s")),
+            v["reason"] if v["outcome"] != "kept" else "",
         ]
-        problems = [r for r in rows if r[1] not in ("done",)]
-        if not quiet or problems:
-            click.echo(
-                table(["NODE", "OUTCOME", "DRAINED", "OUT OF SERVICE", "REASON"], rows if not quiet else problems)
-            )
-    for node, why in sorted(report.skipped_plan.items()):
-        click.echo(f"{node}: not switched: {why}", err=quiet)
+        for n, v in report.every_node().items()
+    ]
+    problems = [r for r in rows if r[1] not in ("done", "kept")]
+    if rows and (not quiet or problems):
+        heads = ["NODE", "OUTCOME", "RESERVED", "OUT OF SERVICE", "DRAINED", "REASON"]
+        click.echo(table(heads, rows if not quiet else problems))
     if not quiet:
         click.echo(
             f"layout {target}: {len(report.nodes)} switched or tried, {len(report.kept)} already there"
             f" ({report.seconds:.1f} s)"
         )
     return report.exit_code
+
+
+def _syslog():
+    """The repartitioner's progress and outcomes in syslog, as the hooks log theirs
+    (``journalctl -t gpupool-repartition``); a host without syslog loses nothing else."""
+    import syslog
+
+    def log(message: str) -> None:
+        try:
+            syslog.openlog("gpupool-repartition", syslog.LOG_PID, syslog.LOG_DAEMON)
+            syslog.syslog(syslog.LOG_INFO, message)
+        except OSError:
+            pass
+
+    return log
 
 
 def _jobs(jobs: list[dict]) -> str:
@@ -161,14 +214,14 @@ def status(app: AppContext, as_json: bool) -> None:
 
     from slurm_gpupool.ops.journal import Journal
     from slurm_gpupool.ops.pool_status import pool_status
+    from slurm_gpupool.ops.schedule_hold import read_hold
     from slurm_gpupool.slurm.cluster import SlurmCluster
 
     cfg = app.config()
     cluster = SlurmCluster()
     now = datetime.now(cfg.schedule.tz) if cfg.schedule and cfg.schedule.tz else datetime.now().astimezone()
-    st = pool_status(
-        cfg, cluster.nodes(), Journal(Path(cfg.paths.controller_dir)).load().data, cluster.reservations(), now
-    )
+    ctl = Path(cfg.paths.controller_dir)
+    st = pool_status(cfg, cluster.nodes(), Journal(ctl).load().data, cluster.reservations(), now, read_hold(ctl))
     if as_json:
         emit_json(st)
         return
@@ -185,6 +238,8 @@ def status(app: AppContext, as_json: bool) -> None:
         for n in st["nodes"]
     ]
     click.echo(table(["NODE", "ACTIVE", "DESIRED", "STATE", "SLURM", "SINCE", "REASON"], rows))
+    if st["hold"]:
+        click.echo(f"\n{st['hold']['text']}")
     if st["next_switch"]:
         click.echo(f"\nnext switch: layout {st['next_switch']['layout']} at {st['next_switch']['at']}")
     for r in st["reservations"]:
@@ -239,3 +294,105 @@ def install(app: AppContext, systemd: bool, dest: str | None, env_items: tuple[s
         click.echo(f"installed {p}")
     if systemd and not dest:
         click.echo("enable it: systemctl daemon-reload && systemctl enable --now gpupool-repartition.timer")
+
+
+@schedule.command("uninstall")
+@click.option("--systemd", is_flag=True, help="The systemd service and timer instead of the cron entry.")
+@click.option("--dest", metavar="DIR", help="Under DIR instead of / (as install --dest).")
+@pass_app
+def uninstall(app: AppContext, systemd: bool, dest: str | None) -> None:
+    """Remove what `schedule install` wrote: scheduled switches stop (reservations made
+    ahead of a switch are deleted too; switches by hand still work)."""
+    from pathlib import Path
+
+    from slurm_gpupool.ops.schedule_install import uninstall_schedule
+
+    cfg = app.config()
+    for p in uninstall_schedule(cfg, systemd, Path(dest) if dest else None):
+        click.echo(f"removed {p}")
+    if systemd and not dest:
+        click.echo("then: systemctl disable --now gpupool-repartition.timer && systemctl daemon-reload")
+    _delete_ahead_reservations(cfg)
+
+
+def _delete_ahead_reservations(cfg) -> None:
+    from slurm_gpupool.errors import SlurmUnavailableError
+    from slurm_gpupool.slurm.cluster import SlurmCluster
+
+    cluster = SlurmCluster()
+    prefix = cfg.repartition.reservation_prefix + "_"
+    try:
+        for name in cluster.reservations():
+            if name.startswith(prefix) and name.endswith("_ahead"):
+                cluster.delete_reservation(name)
+                click.echo(f"deleted reservation {name}")
+    except SlurmUnavailableError as e:
+        click.echo(f"could not look at the reservations ({e}): delete any {prefix}*_ahead by hand", err=True)
+
+
+def _until(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    from datetime import UTC
+
+    from slurm_gpupool.cli.report import parse_when
+    from slurm_gpupool.errors import UsageError
+
+    when = parse_when(text, datetime.now(UTC), "--until", future=True)
+    if when <= datetime.now(UTC):
+        raise UsageError(f"--until {text}", "is not in the future")
+    return when.astimezone()
+
+
+@schedule.command("pause")
+@click.option(
+    "--until", "until_text", metavar="TIME", help="Until then (a date-time, or a duration: 2h); else until resumed."
+)
+@click.option("--why", default="", help="A note for `gpupool status` and the log.")
+@pass_app
+def pause(app: AppContext, until_text: str | None, why: str) -> None:
+    """Scheduled runs do nothing (a switch by hand is not undone by cron); reservations
+    made ahead of a switch are deleted."""
+    from pathlib import Path
+
+    from slurm_gpupool.ops.schedule_hold import write_hold
+
+    cfg = app.config()
+    hold = write_hold(Path(cfg.paths.controller_dir), None, _until(until_text), why)
+    click.echo(hold.describe())
+    _delete_ahead_reservations(cfg)
+
+
+@schedule.command("pin")
+@click.argument("layout")
+@click.option(
+    "--until", "until_text", metavar="TIME", help="Until then (a date-time, or a duration: 2h); else until resumed."
+)
+@click.option("--why", default="", help="A note for `gpupool status` and the log.")
+@pass_app
+def pin(app: AppContext, layout: str, until_text: str | None, why: str) -> None:
+    """Scheduled runs switch to LAYOUT (and keep it) whatever the schedule says."""
+    from pathlib import Path
+
+    from slurm_gpupool.errors import UsageError
+    from slurm_gpupool.ops.schedule_hold import write_hold
+
+    cfg = app.config()
+    if layout not in cfg.layout_names():
+        raise UsageError(f"schedule pin {layout}", "no such layout", hint="layouts: " + ", ".join(cfg.layout_names()))
+    hold = write_hold(Path(cfg.paths.controller_dir), layout, _until(until_text), why)
+    click.echo(hold.describe())
+    _delete_ahead_reservations(cfg)
+
+
+@schedule.command("resume")
+@pass_app
+def resume(app: AppContext) -> None:
+    """Scheduled runs follow the schedule again (from the next run)."""
+    from pathlib import Path
+
+    from slurm_gpupool.ops.schedule_hold import clear_hold
+
+    cfg = app.config()
+    gone = clear_hold(Path(cfg.paths.controller_dir))
+    click.echo("schedule resumed" if gone else "the schedule was not paused or pinned")

@@ -22,9 +22,9 @@ BY = ("account", "user", "partition", "gres-type", "layout", "day-night")
 FORMATS = ("table", "csv", "json", "html")
 
 
-def parse_when(text: str, now: datetime, option: str) -> datetime:
+def parse_when(text: str, now: datetime, option: str, future: bool = False) -> datetime:
     """``2026-11-01``, ``2026-11-01T08:00`` (local time unless it has an offset), ``now``,
-    or a duration before now (``7d``, ``36h``)."""
+    or a duration before now (``7d``, ``36h``; after now with ``future``)."""
     from slurm_gpupool.core.durations import parse_duration_s
 
     t = text.strip()
@@ -34,7 +34,7 @@ def parse_when(text: str, now: datetime, option: str) -> datetime:
         when = datetime.fromisoformat(t)
     except ValueError:
         try:
-            return now - timedelta(seconds=parse_duration_s(t))
+            return now + (1 if future else -1) * timedelta(seconds=parse_duration_s(t))
         except ValueError:
             raise UsageError(
                 f"{option} {text}", "not a date, date-time, 'now' or a duration", hint="e.g. 2026-11-01, 7d, 36h"
@@ -44,8 +44,13 @@ def parse_when(text: str, now: datetime, option: str) -> datetime:
 
 def _common(f: Any) -> Any:
     options = [
-        click.option("--since", default="7d", show_default=True, help="Start: date, date-time, or a duration ago."),
-        click.option("--until", default="now", show_default=True, help="End: date, date-time, 'now'."),
+        click.option(
+            "--since",
+            help="Start: date, date-time, or a duration ago (default: 7d; with --from, the files' first job).",
+        ),
+        click.option(
+            "--until", help="End: date, date-time, 'now' (default: now; with --from, the files' last record)."
+        ),
         click.option(
             "--from",
             "files",
@@ -78,15 +83,19 @@ def _common(f: Any) -> Any:
     return f
 
 
-def _load(app: AppContext, since: str, until: str, files, fields, delimiter, tz, journal, spools, window, sacct_format):
+def _load(
+    app: AppContext, since: str | None, until: str | None, files, fields, delimiter, tz, journal, spools, window,
+    sacct_format,
+):  # fmt: skip
     from slurm_gpupool.core.durations import parse_duration_s
     from slurm_gpupool.errors import ConfigError
     from slurm_gpupool.reports.dataset import Source, build
 
     now = datetime.now(UTC)
-    t0, t1 = parse_when(since, now, "--since"), parse_when(until, now, "--until")
-    if t1 <= t0:
-        raise UsageError(f"--since {since} --until {until}", "the period is empty (until is not after since)")
+    t0 = parse_when(since, now, "--since") if since else None
+    t1 = parse_when(until, now, "--until") if until else None
+    if t0 is not None and t0 >= (t1 or now):
+        raise UsageError(f"--since {since} --until {until or 'now'}", "the period is empty (until is not after since)")
     try:
         cfg = app.config()
     except ConfigError:

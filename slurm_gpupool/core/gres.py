@@ -100,7 +100,7 @@ class GresNode:
     memory_mib: int | None
     layout: str | None
     machine: str | None = None
-    params: str = ""  # extra NodeName parameters (NodeAddr=..., Port=...)
+    params: tuple[tuple[str, str], ...] = ()  # the site's NodeName parameters (slurm.node_params)
 
     def gpu_links(self, a: int, b: int) -> int:
         if a == b:
@@ -286,36 +286,66 @@ def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autod
         feats.append("shard")
     if node.layout:
         feats.append(f"layout_{node.layout}")
-    out.features = feats
-    params = [
-        f"Sockets={node.sockets}",
-        f"CoresPerSocket={node.cores_per_socket}",
-        f"ThreadsPerCore={node.threads_per_core}",
-    ]
-    if node.memory_mib:
-        params.append(f"RealMemory={node.memory_mib}")
-    if node.params:
-        params.append(node.params)
-    out.node_line_params = " ".join(params)
+    site = dict(node.params)
+    site_features = [f for f in site.pop("Features", "").split(",") if f and f not in feats]
+    out.features = feats + site_features
+    out.node_line_params = " ".join(f"{k}={v}" for k, v in node_params(node, site))
     return out
+
+
+CPU_LAYOUT_KEYS = ("cpus", "boards", "socketsperboard", "sockets", "corespersocket", "threadspercore")
+REAL_MEMORY_FRACTION = 0.95  # of the machine's memory: slurmd finds a little less than is installed
+
+
+def node_params(node: GresNode, site: dict[str, str]) -> list[tuple[str, str]]:
+    """The NodeName parameters besides Gres and Features: ours from the machine, the site's
+    (``slurm.node_params``) replacing them key by key.  A site that gives any part of the
+    CPU layout gives all of it (``slurmd -C``).  RealMemory defaults to 95 % of the
+    machine's memory: above what slurmd finds, slurmctld drains the node (Low RealMemory)."""
+    ours: list[tuple[str, str]] = []
+    if node.sockets and not any(k.lower() in CPU_LAYOUT_KEYS for k in site):
+        ours += [
+            ("Sockets", str(node.sockets)),
+            ("CoresPerSocket", str(node.cores_per_socket)),
+            ("ThreadsPerCore", str(node.threads_per_core)),
+        ]
+    if node.memory_mib:
+        ours.append(("RealMemory", str(int(node.memory_mib * REAL_MEMORY_FRACTION))))
+    given = {k.lower() for k in site}
+    return [(k, v) for k, v in ours if k.lower() not in given] + list(site.items())
+
+
+def merge_params(*groups: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Several node_params entries for one node: later ones win per key (as Slurm reads a
+    NodeName line), Features add up."""
+    merged: dict[str, tuple[str, str]] = {}
+    features: list[str] = []
+    for group in groups:
+        for k, v in group:
+            if k.lower() == "features":
+                features += [f for f in v.split(",") if f and f not in features]
+            else:
+                merged[k.lower()] = (k, v)
+    out = list(merged.values())
+    if features:
+        out.append(("Features", ",".join(features)))
+    return tuple(out)
 
 
 def fold(nodes: Sequence[NodeGres]) -> tuple[list[tuple[str, NodeGres]], list[tuple[str, list[GresRecord]]]]:
     """Fold identical nodes into hostlists: (node lines, gres.conf groups), sorted."""
-    from ClusterShell.NodeSet import NodeSet
+    from slurm_gpupool.core.hostlist import slurm_hostlist
 
     by_line: OrderedDict[tuple, list[NodeGres]] = OrderedDict()
     by_records: OrderedDict[tuple, list[str]] = OrderedDict()
     for n in sorted(nodes, key=lambda n: n.node):
         by_line.setdefault((n.gres_value(), tuple(n.features), n.node_line_params), []).append(n)
         by_records.setdefault(tuple(r.line() for r in n.records), []).append(n.node)
-    node_lines = sorted(
-        ((str(NodeSet.fromlist([n.node for n in grp])), grp[0]) for grp in by_line.values()), key=_first
-    )
+    node_lines = sorted(((slurm_hostlist(n.node for n in grp), grp[0]) for grp in by_line.values()), key=_first)
     rec_groups = []
     recs_by_key = {tuple(r.line() for r in n.records): n.records for n in nodes}
     for key, names in by_records.items():
-        rec_groups.append((str(NodeSet.fromlist(names)), recs_by_key[key]))
+        rec_groups.append((slurm_hostlist(names), recs_by_key[key]))
     rec_groups.sort(key=_first)
     return node_lines, rec_groups
 

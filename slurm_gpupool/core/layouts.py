@@ -69,27 +69,31 @@ class Selector:
         return frozenset(range(gpu_count)) if self.indices is None else self.indices
 
 
+MAX_GPU_INDEX = 255  # no machine has more GPUs
+
+
 def parse_selector(key: object, where: Where) -> Selector:
     """``all``, ``3``, ``"0-3"`` or ``"0,2,4-5"``."""
     text = str(key).strip()
     if text == "all":
         return Selector(text, None)
     out: set[int] = set()
+    hint = "use all, an index (3), or ranges (0-3, 0,2,4-5)"
     try:
         for part in text.split(","):
             part = part.strip()
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                if b < a:
-                    raise ValueError
-                out.update(range(a, b + 1))
-            else:
-                out.add(int(part))
+            a_text, dash, b_text = part.partition("-")
+            if not a_text.isascii() or not a_text.isdigit() or (dash and not (b_text.isascii() and b_text.isdigit())):
+                raise ValueError
+            a = int(a_text)
+            b = int(b_text) if dash else a
+            if b < a:
+                raise ValueError
+            if b > MAX_GPU_INDEX:  # before building the range: "0-99999999999" is a typo
+                raise where.error(f"GPU indices are 0..{MAX_GPU_INDEX}: {text[:40]!r}", hint=hint)
+            out.update(range(a, b + 1))
     except ValueError:
-        hint = "use all, an index (3), or ranges (0-3, 0,2,4-5)"
-        raise where.error(f"not a GPU selector: {text!r}", hint=hint) from None
-    if any(i < 0 for i in out):
-        raise where.error(f"GPU indices are >= 0: {text!r}")
+        raise where.error(f"not a GPU selector: {text[:40]!r}", hint=hint) from None
     return Selector(text, frozenset(out))
 
 

@@ -40,6 +40,8 @@ def _profiles(model: GpuModel, counts: Mapping[str, int]) -> list[MigProfile]:
         prof = model.profile(name)
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ConfigError(model.key, name, f"count must be a whole number >= 0, not {n!r}")
+        if n > prof.max_count:  # before expanding: a count of 10**9 is a typo, not a list to build
+            raise InfeasibleError(model.key, f"at most {prof.max_count} × {prof.name} fit on {model.key}, not {n}")
         out.extend([prof] * n)
     return out
 

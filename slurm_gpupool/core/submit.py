@@ -36,6 +36,9 @@ class RequestError(ValueError):
         self.hint = hint
 
 
+MAX_GPU_MEM_MIB = 1 << 30  # 1 PiB: a larger request is a typo
+
+
 def parse_size_mib(text: str) -> int:
     """``18G``, ``18GB``, ``18GiB``, ``18000M``, ``0.5T`` → MiB (decimal and binary both as GiB, like Slurm)."""
     m = _SIZE.match(text)
@@ -44,7 +47,9 @@ def parse_size_mib(text: str) -> int:
     value, unit = float(m.group(1)), m.group(2).lower() or "m"
     mib = value * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
     if mib <= 0:
-        raise RequestError(f"--gpu-mem={text}: must be more than 0")
+        raise RequestError(f"--gpu-mem={text[:40]}: must be more than 0")
+    if not math.isfinite(mib) or mib > MAX_GPU_MEM_MIB:
+        raise RequestError(f"--gpu-mem={text[:40]}: more than any GPU has (at most 1P)")
     return math.ceil(mib)
 
 
@@ -139,6 +144,9 @@ def choose(request: Request, offers: list[dict[str, Any]], layout: str) -> Choic
         k = shards(o)
         why = f"--gpu-share={request.text}: {k} of the {o['shares']} shares of a {o['type']} GPU in layout {layout}"
         return Choice(f"shard:{o['type']}:{k}", None, layout, o, why)
+    if request.kind == "type":  # a typed request as given: is the type offered here at all
+        found = [o for o in offers if o["type"] == request.text]
+        return Choice(f"gpu:{request.text}", None, layout, found[0], "") if found else None
     n = int(request.amount)
     if n > NVLINK_SIZES[-1]:
         return None
@@ -191,6 +199,19 @@ def decide(catalog: dict[str, Any], request: Request, now: datetime) -> Decision
     )
 
 
+def typed_later(catalog: dict[str, Any], typ: str, now: datetime) -> tuple[str, datetime | None] | None:
+    """A typed request (``--gres=gpu:a100:8``) for a type that every node's installed layout
+    lacks but another layout offers: that layout and when it comes (Slurm would refuse
+    the job now with a generic "Requested node configuration is not available").
+    Types no layout offers are not ours to judge (GPUs gpupool does not manage)."""
+    layouts = catalog["layouts"]
+    if catalog.get("installed") not in layouts or not any(
+        o["type"] == typ for lay in layouts.values() for o in lay["offers"]
+    ):
+        return None
+    return decide(catalog, Request("type", 0, typ), now).later
+
+
 def largest_offer(request: Request, layouts: dict[str, Any]) -> str:
     """The hint for a refused request: the most any layout offers of that kind."""
     offers = [(name, o) for name, lay in sorted(layouts.items()) for o in lay["offers"]]
@@ -218,3 +239,42 @@ def merge_constraint(user: str | None, ours: str) -> tuple[str, str | None]:
     if any(c in user for c in "|[]"):
         return user, f"your --constraint {user!r} has OR terms; {ours} was not added (Slurm 22.05 has no parentheses)"
     return f"{user}&{ours}", None
+
+
+def catalog_problem(data: Any) -> str | None:
+    """What is wrong with a submit catalog read from disk (None: fine).
+
+    The wrapper runs for every submission: a catalog someone truncated, hand-edited or
+    wrote for another version is reported and ignored, never a crash."""
+    if not isinstance(data, dict) or data.get("schema") != 1:
+        return "not a schema 1 submit catalog"
+    layouts = data.get("layouts")
+    if not isinstance(layouts, dict) or not layouts:
+        return "no layouts"
+    for name, lay in layouts.items():
+        offers = lay.get("offers") if isinstance(lay, dict) else None
+        if not isinstance(offers, list):
+            return f"layout {name!r} has no offers list"
+        for o in offers:
+            if not isinstance(o, dict) or o.get("kind") not in ("mig", "whole", "shared"):
+                return f"layout {name!r}: an offer of unknown kind"
+            if not isinstance(o.get("type"), str) or not all(
+                isinstance(o.get(k), int) and not isinstance(o.get(k), bool) and o[k] >= 0
+                for k in ("memory_mib", "count", "nodes")
+            ):
+                return f"layout {name!r}: offer {str(o.get('type'))[:40]!r} lacks its type, memory or counts"
+            if o["kind"] == "shared" and not (isinstance(o.get("shares"), int) and o["shares"] > 0):
+                return f"layout {name!r}: shared offer {o['type']!r} has no share count"
+    if not isinstance(data.get("rules", {}), dict):
+        return "rules is not a mapping"
+    sched = data.get("schedule")
+    if sched is not None:
+        try:
+            schedule_of(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            return f"unreadable schedule ({type(e).__name__}: {e})"
+        if sched.get("default") not in layouts or any(r.get("layout") not in layouts for r in sched["rules"]):
+            return "the schedule names a layout the catalog lacks"
+    if data.get("installed") not in (None, *layouts):
+        return "installed names a layout the catalog lacks"
+    return None

@@ -9,6 +9,7 @@ rule that made it, for ``--explain``.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from slurm_gpupool.core.sbatch_args import SbatchArgs, parse, parse_directives
@@ -50,7 +51,7 @@ class Change:
 
 
 class Plan:
-    __slots__ = ("argv", "changes", "dry_run", "explain", "later", "notes", "submit_anyway")
+    __slots__ = ("argv", "changes", "dry_run", "explain", "later", "notes", "script_has_ours", "submit_anyway")
 
     def __init__(self, argv: list[str], explain: bool = False, dry_run: bool = False, submit_anyway: bool = False):
         self.argv = argv
@@ -58,6 +59,7 @@ class Plan:
         self.notes: list[str] = []
         self.later: tuple[str, datetime | None] | None = None  # the request waits for this layout
         self.explain, self.dry_run, self.submit_anyway = explain, dry_run, submit_anyway
+        self.script_has_ours = False  # the script's #SBATCH lines hold our options: strip them
 
     def describe(self, sbatch: str = "sbatch") -> str:
         lines = [shlex.join([sbatch, *self.argv])]
@@ -68,37 +70,79 @@ class Plan:
 
 
 def split_ours(argv: list[str]) -> tuple[list[str], dict[str, str], set[str]]:
-    """Remove our options (before the script) from argv."""
+    """Remove our options (before the script) from argv.
+
+    Walked as sbatch's getopt does: the value of an option that takes one is never
+    taken for an option (``-J --gpu-mem=18G`` names the job "--gpu-mem=18G"), and
+    nothing after ``--`` or after the script is ours."""
+    from slurm_gpupool.core.sbatch_args import LONG_WITH_VALUE, SHORT_WITH_VALUE
+
     rest: list[str] = []
     values: dict[str, str] = {}
     flags: set[str] = set()
     i = 0
     while i < len(argv):
         tok = argv[i]
-        name = tok[2:].split("=", 1)[0] if tok.startswith("--") else ""
-        if name in OUR_VALUED:
-            if "=" in tok:
-                values[name] = tok.split("=", 1)[1]
+        if tok == "--" or (not tok.startswith("-") and tok != ":") or tok == "-":
+            rest.extend(argv[i:])  # the script (or its marker) and its own arguments
+            break
+        if tok.startswith("--"):
+            name, eq, value = tok[2:].partition("=")
+            if name in OUR_VALUED:
+                if eq:
+                    values[name] = value
+                    i += 1
+                elif i + 1 < len(argv):
+                    values[name] = argv[i + 1]
+                    i += 2
+                else:
+                    raise RequestError(f"--{name} needs a value")
+                continue
+            if name in OUR_FLAGS and not eq:
+                flags.add(name)
                 i += 1
-            elif i + 1 < len(argv):
-                values[name] = argv[i + 1]
-                i += 2
-            else:
-                raise RequestError(f"--{name} needs a value")
-            continue
-        if name in OUR_FLAGS and "=" not in tok:
-            flags.add(name)
-            i += 1
-            continue
-        if not tok.startswith("-") or tok in (":", "--"):
-            # a positional: the script (or a het separator); let sbatch's parser decide
-            sub = parse(rest + argv[i:])
-            if sub.script_index is not None and sub.script_index <= len(rest):
-                rest.extend(argv[i:])
-                break
+                continue
+            takes = name in LONG_WITH_VALUE and not eq
+        else:  # a cluster of short options: the first that takes a value ends it
+            cluster = tok[1:]
+            k = next((j for j, ch in enumerate(cluster) if ch in SHORT_WITH_VALUE), None)
+            takes = k is not None and k == len(cluster) - 1
         rest.append(tok)
+        if takes and i + 1 < len(argv):
+            rest.append(argv[i + 1])
+            i += 1
         i += 1
     return rest, values, flags
+
+
+def strip_our_directives(script: str) -> str:
+    """The script with our options taken out of its ``#SBATCH`` lines (sbatch stops at an
+    option it does not know); each changed line is kept as a ``#gpupool-sbatch:`` comment."""
+    import shlex
+
+    lines = script.splitlines(keepends=True)
+    for k, line in enumerate(lines):
+        s = line.strip()
+        if (k == 0 and s.startswith("#!")) or not s:
+            continue
+        if not s.startswith("#"):
+            break  # sbatch reads directives up to the first command
+        if not s.startswith("#SBATCH"):
+            continue
+        body, _, comment = s[len("#SBATCH") :].partition(" #")
+        try:
+            words = shlex.split(body)
+        except ValueError:
+            continue
+        try:
+            rest, values, flags = split_ours(words)
+        except RequestError:
+            continue
+        if values or flags:
+            end = "\n" if line.endswith("\n") else ""
+            kept = f"#SBATCH {shlex.join(rest)}{end}" if rest else ""
+            lines[k] = f"#gpupool-sbatch: {s}{end}{kept}"
+    return "".join(lines)
 
 
 def _set_option(argv: list[str], args: SbatchArgs, name: str, value: str) -> list[str]:
@@ -117,15 +161,20 @@ def _gpu_request(gres: str | None, gpus: str | None) -> tuple[str | None, int]:
             if len(parts) == 1:
                 return None, 1
             if len(parts) == 2:
-                return (None, int(parts[1])) if parts[1].isdigit() else (parts[1], 1)
-            return parts[1], int(parts[2]) if parts[2].isdigit() else 1
+                return (None, int(parts[1])) if _digits(parts[1]) else (parts[1], 1)
+            return parts[1], int(parts[2]) if _digits(parts[2]) else 1
     if gpus:
         parts = gpus.split(":")
-        if len(parts) == 1 and parts[0].isdigit():
+        if len(parts) == 1 and _digits(parts[0]):
             return None, int(parts[0])
-        if len(parts) == 2 and parts[1].isdigit():
+        if len(parts) == 2 and _digits(parts[1]):
             return parts[0], int(parts[1])
     return None, 0
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: ``"²".isdigit()`` is True, and int("²") fails."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def _int(text: str | None, default: int) -> int:
@@ -140,7 +189,17 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
     rest, ours, flags = split_ours(argv)
     args = parse(rest)
     directives = parse(parse_directives(script_text)) if script_text else parse([])
+    # Our options in #SBATCH lines count too (the command line wins); sbatch must then get
+    # the script without them (strip_our_directives), or it stops at an unknown option.
+    for k in OUR_VALUED:
+        if directives.has(k) and directives.value(k) is None:
+            raise RequestError(f"#SBATCH --{k} needs a value (--{k}=VALUE)")
+    in_script = {k: v for k in OUR_VALUED if (v := directives.value(k)) is not None}
+    for k, v in in_script.items():
+        ours.setdefault(k, v)
+    flags |= {k for k in OUR_FLAGS if directives.has(k)}
     p = Plan(rest, explain="explain" in flags, dry_run="dry-run" in flags, submit_anyway="submit-anyway" in flags)
+    p.script_has_ours = bool(in_script) or any(directives.has(k) for k in OUR_FLAGS)
 
     def eff(name: str) -> str | None:
         v = args.value(name)
@@ -168,7 +227,7 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
         elif key == "gpu-share":
             req = Request("share", parse_fraction(text), text)
         else:
-            if not text.isdigit() or int(text) < 2:
+            if not _digits(text) or int(text) < 2:
                 raise RequestError(f"--gpus-nvlink={text}: expected a number of GPUs, 2 or more")
             req = Request("nvlink", int(text), text)
         d: Decision = decide(catalog, req, now)
@@ -192,14 +251,88 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
                 p.changes.append(Change("constraint", merged, why))
                 args = parse(p.argv)
         gres, gpus = eff("gres"), eff("gpus")
-    elif rules.get("untyped_gpus") == "reject":
-        typ, n = _gpu_request(gres, gpus)
-        if n and typ is None:
-            raise RequestError(
-                "this site asks for typed GPU requests", "use --gres=gpu:<type>:N, or --gpu-mem / --gpus-nvlink"
-            )
+    else:
+        args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff)
+        typ, _ = _gpu_request(eff("gres"), eff("gpus"))
+        if typ is not None:
+            from slurm_gpupool.core.submit import typed_later
+
+            p.later = typed_later(catalog, typ, now)
     _topology(p, catalog, rules, args, eff)
     return p
+
+
+GPU_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
+
+
+def whole_types(catalog: dict[str, Any], constraint: str | None = None) -> list[str]:
+    """The whole-GPU types of every layout; those the constraint names, if it names any."""
+    types = sorted(
+        {o["type"] for layout in catalog["layouts"].values() for o in layout["offers"] if o["kind"] == "whole"}
+    )
+    named = set(re.split(r"[&|,\[\]*()!:\s]+", constraint or ""))
+    return [t for t in types if t in named] or types
+
+
+def _untyped_value(name: str, value: str, typ: str) -> str | None:
+    """The value with ``typ`` put into its untyped GPU request; None if it has none."""
+    if name == "gres":
+        items = value.split(",")
+        for i, item in enumerate(items):
+            parts = item.split(":")
+            if parts[0] == "gpu" and (len(parts) == 1 or (len(parts) == 2 and _digits(parts[1]))):
+                items[i] = f"gpu:{typ}:{parts[1] if len(parts) == 2 else 1}"
+                return ",".join(items)
+        return None
+    return f"{typ}:{value}" if _digits(value) else None
+
+
+def _gpu_types(name: str, value: str) -> set[str]:
+    """GPU types a ``--gres`` or ``--gpus*`` value names."""
+    if name == "gres":
+        return {p[1] for p in (i.split(":") for i in value.split(",")) if p[0] == "gpu" and len(p) >= 2}
+    head = value.split(":")
+    return {head[0]} if len(head) == 2 else set()
+
+
+def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any) -> SbatchArgs:
+    """An untyped GPU request (``--gres=gpu:N``, ``--gpus=N``, ``--gpus-per-*=N``) may take a
+    GPU that carries shards or a MIG slice (Slurm 24.11 and later start it on a shared GPU
+    that runs shard jobs).  ``auto``: the cluster's one whole-GPU type (or the one the
+    constraint names), else refused; ``reject``: always refused; ``leave``: as typed.
+    Unless ``leave``, the time-sliced GPUs' own type is refused too: they are for shards."""
+    if policy == "leave":
+        return args
+    found = [(name, eff(name)) for name in GPU_OPTIONS if eff(name)]
+    shared = {o["type"] for layout in catalog["layouts"].values() for o in layout["offers"] if o["kind"] == "shared"}
+    for name, value in found:
+        for t in _gpu_types(name, value) & shared:
+            raise RequestError(
+                f"--{name}={value}: {t} GPUs are time-sliced, for shard jobs",
+                "ask for shares: --gres=shard:N or --gpu-share=FRACTION",
+            )
+    untyped = [(name, v) for name, v in found if _untyped_value(name, v, "T") is not None]
+    if not untyped:
+        return args
+    types = whole_types(catalog, eff("constraint"))
+    shown = ", ".join(f"--{n}={v}" for n, v in untyped)
+    if policy == "reject" or len(types) != 1:
+        why = (
+            "this site asks for typed GPU requests"
+            if policy == "reject"
+            else f"untyped GPU request ({shown}) on a cluster with "
+            + (f"several whole-GPU types ({', '.join(types)})" if types else "no whole GPUs")
+            + ", shared GPUs and MIG slices: it could land on any of them"
+        )
+        hint = "name one: --gres=gpu:<type>:N" + (f" with <type> one of {', '.join(types)}" if types else "")
+        raise RequestError(why, hint + "; or --gpu-mem / --gpus-nvlink")
+    for name, value in untyped:
+        new = _untyped_value(name, value, types[0])
+        assert new is not None
+        p.argv = _set_option(p.argv, args, name, new)
+        p.changes.append(Change(name, new, f"untyped GPU request: the cluster's whole-GPU type {types[0]}"))
+        args = parse(p.argv)
+    return args
 
 
 def _topology(p: Plan, catalog: dict[str, Any], rules: dict[str, Any], args: SbatchArgs, eff: Any) -> None:

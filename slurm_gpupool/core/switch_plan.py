@@ -24,6 +24,8 @@ class NodeView:
     layout: str | None  # from its layout_<name> feature; None if unknown
     usable: bool = True  # registered and responding
     state: str = "idle"
+    retry: bool = False  # drained by an earlier switch that failed: switch again
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ def plan_switch(
             plan.decisions.append(NodeDecision(name, SKIP, v.layout, target, f"not usable ({v.state})"))
         elif name in midway:
             plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, "an earlier run left it midway"))
+        elif v.retry:
+            why = f"drained by an earlier switch ({v.reason}): again"
+            plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, why))
         elif force:
             plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, "forced: apply and verify again"))
         elif v.layout == target:
@@ -84,6 +89,21 @@ def plan_switch(
             was = f"layout {v.layout}" if v.layout else "no known layout"
             plan.decisions.append(NodeDecision(name, CHANGE, v.layout, target, f"{was} -> {target}"))
     return plan
+
+
+def changing_after(next_plan: SwitchPlan, due: SwitchPlan) -> list[str]:
+    """The nodes the next switch will change once the due one is done, judged on the layouts
+    the due switch leaves (``--scheduled --dry-run`` shows the reservation ahead the real
+    run makes after its switch, not one computed on today's layouts)."""
+    moved = set(due.changing) if due.target != next_plan.target else set()
+    kept = set(due.changing) - moved  # switched to the next layout already by the due run
+    out = []
+    for d in next_plan.decisions:
+        if d.name in kept:
+            continue
+        if (d.action != SKIP) if d.name in moved else (d.action == CHANGE):
+            out.append(d.name)
+    return out
 
 
 def batches(items: Sequence[str], size: int) -> list[list[str]]:

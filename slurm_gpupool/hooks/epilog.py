@@ -117,7 +117,7 @@ def _body(env: dict[str, str]) -> int:
 
 
 def _update_record(settings: dict, node: str, jid: str, extra: dict) -> None:
-    fd = open_dir(os.path.join(node_path(settings, "spool_dir", node), "jobs"))
+    fd = open_dir(node_path(settings, "spool_dir", node), "jobs")
     try:
         try:
             rec = read_in_dir(fd, f"{jid}.json")
@@ -130,16 +130,20 @@ def _update_record(settings: dict, node: str, jid: str, extra: dict) -> None:
 
 
 def _cleanup(run_dir: str, jid: str) -> None:
-    """Remove ``<run_dir>/<job id>.*`` (names we made; the job id is validated digits)."""
+    """Remove ``<run_dir>/<job id>.*`` (names we made; the job id is validated digits).
+
+    ``.devices`` goes first: the sampler writes ``.usage.json`` and then checks that
+    ``.devices`` is still there (removing what it wrote if not), so a sample racing
+    this cleanup never leaves a file behind."""
     try:
         fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return
     try:
-        for name in os.listdir(fd):
-            if name.startswith(f"{jid}."):
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=fd)
+        names = sorted(n for n in os.listdir(fd) if n.startswith(f"{jid}."))
+        for name in sorted(names, key=lambda n: not n.endswith(".devices")):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
     finally:
         os.close(fd)
 

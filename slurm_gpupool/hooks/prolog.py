@@ -94,7 +94,7 @@ def _body(env: dict[str, str]) -> int:
         log("prolog", jid, "GPU health check failed: " + "; ".join(found), 3)
         return 1
     spool = node_path(settings, "spool_dir", node)
-    fd = open_dir(os.path.join(spool, "jobs"))
+    fd = open_dir(spool, "jobs")
     try:
         rec = job_record(env, node, state, devices)
         write_in_dir(fd, f"{jid}.json", (json.dumps(rec, indent=1) + "\n").encode(), 0o644)

@@ -27,9 +27,10 @@ SETTINGS_NAME = "gpupool-hooks.json"
 FALLBACK_SETTINGS = "/etc/slurm-gpupool/hooks.json"
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 SCHEMA = 1
-_JOB_ID = re.compile(r"^[0-9]{1,12}$")
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_INDICES = re.compile(r"^[0-9]{1,5}(,[0-9]{1,5}){0,1023}$")
+# fullmatch, always: "$" also matches before a trailing newline ("900010\n")
+_JOB_ID = re.compile(r"[0-9]{1,12}")
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_INDICES = re.compile(r"[0-9]{1,5}(,[0-9]{1,5}){0,1023}")
 
 DEFAULTS: dict[str, Any] = {
     "schema": SCHEMA,
@@ -99,14 +100,14 @@ def load_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
 def node_name(env: dict[str, str]) -> str:
     """The node this hook runs for (``SLURMD_NODENAME``, set by slurmd)."""
     name = env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if not _NODE.match(name):
+    if not _NODE.fullmatch(name):
         raise HookError(f"bad node name {name!r}")
     return name
 
 
 def job_id(env: dict[str, str]) -> str:
     jid = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
-    if not _JOB_ID.match(jid):
+    if not _JOB_ID.fullmatch(jid):
         raise HookError(f"bad or missing SLURM_JOB_ID {jid!r}")
     return jid
 
@@ -115,7 +116,7 @@ def gpu_indices(value: str | None) -> list[int]:
     """``SLURM_JOB_GPUS``: comma-separated GRES indices (empty: no GPUs)."""
     if not value:
         return []
-    if not _INDICES.match(value):
+    if not _INDICES.fullmatch(value):
         raise HookError(f"unexpected GPU index list {value[:80]!r}")
     return [int(x) for x in value.split(",")]
 
@@ -132,11 +133,35 @@ def read_json(path: str) -> Any:
         return json.loads(f.read())
 
 
-def open_dir(path: str, create: bool = True, mode: int = 0o755) -> int:
-    """An fd for a directory we own; refuses a symlink or a directory others can write to."""
+def open_dir(path: str, *below: str, create: bool = True, mode: int = 0o755) -> int:
+    """An fd for a directory we own: ``path`` (as configured) and then each of ``below``
+    inside it, every one opened without following a symlink (``O_NOFOLLOW`` on each
+    component we walk, not just the last) and refused if others can write to it."""
     if create:
         os.makedirs(path, mode=mode, exist_ok=True)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = _own_dir(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW), path)
+    where = path
+    for name in below:
+        if "/" in name or name in ("", ".", ".."):
+            os.close(fd)
+            raise HookError(f"bad directory name {name!r}")
+        where = os.path.join(where, name)
+        try:
+            if create:
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as e:
+            raise HookError(f"{where}: {e.strerror} (a symlink is refused)") from None
+        finally:
+            os.close(fd)
+        fd = _own_dir(sub, where)
+    return fd
+
+
+def _own_dir(fd: int, path: str) -> int:
     st = os.fstat(fd)
     if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
         os.close(fd)
@@ -182,7 +207,7 @@ def run_hook(hook: str, body: Callable[[dict[str, str]], int], env: dict[str, st
         jid = env.get("SLURM_JOB_ID", "")
         log(
             hook,
-            jid if _JOB_ID.match(jid) else None,
+            jid if _JOB_ID.fullmatch(jid) else None,
             f"internal error, failing open: {type(e).__name__}: {e}",
             syslog.LOG_ERR,
         )

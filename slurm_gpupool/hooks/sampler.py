@@ -11,6 +11,7 @@ them into the spool record.  With no job left for a few rounds, it exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -96,23 +97,39 @@ def run(env: dict[str, str]) -> int:
     idle = 0
     with open_backend(node, settings.get("sim_dir")) as backend:
         while idle < IDLE_ROUNDS:
-            jobs = [n[: -len(".devices")] for n in os.listdir(fd) if n.endswith(".devices")]
-            idle = 0 if jobs else idle + 1
-            for job in jobs:
-                try:
-                    devices = json.loads(_read(fd, f"{job}.devices"))
-                    try:
-                        prev = json.loads(_read(fd, f"{job}.usage.json"))
-                    except FileNotFoundError:
-                        prev = {}
-                    write_in_dir(fd, f"{job}.usage.json", json.dumps(_sample(backend, devices, prev)).encode())
-                except (OSError, ValueError) as e:  # the job ended meanwhile, or a device vanished
-                    log("sampler", job, f"sample skipped: {e}", 6)
-                except Exception as e:
-                    log("sampler", job, f"sample failed: {type(e).__name__}: {e}", 4)
+            idle = 0 if sample_round(fd, backend) else idle + 1
             time.sleep(interval)
     os.unlink(PID_FILE, dir_fd=fd)
     return 0
+
+
+def sample_round(fd: int, backend: Any) -> int:
+    """One sample of every running job's devices (``<job>.devices`` in the run dir); returns how many jobs."""
+    jobs = [n[: -len(".devices")] for n in os.listdir(fd) if n.endswith(".devices")]
+    for job in jobs:
+        try:
+            devices = json.loads(_read(fd, f"{job}.devices"))
+            try:
+                prev = json.loads(_read(fd, f"{job}.usage.json"))
+            except FileNotFoundError:
+                prev = {}
+            write_in_dir(fd, f"{job}.usage.json", json.dumps(_sample(backend, devices, prev)).encode())
+            if not _exists(fd, f"{job}.devices"):  # the Epilog cleaned up meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{job}.usage.json", dir_fd=fd)
+        except (OSError, ValueError) as e:  # the job ended meanwhile, or a device vanished
+            log("sampler", job, f"sample skipped: {e}", 6)
+        except Exception as e:
+            log("sampler", job, f"sample failed: {type(e).__name__}: {e}", 4)
+    return len(jobs)
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _read(dir_fd: int, name: str) -> str:

@@ -50,22 +50,23 @@ class Rendered:
         return self.files[role]
 
 
-def mig_files_mode(cfg: PoolConfig) -> str:
-    """``multiple`` unless the cluster's Slurm predates the MultipleFiles fix (23.02.7).
-
-    The version is ``slurm.version`` from the config, else what ``sinfo -V`` says,
-    else the oldest Slurm we support (22.05), which is the safe answer.
-    """
-    if cfg.slurm.mig_device_files != "auto":
-        return cfg.slurm.mig_device_files
+def cluster_version(cfg: PoolConfig) -> tuple[int, int, int]:
+    """The cluster's Slurm: ``slurm.version`` from the config, else what ``sinfo -V`` says,
+    else the oldest Slurm we support (22.05), whose behaviour is the safe assumption."""
     from slurm_gpupool.errors import SlurmUnavailableError
     from slurm_gpupool.slurm.runner import SlurmRunner, parse_version, slurm_version
 
     try:
-        version = parse_version(cfg.slurm.version) if cfg.slurm.version else slurm_version(SlurmRunner())
+        return parse_version(cfg.slurm.version) if cfg.slurm.version else slurm_version(SlurmRunner())
     except SlurmUnavailableError:
-        version = (22, 5, 0)
-    return MIG_FILES_MULTIPLE if version >= MULTIPLE_FILES_FIXED_IN else MIG_FILES_CI_CAP
+        return (22, 5, 0)
+
+
+def mig_files_mode(cfg: PoolConfig) -> str:
+    """``multiple`` unless the cluster's Slurm predates the MultipleFiles fix (23.02.7)."""
+    if cfg.slurm.mig_device_files != "auto":
+        return cfg.slurm.mig_device_files
+    return MIG_FILES_MULTIPLE if cluster_version(cfg) >= MULTIPLE_FILES_FIXED_IN else MIG_FILES_CI_CAP
 
 
 def _gres(cfg: PoolConfig, view: GresNode, mode: str) -> NodeGres:
@@ -226,13 +227,13 @@ class RestartPlan:
         return not (self.gres_changed or self.features_changed or self.controller_wide)
 
     def describe(self) -> str:
-        from ClusterShell.NodeSet import NodeSet
+        from slurm_gpupool.core.hostlist import slurm_hostlist
 
         if self.nothing:
             return "no Slurm change: nothing to restart"
         lines = []
         if self.gres_changed:
-            ns = str(NodeSet.fromlist(self.gres_changed))
+            ns = slurm_hostlist(self.gres_changed)
             if self.reconfigure_ok:
                 lines.append(f"GRES changed on {ns}: drain them, then `scontrol reconfigure`")
             else:
@@ -243,7 +244,7 @@ class RestartPlan:
         if self.controller_wide and not self.gres_changed:
             lines.append("GresTypes/AccountingStorageTRES changed: restart slurmctld")
         if self.features_changed and not self.gres_changed:
-            lines.append(f"Features changed on {NodeSet.fromlist(self.features_changed)}: `scontrol reconfigure`")
+            lines.append(f"Features changed on {slurm_hostlist(self.features_changed)}: `scontrol reconfigure`")
         return "\n".join(lines)
 
 

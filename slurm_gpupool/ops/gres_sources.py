@@ -34,7 +34,7 @@ def _node(
 ) -> GresNode:
     m = _cpu_layout(cfg, node)
     params = cfg.slurm.params_for(node)
-    if m is None and "Sockets" not in params and "CPUs" not in params:
+    if m is None and not {k.lower() for k, _ in params} & {"sockets", "cpus"}:
         raise ConfigError(
             cfg.source,
             f"nodesets.{cfg.nodeset_of(node).name}",

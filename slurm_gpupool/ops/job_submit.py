@@ -47,6 +47,13 @@ def render_job_submit(cfg: PoolConfig, installed: str | None = None) -> str:
         # Lua has no time zones: the schedule's zone as a fixed offset, as of rendering
         delta = cfg.schedule.tz.utcoffset(datetime.now())
         offset = int(delta.total_seconds()) if delta is not None else None
+    from slurm_gpupool.ops.gres_install import cluster_version
+    from slurm_gpupool.slurm.runner import tres_gres_prefix
+
     return env.get_template("job_submit.lua.j2").render(
-        header=HEADER, source=cfg.source, catalog=catalog, utc_offset=offset
+        header=HEADER,
+        source=cfg.source,
+        catalog=catalog,
+        utc_offset=offset,
+        gres_prefix=tres_gres_prefix(cluster_version(cfg)),
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.ops import journal as jr
+from slurm_gpupool.ops.schedule_hold import Hold
 from slurm_gpupool.slurm.cluster import NodeInfo, Reservation
 
 STATES = {
@@ -23,9 +24,18 @@ STATES = {
     jr.VERIFYING: "verifying",
     jr.DONE: "done",
     jr.FAILED: "failed",
-    jr.SKIPPED: "scheduled",
+    jr.SKIPPED: "skipped",
     jr.ROLLED_BACK: "rolled back",
 }
+
+
+def slurm_state(info: NodeInfo | None) -> str:
+    """As sinfo abbreviates: ``idle+drain+maint*`` (``*``: not responding)."""
+    if info is None:
+        return "unknown"
+    marks = [("DRAIN", "+drain"), ("MAINTENANCE", "+maint"), ("RESERVED", "+resv")]
+    text = info.state + "".join(m for flag, m in marks if flag in info.flags)
+    return text + ("*" if "NOT_RESPONDING" in info.flags else "")
 
 
 def pool_status(
@@ -34,10 +44,18 @@ def pool_status(
     journal: dict[str, Any],
     reservations: dict[str, Reservation],
     now: datetime,
+    hold: Hold | None = None,
 ) -> dict[str, Any]:
     run = journal.get("run") or {}
     running = bool(run) and jr.FINISHED not in run.get("steps", [])
     due = cfg.schedule.due(now) if cfg.schedule else None
+    if hold is not None and hold.active(now):
+        due = hold.layout  # pinned (None: paused, nothing is due)
+    prefix = cfg.repartition.reservation_prefix + "_"
+    naive_now = now.astimezone().replace(tzinfo=None)
+    held_in = {
+        n: r.name for r in reservations.values() if r.name.startswith(prefix) and r.start <= naive_now for n in r.nodes
+    }
     nodes = []
     for name in cfg.all_nodes():
         info = infos.get(name)
@@ -53,6 +71,9 @@ def pool_status(
             state, since, reason = "done", None, ""
         else:
             state, since, reason = "scheduled", None, f"due: layout {desired}"
+        if name in held_in and state in ("done", "scheduled"):  # e.g. skipped past a deadline: no new job lands
+            state = "held"
+            reason = f"in reservation {held_in[name]} until it switches" + (f"; {reason}" if reason else "")
         if info is not None and info.reason and not reason:
             reason = info.reason
         nodes.append(
@@ -63,12 +84,12 @@ def pool_status(
                 "state": state,
                 "since": since,
                 "reason": reason,
-                "slurm_state": (info.state + ("+drain" if info.drained else "")) if info else "unknown",
+                "slurm_state": slurm_state(info),
             }
         )
     nxt = cfg.schedule.next_change(now) if cfg.schedule else None
-    prefix = cfg.repartition.reservation_prefix + "_"
     return {
+        "hold": hold.to_dict() | {"text": hold.describe()} if hold is not None and hold.active(now) else None,
         "now": now.isoformat(timespec="seconds"),
         "due": due,
         "next_switch": {"layout": nxt[1], "at": nxt[0].isoformat(timespec="minutes")} if nxt else None,

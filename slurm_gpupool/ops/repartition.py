@@ -28,6 +28,7 @@ idempotent, so a killed run is finished by the next.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import shutil
 import threading
@@ -42,18 +43,43 @@ from typing import Any
 from slurm_gpupool.atomic import write_json_atomic, write_text_atomic
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.durations import format_duration
-from slurm_gpupool.core.switch_plan import NodeView, SwitchPlan, plan_switch
+from slurm_gpupool.core.switch_plan import NodeView, SwitchPlan, changing_after, plan_switch
 from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
 from slurm_gpupool.ops import journal as jr
 from slurm_gpupool.ops.journal import Journal, run_lock
 from slurm_gpupool.ops.node_state import FILE_NAME, controller_copy_dir
 from slurm_gpupool.ops.services import Restarter
+from slurm_gpupool.ops.switch_rules import (
+    BUSY_STATES,
+    after_jobs,
+    held_problem,
+    lead_time_default,
+    ours,
+    priorities_to_restore,
+    ready_problem,
+    redo_first,
+    run_exit_code,
+    still_held,
+    verify_problem,
+)
 from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, SlurmCluster, gres_counts, hostlist
 
 JOB_NAME = "gpupool-repartition"  # our srun jobs: never waited for
 WAVE_WINDOW_S = 30.0  # at most this long a wave waits for applies under way
-BUSY_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+READY_TIMEOUT_S = 30.0  # after resume and release: until Slurm would start a job there
+CONFIRM_S = 2.0  # a node verified is looked at again after this (slurmctld flags unpinged nodes late)
 OUR_DRAIN = "gpupool: switching to layout"
+PRIORITIES = "pending-priorities.json"  # pending jobs' priorities before a switch (BadConstraints zeroes them)
+
+
+class Clock:
+    """Wall time and waiting; the tests give a clock that does not wait."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 def reason_text(text: str) -> str:
@@ -73,17 +99,23 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        outcomes = {n["outcome"] for n in self.nodes.values()}
-        if outcomes & {jr.FAILED, jr.ROLLED_BACK}:
-            return 1
-        if jr.SKIPPED in outcomes:
-            return 75
-        return 0
+        outcomes = {n: v["outcome"] for n, v in self.nodes.items()}
+        outcomes.update({n: "kept" for n in self.kept})
+        outcomes.update({n: "not_switched" for n in self.skipped_plan})
+        return run_exit_code(outcomes)
+
+    def every_node(self) -> dict[str, dict[str, Any]]:
+        """Every node the layout covers, with its outcome and why: switched or tried, kept
+        (already in the layout) or not switched (not usable, not known to Slurm)."""
+        out = {n: {"outcome": "kept", "reason": f"already in layout {self.target}"} for n in self.kept}
+        out.update({n: {"outcome": "not_switched", "reason": why} for n, why in self.skipped_plan.items()})
+        out.update(self.nodes)
+        return dict(sorted(out.items()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
-            "nodes": self.nodes,
+            "nodes": self.every_node(),
             "kept": self.kept,
             "not_switched": self.skipped_plan,
             "reservation": self.reservation,
@@ -103,8 +135,10 @@ class Repartitioner:
         restarter: Restarter | None = None,
         progress: Callable[[str], None] | None = None,
         poll_s: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
         self.cfg = cfg
+        self.clock = clock or Clock()
         self.s = cfg.repartition
         self.cluster = cluster or SlurmCluster()
         self.restarter = restarter or Restarter(cfg.repartition)
@@ -120,6 +154,7 @@ class Repartitioner:
         self._restarting = False
         self._applying = 0
         self._jobs_lock = threading.Lock()
+        self._resv_lock = threading.Lock()
 
     # -- planning ------------------------------------------------------------------------
 
@@ -134,10 +169,12 @@ class Repartitioner:
         """Slurm's nodes as the planner sees them; a node drained by someone else is not usable."""
         out = {}
         for name, i in infos.items():
-            foreign_drain = i.drained and name not in midway and not i.reason.startswith(OUR_DRAIN)
+            foreign_drain = i.drained and name not in midway and not ours(i)
             usable = i.usable and not foreign_drain
             state = f"drained: {i.reason}" if foreign_drain else i.state
-            out[name] = NodeView(name, i.layout, usable, state)
+            # drained by an earlier switch (a failure): switch it again rather than call it done
+            retry = ours(i) and name not in midway and not i.reason.startswith(OUR_DRAIN)
+            out[name] = NodeView(name, i.layout, usable, state, retry=retry, reason=i.reason if retry else "")
         return out
 
     def plan(self, target: str, nodes: list[str] | None = None, force: bool = False) -> SwitchPlan:
@@ -191,25 +228,56 @@ class Repartitioner:
     # -- ahead of a scheduled switch -----------------------------------------------------
 
     def lead_time_s(self) -> int:
+        """``lead_time``, or auto: see :func:`~slurm_gpupool.ops.switch_rules.lead_time_default`."""
         if self.s.lead_time_s is not None:
             return self.s.lead_time_s
         max_time = self.cluster.partition_max_time_s(self.s.partition)
-        return min(max_time, self.s.max_lead_time_s) if max_time is not None else self.s.max_lead_time_s
+        return lead_time_default(max_time, self._schedule_gaps_s(), self.s.max_lead_time_s)
 
-    def prepare(self, target: str, start: datetime, nodes: list[str] | None = None) -> str | None:
-        """Reserve the nodes that will change, from ``start``: backfill keeps filling them until then."""
+    def _schedule_gaps_s(self) -> list[int]:
+        """Seconds between the schedule's switches over the coming week."""
+        sched = self.cfg.schedule
+        if sched is None:
+            return []
+        t = datetime.now(sched.tz) if sched.tz else datetime.now().astimezone()
+        times: list[datetime] = []
+        while len(times) < 64 and (not times or (times[-1] - times[0]).days < 8):
+            nxt = sched.next_change(t)
+            if nxt is None:
+                break
+            times.append(nxt[0])
+            t = nxt[0] + timedelta(minutes=1)
+        return [int((b - a).total_seconds()) for a, b in itertools.pairwise(times)]
+
+    def prepare(
+        self, target: str, start: datetime, nodes: list[str] | None = None, after: SwitchPlan | None = None
+    ) -> tuple[str, list[str]] | None:
+        """Reserve the nodes that will change, from ``start``: backfill keeps filling them until then.
+
+        Its own reservation (``<name>_ahead``), never the run's: that one may already hold
+        skipped nodes now, and folding the others into it reserved them all from now on.
+        With ``after`` (a dry run of the due switch) nothing is made: the name and the nodes
+        it would hold once that switch is done are returned."""
         plan = self.plan(target, nodes)
-        if not plan.changing:
+        name = ahead_name(self.reservation_name(target))
+        reservations = self.cluster.reservations()
+        prefix = self.s.reservation_prefix + "_"
+        now = datetime.now()
+        held = {n for r in reservations.values() if r.name.startswith(prefix) and r.start <= now for n in r.nodes}
+        # those held already are held
+        changing = set(plan.changing if after is None else changing_after(plan, after)) - held
+        if after is not None:
+            return (name, sorted(changing)) if changing else None
+        if not changing:
             return None
-        name = self.reservation_name(target)
         duration = self.s.deadline_s + self.s.verify_timeout_s + 3600
-        existing = self.cluster.reservations().get(name)
+        existing = reservations.get(name)
         if existing is None:
-            self.cluster.create_reservation(name, plan.changing, start, duration)
-        elif set(plan.changing) - existing.nodes:
-            self.cluster.update_reservation(name, nodes=set(plan.changing) | existing.nodes)
-        self.progress(f"reserved {hostlist(plan.changing)} from {start:%Y-%m-%d %H:%M} for layout {target} ({name})")
-        return name
+            self.cluster.create_reservation(name, changing, start, duration)
+        elif changing != existing.nodes:
+            self.cluster.update_reservation(name, nodes=changing)
+        self.progress(f"reserved {hostlist(changing)} from {start:%Y-%m-%d %H:%M} for layout {target} ({name})")
+        return name, sorted(changing)
 
     # -- the switch ----------------------------------------------------------------------
 
@@ -228,7 +296,9 @@ class Repartitioner:
         report = RunReport(target)
         with run_lock(self.dir):
             j = self.journal.load()
+            self._finish_killed_restart()  # before anything that needs slurmctld
             plan = self.plan(target, nodes, force)
+            self._record_priorities()
             report.kept = plan.nodes("keep")
             report.skipped_plan = {d.name: d.why for d in plan.decisions if d.action == "skip"}
             previous = {d.name: d.current for d in plan.decisions}
@@ -236,10 +306,11 @@ class Repartitioner:
             if unfinished and unfinished["target"] == target:
                 self.progress(f"resuming the unfinished run {unfinished['id']} to layout {target}")
                 j.resume_run(plan.changing, previous)
-                unfinished["deadline_epoch"] = time.time() + deadline_s
+                unfinished["deadline_epoch"] = self.clock.time() + deadline_s
             elif plan.changing:
                 stale = [unfinished["reservation"]] if unfinished else []
-                j.start(target, plan.changing, self.reservation_name(target), time.time() + deadline_s, previous, stale)
+                deadline = self.clock.time() + deadline_s
+                j.start(target, plan.changing, self.reservation_name(target), deadline, previous, stale)
             elif unfinished:  # an earlier run to another layout left nothing midway: close it
                 self._delete_reservations([unfinished["reservation"]])
                 j.cluster_step(jr.FINISHED, finished_at=jr.now_iso())
@@ -259,24 +330,92 @@ class Repartitioner:
         report.seconds = time.monotonic() - t0
         return report
 
+    def _finish_killed_restart(self) -> None:
+        """A run killed while the daemons restarted may have left slurmctld (and slurmds)
+        down: redo the restart first, with the site's commands, which need no slurmctld."""
+        run = self.journal.unfinished()
+        if run is None or redo_first(run.get("steps", [])) != "restart":
+            return
+        self.progress(
+            f"finishing the restart run {run['id']} began (slurmctld and slurmd on {hostlist(run['restart_nodes'])})"
+        )
+        failed = self.restarter.restart(run["restart_nodes"])
+        if failed or not self._wait_controller():
+            raise SlurmUnavailableError(
+                "repartition",
+                f"slurmctld does not come back after the restart a killed run began"
+                f" ({failed.why() if failed else 'no answer to scontrol ping'})",
+                hint=f"start it by hand; the journal in {self.dir} keeps the run",
+            )
+        self.journal.cluster_step(jr.RESTARTED)
+
+    def _record_priorities(self) -> None:
+        """Pending jobs' priorities before a switch: Slurm zeroes them (BadConstraints) while
+        their GRES are gone, and :meth:`_restore_priorities` gives them back after."""
+        path = self.dir / PRIORITIES
+        try:
+            recorded = {int(k): int(v) for k, v in json.loads(path.read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            recorded = {}
+        jobs = self.cluster.jobs()
+        pending = {j.job_id: j.priority for j in jobs if j.state == "PENDING" and j.priority}
+        alive = {j.job_id for j in jobs if j.state == "PENDING"}
+        recorded = {k: v for k, v in recorded.items() if k in alive} | pending
+        write_json_atomic(path, {str(k): v for k, v in sorted(recorded.items())})
+
+    def _restore_priorities(self) -> None:
+        try:
+            recorded = {int(k): int(v) for k, v in json.loads((self.dir / PRIORITIES).read_text()).items()}
+            jobs = self.cluster.jobs()
+        except (OSError, ValueError, AttributeError, SlurmUnavailableError):
+            return
+        for job, priority in priorities_to_restore(recorded, jobs):
+            r = self.cluster.release(job, priority)
+            if r.returncode == 0:
+                self.progress(f"job {job}: released (Slurm had held it while its GRES were gone)")
+
     def _reserve(self, j: Journal) -> None:
-        """The run's reservation exists, has started, and holds every node still to change."""
+        """The run's reservation exists, has started, and holds every node still to change
+        (a reservation made ahead of the switch is folded into it)."""
         run = j.run
         assert run is not None
         name = run["reservation"]
-        nodes = set(j.nodes_at(jr.WAITING, jr.APPLYING, jr.APPLIED, jr.DRAINED, jr.VERIFYING))
-        duration = max(60, int(run["deadline_epoch"] - time.time())) + self.s.verify_timeout_s + 3600
-        existing = self.cluster.reservations().get(name)
+        nodes = set(j.nodes_at(jr.WAITING, jr.APPLYING, jr.APPLIED, jr.DRAINED, jr.VERIFYING, jr.SKIPPED))
+        duration = max(60, int(run["deadline_epoch"] - self.clock.time())) + self.s.verify_timeout_s + 3600
+        reservations = self.cluster.reservations()
+        ahead = reservations.get(ahead_name(name))
+        if ahead is not None:
+            self._delete_reservations([ahead.name])
+        existing = reservations.get(name)
         if existing is None:
             self.cluster.create_reservation(name, nodes, None, duration)
         else:
             start = None
             if existing.start > datetime.now() + timedelta(seconds=5):
                 start = datetime.now() + timedelta(seconds=2)  # it was made ahead of the switch: begin now
-            if start or (nodes - existing.nodes):
-                self.cluster.update_reservation(name, nodes=nodes | existing.nodes, start=start, duration_s=duration)
-        j.cluster_step(jr.RESERVED)
+            if start or nodes != existing.nodes:
+                self.cluster.update_reservation(name, nodes=nodes, start=start, duration_s=duration)
+        j.cluster_step(jr.RESERVED, reserved_at=run.get("reserved_at") or self.clock.time())
         self.progress(f"reservation {name} holds {hostlist(nodes)}")
+
+    def _release(self, node: str) -> None:
+        """Take a node out of the run's reservation the moment it is through (verified,
+        rolled back or failed): no node waits for the slowest."""
+        run = self.journal.run
+        assert run is not None
+        name = run["reservation"]
+        with self._resv_lock:
+            try:
+                existing = self.cluster.reservations().get(name)
+                if existing is None or node not in existing.nodes:
+                    return
+                left = existing.nodes - {node}
+                if left:
+                    self.cluster.update_reservation(name, nodes=left)
+                else:
+                    self.cluster.delete_reservation(name)
+            except SlurmUnavailableError as e:
+                self.progress(f"{node}: could not leave reservation {name}: {e}")
 
     def _waves(self, todo: list[str]) -> None:
         """Apply nodes as they become free; commit (GRES, restarts, verify) in waves.
@@ -320,36 +459,36 @@ class Repartitioner:
     def _wait_idle(self, node: str) -> bool:
         """Until the node has no jobs; at the deadline requeue (if asked) or skip it."""
         j = self.journal
-        deadline = j.run["deadline_epoch"] if j.run else time.time()
+        deadline = j.run["deadline_epoch"] if j.run else self.clock.time()
         requeued = False
-        last: set[int] | None = None
+        last = ""
         while True:
             busy = self._busy_jobs(node)
-            if not busy:
+            desc = ", ".join(f"{b.job_id} ({b.user}, {_left(b)})" for b in busy)
+            d = after_jobs(busy, self.clock.time(), deadline, self.requeue, requeued, desc)
+            if d.action == "apply":
                 return True
-            ids = {b.job_id for b in busy}
-            if ids != last:
-                j.step(node, jr.WAITING, reason=f"waiting for jobs {', '.join(map(str, sorted(ids)))} to end")
-                last = ids
-            if time.time() >= deadline:
-                requeueable = [b for b in busy if b.requeue and b.state == "RUNNING"]
-                if self.requeue and requeueable and not requeued:
-                    for b in requeueable:
-                        self.cluster.signal_job(b.job_id, self.s.checkpoint_signal)
-                    self.progress(
-                        f"{node}: SIG{self.s.checkpoint_signal} to jobs {', '.join(str(b.job_id) for b in requeueable)}"
-                        f", requeue in {format_duration(self.s.checkpoint_grace_s)}"
-                    )
-                    time.sleep(self.s.checkpoint_grace_s)
-                    for b in requeueable:
-                        self.cluster.requeue(b.job_id)
-                    requeued, deadline = True, time.time() + 60
-                    continue
-                desc = ", ".join(f"{b.job_id} ({b.user}, {_left(b)})" for b in busy)
-                j.step(node, jr.SKIPPED, reason=f"jobs still running at the deadline: {desc}; not killed")
-                self.progress(f"{node}: skipped, jobs still running at the deadline: {desc}")
+            if d.action == "skip":
+                j.step(node, jr.SKIPPED, reason=d.reason)
+                self.progress(f"{node}: skipped, {d.reason}")
                 return False
-            time.sleep(self.poll_s)
+            if d.action == "requeue":
+                requeueable = [b for b in busy if b.requeue and b.state == "RUNNING"]
+                for b in requeueable:
+                    self.cluster.signal_job(b.job_id, self.s.checkpoint_signal)
+                self.progress(
+                    f"{node}: SIG{self.s.checkpoint_signal} to jobs {', '.join(str(b.job_id) for b in requeueable)}"
+                    f", requeue in {format_duration(self.s.checkpoint_grace_s)}"
+                )
+                self.clock.sleep(self.s.checkpoint_grace_s)
+                for b in requeueable:
+                    self.cluster.requeue(b.job_id)
+                requeued, deadline = True, self.clock.time() + 60
+                continue
+            if d.reason != last:
+                j.step(node, jr.WAITING, reason=d.reason)
+                last = d.reason
+            self.clock.sleep(self.poll_s)
 
     @contextlib.contextmanager
     def _no_restart(self) -> Iterator[None]:
@@ -408,27 +547,26 @@ class Repartitioner:
             info = self.cluster.nodes().get(node)
             if info is not None and info.drained and j.node(node).get("drained_by_us"):
                 self.cluster.resume([node])  # srun cannot run on a drained node; the reservation holds it
-            deadline = j.run["deadline_epoch"] if j.run else time.time()
+            deadline = j.run["deadline_epoch"] if j.run else self.clock.time()
             while True:
                 with self._no_restart():
-                    j.step(node, jr.APPLYING, applying_at=time.time())
+                    j.step(node, jr.APPLYING, applying_at=self.clock.time())
                     self.progress(f"{node}: node apply {target}")
                     rc, why, _ = self._apply(node, target)
                     if rc == 0:
                         j.step(node, jr.APPLIED, layout=target)
                         self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {target}"))
-                        j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
+                        j.step(node, jr.DRAINED, drained_by_us=True, drained_at=self.clock.time())
                         return
                     if rc != 75:
                         self._apply_failed(node, target, why)
                         return
-                if time.time() >= deadline:
+                if self.clock.time() >= deadline:
                     j.step(node, jr.SKIPPED, reason=f"GPUs still busy at the deadline: {why}")
                     return
-                time.sleep(self.poll_s * 2)  # GPUs busy or another apply holds the node: retry
+                self.clock.sleep(self.poll_s * 2)  # GPUs busy or another apply holds the node: retry
         except (SlurmUnavailableError, OSError) as e:
-            j.step(node, jr.FAILED, reason=reason_text(f"gpupool: switch to {target} failed: {e}"))
-            self._try_drain(node, j.node(node)["reason"])
+            self._fail(node, f"gpupool: switch to {target} failed: {e}")
 
     def _apply_failed(self, node: str, target: str, why: str) -> None:
         """Roll the node back to its previous layout; it stays drained with the reason."""
@@ -439,10 +577,7 @@ class Repartitioner:
             back = f"rolled back to layout {prev}" if rc == 0 else f"rollback to {prev} failed too ({why2})"
         else:
             rc, back = 1, "no previous layout to roll back to"
-        reason = reason_text(f"gpupool: node apply {target} failed ({why}); {back}")
-        self._try_drain(node, reason)
-        j.step(node, jr.FAILED, reason=reason, drained_by_us=False, layout=prev if rc == 0 else None)
-        self.progress(f"{node}: {reason}")
+        self._fail(node, f"gpupool: node apply {target} failed ({why}); {back}", layout=prev if rc == 0 else None)
 
     def _try_drain(self, node: str, reason: str) -> None:
         try:
@@ -495,11 +630,11 @@ class Repartitioner:
         return {n.node: gres_counts(n.gres_value()) for n in rendered.nodes}
 
     def _wait_controller(self) -> bool:
-        deadline = time.time() + self.s.verify_timeout_s
-        while time.time() < deadline:
+        deadline = self.clock.time() + self.s.verify_timeout_s
+        while self.clock.time() < deadline:
             if self.cluster.ping():
                 return True
-            time.sleep(self.poll_s)
+            self.clock.sleep(self.poll_s)
         return False
 
     def _commit(self) -> None:
@@ -513,8 +648,11 @@ class Repartitioner:
                 return
             for node in j.nodes_at(jr.APPLIED):  # a run killed between apply and drain
                 self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {run['target']}"))
-                j.step(node, jr.DRAINED, drained_by_us=True, drained_at=time.time())
+                j.step(node, jr.DRAINED, drained_by_us=True, drained_at=self.clock.time())
             if not j.has(jr.GRES_INSTALLED):
+                # while Slurm's clients still read the files they know (a new one may not parse)
+                with contextlib.suppress(SlurmUnavailableError):
+                    self.cluster.await_forgotten_shard_jobs(pending, self.progress, self.poll_s)
                 self._snapshot()
                 j.cluster_step(jr.GRES_INSTALLING)
                 self._restart_extra = []
@@ -540,45 +678,62 @@ class Repartitioner:
         """Resume the node only when Slurm shows the GRES rendered from its GPUs' state."""
         j = self.journal
         j.step(node, jr.VERIFYING)
-        deadline = time.time() + self.s.verify_timeout_s
+        deadline = self.clock.time() + self.s.verify_timeout_s
         problem = ""
+        info: NodeInfo | None = None
         confirmed = False  # slurmctld flags nodes it has not pinged since its restart: look twice
         while True:
             try:
-                info: NodeInfo | None = self.cluster.nodes().get(node)
-                unreadable = ""
+                info = self.cluster.nodes().get(node)
+                problem = verify_problem(info, expected, layout)
             except SlurmUnavailableError as e:  # e.g. client commands cannot parse the files either
-                info, unreadable = None, str(e)
-            if unreadable:
-                problem = unreadable
-            elif info is None or not info.responding:
-                flags = ",".join(sorted(info.flags)) if info else ""
-                problem = f"Slurm shows the node {info.state if info else 'missing'} {flags}".strip()
-            elif info.gres_counts() != expected:
-                problem = f"Slurm shows GRES {info.gres or '(none)'}, expected {_fmt(expected)}"
-            elif info.layout != layout:
-                problem = f"Slurm shows layout {info.layout}, expected {layout}"
-            else:
-                problem = ""
+                info, problem = None, str(e)
             if problem:
                 confirmed = False
             elif not confirmed:
                 confirmed = True
-                time.sleep(max(2.0, self.poll_s))
+                self.clock.sleep(max(CONFIRM_S, self.poll_s))
                 continue
-            if not problem or time.time() >= deadline:
+            if not problem or self.clock.time() >= deadline:
                 break
-            time.sleep(self.poll_s)
+            self.clock.sleep(self.poll_s)
         if problem:
-            reason = reason_text(f"gpupool: verify after switch to {layout} failed: {problem}")
-            self._try_drain(node, reason)
-            j.step(node, jr.FAILED, reason=reason, drained_by_us=False)
-            self.progress(f"{node}: {reason}")
+            self._fail(node, f"gpupool: verify after switch to {layout} failed: {problem}")
             return
         if j.node(node).get("drained_by_us") and info is not None and info.drained:
             self.cluster.resume([node])  # (a run killed after a resume finds it resumed already)
-        j.step(node, outcome, reason=note, drained_by_us=False, layout=layout)
+        self._release(node)
+        problem = self._until_ready(node)
+        if problem:  # done means Slurm would start a job on it now
+            self._fail(node, f"gpupool: switched to {layout}, but Slurm would not start a job there: {problem}")
+            return
+        j.step(node, outcome, reason=note, drained_by_us=False, layout=layout, released_at=self.clock.time())
         self.progress(f"{node}: {'done' if outcome == jr.DONE else outcome} in layout {layout}")
+
+    def _until_ready(self, node: str) -> str:
+        """Wait (briefly) until Slurm would start a job on the node: "" then, else why not."""
+        deadline = self.clock.time() + READY_TIMEOUT_S
+        while True:
+            try:
+                problem = ready_problem(self.cluster.nodes().get(node)) or held_problem(
+                    node,
+                    self.cluster.reservations().values(),
+                    self.s.reservation_prefix + "_",
+                    datetime.fromtimestamp(self.clock.time()),
+                )
+            except SlurmUnavailableError as e:
+                problem = str(e)
+            if not problem or self.clock.time() >= deadline:
+                return problem
+            self.clock.sleep(min(1.0, self.poll_s))
+
+    def _fail(self, node: str, why: str, **extra: Any) -> None:
+        """The node failed: drained with the reason, and out of the reservation (the drain holds it)."""
+        reason = reason_text(why)
+        self._try_drain(node, reason)
+        self.journal.step(node, jr.FAILED, reason=reason, drained_by_us=False, **extra)
+        self._release(node)
+        self.progress(f"{node}: {reason}")
 
     def _refused(self, pending: list[str], why: str) -> None:
         """slurmctld (or a slurmd) did not come back with the new files: restore the old ones,
@@ -610,9 +765,7 @@ class Repartitioner:
                 j.step(node, jr.DRAINED, drained_by_us=True, layout=prev)
                 back.append(node)
             else:
-                reason = reason_text(f"gpupool: {note}; GPU rollback to {prev} failed ({why2})")
-                self._try_drain(node, reason)
-                j.step(node, jr.FAILED, reason=reason, drained_by_us=False)
+                self._fail(node, f"gpupool: {note}; GPU rollback to {prev} failed ({why2})")
         # Not a new render: the config that produced the refused files would produce them again.
         # The restored files describe the previous layout, and the GPUs are back in it.
         if not back:
@@ -634,11 +787,11 @@ class Repartitioner:
         j = self.journal
         run = j.run
         assert run is not None
-        waiting = j.nodes_at(jr.SKIPPED)
+        held = still_held({n: j.node(n)["step"] for n in run["nodes"]})  # the skipped: their jobs run on
         name = run["reservation"]
-        if waiting:  # still due to switch: they stay reserved for the next run
+        if held:  # no new job lands there before the next run switches them; it ends with their jobs
             try:
-                self.cluster.update_reservation(name, nodes=waiting)
+                self.cluster.update_reservation(name, nodes=held, duration_s=self._held_for_s(held))
             except SlurmUnavailableError as e:
                 self.progress(f"could not shrink reservation {name}: {e}")
         else:
@@ -646,21 +799,34 @@ class Repartitioner:
         self._delete_reservations(run.get("stale_reservations", []))
         for n in run["nodes"]:
             rec = j.node(n)
-            drained = applying = None
+            drained = applying = in_resv = None
             if rec["step"] in (jr.DONE, jr.ROLLED_BACK):
+                end = rec.get("released_at", rec["since_epoch"])
                 if rec.get("drained_at"):
-                    drained = round(rec["since_epoch"] - rec["drained_at"], 2)
+                    drained = round(end - rec["drained_at"], 2)
                 if rec.get("applying_at"):
-                    applying = round(rec["since_epoch"] - rec["applying_at"], 2)
+                    applying = round(end - rec["applying_at"], 2)
+                in_resv = round(end - run.get("reserved_at", run["started_epoch"]), 2)
             report.nodes[n] = {
                 "outcome": rec["step"],
                 "reason": rec["reason"],
                 "drained_s": drained,  # drain to resume
-                "out_of_service_s": applying,  # apply start to resume
+                "out_of_service_s": applying,  # its jobs gone (apply start) to released: no job could start
+                "reserved_s": in_resv,  # in the reservation: no new job from the run's start to release
             }
+        self._restore_priorities()
         j.cluster_step(
             jr.FINISHED, finished_at=jr.now_iso(), outcomes={n: v["outcome"] for n, v in report.nodes.items()}
         )
+
+    def _held_for_s(self, nodes: set[str]) -> int:
+        """Long enough for the held nodes' jobs to end (by their time limits), at least an hour."""
+        try:
+            left = [_ends_in(job) for job in self.cluster.jobs() if job.nodes & nodes and job.state in BUSY_STATES]
+        except SlurmUnavailableError:
+            left = []
+        known = [s for s in left if s is not None]
+        return max([3600, *(s + 600 for s in known)]) if len(known) == len(left) else 7 * 86400
 
 
 def restored_gres(nodes_conf: Path) -> dict[str, dict[str, int]]:
@@ -688,5 +854,7 @@ def _left(j: JobInfo) -> str:
     return "no time limit" if left is None else f"{format_duration(left)} left"
 
 
-def _fmt(counts: dict[str, int]) -> str:
-    return ",".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "(none)"
+def ahead_name(reservation: str) -> str:
+    """The reservation made ahead of a scheduled switch (folded into the run's when it runs):
+    never the run's own, which may hold skipped nodes *now*."""
+    return f"{reservation}_ahead"

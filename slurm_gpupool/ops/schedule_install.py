@@ -105,3 +105,16 @@ def install_schedule(files: dict[str, str], dest: Path | None = None) -> list[Pa
         write_text_atomic(path, text, 0o644)
         written.append(path)
     return written
+
+
+def uninstall_schedule(cfg: PoolConfig, systemd: bool = False, dest: Path | None = None) -> list[Path]:
+    """Remove the files ``install_schedule`` writes (those present); returns them."""
+    removed = []
+    for name in render_schedule(cfg, systemd):
+        path = Path(dest, name.lstrip("/")) if dest else Path(name)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    return removed

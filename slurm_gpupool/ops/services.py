@@ -38,9 +38,13 @@ class CommandResult:
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
+    """A restart command in a session of its own: whatever kills the repartitioner (a
+    killed cron job's process group, Ctrl-C) does not stop a restart halfway."""
     t0 = time.monotonic()
     try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+        p = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False, start_new_session=True
+        )
         out, rc = (p.stdout + p.stderr), p.returncode
     except FileNotFoundError:
         out, rc = f"{argv[0]}: command not found", 127

@@ -172,6 +172,10 @@ def utilization(data: Data) -> Report:
         data.until,
         {"by type": t, "by period": summary},
         series={"utilization": ts},
+        meta={
+            "capacity_eq_hours": float(t["capacity_eq_hours"].sum()),
+            "allocated_eq_hours": float(t["allocated_eq_hours"].sum()),
+        },
     )
 
 
@@ -233,6 +237,11 @@ def waits(data: Data, by: str = "gres-type") -> Report:
         data.until,
         {"by type and period": t, "by type": o.reset_index(drop=True)},
         series=series,
+        meta={
+            "started": len(started),
+            "pending_now": len(pending),
+            **{k: _percentiles(started["wait_s"])[k] for k in ("p50_s", "p90_s")},
+        },
     )
 
 
@@ -268,13 +277,16 @@ def cost(data: Data, by: str = "account") -> Report:
     g["eq_hours"] = g["eq"] * g["hours"]
     g["cost"] = g["hours"] * units * frac * price
     key = g[col].astype(str)
-    t = g.groupby(key, observed=True).agg(jobs=("job", "nunique"), eq_hours=("eq_hours", "sum"), cost=("cost", "sum"))
+    # gpu_jobs: as in the usage report ("jobs" there counts every job of the group)
+    t = g.groupby(key, observed=True).agg(
+        gpu_jobs=("job", "nunique"), eq_hours=("eq_hours", "sum"), cost=("cost", "sum")
+    )
     t = t.sort_values("cost", ascending=False)
     t.index.name = by
     t = t.reset_index()
     notes = []
     if unpriced.any():
-        missing = sorted({str(m) for m, u in zip(g["model"].astype(object), unpriced) if u})
+        missing = sorted({m if isinstance(m, str) else "unknown model" for m, u in zip(g["model"], unpriced) if u})
         notes.append(
             f"{int(g.loc[unpriced, 'job'].nunique())} jobs on GPUs without a price ({', '.join(missing)}): "
             "cost 0; set reports.prices (or reports.prices.default)"
@@ -286,7 +298,7 @@ def cost(data: Data, by: str = "account") -> Report:
         data.until,
         {"cost": t},
         notes=notes,
-        meta={"currency": s.currency, "total": float(t["cost"].sum())},
+        meta={"currency": s.currency, "total": float(t["cost"].sum()), "gpu_jobs": int(g["job"].nunique())},
     )
 
 
@@ -360,6 +372,8 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
         f"{int(measured.sum())} of {len(per_job)} GPU jobs have a measured peak memory "
         "(hooks' usage spool, or sacct gres/gpumem)",
     ]
+    if len(flagged) > top * 5:  # said, not silently cut: every flagged job is in --format json/csv
+        notes.append(f"the {top * 5} of {len(flagged)} flagged jobs with the most GPU-equivalent hours are listed")
     return Report(
         "efficiency",
         "GPU efficiency: oversized slices and idle GPUs",

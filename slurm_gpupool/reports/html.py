@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["format_duration", "render_html"]
 
 MAX_ROWS = 1000  # rows per table in the page; the rest is counted, not shown
+OPEN_ROWS = 25  # a longer table is folded under "all N rows", its first rows shown
 USAGE_TOP = 15
 WAITS_MAX_BOXES = 24
 # period label -> band colour; unknown labels cycle through _BAND_CYCLE
@@ -59,6 +60,9 @@ figure.chart{margin:1em 0;padding:0}
 figure.chart svg{max-width:100%;height:auto;display:block}
 figcaption{color:#555;font-size:.9em;margin-top:.3em}
 .notes li{margin:.15em 0}.nochart{color:#555;font-style:italic}
+.headline dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em;font-size:1.1em;margin:.6em 0}
+.headline dt{color:#555}.headline dd{margin:0;font-weight:600}
+details.long summary{cursor:pointer;color:#0550ae;margin:.2em 0 .6em}
 """
 
 
@@ -103,9 +107,19 @@ def _fmt_when(value: Any) -> str:
 
 
 def _table_html(df: pd.DataFrame, table_id: str) -> str:
-    """One DataFrame as an escaped HTML table; numbers right-aligned via a per-table style."""
+    """One DataFrame as an escaped HTML table; numbers right-aligned via a per-table style.
+
+    A table longer than OPEN_ROWS shows its first rows, and all of them under a fold."""
     if df is None or len(df.columns) == 0 or len(df) == 0:
         return '<p class="nochart">No rows.</p>'
+    if len(df) <= OPEN_ROWS:
+        return _plain_table(df, table_id)
+    first = _plain_table(df.head(OPEN_ROWS), table_id)
+    every = _plain_table(df, f"{table_id}-all")
+    return f'{first}<details class="long"><summary>all {len(df)} rows</summary>{every}</details>'
+
+
+def _plain_table(df: pd.DataFrame, table_id: str) -> str:
     shown = df.head(MAX_ROWS)
     formatters: dict[Any, Callable[[Any], str]] = {
         c: format_duration for c in shown.columns if _is_duration_column(c) and _numeric(shown[c])
@@ -454,6 +468,32 @@ def _load_html(load: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _headline(reports: list[Report]) -> str:
+    """The figures a reader wants first, from the reports on the page (those present)."""
+    meta = {r.name: r.meta for r in reports}
+    items: list[tuple[str, str]] = []
+    if "usage" in meta:
+        t = meta["usage"].get("totals", {})
+        eq = _format_float(t.get("eq_hours", 0.0))
+        items.append(("GPU-equivalent hours", f"{eq} ({t.get('gpu_jobs', 0)} GPU jobs)"))
+    if "utilization" in meta:
+        u = meta["utilization"]
+        cap, used = u.get("capacity_eq_hours", 0.0), u.get("allocated_eq_hours", 0.0)
+        items.append(("utilization", f"{100 * used / cap:.1f} % of what was offered" if cap else "no capacity known"))
+    if "waits" in meta and meta["waits"].get("started"):
+        w = meta["waits"]
+        items.append(("queue wait p50 / p90", f"{format_duration(w['p50_s'])} / {format_duration(w['p90_s'])}"))
+        items.append(("pending at the end", str(w.get("pending_now", 0))))
+    if "cost" in meta:
+        items.append(("cost", f"{meta['cost'].get('total', 0.0):,.2f} {meta['cost'].get('currency', '')}"))
+    if "efficiency" in meta:
+        items.append(("jobs flagged as oversized or idle", str(meta["efficiency"].get("flagged", 0))))
+    if not items:
+        return ""
+    rows = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in items)
+    return f'<section class="headline" id="headline"><dl>{rows}</dl></section>'
+
+
 def _notes_html(notes: Iterable[Any], cls: str = "notes") -> str:
     items = [f"<li>{_esc(n)}</li>" for n in notes if str(n).strip()]
     return f'<ul class="{cls}">{"".join(items)}</ul>' if items else ""
@@ -497,6 +537,7 @@ def render_html(reports: list[Report], context: dict[str, Any]) -> str:
         "<header>",
         f"<h1>{_esc(title)}</h1>",
         f'<p class="period">Period: {_esc(_fmt_when(since))} → {_esc(_fmt_when(until))}</p>',
+        _headline(reports),
         _load_html(dict(context.get("load") or {})),
         _notes_html(context.get("notes") or []),
         "</header>",

@@ -10,12 +10,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from slurm_gpupool.slurm import json_output as jo
+
 
 def _tres(items: list[dict[str, Any]] | None) -> str:
     """``[{"type": "gres", "name": "gpu:1g.5gb", "count": 2}]`` → ``gres/gpu:1g.5gb=2``."""
     out = []
     for t in items or []:
-        if t.get("count") is None:  # e.g. energy on a cluster without an energy plugin
+        count = t.get("count")
+        # None or negative: not measured (energy on a cluster without an energy plugin is
+        # null on 22.05, -2 on 24.11 and later), not a count
+        if count is None or (isinstance(count, int | float) and count < 0):
             continue
         name = f"{t['type']}/{t['name']}" if t.get("name") else str(t["type"])
         out.append(f"{name}={int(t['count'])}")
@@ -31,17 +36,14 @@ def _time(epoch: Any) -> str:
 
 def _state(job: dict[str, Any]) -> str:
     s = job["state"]
-    cur = s["current"] if isinstance(s, dict) else s
-    if isinstance(cur, list):  # v0.0.39+: a list of flags, the base state first
-        cur = cur[0] if cur else ""
-    return str(cur)
+    base, _flags = jo.state(s["current"] if isinstance(s, dict) else s)
+    return base.upper()
 
 
 def _number(v: Any) -> str:
-    """v0.0.39+ wrap numbers as ``{"set": true, "number": N}``."""
-    if isinstance(v, dict):
-        return str(v.get("number", "")) if v.get("set", True) and not v.get("infinite") else ""
-    return "" if v is None else str(v)
+    """v0.0.39+ wrap numbers as ``{"set": true, "number": N}``; unset or infinite is ""."""
+    n = jo.number(v)
+    return "" if n is None else str(n)
 
 
 def job_rows(job: dict[str, Any]) -> list[dict[str, str]]:

@@ -140,6 +140,15 @@ def _localize(t: pd.Series, tz: Any) -> pd.Series:
     return t.dt.tz_localize(tz, ambiguous=ambiguous, nonexistent="shift_forward").dt.tz_convert("UTC")
 
 
+SANE_YEARS = (1971, 2200)  # accounting times outside these are damage (and 1677 overflows the ns range)
+
+
+def _sane(t: pd.Series) -> pd.Series:
+    """Naive times outside SANE_YEARS as NaT, so they are counted as unreadable, not localized."""
+    years = t.dt.year
+    return t.where((years >= SANE_YEARS[0]) & (years <= SANE_YEARS[1]))
+
+
 def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str, ids: pd.Series) -> pd.Series:
     """sacct times → UTC timestamps.  sacct prints the cluster's local time without an
     offset; saved files may carry offsets (``+02:00``).  Unknown/None → NaT."""
@@ -147,7 +156,7 @@ def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str, ids
     missing = col.isin(NO_TIME)
     out = pd.Series(pd.NaT, index=col.index, dtype="datetime64[ns, UTC]")
     # sacct's own format (no offset, so naive) in one vectorized pass; the rest as below
-    plain = pd.to_datetime(col, format=SACCT_TIME, errors="coerce")
+    plain = _sane(pd.to_datetime(col, format=SACCT_TIME, errors="coerce"))
     done = plain.notna()
     if done.any():
         out[done] = _localize(plain[done], tz)
@@ -161,6 +170,7 @@ def _times(col: pd.Series, tz: Any, stats: LoadStats, name: str, where: str, ids
     if naive.any():
         parsed = pd.to_datetime(col[naive], format="ISO8601", errors="coerce")
         if getattr(parsed.dt, "tz", None) is None:
+            parsed = _sane(parsed)
             ok = parsed.notna()
             out[naive & ok.reindex(col.index, fill_value=False)] = _localize(parsed[ok], tz)
         else:
@@ -360,9 +370,16 @@ def json_rows(doc: Any, where: str, stats: LoadStats) -> list[dict[str, str]]:
         stats.lines += 1
         try:
             rows.extend(job_rows(job))
-        except (KeyError, TypeError, ValueError) as e:
-            what = f"no {e}" if isinstance(e, KeyError) else str(e)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, OSError) as e:
+            # a record of the wrong shape (a list for tres, a string for time ...): counted, not used
+            what = f"no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {str(e)[:80]}"
             stats.bad(f"unreadable job record ({what})", f"{where} jobs[{k}]")
+    if doc["jobs"] and not rows:  # e.g. squeue --json: jobs, but not accounting records
+        raise DataError(
+            where,
+            f"not sacct --json output: none of its {len(doc['jobs'])} job records has sacct's fields",
+            hint="squeue --json lists jobs too; the reports read sacct --json",
+        )
     return rows
 
 
@@ -446,13 +463,15 @@ def read_stream(
     while first and not first.strip():
         first = f.readline()
     if not first:
-        return
+        raise DataError(where, "empty: not accounting (sacct prints a header line at least)")
     text = first.lstrip("\ufeff")
     if text.lstrip().startswith("{") or text.lstrip().startswith("["):
         try:
             doc = json.loads(text + f.read())
         except json.JSONDecodeError as e:
             raise DataError(where, f"not valid JSON ({e.msg} at line {e.lineno})") from None
+        except RecursionError:
+            raise DataError(where, "not sacct --json output: nested too deeply") from None
         if isinstance(doc, dict) and doc.get("format") == EXPORT_MARK:
             yield _export_json(doc, where, stats)
             return

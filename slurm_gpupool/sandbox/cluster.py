@@ -83,6 +83,8 @@ SIM_DIR_ENV = "SLURM_GPUPOOL_SIM_DIR"
 CLUSTER = "gpupool"
 ACCOUNT = "sandbox"
 DEF_MEM_PER_CPU_MIB = 1024
+# The marker of the block the Ansible role manages in slurm.conf (its _gpupool_marker)
+ANSIBLE_ROLE_MARKER = "# {mark} slurm_gpupool (managed by Ansible, role gpupool)"
 STATE_SCHEMA = 1
 
 # pid file name → the names its process may have in /proc/<pid>/comm
@@ -119,6 +121,7 @@ class SandboxPaths:
     mysql_dir = property(lambda self: self.root / "mysql")
     mysql_data = property(lambda self: self.mysql_dir / "data")
     mysql_socket = property(lambda self: self.mysql_dir / "mysqld.sock")
+    mysql_tmp = property(lambda self: self.mysql_dir / "tmp")
     run = property(lambda self: self.root / "run")
     slurm_run = property(lambda self: self.run / "slurm")
     log = property(lambda self: self.root / "log")
@@ -539,6 +542,7 @@ class Sandbox:
             "slurm.conf.j2",
             **common,
             hooks=hooks,
+            role_marker=ANSIBLE_ROLE_MARKER,
             nodes_conf=str(p.nodes_conf),
             gres_types_conf=str(p.gres_types_conf),
             def_mem_per_cpu_mib=DEF_MEM_PER_CPU_MIB,
@@ -560,6 +564,7 @@ class Sandbox:
             socket=str(p.mysql_socket),
             pidfile=str(p.mysql_dir / "mysqld.pid"),
             log=str(p.log / "mysqld.log"),
+            tmpdir=str(p.mysql_tmp),
             port=self.ports.mysql,
         )
         if self._write_if_changed(p.my_cnf, my_cnf):
@@ -618,6 +623,8 @@ class Sandbox:
         user = mariadb.run_as_user()  # MariaDB drops to this user: it owns its dir and error log
         p.mysql_dir.mkdir(exist_ok=True)
         shutil.chown(p.mysql_dir, user, user)
+        p.mysql_tmp.mkdir(mode=0o700, exist_ok=True)
+        shutil.chown(p.mysql_tmp, user, user)
         (p.log / "mysqld.log").touch(mode=0o640)
         shutil.chown(p.log / "mysqld.log", user, user)
 
@@ -742,8 +749,7 @@ class Sandbox:
             proc = self._sacctmgr("-n", "-P", *argv)
             return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
 
-        if cluster not in listed("show", "cluster", "format=Cluster"):
-            self._sacctmgr("-i", "add", "cluster", cluster, check=True)
+        self._add_cluster(cluster, lambda: cluster in listed("show", "cluster", "format=Cluster"))
         if ACCOUNT not in listed("show", "account", "format=Account"):
             self._sacctmgr(
                 "-i", "add", "account", ACCOUNT, f"Cluster={cluster}", "Description=sandbox", "Organization=gpupool"
@@ -753,6 +759,25 @@ class Sandbox:
             self._sacctmgr("-i", "add", "user", "root", f"Account={ACCOUNT}", f"Cluster={cluster}", check=True)
             self._sacctmgr("-i", "modify", "user", "where", "name=root", "set", f"DefaultAccount={ACCOUNT}")
         marker.write_text("ok\n")
+
+    def _add_cluster(self, cluster: str, present: Callable[[], bool]) -> None:
+        """``sacctmgr -i add cluster``, retried until ``show cluster`` lists it.
+
+        slurmdbd 22.05 on a fresh database sometimes answers the first add with "Problem
+        adding clusters: Unspecified error" (its log: "We should have gotten a result") while
+        it is still creating the cluster's tables; the add either landed or works a moment later.
+        """
+        deadline = time.monotonic() + 30
+        while not present():
+            proc = self._sacctmgr("-i", "add", "cluster", cluster)
+            if proc.returncode == 0 or present():
+                return
+            if time.monotonic() > deadline:
+                raise SlurmUnavailableError(
+                    f"sacctmgr -i add cluster {cluster}",
+                    (proc.stderr or proc.stdout).strip() + procs.log_excerpt([self.paths.log / "slurmdbd.log"]),
+                )
+            time.sleep(1)
 
     def _sacctmgr(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
         deadline = time.monotonic() + 30
@@ -859,6 +884,8 @@ class Sandbox:
         self._known_nodes(node_list, "restart")
         if not self.exists():
             raise UsageError(f"sandbox at {self.root}", "not set up", hint="gpupool sandbox up")
+        if controller and node_list and self.pid_of(self._spec("slurmctld")) is not None:
+            self._before_controller_restart(node_list)
         with self._locked():
             stopped = {f"slurmd-{n}" for n in node_list if self._stop(self._spec(f"slurmd-{n}"))}
             if controller and self._stop(self._spec("slurmctld")):
@@ -866,6 +893,15 @@ class Sandbox:
             self._converge(report, stopped=stopped, files=files)
         report.seconds = time.monotonic() - t0
         return report
+
+    def _before_controller_restart(self, nodes: list[str]) -> None:
+        """What the repartitioner does before it restarts slurmctld with new GRES: on Slurm
+        24.11, wait until it has forgotten the nodes' finished shard jobs (or it crashes)."""
+        from slurm_gpupool.slurm.cluster import SlurmCluster
+        from slurm_gpupool.slurm.runner import SlurmRunner
+
+        with contextlib.suppress(SlurmUnavailableError):
+            SlurmCluster(SlurmRunner(env=self.daemon_env())).await_forgotten_shard_jobs(nodes, self._progress)
 
     def stop_nodes(self, nodes: Iterable[str]) -> list[str]:
         """Stop these nodes' slurmd (``systemctl stop slurmd`` on a real node); returns those stopped."""
@@ -992,10 +1028,10 @@ class Sandbox:
                 procs.stop(pid, timeout_s=10)
                 stopped.append(f"sampler[{pid}]")
             leftovers = procs.sandbox_processes(self.root, DAEMON_COMMS)
-            for pid, comm in leftovers:
-                self._progress(f"stopping leftover {comm} (pid {pid})")
+            for pid, program_name in leftovers:
+                self._progress(f"stopping leftover {program_name} (pid {pid})")
                 procs.stop(pid, timeout_s=10)
-                stopped.append(f"{comm}[{pid}]")
+                stopped.append(f"{program_name}[{pid}]")
             if purge:
                 self._purge()
         return stopped

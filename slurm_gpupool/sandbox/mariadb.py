@@ -9,6 +9,7 @@ slurmdbd database and user.
 from __future__ import annotations
 
 import pwd
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -42,11 +43,16 @@ def initialize(defaults_file: Path, datadir: Path, user: str, log: Path, timeout
         "--skip-test-db",
         "--auth-root-authentication-method=socket",
     ]
-    with open(log, "ab") as out:
-        try:
-            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise SlurmUnavailableError("MariaDB initialization", f"timed out after {timeout_s:.0f} s") from None
+    for attempt in (1, 2):  # seen once in CI: "Unknown table 'mysql.tmp_user_sys'"; a clean retry works
+        with open(log, "ab") as out:
+            try:
+                proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+            except subprocess.TimeoutExpired:
+                raise SlurmUnavailableError("MariaDB initialization", f"timed out after {timeout_s:.0f} s") from None
+        if proc.returncode == 0:
+            return
+        if attempt == 1:
+            shutil.rmtree(datadir, ignore_errors=True)  # mariadb-install-db makes it again
     if proc.returncode != 0:
         raise SlurmUnavailableError(
             f"MariaDB initialization of {datadir}",

@@ -98,8 +98,20 @@ def _read_proc(pid: int, name: str) -> bytes:
         return b""
 
 
+def same_mount_namespace(pid: int) -> bool:
+    """Whether the process sees the files we see: a container's sandbox may use the same
+    root path for its own files, and its processes are not ours (``/proc/PID/ns/mnt``)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return False
+
+
 def belongs_to(pid: int, root: Path) -> bool:
-    """Whether the process carries this sandbox's mark (environment or command line)."""
+    """Whether the process carries this sandbox's mark (environment or command line),
+    and lives in our mount namespace."""
+    if not same_mount_namespace(pid):
+        return False
     mark = f"{MARK_ENV}={root}".encode()
     if mark in _read_proc(pid, "environ").split(b"\0"):
         return True
@@ -195,7 +207,7 @@ def sandbox_processes(root: Path, names: Iterable[str]) -> list[tuple[int, str]]
         comm = proc_comm(pid)
         if comm not in wanted or not is_alive(pid):
             continue
-        if belongs_to(pid, root) or (comm == "slurmstepd" and _fds_under(pid, root)):
+        if belongs_to(pid, root) or (comm == "slurmstepd" and same_mount_namespace(pid) and _fds_under(pid, root)):
             out.append((pid, comm))
     return sorted(out)
 
@@ -206,7 +218,8 @@ def sampler_processes(root: Path) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             cmd = _read_proc(int(entry), "cmdline")
-            if b"slurm_gpupool.hooks.sampler" in cmd and str(root).encode() in cmd:
+            ours = b"slurm_gpupool.hooks.sampler" in cmd and str(root).encode() in cmd
+            if ours and same_mount_namespace(int(entry)):
                 out.append(int(entry))
     return sorted(out)
 

@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
-from slurm_gpupool.errors import SlurmUnavailableError
+from slurm_gpupool.errors import SlurmUnavailableError, UsageError
+from slurm_gpupool.sandbox.versions import SlurmRelease, os_release_codename, release, release_of_suite
 
 PACKAGES = ("slurm-wlm", "slurmdbd", "munge", "mariadb-server")
 _SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -66,3 +69,23 @@ def install_packages(packages: Sequence[str], timeout_s: float = 1800) -> None:
     if proc.returncode != 0:
         last = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
         raise SlurmUnavailableError(f"apt-get install {' '.join(packages)}", f"exit {proc.returncode}\n{last}")
+
+
+def host_release() -> SlurmRelease | None:
+    """The Slurm release this host runs natively: its installed ``sinfo -V``, else what
+    its Debian suite ships (``VERSION_CODENAME`` in /etc/os-release); None if neither is known."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired, SlurmUnavailableError, UsageError):
+        proc = subprocess.run([program("sinfo"), "-V"], capture_output=True, text=True, timeout=10, check=False)
+        if proc.returncode == 0:
+            return release(proc.stdout.split()[-1])
+    with contextlib.suppress(OSError):
+        return release_of_suite(os_release_codename(Path("/etc/os-release").read_text()))
+    return None
+
+
+def foreign_release(series: str | None) -> SlurmRelease | None:
+    """The release ``--slurm SERIES`` names if the host does not run it natively (a container's), else None."""
+    if series is None:
+        return None
+    wanted = release(series)
+    return None if wanted == host_release() else wanted

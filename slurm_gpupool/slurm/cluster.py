@@ -7,20 +7,23 @@ Reads: nodes (``sinfo --json``), jobs (``squeue --json``), reservations
 reservation``), ``srun`` inside a reservation, job signal and requeue.
 
 Parsers are pure functions over the commands' text, tested on output recorded
-from the sandbox's Slurm 22.05 (``tests/fixtures/slurm/``).
+from the sandbox on each supported release (``tests/fixtures/slurm/<series>/``);
+what differs between data parser versions is read in :mod:`.json_output`.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_gpupool.core.hostlist import slurm_hostlist
 from slurm_gpupool.errors import SlurmUnavailableError
+from slurm_gpupool.slurm import json_output as jo
 from slurm_gpupool.slurm.runner import Result, SlurmRunner
 
 LAYOUT_FEATURE_PREFIX = "layout_"  # gres render puts layout_<name> on each node line
@@ -93,6 +96,23 @@ class JobInfo:
     start_time: int
     requeue: bool
     reservation: str
+    gres: str = ""  # tres_per_node: gres:gpu:a100:2 (22.05), gres/shard:2 (23.11+)
+    priority: int | None = None
+    state_reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """Ended, though slurmctld still remembers it (for MinJobAge)."""
+        return self.state in FINISHED_STATES
+
+    @property
+    def uses_shards(self) -> bool:
+        return "shard" in self.gres
+
+
+FINISHED_STATES = frozenset(
+    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
+)
 
 
 @dataclass(frozen=True)
@@ -104,42 +124,66 @@ class Reservation:
     flags: frozenset[str] = field(default_factory=frozenset)
 
 
+def _node_info(name: str, n: dict, group: dict | None = None) -> NodeInfo:
+    """One node from a v0.0.38 ``nodes`` entry, or a name of a v0.0.4x ``sinfo`` group."""
+    if group is None:
+        base, flags = jo.state(n.get("state"), n.get("state_flags"))
+        features = jo.text_list(n.get("active_features") or n.get("features"))
+        gres, reason = jo.text(n.get("gres"), "total"), jo.text(n.get("reason"))
+    else:
+        base, flags = jo.state((group.get("node") or {}).get("state"))
+        feats = group.get("features") or {}
+        features = jo.text_list(feats.get("active") or feats.get("total"))
+        gres, reason = jo.text(group.get("gres"), "total"), jo.text(group.get("reason"))
+    return NodeInfo(name=name, state=base, flags=flags, gres=gres, features=features, reason=reason)
+
+
 def parse_sinfo_json(text: str) -> dict[str, NodeInfo]:
-    """``sinfo --json`` (data parser v0.0.38 on 22.05) → node name → NodeInfo."""
-    data = json.loads(text)
-    out = {}
-    for n in data.get("nodes", []):
-        feats = tuple(f for f in (n.get("active_features") or n.get("features") or "").split(",") if f)
-        out[n["name"]] = NodeInfo(
-            name=n["name"],
-            state=str(n.get("state", "unknown")).lower(),
-            flags=frozenset(str(f).upper() for f in n.get("state_flags") or ()),
-            gres=n.get("gres") or "",
-            features=feats,
-            reason=n.get("reason") or "",
-        )
+    """``sinfo --json`` (or ``scontrol --json show nodes``) → node name → NodeInfo.
+
+    v0.0.38 (22.05) lists ``nodes``; v0.0.40 and later list ``sinfo`` groups, a
+    node once per partition it is in.  No node at all is an error: a cluster
+    without nodes is a misread, and would make the repartitioner switch nothing.
+    """
+    doc = jo.load(text, "sinfo --json")
+    out: dict[str, NodeInfo] = {}
+    if isinstance(doc.get("sinfo"), list):
+        for group in doc["sinfo"]:
+            for name in ((group.get("nodes") or {}).get("nodes")) or []:
+                out.setdefault(name, _node_info(name, {}, group))
+    elif isinstance(doc.get("nodes"), list):
+        for n in doc["nodes"]:
+            if isinstance(n, dict) and n.get("name"):
+                out[n["name"]] = _node_info(n["name"], n)
+    if not out:
+        raise jo.unknown_layout(doc, "sinfo --json", "node")
     return out
 
 
 def parse_squeue_json(text: str) -> list[JobInfo]:
     """``squeue --json`` → jobs (time limits in minutes there; here seconds, None = unlimited)."""
-    data = json.loads(text)
+    doc = jo.load(text, "squeue --json")
+    if not isinstance(doc.get("jobs"), list):
+        raise jo.unknown_layout(doc, "squeue --json", '"jobs" list')
     out = []
-    for j in data.get("jobs", []):
-        limit = j.get("time_limit")
-        limit_s = None if not isinstance(limit, int) or limit >= 0xFFFFFFFE or limit == 0 else limit * 60
+    for j in doc["jobs"]:
+        limit = None if jo.is_infinite(j.get("time_limit")) else jo.number(j.get("time_limit"))
+        base, _flags = jo.state(j.get("job_state"))
         nodes = j.get("nodes") or ""
         out.append(
             JobInfo(
                 job_id=int(j["job_id"]),
-                state=str(j.get("job_state", "")).upper(),
+                state=base.upper(),
                 nodes=frozenset(NodeSet(nodes)) if nodes else frozenset(),
                 user=j.get("user_name") or str(j.get("user_id", "")),
                 name=j.get("name") or "",
-                time_limit_s=limit_s,
-                start_time=int(j.get("start_time") or 0),
+                time_limit_s=limit * 60 if limit else None,
+                start_time=jo.number(j.get("start_time")) or 0,
                 requeue=bool(j.get("requeue")),
                 reservation=j.get("resv_name") or "",
+                gres=jo.text(j.get("tres_per_node")),
+                priority=jo.number(j.get("priority")),
+                state_reason=jo.text(j.get("state_reason")),
             )
         )
     return out
@@ -184,7 +228,8 @@ def slurm_time(t: datetime) -> str:
 
 
 def hostlist(nodes: Iterable[str]) -> str:
-    return str(NodeSet.fromlist(sorted(nodes))) if nodes else ""
+    """For ``Nodes=`` and ``-w``: see :func:`~slurm_gpupool.core.hostlist.slurm_hostlist`."""
+    return slurm_hostlist(nodes)
 
 
 class SlurmCluster:
@@ -203,8 +248,9 @@ class SlurmCluster:
         return parse_sinfo_json(self._run(["sinfo", "--json"], "sinfo --json").stdout)
 
     def jobs(self) -> list[JobInfo]:
-        """``squeue --json`` (all users, all states)."""
-        return parse_squeue_json(self._run(["squeue", "--json"], "squeue --json").stdout)
+        """``squeue --json --states=all``: every user's jobs, the finished ones slurmctld still
+        remembers included (22.05 lists them anyway, 24.11 only with ``--states=all``)."""
+        return parse_squeue_json(self._run(["squeue", "--json", "--states=all"], "squeue --json").stdout)
 
     def reservations(self) -> dict[str, Reservation]:
         """``scontrol -o show reservation``."""
@@ -220,6 +266,53 @@ class SlurmCluster:
             if (partition and f.get("PartitionName") == partition) or (not partition and f.get("Default") == "YES"):
                 return parse_slurm_time_s(f.get("MaxTime", "UNLIMITED"))
         raise SlurmUnavailableError(f"partition {partition or '(default)'}", "not found in scontrol show partition")
+
+    def config(self) -> dict[str, str]:
+        """``scontrol show config`` as key → value (``MinJobAge`` → ``300 sec``)."""
+        out = self._run(["scontrol", "show", "config"], "show config").stdout
+        pairs = (line.partition("=") for line in out.splitlines())
+        return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip() and " " not in k.strip()}
+
+    def version(self) -> tuple[int, int, int]:
+        from slurm_gpupool.slurm.runner import slurm_version
+
+        return slurm_version(self.runner)
+
+    def await_forgotten_shard_jobs(
+        self, nodes: Iterable[str], progress: Callable[[str], None], poll_s: float = 1.0
+    ) -> list[int]:
+        """Before a slurmctld restart with new GRES for ``nodes``: on releases where it is
+        unsafe (:func:`~slurm_gpupool.slurm.runner.restart_crashes_on_finished_shard_jobs`),
+        wait until slurmctld has forgotten the finished shard jobs of those nodes.
+
+        It forgets a job MinJobAge after the job ended (300 s by default); the wait is
+        bounded by that plus two minutes.  Returns the jobs still remembered then (the
+        caller restarts anyway, with a warning)."""
+        from slurm_gpupool.slurm.runner import restart_crashes_on_finished_shard_jobs
+
+        changing = set(nodes)
+        if not changing or not restart_crashes_on_finished_shard_jobs(self.version()):
+            return []
+
+        def remembered() -> list[int]:
+            return [j.job_id for j in self.jobs() if j.finished and j.uses_shards and j.nodes & changing]
+
+        found = remembered()
+        if not found:
+            return []
+        age = self.config().get("MinJobAge", "300").split()[0]
+        limit_s = (int(age) if age.isdigit() else 300) + 120
+        progress(
+            f"waiting up to {limit_s} s until slurmctld forgets finished shard job(s) "
+            f"{', '.join(map(str, found))} (MinJobAge): restarting it before then crashes this Slurm release"
+        )
+        deadline = time.monotonic() + limit_s
+        while found and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            found = remembered()
+        if found:
+            progress(f"warning: slurmctld still remembers shard job(s) {', '.join(map(str, found))}; restarting")
+        return found
 
     def ping(self) -> bool:
         """``scontrol ping`` says the primary controller is UP."""
@@ -303,3 +396,10 @@ class SlurmCluster:
     def requeue(self, job_id: int) -> Result:
         """``scontrol requeue JOB``."""
         return self.runner.run(["scontrol", "requeue", str(job_id)])
+
+    def release(self, job_id: int, priority: int | None = None) -> Result:
+        """``scontrol release JOB`` (and ``update jobid=JOB priority=P`` if given)."""
+        r = self.runner.run(["scontrol", "release", str(job_id)])
+        if r.returncode == 0 and priority:
+            r = self.runner.run(["scontrol", "update", f"jobid={job_id}", f"priority={priority}"])
+        return r

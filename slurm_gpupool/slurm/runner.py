@@ -65,11 +65,48 @@ def parse_version(text: str) -> tuple[int, int, int]:
     raise SlurmUnavailableError("slurm version", f"cannot parse {text.strip()!r}")
 
 
+_VERSIONS: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+
 def slurm_version(runner: SlurmRunner) -> tuple[int, int, int]:
-    """``sinfo -V``."""
-    return parse_version(runner.run(["sinfo", "-V"]).check("sinfo -V").stdout)
+    """``sinfo -V`` (once per process and configuration).
+
+    From 24.11 every client reads slurm.conf first, even for ``-V``, and waits 60 s
+    for a missing one; then ``slurmd -V`` or ``slurmctld -V`` (which do not) answer.
+    """
+    env = getattr(runner, "env", {})
+    conf = env.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    key = (env.get("PATH", ""), conf)
+    if type(runner) is not SlurmRunner or key not in _VERSIONS:  # replayed output is never cached
+        argvs = [["sinfo", "-V"]] if os.path.exists(conf) else [["slurmd", "-V"], ["slurmctld", "-V"]]
+        for argv in argvs:
+            try:
+                found = runner.run(argv, timeout_s=30)
+            except SlurmUnavailableError:
+                continue
+            if found.returncode == 0:
+                _VERSIONS[key] = parse_version(found.stdout)
+                break
+        else:
+            raise SlurmUnavailableError("slurm version", f"neither sinfo -V nor slurmd -V answered ({conf} missing?)")
+    return _VERSIONS[key]
 
 
 def reconfigure_applies_gres(version: tuple[int, int, int]) -> bool:
     """From 24.11 slurm.conf says node changes need "restarting or reconfiguring"."""
     return version >= (24, 11, 0)
+
+
+def tres_gres_prefix(version: tuple[int, int, int]) -> str:
+    """How a job's ``tres_per_node`` names GRES: ``gres:gpu:a100:2`` up to 23.02,
+    ``gres/gpu:a100:2`` from 23.11 (which refuses the old form: "Invalid Trackable
+    RESource (TRES) specification")."""
+    return "gres/" if version >= (23, 11, 0) else "gres:"
+
+
+def restart_crashes_on_finished_shard_jobs(version: tuple[int, int, int]) -> bool:
+    """Slurm 24.11 (measured on Debian 13's 24.11.5): restarted with new GRES while it still
+    remembers a finished shard job on a changed node, slurmctld saves a job state that makes
+    every later start segfault (in ``gres_stepmgr_job_build_details``).  26.05.5 does not;
+    25.05 and 25.11 are not measured, so they count as affected."""
+    return (24, 11, 0) <= version < (26, 5, 0)

@@ -26,7 +26,8 @@ code are yours.  Friendly options become GRES and constraints:
   --gpus-nvlink=N      N whole GPUs, all NVLink-connected, on one node
   --explain            print the final sbatch command and why each flag was added
   --dry-run            print it and do not submit
-  --submit-anyway      submit even if only a later layout offers the request
+  --submit-anyway      submit even if only a later layout offers the request (Slurm
+                       accepts it while some node still has that GRES)
 
 Multi-GPU jobs get NVLink constraints, and the site's rules may add
 --gres-flags or --switches.  Exit 2: a request no layout can meet; 75: only a
@@ -45,12 +46,19 @@ def load_catalog(env: dict[str, str]) -> dict | None:
     for d in dirs:
         try:
             with open(os.path.join(d, CATALOG), "rb") as f:
-                return json.loads(f.read())
+                data = json.loads(f.read())
         except FileNotFoundError:
             continue
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             sys.stderr.write(f"gpupool-sbatch: ignoring unreadable {d}/{CATALOG}: {e}\n")
             return None
+        from slurm_gpupool.core.submit import catalog_problem
+
+        problem = catalog_problem(data)
+        if problem:
+            sys.stderr.write(f"gpupool-sbatch: ignoring damaged {d}/{CATALOG}: {problem}\n")
+            return None
+        return data
     return None
 
 
@@ -90,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rest, _, _ = split_ours(args)
         parsed = parse(rest)
+        if {o.name for o in parsed.options} & NO_SCRIPT:  # sbatch --version, --usage: no job, no stdin
+            return _exec(real_sbatch(env), rest, None)
         if parsed.script_index is not None:
             try:
                 with open(parsed.argv[parsed.script_index], "rb") as f:
@@ -126,7 +136,55 @@ def main(argv: list[str] | None = None) -> int:
     if p.dry_run:
         sys.stdout.write(p.describe(sbatch) + "\n")
         return 0
-    return _exec(sbatch, p.argv, stdin_script)
+    argv = p.argv
+    if p.script_has_ours and script_text is not None:
+        argv, stdin_script = _without_our_directives(argv, script_text, stdin_script)
+    if p.later:  # --submit-anyway: Slurm takes it only while some node still has that GRES
+        return _submit_anyway(sbatch, argv, stdin_script, f"layout {p.later[0]}, {_when(p.later[1], now)}")
+    return _exec(sbatch, argv, stdin_script)
+
+
+def _submit_anyway(sbatch: str, argv: list[str], stdin_script: bytes | None, when: str) -> int:
+    """Run sbatch (not exec: a refusal gets the reason Slurm does not give)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["sbatch", *argv], executable=sbatch, input=stdin_script, check=False, close_fds=False)
+    except OSError as e:
+        sys.stderr.write(f"gpupool-sbatch: cannot run {sbatch}: {e.strerror}\n")
+        return 69
+    if proc.returncode != 0:
+        sys.stderr.write(
+            f"gpupool-sbatch: Slurm refuses a GRES no node has now; it is offered by {when}\n"
+            "hint: submit it again once the switch is done\n"
+        )
+    return proc.returncode
+
+
+NO_SCRIPT = {"version", "usage", "help", "-V", "-h"}
+
+
+def _without_our_directives(argv: list[str], script: str, stdin: bytes | None) -> tuple[list[str], bytes | None]:
+    """Give sbatch the script without our options in its #SBATCH lines: on stdin if it came
+    that way, else as an in-memory file in place of the path (the job keeps the script's
+    name as its name unless it has one)."""
+    from slurm_gpupool.core.sbatch_args import parse, parse_directives
+    from slurm_gpupool.core.submit_plan import strip_our_directives
+
+    text = strip_our_directives(script).encode()
+    if stdin is not None:
+        return argv, text
+    args = parse(argv)
+    if args.script_index is None:
+        return argv, stdin
+    fd = os.memfd_create("gpupool-sbatch-script", 0)  # inherited by sbatch (no CLOEXEC)
+    os.write(fd, text)
+    os.lseek(fd, 0, os.SEEK_SET)
+    path = argv[args.script_index]
+    out = [*argv[: args.script_index], f"/proc/self/fd/{fd}", *argv[args.script_index + 1 :]]
+    if not args.has("job-name") and not parse(parse_directives(script)).has("job-name"):
+        out.insert(0, f"--job-name={os.path.basename(path)}")
+    return out, None
 
 
 def _exec(sbatch: str, argv: list[str], stdin_script: bytes | None) -> int:
@@ -137,7 +195,8 @@ def _exec(sbatch: str, argv: list[str], stdin_script: bytes | None) -> int:
         os.dup2(fd, 0)
         os.close(fd)
     try:
-        os.execvp(sbatch, [sbatch, *argv])
+        # argv[0] as a user types it: Slurm 26.05 records the command line (SubmitLine)
+        os.execvp(sbatch, ["sbatch", *argv])
     except OSError as e:
         sys.stderr.write(f"gpupool-sbatch: cannot run {sbatch}: {e.strerror}\n")
         return 69

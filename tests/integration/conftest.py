@@ -15,12 +15,14 @@ own munged, MariaDB and Slurm daemons).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +90,36 @@ class SandboxHandle:
             self.gpupool("--node", n, "node", "apply", layout)
         self.gpupool("gres", "install")
         self.gpupool("sandbox", "restart", "--root", str(self.root), "--controller", "--nodes", ",".join(self.nodes))
+
+    @property
+    def slurm_version(self) -> tuple[int, int, int]:
+        """The sandbox's Slurm (``sinfo -V``): tests read what each release prints its own way."""
+        from slurm_gpupool.slurm.runner import parse_version
+
+        return parse_version(self.run(["sinfo", "-V"]).stdout)
+
+    def tres(self, gres: str) -> str:
+        """``gpu:a100:1`` as ``scontrol show job`` prints it in TresPerNode on this release."""
+        from slurm_gpupool.slurm.runner import tres_gres_prefix
+
+        return tres_gres_prefix(self.slurm_version) + gres
+
+    @contextlib.contextmanager
+    def submit_rules(self, **rules: Any) -> Iterator[None]:
+        """The submit catalog and job_submit.lua rendered with these ``submit:`` rules, then as installed."""
+        import copy
+
+        from slurm_gpupool.config import parse_config
+        from slurm_gpupool.ops.support_files import install_support_files
+
+        cfg = load_config(self.root / "etc" / "gpupool.yaml")
+        raw = copy.deepcopy(cfg.raw)
+        raw.setdefault("submit", {}).update(rules)
+        install_support_files(parse_config(raw, cfg.source))
+        try:
+            yield
+        finally:
+            self.gpupool("gres", "install")
 
     def node_state(self, node: str) -> dict:
         import json

@@ -70,19 +70,19 @@ def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str
     (tmp_path / "nodes.conf").write_text(r["nodes.conf"])
     (tmp_path / "slurm.conf").write_text(
         "ClusterName=gresparse\nSlurmctldHost=localhost\nSlurmdParameters=config_overrides\n"
+        # slurmd -G asks munge for a credential from 24.11 on: the sandbox's munged
+        f"AuthType=auth/munge\nAuthInfo=socket={sandbox.root / 'munge' / 'munge.socket'}\n"
         f"SlurmdSpoolDir={tmp_path}/spool\nSlurmdLogFile={tmp_path}/slurmd.log\n"
         + "\n".join(x for x in r["gres-types.conf"].splitlines() if x.startswith("GresTypes"))
         + f"\nInclude {tmp_path}/nodes.conf\nPartitionName=p Nodes=ALL\n"
     )
     got = slurmd_g(sandbox, tmp_path / "slurm.conf", "node01")
     ours = records(r["gres.conf"], "node01")
-    # every file of every gpu record appears once with its type (slurmd lists each file)
-    want_gpu = Counter(
-        (rec["Type"], f)
-        for rec in ours
-        if rec["Name"] == "gpu"
-        for f in (rec.get("File") or rec["MultipleFiles"]).split(",")
-    )
+    gpu_recs = [(rec["Type"], rec.get("File") or rec["MultipleFiles"]) for rec in ours if rec["Name"] == "gpu"]
+    if sandbox.slurm_version >= (24, 11, 0):  # one line per record, its files as we wrote them
+        want_gpu = Counter(gpu_recs)
+    else:  # 22.05: one line per file of every gpu record, with its type
+        want_gpu = Counter((t, f) for t, files in gpu_recs for f in files.split(","))
     got_gpu = Counter((g["Type"], g["File"]) for g in got if g["Name"] == "gpu")
     assert got_gpu == want_gpu
     want_shard = sorted((rec["File"], rec["Count"]) for rec in ours if rec["Name"] == "shard")
@@ -127,6 +127,17 @@ def expected_tres(nodes_conf: str, node: str) -> dict[str, int]:
     raise AssertionError(f"{node} not in nodes.conf")
 
 
+def test_slurm_reads_every_hostlist_we_write(sandbox):
+    """``Nodes=``, ``-w`` and NodeName get hostlists folded only where Slurm reads them:
+    ClusterShell's ``a[30,100]n1`` made slurmctld refuse a reservation update."""
+    from slurm_gpupool.core.hostlist import slurm_hostlist
+
+    names = ["a100n1", "a100n2", "a30n1", "h100n1", "n1-ib", "n2-ib", "gpu01", "gpu02", "gpu10", "login", "7"]
+    text = slurm_hostlist(names)
+    out = sandbox.run(["scontrol", "show", "hostnames", text])
+    assert sorted(out.stdout.split()) == sorted(names), (text, out.stderr)
+
+
 def test_cluster_registers_exactly_the_rendered_gres(day):
     nodes_conf = installed(day, "nodes.conf")
     for n in NODES:
@@ -148,7 +159,8 @@ def test_jobs_for_every_gres_type_get_their_own_record(day, node: str):
     for g in state["gpus"]:
         for inst in g["instances"]:
             ci_caps[inst["device_files"][2]] = (inst["profile"], g["index"])
-    for t in sorted({r["Type"] for r in gpu_recs}):
+    # (time-sliced GPUs' own type is refused at submission: shard:1 below reaches their records)
+    for t in sorted({r["Type"] for r in gpu_recs if not r["Type"].endswith("_shared")}):
         (idx,) = job_gpus(day, node, f"gpu:{t}:1")
         rec = gpu_recs[idx]
         assert rec["Type"] == t, (node, t, idx)
@@ -208,28 +220,51 @@ def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
         day.run(["scancel", *jobs], check=False)
 
 
-def test_whole_gpu_and_shard_jobs_never_share_a_gpu(day):
-    shard = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "sleep 60")
+def test_untyped_requests_and_shard_jobs_per_release(day):
+    """What Slurm itself does with an untyped request beside shard jobs (``untyped_gpus:
+    leave``), measured: 22.05 never lets the two share a GPU; 24.11 and 26.05 start the
+    untyped job on the GPU a shard job is using, and a shard job on a GPU the untyped job
+    holds.  Typed requests never consider time-sliced GPUs on any release."""
+    shares_gpus = day.slurm_version >= (24, 11, 0)
+    with day.submit_rules(untyped_gpus="leave"):
+        shard = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "sleep 60")
+        try:
+            wait_running(day, [shard])
+            whole = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "sleep 60")
+            time.sleep(3)
+            assert squeue_state(day, whole) == ("RUNNING" if shares_gpus else "PENDING")
+            day.run(["scancel", whole])
+            assert job_gpus(day, "v100n1", "gpu:v100:4") == [4, 5, 6, 7]
+        finally:
+            day.run(["scancel", shard], check=False)
+        big = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "sleep 60")
+        try:
+            wait_running(day, [big])
+            late = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "sleep 60")
+            time.sleep(3)
+            assert squeue_state(day, late) == ("RUNNING" if shares_gpus else "PENDING")
+            day.run(["scancel", late])
+        finally:
+            day.run(["scancel", big], check=False)
+
+
+def test_untyped_and_shared_type_requests_are_refused_or_typed_by_default(day):
+    """``untyped_gpus: auto`` (the default): job_submit.lua and the wrapper refuse an untyped
+    request that could land on a shared GPU or a MIG slice, type one that can mean one
+    whole-GPU type, and refuse the time-sliced GPUs' own type: on every release."""
+    from .test_submit_slurm import wrapper
+
+    for argv in (["--gres=gpu:8"], ["--gpus=2"], ["--gres=gpu:v100_shared:1"]):
+        lua = day.run(["sbatch", "-w", "v100n1", *argv, "--wrap", "true"], check=False)
+        assert lua.returncode != 0 and "gpupool:" in lua.stderr, (argv, lua.stderr)
+        ours = day.run([wrapper(), "-w", "v100n1", *argv, "--wrap", "true"], check=False)
+        assert ours.returncode == 2 and "Traceback" not in ours.stderr, (argv, ours.stderr)
+    job = sbatch(day, "--hold", "-C", "v100", "--gres=gpu:2", "--wrap", "true")
     try:
-        wait_running(day, [shard])
-        # an untyped request for all 8 GPUs would need the GPU the shard job is on
-        whole = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "true")
-        time.sleep(3)
-        assert squeue_state(day, whole) == "PENDING"
-        day.run(["scancel", whole])
-        # typed whole-GPU requests never consider time-sliced GPUs at all
-        assert job_gpus(day, "v100n1", "gpu:v100:4") == [4, 5, 6, 7]
+        rec = day.run(["scontrol", "-o", "show", "job", job]).stdout
+        assert f"TresPerNode={day.tres('gpu:v100:2')}" in rec and "Features=v100&nvlink2" in rec
     finally:
-        day.run(["scancel", shard], check=False)
-    big = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "sleep 60")
-    try:
-        wait_running(day, [big])
-        late = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "true")
-        time.sleep(3)
-        assert squeue_state(day, late) == "PENDING"
-        day.run(["scancel", late])
-    finally:
-        day.run(["scancel", big], check=False)
+        day.run(["scancel", job], check=False)
 
 
 def test_sacct_records_typed_usage(day, tmp_path: Path):

@@ -48,7 +48,7 @@ class JobStream(threading.Thread):
     def run(self) -> None:
         k = 0
         while not self.stop.is_set():
-            args = ["--gres=gpu:1"] if k % 2 == 0 else []
+            args = ["-C", "a100", "--gres=gpu:1"] if k % 2 == 0 else []  # typed by job_submit.lua
             out = self.sb.run(
                 ["sbatch", "--parsable", "-t", "2", "-J", f"stream{k}", *args, "--wrap", f"sleep {1 + k % 4}"],
                 check=False,
@@ -194,10 +194,9 @@ def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night):
     assert_converged(night, {"v100n1": "day", "a30n1": "day", "a100n1": "night", "a100n2": "night", "h100n1": "night"})
 
 
-def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_path: Path):
-    """--scheduled: day is due now and night starts in 4 minutes (lead time 10m): the run
-    switches to day and reserves the nodes from the night switch; short jobs still start
-    on them, jobs that would run past the switch wait."""
+def _day_now_night_in_4_minutes(sb, tmp_path: Path) -> tuple[datetime, dict[str, str]]:
+    """A site config whose schedule has day due now and night in 4 minutes (lead time 10m):
+    the time of the night switch, and the environment that selects the config."""
     now = datetime.now().astimezone()
     switch_at = (now + timedelta(minutes=4)).replace(second=0, microsecond=0)
 
@@ -216,12 +215,62 @@ def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_pat
         }
         raw["repartition"]["lead_time"] = "10m"
 
-    conf = _site_config(night, tmp_path, schedule)
-    env = {"SLURM_GPUPOOL_CONFIG": str(conf)}
+    return switch_at, {"SLURM_GPUPOOL_CONFIG": str(_site_config(sb, tmp_path, schedule))}
+
+
+def test_scheduled_runs_obey_a_pause_and_a_pin(night, tmp_path: Path):
+    """An admin's hand switch is not undone by cron: paused, a scheduled run does nothing;
+    pinned, it keeps the pinned layout and reserves nothing ahead; a pause deletes the
+    reservation made ahead of the next switch; resumed, the schedule rules again."""
+    _, env = _day_now_night_in_4_minutes(night, tmp_path)
+
+    def schedule(*args: str) -> subprocess.CompletedProcess[str]:
+        return night.run([*GPUPOOL, "schedule", *args], check=False, env={**night.env, **env})
+
+    night.run(
+        ["scontrol", "create", "reservation", "ReservationName=gpupool_night_ahead", "StartTime=now+1hour",
+         "Duration=10", "Users=root", "Flags=maint,ignore_jobs", "Nodes=a30n1"]
+    )  # fmt: skip
+    paused = schedule("pause", "--until", "1h", "--why", "hand switch")
+    assert paused.returncode == 0 and "schedule paused until " in paused.stdout, paused.stdout + paused.stderr
+    assert "deleted reservation gpupool_night_ahead" in paused.stdout and our_reservations(night) == {}
+    try:
+        _paused_then_pinned(night, env, schedule)
+    finally:
+        schedule("resume")  # never leave the next test's schedule held
+    plan = report_of(repartition(night, "--scheduled", "--dry-run", "--json", env=env))
+    assert plan["target"] == "day" and plan["ahead"]["reservation"] == "gpupool_night_ahead", plan
+    assert our_reservations(night) == {}  # a dry run changes nothing
+
+
+def _paused_then_pinned(night, env: dict[str, str], schedule) -> None:
+    proc = repartition(night, "--scheduled", "--json", env=env)
+    held = report_of(proc)
+    assert proc.returncode == 0 and held["target"] is None, proc.stdout + proc.stderr
+    assert held["held"]["why"] == "hand switch" and held["held"]["layout"] is None, held
+    text = repartition(night, "--scheduled", env=env)
+    assert text.returncode == 0 and "nothing done: schedule paused" in text.stderr, text.stdout + text.stderr
+    status = json.loads(night.run([*GPUPOOL, "status", "--json"], env={**night.env, **env}).stdout)
+    assert status["hold"]["text"].startswith("schedule paused until") and "(hand switch)" in status["hold"]["text"]
+
+    assert schedule("pin", "nosuch").returncode == 64  # a usage error, named
+    pinned = schedule("pin", "night")
+    assert pinned.returncode == 0 and "pinned to layout night" in pinned.stdout
+    proc = repartition(night, "--scheduled", "--json", env=env)  # day is due: the pin wins
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(i.layout == "night" for i in nodes_info(night).values()) and our_reservations(night) == {}
+    assert schedule("resume").stdout.strip() == "schedule resumed"
+
+
+def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_path: Path):
+    """--scheduled: day is due now and night starts in 4 minutes (lead time 10m): the run
+    switches to day and reserves the nodes from the night switch; short jobs still start
+    on them, jobs that would run past the switch wait."""
+    switch_at, env = _day_now_night_in_4_minutes(night, tmp_path)
     proc = repartition(night, "--scheduled", "--deadline", "2m", "--json", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(i.layout == "day" for i in nodes_info(night).values())
-    resv = our_reservations(night)["gpupool_night"]
+    resv = our_reservations(night)["gpupool_night_ahead"]  # its own, apart from any run's
     assert resv.nodes == set(night.nodes) and resv.start == switch_at.replace(tzinfo=None)
     short = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "1", "--wrap", "sleep 2"]).stdout.strip()
     long = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "30", "--wrap", "sleep 2"]).stdout.strip()
@@ -233,7 +282,7 @@ def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_pat
     finally:
         night.run(["scancel", long], check=False)
     status = json.loads(night.gpupool("status", "--json").stdout)
-    assert [r["name"] for r in status["reservations"]] == ["gpupool_night"]
+    assert [r["name"] for r in status["reservations"]] == ["gpupool_night_ahead"]
     # the switch itself (run early here) takes over the reservation made ahead and removes it
     back = repartition(night, "--to", "night", "--json")
     assert back.returncode == 0, back.stdout + back.stderr

@@ -70,7 +70,9 @@ def gpu_job(_sandbox_session, tmp_path_factory):
     """A batch job with one GPU that prints its environment: (job id, env)."""
     sandbox = _sandbox_session.ready()
     out = tmp_path_factory.mktemp("job") / "env.out"
-    proc = sandbox.run(["sbatch", "--parsable", "--wait", "--gres=gpu:1", "-o", str(out), "--wrap", "env"], timeout=120)
+    proc = sandbox.run(
+        ["sbatch", "--parsable", "--wait", "-C", "a30", "--gres=gpu:1", "-o", str(out), "--wrap", "env"], timeout=120
+    )
     job_id = proc.stdout.strip().split(";")[0]
     return job_id, parse_env(out.read_text())
 
@@ -153,7 +155,7 @@ def test_up_restarts_a_crashed_daemon(sandbox):
     assert report["started"] == ["slurmd-a30n1"]
     new = read_pid(pidfile)
     assert new != old and is_alive(new)
-    out = sandbox.run(["srun", "-w", "a30n1", "--gres=gpu:1", "printenv", "CUDA_VISIBLE_DEVICES"], timeout=60)
+    out = sandbox.run(["srun", "-w", "a30n1", "--gres=gpu:a30:1", "printenv", "CUDA_VISIBLE_DEVICES"], timeout=60)
     assert out.stdout.strip().startswith("GPU-")
 
 

@@ -47,6 +47,7 @@ IGNORED = {
     "NodeList",
     "SchedNodeList",
     "Dependency",
+    "SubmitLine",  # compared on its own below
 }
 
 
@@ -57,6 +58,9 @@ def wrapper() -> str:
 def show(sandbox, job: str) -> list[dict[str, str]]:
     """``scontrol -o show job``: one dict per record (array tasks, het components)."""
     out = sandbox.run(["scontrol", "-o", "show", "job", job]).stdout
+    line = submit_line(sandbox, job)
+    if line is not None:  # a command line with options, spaces and newlines of its own
+        out = out.replace(f"SubmitLine={line}", "")
     ids = {str(int(job) + k): f"<id+{k}>" for k in range(3, 0, -1)} | {job: "<id>"}  # het components
 
     def norm(v: str) -> str:
@@ -99,6 +103,31 @@ SCRIPT = "#!/bin/bash\n#SBATCH -J fromscript\n#SBATCH -t 10\n#SBATCH --comment='
 HET = "#!/bin/bash\n#SBATCH -n1\n#SBATCH hetjob\n#SBATCH -n2\nsrun true\n"
 
 
+# The sbatch arguments the wrapper runs where it changes a request (after --parsable --hold:
+# options it adds come first, options it edits stay where the user put them)
+REWRITTEN = {
+    "untyped gres, typed by its constraint": [
+        "--parsable",
+        "--hold",
+        "-C",
+        "a100",
+        "--gres=gpu:a100:1",
+        "--wrap",
+        "true",
+    ],
+    "typed multi-GPU": ["--constraint=nvlink2", "--parsable", "--hold", "--gres=gpu:a100:2", "--wrap", "true"],
+    "untyped gpus, typed by its constraint": [
+        *("--parsable", "--hold", "--constraint=v100&nvlink2", "--gpus=v100:2", "--wrap", "true"),
+    ],
+}
+
+
+def submit_line(sandbox, job: str) -> str | None:
+    """``SubmitLine``, where the release records it (from 23.02; 26.05 shows it as typed)."""
+    jobs = json.loads(sandbox.run(["squeue", "--json", "--states=all", "-j", job]).stdout)["jobs"]
+    return jobs[0].get("submit_line") if jobs else None
+
+
 def cases(tmp: Path) -> list[tuple[str, list[str], str | None]]:
     script = tmp / "job.sh"
     script.write_text(SCRIPT)
@@ -118,9 +147,9 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str | None]]:
         ("CLI overrides #SBATCH", ["-J", "from cli", "-t", "5", str(script)], None),
         ("stdin script", [], "#!/bin/bash\necho from stdin\n"),
         ("stdin with directives", [], SCRIPT),
-        ("plain gres", ["--gres=gpu:1", w, "true"], None),
+        ("untyped gres, typed by its constraint", ["-C", "a100", "--gres=gpu:1", w, "true"], None),
         ("typed multi-GPU", ["--gres=gpu:a100:2", w, "true"], None),
-        ("gpus", ["--gpus=2", w, "true"], None),
+        ("untyped gpus, typed by its constraint", ["-C", "v100", "--gpus=2", w, "true"], None),
         ("constraint", ["-C", "nvswitch", "--gres=gpu:a100:1", w, "true"], None),
         ("het job on the CLI", ["-n1", ":", "-n2", str(het)], None),
         ("het job in the script", [str(het)], None),
@@ -153,6 +182,11 @@ def test_thirty_invocations_give_the_same_job_with_and_without_the_wrapper(sandb
             jobs += [a, b]
             assert show(sandbox, a) == show(sandbox, b), name
             assert script_of(sandbox, a) == script_of(sandbox, b), name
+            line = submit_line(sandbox, a)
+            if line is not None:  # the wrapper runs sbatch with the user's line, or its rewrite
+                assert line == " ".join(["sbatch", "--parsable", "--hold", *args]), name
+                ran = REWRITTEN.get(name, ["--parsable", "--hold", *args])
+                assert submit_line(sandbox, b) == " ".join(["sbatch", *ran]), name
     finally:
         if jobs:
             sandbox.run(["scancel", *jobs], check=False)
@@ -222,7 +256,7 @@ def test_friendly_requests_land_on_the_intended_gres_and_node(day, tmp_path: Pat
             ]
         ).stdout.strip()
         tres, feats = tres_of(day, job)
-        assert tres == f"gres:{gres}", args
+        assert tres == day.tres(gres), args
         node, devices, indices = out.read_text().split()
         assert node in nodes, args
         assert devices.startswith(("MIG-", "GPU-")), args
@@ -242,7 +276,7 @@ def test_the_installed_layout_is_offered_whatever_the_clock(day):
     job = day.run(["sbatch", "--parsable", "--hold", "--comment=gpupool: gpu-mem=18G", "--wrap", "true"])
     jid = job.stdout.strip()
     try:
-        assert tres_of(day, jid)[0] == "gres:gpu:3g.20gb:1"
+        assert tres_of(day, jid)[0] == day.tres("gpu:3g.20gb:1")
     finally:
         day.run(["scancel", jid], check=False)
 
@@ -274,7 +308,7 @@ def test_nvlink_sets_on_a_cluster_mixing_dgx1_and_nvswitch(sandbox, tmp_path: Pa
         [wrapper(), "--parsable", "--wait", "--gres=gpu:v100:4", "-o", str(out), "--wrap", "echo $SLURM_JOB_GPUS"]
     ).stdout.strip()
     tres, feats = tres_of(sandbox, job)
-    assert (tres, feats) == ("gres:gpu:v100:4", "nvlink4")
+    assert (tres, feats) == (sandbox.tres("gpu:v100:4"), "nvlink4")
     idx = out.read_text().strip().split(",")
     gpus = sorted(sandbox.node_state("v100n1")["slurm_devices"][int(i)]["gpu"] for i in idx)
     from slurm_gpupool.machines import find_machine
@@ -310,11 +344,11 @@ def test_job_submit_lua_rewrites_like_the_wrapper(day):
             ).stdout.strip()
             jobs.append(job)
             tres, feats = tres_of(day, job)
-            assert (tres, feats) == (f"gres:{want_gres}", want_feat), (key, value)
+            assert (tres, feats) == (day.tres(want_gres), want_feat), (key, value)
         # and plain typed multi-GPU requests get the same constraint both ways
         job = day.run(["sbatch", "--parsable", "--hold", "--gres=gpu:v100:4", "--wrap", "true"]).stdout.strip()
         jobs.append(job)
-        assert tres_of(day, job) == ("gres:gpu:v100:4", "nvlink4")
+        assert tres_of(day, job) == (day.tres("gpu:v100:4"), "nvlink4")
         assert "--constraint=nvlink4" in dry_run(day, "--gres=gpu:v100:4")
     finally:
         if jobs:

@@ -42,7 +42,7 @@ def processes_of(root) -> list[tuple[int, str, str]]:
 def test_down_leaves_nothing_running(sandbox):
     root = sandbox.root
     # a running job, so slurmstepd and the job's own processes must go too
-    sandbox.run(["sbatch", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 600"])
+    sandbox.run(["sbatch", "--gres=gpu:a30:1", "-o", "/dev/null", "--wrap", "sleep 600"])
     deadline = time.monotonic() + 30
     while "RUNNING" not in sandbox.run(["squeue", "-h", "-o", "%T"]).stdout:
         assert time.monotonic() < deadline, "the job did not start"

@@ -55,3 +55,17 @@ def test_defaults_match_their_spec_and_readme_row(name: str):
         cell = shown[1:-1]
         assert (cell if isinstance(value, str) and cell != '""' else yaml.safe_load(cell)) == value, (name, shown)
     assert spec.get("description"), name
+
+
+def test_the_sandbox_marks_its_hooks_with_the_roles_marker():
+    """The role replaces the sandbox's own hook lines with its include (blockinfile, same
+    marker): from Slurm 24.11 a second ``Prolog=`` would run a second prolog."""
+    from slurm_gpupool.sandbox.cluster import ANSIBLE_ROLE_MARKER
+
+    role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    assert role_vars["_gpupool_marker"] == ANSIBLE_ROLE_MARKER
+    template = (ROLE.parents[2] / "templates" / "sandbox" / "slurm.conf.j2").read_text()
+    block = template.split('role_marker.replace("{mark}", "BEGIN")')[1].split('role_marker.replace("{mark}", "END")')[0]
+    assert "Prolog=" in block and "Epilog=" in block and "TaskProlog=" in block and "HealthCheckProgram=" in block
+    hooks = re.compile(r"^(Prolog|Epilog|TaskProlog|HealthCheckProgram)=", re.M)
+    assert len(hooks.findall(template)) == len(hooks.findall(block)) == 4  # no hook outside the block

@@ -155,6 +155,110 @@ BROKEN = [
 ]
 
 
+# Hostile values (#15): none may reach a Slurm file; each is refused with its key.
+HOSTILE = [
+    (
+        "hostlist with a newline",
+        _set(["nodesets", "a30", "nodes"], "pcie01\nNodeName=evil Gres=gpu:99"),
+        78,
+        ["nodesets.a30.nodes", "not a Slurm hostlist"],
+    ),
+    ("hostlist with a space", _set(["nodesets", "a30", "nodes"], "pcie01 x"), 78, ["not a"]),
+    ("node name with =", _set(["nodesets", "a30", "nodes"], "a=b"), 78, ["nodesets.a30.nodes"]),
+    ("empty hostlist", _set(["nodesets", "a30", "nodes"], ""), 78, ["empty hostlist names no node"]),
+    ("hostlist of 20 million", _set(["nodesets", "a30", "nodes"], "a[1-20000000]"), 78, ["names 20000000 nodes"]),
+    ("unknown hostlist group", _set(["nodesets", "a30", "nodes"], "n[1-3],@nosuchgroup"), 78, ["nodesets.a30.nodes"]),
+    (
+        "layout name with a space",
+        lambda c: c["layouts"].update({"day shift": c["layouts"].pop("day")}),
+        78,
+        ["layout name 'day shift' is not a name"],
+    ),
+    (
+        "node set name with a newline",
+        lambda c: c["nodesets"].update({"a\nb": c["nodesets"].pop("a30")}),
+        78,
+        ["node set name"],
+    ),
+    ("300-character machine", _set(["nodesets", "a30", "machine"], "m" * 300), 78, ["nodesets.a30.machine"]),
+    ("machine name as a path", _set(["nodesets", "a30", "machine"], "../../etc/passwd"), 78, ["not a name"]),
+    ("MIG count 10^19", _set(["layouts", "day", "dgx", "0-3"], {"mig": {"1g.5gb": 10**19}}), 78, ["0..64"]),
+    ("MIG count 10^9", _set(["layouts", "day", "dgx", "0-3"], {"mig": {"1g.5gb": 10**9}}), 78, ["0..64"]),
+    ("selector 0-99999999999", _set(["layouts", "day", "dgx"], {"0-99999999999": "whole"}), 78, ["0..255"]),
+    (
+        "node_params with a newline",
+        _set(["slurm"], {"node_params": {"pcie01": "CPUs=32\nNodeName=evil"}}),
+        78,
+        ["slurm.node_params.pcie01", "not a NodeName parameter"],
+    ),
+    (
+        "node_params with Gres",
+        _set(["slurm"], {"node_params": {"pcie01": "Gres=gpu:8"}}),
+        78,
+        ["Gres= is written by gpupool"],
+    ),
+    ("node_params key twice", _set(["slurm"], {"node_params": {"pcie01": "Weight=1 weight=2"}}), 78, ["twice"]),
+    ("NaN price", _set(["reports"], {"prices": {"A30": float("nan")}}), 78, ["reports.prices.A30"]),
+    ("infinite price", _set(["reports"], {"prices": {"A30": float("inf")}}), 78, ["reports.prices.A30"]),
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile_values_are_refused_with_their_key(tmp_path: Path, case):
+    test_broken_configs(tmp_path, case)
+
+
+def test_yaml_that_would_silently_lose_or_crash_is_refused(tmp_path: Path):
+    text = yaml.safe_dump(BASE, sort_keys=False)
+    dup = text.replace("version: 1\n", "version: 1\nversion: 1\n")
+    res = run_check(tmp_path, dup)
+    assert res.returncode == 78 and "key 'version' is written twice in one mapping" in res.stderr
+    (tmp_path / "bytes.yaml").write_bytes(text.encode() + b"\x80\xff")
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.cli.main", "layout", "check", str(tmp_path / "bytes.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 78 and "not UTF-8 text" in res.stderr
+    res = run_check(tmp_path, text + "deep: " + "[" * 1000 + "]" * 1000 + "\n")
+    assert res.returncode == 78 and ("nested" in res.stderr or "nesting" in res.stderr)
+    assert "Traceback" not in res.stderr
+
+
+def test_site_node_params_merge_with_ours():
+    """Features are added to ours, a site's value replaces ours key by key, a CPU layout
+    given by the site replaces ours whole, and RealMemory defaults to 95 % of the machine's."""
+    from slurm_gpupool.ops.gres_install import render
+
+    cfg = parse_config(
+        mutate(
+            _set(
+                ["slurm"],
+                {
+                    "node_params": {
+                        "gpu[01-02]": "Features=ib,fast Weight=10",
+                        "gpu02": "RealMemory=900000 Features=big",
+                        "pcie01": "CPUs=64 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=2",
+                    }
+                },
+            )
+        ),
+        "t.yaml",
+        TOP,
+    )
+    lines = {
+        ln.split()[0]: ln
+        for ln in render(cfg, cfg.all_nodes(), "night")["nodes.conf"].splitlines()
+        if ln.startswith("NodeName=")
+    }
+    one, two, a30 = lines["NodeName=gpu01"], lines["NodeName=gpu02"], lines["NodeName=pcie01"]
+    assert one.count("RealMemory=") == 1 and "RealMemory=979450" in one and "Weight=10" in one
+    assert one.endswith("Features=a100,dgx-a100,nvswitch,nvlink,nvlink2,nvlink4,nvlink8,layout_night,ib,fast")
+    assert "RealMemory=900000" in two and two.endswith(",layout_night,ib,fast,big") and two.count("Features=") == 1
+    assert "Sockets=2 " not in a30 and "CPUs=64 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=2" in a30
+
+
 @pytest.mark.parametrize("case", BROKEN, ids=[c[0] for c in BROKEN])
 def test_broken_configs(tmp_path: Path, case):
     _, fn, code, words = case

@@ -121,7 +121,7 @@ def test_records_have_the_expected_shape():
     assert len(links) == 28 + 4 and links[:28] == ["0"] * 28 and links[28 + 2] == "-1" and links[28 + 3] == "12"
     nodes = r["nodes.conf"]
     assert (
-        "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=1031000 Gres=gpu:1g.5gb:28,gpu:a100_shared:2,gpu:a100:2,shard:8"
+        "NodeName=node[01-02] Sockets=2 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=979450 Gres=gpu:1g.5gb:28,gpu:a100_shared:2,gpu:a100:2,shard:8"
         in nodes
     )
     assert "Features=a100,dgx-a100,nvswitch,nvlink,nvlink2,mig,shard,layout_mixed" in nodes

@@ -302,3 +302,55 @@ def test_prolog_starts_mps_for_shard_jobs_when_enabled(site: dict, tmp_path: Pat
     assert len(calls.read_text().splitlines()) == 1  # already running for that GPU
     assert run(site, "prolog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(index_of(site, "mig"))).returncode == 0
     assert len(calls.read_text().splitlines()) == 1  # MIG jobs get no MPS
+
+
+def test_a_symlinked_spool_directory_itself_is_not_followed(site: dict, tmp_path: Path):
+    """Not only the last component: spool_dir itself (nodes/<n>/spool in the sandbox) a
+    symlink to another root-owned directory put jobs/<id>.json there (measured)."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    spool = site["root"] / "spool"
+    spool.mkdir()
+    (spool / NODE).symlink_to(other)
+    res = run(site, "prolog", SLURM_JOB_GPUS="0")
+    assert res.returncode == 0 and "failing open" in res.stderr
+    assert list(other.iterdir()) == []
+    assert run(site, "epilog", SLURM_JOB_GPUS="0").returncode == 0
+    assert list(other.iterdir()) == []
+
+
+@pytest.mark.parametrize("jid", ["900010\n", "42\n", " 42", "42 ", "４２"])
+def test_a_job_id_with_a_newline_or_odd_digits_is_refused(site: dict, jid: str):
+    res = run(site, "prolog", SLURM_JOB_ID=jid, SLURM_JOB_GPUS="0")
+    assert res.returncode == 0 and "bad or missing SLURM_JOB_ID" in res.stderr
+    assert not (site["root"] / "spool" / NODE / "jobs").exists() or not list(
+        (site["root"] / "spool" / NODE / "jobs").iterdir()
+    )
+    assert run(site, "prolog", SLURM_JOB_GPUS="0\n").returncode == 0  # indices likewise
+    assert not (site["root"] / "run" / NODE / "42.devices").exists()
+
+
+def test_a_sample_racing_the_epilog_leaves_no_usage_file(site: dict, monkeypatch):
+    """The sampler read <job>.devices, then the Epilog cleaned up, then the sampler wrote
+    <job>.usage.json: 7 in 1,000 jobs left one behind (measured)."""
+    from slurm_gpupool.hooks import epilog, sampler
+    from slurm_gpupool.hooks.runtime import open_dir
+
+    i = index_of(site, "mig", "1g.10gb")
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    run_dir = site["root"] / "run" / NODE
+    assert (run_dir / "42.devices").exists()
+    real = sampler._sample
+
+    def epilog_meanwhile(backend, devices, prev):
+        epilog._cleanup(str(run_dir), "42")
+        return real(backend, devices, prev)
+
+    monkeypatch.setattr(sampler, "_sample", epilog_meanwhile)
+    fd = open_dir(str(run_dir))
+    try:
+        with open_backend(NODE, site["sim"]) as backend:
+            assert sampler.sample_round(fd, backend) == 1
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("42.")) == []

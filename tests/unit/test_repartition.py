@@ -14,7 +14,7 @@ import pytest
 from slurm_gpupool.config import RepartitionSettings, load_config, parse_config
 from slurm_gpupool.core.switch_plan import CHANGE, KEEP, SKIP, NodeView, Timings, batches, estimate_switch_s
 from slurm_gpupool.core.switch_plan import plan_switch as plan
-from slurm_gpupool.errors import BusyError, ConfigError, UsageError
+from slurm_gpupool.errors import BusyError, ConfigError, StateError, UsageError
 from slurm_gpupool.ops import journal as jr
 from slurm_gpupool.ops.journal import Journal, run_lock
 from slurm_gpupool.ops.pool_status import pool_status
@@ -176,9 +176,15 @@ def test_schedule_files_render_cron_and_systemd(tmp_path: Path):
     units = render_schedule(cfg, systemd=True, gpupool="/usr/bin/gpupool")
     timer = units["/etc/systemd/system/gpupool-repartition.timer"]
     assert "OnCalendar=*:0/5" in timer
-    assert "SuccessExitStatus=75" in units["/etc/systemd/system/gpupool-repartition.service"]
+    service = units["/etc/systemd/system/gpupool-repartition.service"]
+    # #15: exit 75 (nodes still busy) must show as a failure, and a killed run keeps its restarts
+    assert "SuccessExitStatus" not in service and "KillMode=process" in service
     written = install_schedule(units, tmp_path)
     assert sorted(p.name for p in written) == ["gpupool-repartition.service", "gpupool-repartition.timer"]
+    from slurm_gpupool.ops.schedule_install import uninstall_schedule
+
+    assert sorted(p.name for p in uninstall_schedule(cfg, True, tmp_path)) == sorted(p.name for p in written)
+    assert not any(p.exists() for p in written) and uninstall_schedule(cfg, True, tmp_path) == []
     assert on_calendar("30 7 * * *") == "*-*-* 07:30:00" and on_calendar("15 * * * *") == "*:15"
     with pytest.raises(UsageError):
         on_calendar("0 8 * * 1-5")
@@ -234,3 +240,22 @@ def test_restored_gres_reads_the_node_lines(tmp_path: Path):
         "a100n2": {"gpu:a100": 8},
         "v100n1": {"gpu:v100_shared": 4, "gpu:v100": 4, "shard": 16},
     }
+
+
+def test_a_pause_or_a_pin_holds_the_schedule_until_its_time(tmp_path: Path):
+    from datetime import datetime, timedelta
+
+    from slurm_gpupool.ops.schedule_hold import clear_hold, read_hold, write_hold
+
+    now = datetime.now().astimezone()
+    assert read_hold(tmp_path) is None
+    hold = write_hold(tmp_path, "night", now + timedelta(hours=2), "maintenance of the day partition")
+    got = read_hold(tmp_path)
+    assert got == hold and got.active(now) and not got.active(now + timedelta(hours=3))
+    assert got.describe().startswith("schedule pinned to layout night until ") and "(maintenance" in got.describe()
+    write_hold(tmp_path, None, None)
+    assert read_hold(tmp_path).describe().startswith("schedule paused until `gpupool schedule resume`")
+    assert clear_hold(tmp_path) and read_hold(tmp_path) is None and not clear_hold(tmp_path)
+    (tmp_path / "schedule-hold.json").write_text("{not json")
+    with pytest.raises(StateError, match="schedule hold"):
+        read_hold(tmp_path)

@@ -272,3 +272,25 @@ def test_page_paints_in_headless_chromium(page: str, tmp_path: Path) -> None:
     bar_blue = (np.abs(rgb.astype(np.int16) - np.array([0x25, 0x63, 0xEB])).max(axis=2) <= 12).sum()
     assert bar_blue >= 20000, bar_blue
     assert elapsed < 120
+
+
+def test_the_page_opens_with_the_headline_figures_and_folds_long_tables() -> None:
+    """#15.19: the page had no summary, and a table of 100+ rows ran on for screens."""
+    t = pd.DataFrame({"job_id": [str(i) for i in range(130)], "eq_hours": [1.0] * 130})
+    reports = [
+        Report("usage", "u", SINCE, UNTIL, {"usage": t.head(2)}, meta={"totals": {"eq_hours": 12.5, "gpu_jobs": 7}}),
+        Report("utilization", "x", SINCE, UNTIL, {}, meta={"capacity_eq_hours": 100.0, "allocated_eq_hours": 41.0}),
+        Report("cost", "c", SINCE, UNTIL, {}, meta={"total": 1234.5, "currency": "EUR"}),
+        Report("efficiency", "e", SINCE, UNTIL, {"jobs": t}, meta={"flagged": 130}),
+    ]
+    html = render_html(reports, _context())
+    head = html[html.index('<section class="headline"') : html.index("</section>")]
+    for figure in ("12.50 (7 GPU jobs)", "41.0 % of what was offered", "1,234.50 EUR", "130"):
+        assert figure in head, figure
+    assert html.index('class="headline"') < html.index('<section class="report"')
+    assert "<summary>all 130 rows</summary>" in html
+    first = html.index('id="t3-0-jobs"')
+    shown = html[first : html.index("</table>", first)]
+    assert shown.count("<tr>") == 25  # the first 25 rows (the header row has a style), then the fold
+    folded = html[html.index('id="t3-0-jobs-all"') :]
+    assert folded[: folded.index("</table>")].count("<tr>") == 130

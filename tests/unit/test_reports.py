@@ -112,13 +112,14 @@ def test_usage_counts_gpu_hours_and_gpu_equivalents(data):
     assert u.loc["physics", "eq_hours"] == pytest.approx(2 * 2 / 7 + 1.5)
     assert u.loc["bio", "gpu_hours"] == pytest.approx(2)  # shards are no GPU to Slurm
     assert u.loc["bio", "eq_hours"] == pytest.approx(3 * 2 / 4 + 2 * 3 / 7)  # 2 of 4 shares; 3g = 3/7
-    assert u.loc["chem", "eq_hours"] == pytest.approx(1 * 2)  # running: counted up to now
+    # running: counted up to the file's horizon (23:30, its latest record), not to "now"
+    assert u.loc["chem", "eq_hours"] == pytest.approx(0.5 * 2)
     assert u.loc["chem", "jobs"] == 2 and u.loc["chem", "gpu_jobs"] == 1  # the pending job holds nothing
     g = compute.usage(d, "gres-type").main.set_index("gres-type")
     assert g.loc["shard:v100_shared", "eq_hours"] == pytest.approx(1.5)
     assert g.loc["gpu:1g.5gb", "gpu_hours"] == pytest.approx(4)
     dn = compute.usage(d, "day-night").main.set_index("day-night")
-    assert dn.loc["night", "eq_hours"] == pytest.approx(1.5 + 2)
+    assert dn.loc["night", "eq_hours"] == pytest.approx(1.5 + 2 * 0.5)
     assert dn.loc["day", "eq_hours"] == pytest.approx(4 / 7 + 1.5 + 6 / 7)
 
 
@@ -127,7 +128,7 @@ def test_cost_uses_model_prices_and_profile_fractions(data):
     c = compute.cost(d, "account").main.set_index("account")["cost"]
     assert c["physics"] == pytest.approx(2 * 2 * 0.2 * 3.0 + 1.5 * 3.0)  # 1g.5gb priced at 0.2 of an A100
     assert c["bio"] == pytest.approx(3 * 0.5 * 1.0 + 2 * (3 / 7) * 4.0)  # shard: its share; 3g: 3/7
-    assert c["chem"] == pytest.approx(1 * 2 * 3.0)
+    assert c["chem"] == pytest.approx(0.5 * 2 * 3.0)  # running up to the file's horizon
 
 
 def test_waits_per_gres_type_and_period(data):
@@ -152,7 +153,7 @@ def test_utilization_follows_the_schedules_layouts(data):
     # a100 whole GPUs: 2 per A100 node by day (12 h), 8 per node by night (12 h), two nodes
     assert t.loc[("day", "a100"), "capacity_eq_hours"] == pytest.approx(2 * 2 * 12)
     assert t.loc[("night", "a100"), "capacity_eq_hours"] == pytest.approx(8 * 2 * 12)
-    assert t.loc[("night", "a100"), "allocated_eq_hours"] == pytest.approx(1.5 + 2 * 1)
+    assert t.loc[("night", "a100"), "allocated_eq_hours"] == pytest.approx(1.5 + 2 * 0.5)
     assert t.loc[("day", "1g.5gb"), "allocated_eq_hours"] == pytest.approx(2 * 2 / 7)
     assert t.loc[("day", "1g.5gb"), "capacity_eq_hours"] == pytest.approx(2 * (4 * 7 + 2 * 2) / 7 * 12)
     assert ("night", "1g.5gb") not in t.index  # the night layout has no slices
@@ -238,6 +239,25 @@ def test_sandbox_parsable2_and_json_give_the_same_jobs():
     # the same GPUs (JSON lists TRES in another order and memory in MiB)
     assert [gpu_tres(t) for t in a["alloc_tres"].astype(str)] == [gpu_tres(t) for t in b["alloc_tres"].astype(str)]
     assert sum(gpu_tres(t).gpus + gpu_tres(t).shards for t in a["alloc_tres"].astype(str)) == 2 + 1 + 2 + 1 + 1 + 1
+
+
+@pytest.mark.parametrize("series", ["22.05", "24.11", "26.05"])
+def test_each_release_parsable2_and_json_give_the_same_jobs(series):
+    """sacct of one scenario recorded on each release (tests/fixtures/record_slurm.py):
+    the MIG, shard and whole-GPU jobs and the cancelled ones, the same from either format."""
+    rec = ROOT / "tests" / "fixtures" / "slurm" / series
+    ids = json.loads((rec / "scenario.json").read_text())["jobs"]
+    a, sa = load_files([rec / "sacct-parsable2.txt"], tz="UTC")
+    b, sb = load_files([rec / "sacct.json"])
+    assert sa.malformed_total == sb.malformed_total == 0, (sa.malformed, sb.malformed)
+    cols = ["job_id", "account", "nodes", "state", "submit", "start", "end"]
+    assert a[cols].astype(str).to_dict("records") == b[cols].astype(str).to_dict("records")
+    gpus = {str(j): gpu_tres(t) for j, t in zip(b["job_id"], b["alloc_tres"].astype(str), strict=True)}
+    assert gpus == {str(j): gpu_tres(t) for j, t in zip(a["job_id"], a["alloc_tres"].astype(str), strict=True)}
+    assert gpus[str(ids["mig"])].typed == (("1g.5gb", 1),)
+    assert gpus[str(ids["shard"])].shards == 2
+    assert gpus[str(ids["whole"])].typed == (("a100", 2),) and gpus[str(ids["running"])].typed == (("a100", 1),)
+    assert set(map(str, (ids["mig"], ids["shard"], ids["whole"], ids["running"], ids["norequeue"]))) <= set(gpus)
 
 
 # -- bad input ----------------------------------------------------------------------------
@@ -403,7 +423,10 @@ def test_pending_running_and_cancelled_jobs_from_json_and_parsable2_alike(cfg):
         d, stats, _ = build(cfg, Source(files=(FIXTURES / name,), tz=tz), since, until, now=until)
         assert stats.malformed_total == 0, (name, stats.to_dict())
         jobs = d.jobs.set_index("job_id")
-        assert jobs.loc["28", "hours"] == pytest.approx((until - jobs.loc["28", "start"]).total_seconds() / 3600)
+        # running: up to the file's horizon, its latest record (not to --until: it was saved before)
+        last = max(jobs[c].max() for c in ("submit", "start", "end"))
+        assert last < pd.Timestamp(until)
+        assert jobs.loc["28", "hours"] == pytest.approx((last - jobs.loc["28", "start"]).total_seconds() / 3600)
         assert jobs.loc["29", "hours"] == 0 and jobs.loc["30", "hours"] == 0
         w = compute.waits(d).tables["by type"].set_index("gres")
         assert w.loc["gpu:v100", "pending_now"] == 1  # 29; 30 was cancelled, not pending
@@ -525,3 +548,71 @@ def test_long_loads_show_progress_on_a_terminal(tmp_path, capsys):
     assert "loaded 7 lines" in capsys.readouterr().err  # the 7 job lines under the header
     load_files([f])  # not a terminal (pytest captures stderr): silent
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("series", ["22.05", "24.11", "26.05"])
+@pytest.mark.parametrize("name", ["squeue.json", "sinfo.json", "reservations.txt", "partitions.txt"])
+def test_other_slurm_output_is_refused_never_an_empty_report(series, name):
+    """Another command's output (of any release) is not accounting: exit 76, never 0 jobs."""
+    with pytest.raises(DataError) as err:
+        load_files([ROOT / "tests" / "fixtures" / "slurm" / series / name])
+    assert err.value.exit_code == EXIT_DATA
+
+
+def test_a_saved_file_ends_where_its_records_end(cfg, tmp_path):
+    """#15.17: a job running when the file was saved counted up to today became half of a
+    report; with no --since/--until a file is read over its own span."""
+    f = tmp_path / "saved.txt"
+    f.write_text(
+        "\n".join(
+            [
+                HEADER,
+                row(1, "physics", "a100n1", "COMPLETED", "09:00:00", "09:00:00", "11:00:00", "", "gres/gpu:a100=1"),
+                row(2, "chem", "a100n2", "RUNNING", "10:00:00", "10:00:00", "Unknown", "", "gres/gpu:a100=1"),
+            ]
+        )
+        + "\n"
+    )
+    much_later = datetime(2026, 12, 24, tzinfo=UTC)
+    d, _, _ = build(cfg, Source(files=(f,)), None, None, now=much_later)
+    assert (d.since, d.until) == (datetime(2026, 11, 16, 9, tzinfo=UTC), datetime(2026, 11, 16, 11, 0, 1, tzinfo=UTC))
+    hours = d.jobs.set_index("job_id")["hours"]
+    assert hours["1"] == pytest.approx(2) and hours["2"] == pytest.approx(1)  # up to 11:00, the last record
+    assert any("saved data ends at 2026-11-16 11:00 UTC" in n for n in d.notes)
+
+
+def test_capacity_starts_with_the_cluster_and_other_clusters_are_named(cfg, tmp_path):
+    """#15.18: a one-hour-old cluster had 7 days of capacity ("idle 100 % of night hours")."""
+    f = tmp_path / "young.txt"
+    f.write_text(
+        HEADER + "\n" + row(1, "p", "a100n1", "COMPLETED", "22:00:00", "22:00:00", "23:00:00", "", "gres/gpu:a100=8")
+    )
+    since, until = datetime(2026, 11, 9, 23, tzinfo=UTC), datetime(2026, 11, 16, 23, tzinfo=UTC)
+    d, _, _ = build(cfg, Source(files=(f,)), since, until, now=until)
+    cap = d.capacity
+    assert cap["start"].min() == pytest.approx(datetime(2026, 11, 16, 22, tzinfo=UTC).timestamp())
+    t = compute.utilization(d).tables["by type"].set_index(["period", "type"])
+    assert t.loc[("night", "a100"), "capacity_eq_hours"] == pytest.approx(8 * 2 * 1)  # 2 nodes x 8, one hour
+    assert any("capacity counted from 2026-11-16 22:00 UTC" in n for n in d.notes)
+    other = tmp_path / "other.txt"
+    other.write_text(
+        HEADER + "\n" + row(1, "p", "gpu-x17", "COMPLETED", "22:00:00", "22:00:00", "23:00:00", "", "gres/gpu=1")
+    )
+    d, _, _ = build(cfg, Source(files=(other,)), since, until, now=until)
+    assert any("1 of 1 jobs ran on nodes the pool config does not name (e.g. gpu-x17)" in n for n in d.notes)
+
+
+def test_an_empty_file_is_no_accounting(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n\n  \n")
+    for name in ("empty.txt", "blank.txt"):
+        with pytest.raises(DataError, match="empty"):
+            load_files([tmp_path / name])
+
+
+def test_usage_and_cost_count_gpu_jobs_alike(data):
+    d, _, _ = data
+    u = compute.usage(d, "account").main.set_index("account")["gpu_jobs"]
+    c = compute.cost(d, "account")
+    assert c.main.set_index("account")["gpu_jobs"].to_dict() == u.to_dict()
+    assert "jobs" not in c.main.columns and c.meta["gpu_jobs"] == int(u.sum())

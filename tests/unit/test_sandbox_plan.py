@@ -80,7 +80,7 @@ def test_configs_come_from_gres_install(tmp_path):
     assert "SlurmdParameters=config_overrides\n" in conf
     nodes = sb.paths.nodes_conf.read_text()
     assert (
-        "NodeName=a30n1 Sockets=2 CoresPerSocket=16 ThreadsPerCore=2 RealMemory=515000 NodeAddr=127.0.0.2 Port=16900"
+        "NodeName=a30n1 Sockets=2 CoresPerSocket=16 ThreadsPerCore=2 RealMemory=489250 NodeAddr=127.0.0.2 Port=16900"
         in nodes
     )
     assert "Gres=gpu:a30:4 Features=a30,pcie-a30,pcie,layout_night" in nodes

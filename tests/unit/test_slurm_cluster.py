@@ -1,7 +1,13 @@
-"""Parsers of the controller-side Slurm commands, on output recorded from the sandbox's 22.05."""
+"""Parsers of the controller-side Slurm commands, on output recorded from each release.
+
+``tests/fixtures/record_slurm.py`` records one scenario on a sandbox of each
+supported release (``tests/fixtures/slurm/<series>/``, with ``scenario.json``
+naming the jobs), so every parser is held to the same facts on every release.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,35 +24,109 @@ from slurm_gpupool.slurm.cluster import (
 )
 from slurm_gpupool.slurm.runner import Result
 
-REC = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+SERIES = ("22.05", "24.11", "26.05")
 
 
-def test_sinfo_json_nodes_layouts_and_drain():
-    nodes = parse_sinfo_json((REC / "sinfo.json").read_text())
+def recorded(series: str, name: str) -> str:
+    return (FIXTURES / series / name).read_text()
+
+
+def scenario(series: str) -> dict[str, int]:
+    return json.loads(recorded(series, "scenario.json"))["jobs"]
+
+
+def test_every_supported_release_is_recorded():
+    from slurm_gpupool.sandbox.versions import RELEASES
+
+    assert tuple(r.series for r in RELEASES) == SERIES
+    for series in SERIES:
+        assert json.loads(recorded(series, "scenario.json"))["version"].startswith(series + ".")
+
+
+@pytest.mark.parametrize("series", SERIES)
+def test_sinfo_json_nodes_layouts_and_drain(series):
+    nodes = parse_sinfo_json(recorded(series, "sinfo.json"))
     assert sorted(nodes) == ["a100n1", "a100n2", "a30n1", "h100n1", "v100n1"]
     a30 = nodes["a30n1"]
-    assert a30.drained and a30.reason == "gpupool: switching to layout day" and a30.usable
-    assert a30.layout == "night" and a30.gres_counts() == {"gpu:a30": 4}
+    assert a30.drained and a30.reason == "gpupool: switching to layout day" and a30.usable and a30.responding
+    assert a30.layout == "day" and a30.gres_counts() == {"gpu:1g.6gb": 8, "gpu:a30_shared": 2, "shard": 8}
     assert nodes["a100n1"].state in ("mixed", "allocated") and not nodes["a100n1"].drained
-    assert "nvlink8" in nodes["h100n1"].features
+    assert nodes["a100n1"].gres_counts() == {"gpu:1g.5gb": 32, "gpu:3g.20gb": 2, "gpu:2g.10gb": 2, "gpu:a100": 2}
+    assert nodes["h100n1"].state == "idle" and nodes["h100n1"].flags == frozenset()
+    assert "nvswitch" in nodes["h100n1"].features and "layout_day" in nodes["h100n1"].features
 
 
-def test_squeue_json_jobs():
-    jobs = {j.job_id: j for j in parse_squeue_json((REC / "squeue.json").read_text())}
-    running = jobs[334]
+@pytest.mark.parametrize("series", SERIES)
+def test_squeue_json_jobs(series):
+    ids = scenario(series)
+    jobs = {j.job_id: j for j in parse_squeue_json(recorded(series, "squeue.json"))}
+    running = jobs[ids["running"]]
     assert running.state == "RUNNING" and running.nodes == {"a100n1"} and running.time_limit_s == 600
-    assert running.requeue and running.user == "root"
-    assert not jobs[335].requeue and jobs[335].name == "name with space"
-    assert jobs[336].state == "PENDING" and jobs[336].nodes == frozenset()
+    assert running.requeue and running.user == "root" and running.start_time > 1.7e9
+    other = jobs[ids["norequeue"]]
+    assert not other.requeue and other.name == "name with space" and other.nodes == {"a100n2"}
+    assert jobs[ids["pending"]].state == "PENDING" and jobs[ids["pending"]].nodes == frozenset()
+    assert jobs[ids["pending"]].start_time == 0
+    held = jobs[ids["pending"]]  # --hold: priority 0, reason JobHeldUser, on every release
+    assert held.priority == 0 and held.state_reason == "JobHeldUser"
+    assert running.priority and running.priority > 0 and running.state_reason == "None"
 
 
-def test_reservation_and_partition_lines():
-    (r,) = parse_reservations((REC / "reservations.txt").read_text()).values()
-    assert r.name == "gpupool_night" and r.nodes == {"a100n1", "a100n2"} and "MAINT" in r.flags
+@pytest.mark.parametrize("series", SERIES)
+def test_reservation_and_partition_lines(series):
+    (r,) = parse_reservations(recorded(series, "reservations.txt")).values()
+    assert r.name == "gpupool_night" and r.nodes == {"a100n1", "a100n2"} and {"MAINT", "IGNORE_JOBS"} <= r.flags
     assert (r.end - r.start).total_seconds() == 3600
+    cluster = SlurmCluster(
+        Replay({"scontrol -o show": recorded(series, "partitions.txt"), "scontrol ping": recorded(series, "ping.txt")})
+    )
+    assert cluster.partition_max_time_s(None) == 86400 and cluster.partition_max_time_s("gpu") == 86400
+    assert cluster.ping()
+
+
+def test_one_line_fields():
     assert parse_reservations("No reservations in the system\n") == {}
     f = parse_one_line("NodeName=x Reason=gpupool: switching to layout day [root@2026-11-22T01:03:05] State=IDLE")
     assert f["Reason"] == "gpupool: switching to layout day [root@2026-11-22T01:03:05]" and f["State"] == "IDLE"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"meta": {"plugin": {"data_parser": "data_parser/v0.0.99"}, "slurm": {"release": "99.11.0"}}, "partitions": []}',
+        '{"nodes": []}',
+        '{"sinfo": [{"nodes": {"total": 0}}]}',
+        "[]",
+        "not json",
+    ],
+)
+def test_sinfo_json_that_names_no_node_is_an_error_never_an_empty_cluster(text):
+    with pytest.raises(SlurmUnavailableError) as err:
+        parse_sinfo_json(text)
+    assert err.value.exit_code == 69 and "sinfo --json" in err.value.what
+
+
+def test_unknown_layout_errors_name_the_data_parser_and_release():
+    doc = '{"meta": {"plugin": {"data_parser": "data_parser/v0.0.99"}, "slurm": {"release": "99.11.0"}}}'
+    with pytest.raises(SlurmUnavailableError, match=r"v0\.0\.99, Slurm 99\.11\.0"):
+        parse_squeue_json(doc)
+    with pytest.raises(SlurmUnavailableError, match=r"v0\.0\.99"):
+        parse_sinfo_json(doc)
+
+
+@pytest.mark.parametrize("series", SERIES)
+@pytest.mark.parametrize("other", SERIES)
+def test_each_parser_reads_every_release_or_says_why(series, other):
+    """A parser fed another command's output (another release's, or another kind) errors."""
+    with pytest.raises(SlurmUnavailableError):
+        parse_sinfo_json(recorded(other, "squeue.json"))
+    with pytest.raises(SlurmUnavailableError):
+        parse_squeue_json(recorded(other, "sinfo.json"))
+    assert (
+        parse_sinfo_json(recorded(series, "sinfo.json")).keys()
+        == parse_sinfo_json(recorded(other, "sinfo.json")).keys()
+    )
 
 
 class Replay:
@@ -61,22 +141,6 @@ class Replay:
         if key not in self.answers:
             return Result(tuple(argv), 1, "", f"no recording for {key}")
         return Result(tuple(argv), 0, self.answers[key], "")
-
-
-def test_partition_max_time_and_ping():
-    cluster = SlurmCluster(
-        Replay(
-            {
-                "scontrol -o show": (REC / "partitions.txt").read_text(),
-                "scontrol ping": (REC / "ping.txt").read_text(),
-            }
-        )
-    )
-    assert cluster.partition_max_time_s(None) == 86400
-    assert cluster.partition_max_time_s("gpu") == 86400
-    with pytest.raises(SlurmUnavailableError):
-        cluster.partition_max_time_s("nope")
-    assert cluster.ping()
 
 
 def test_gres_counts_and_durations():
@@ -97,3 +161,52 @@ def test_gres_counts_and_durations():
     assert format_duration(5400) == "1h30m" and format_duration(42) == "42s" and format_duration(90061) == "1d1h1m"
     assert parse_slurm_time_s("1-00:00:00") == 86400 and parse_slurm_time_s("UNLIMITED") is None
     assert parse_slurm_time_s("30") == 1800 and parse_slurm_time_s("1:30:00") == 5400
+
+
+class Jobs(Replay):
+    """squeue answers from a list that the test changes over time."""
+
+    def __init__(self, version: str, answers: list[str]) -> None:
+        super().__init__({"slurmd -V": version, "scontrol show config": "MinJobAge               = 2 sec\n"})
+        self.env: dict[str, str] = {"SLURM_CONF": "/nonexistent/slurm.conf"}
+        self.squeue = answers
+
+    def run(self, argv, timeout_s=None, input_text=None):
+        if argv[0] == "squeue":
+            self.calls.append(list(argv))
+            return Result(tuple(argv), 0, self.squeue.pop(0) if len(self.squeue) > 1 else self.squeue[0], "")
+        return super().run(argv, timeout_s, input_text)
+
+
+def _squeue(*jobs: tuple[int, str, str, str]) -> str:
+    return json.dumps(
+        {"jobs": [{"job_id": i, "job_state": [st], "nodes": n, "tres_per_node": g} for i, st, n, g in jobs]}
+    )
+
+
+def test_a_restart_on_24_11_waits_until_finished_shard_jobs_of_changed_nodes_are_forgotten():
+    finished_shard = (7, "COMPLETED", "v100n1", "gres/shard:2")
+    other = [(8, "COMPLETED", "a100n1", "gres/gpu:a100:1"), (9, "RUNNING", "h100n1", "gres/shard:1")]
+    said: list[str] = []
+    cluster = SlurmCluster(Jobs("slurm-wlm 24.11.5\n", [_squeue(finished_shard, *other)] * 3 + [_squeue(*other)]))
+    assert cluster.await_forgotten_shard_jobs(["v100n1", "a30n1"], said.append, poll_s=0) == []
+    assert sum(c[0] == "squeue" for c in cluster.runner.calls) == 4 and "7" in said[0] and "MinJobAge" in said[0]
+    # jobs on other nodes, unfinished ones and GPU jobs do not count
+    quiet = SlurmCluster(Jobs("slurm-wlm 24.11.5\n", [_squeue(*other)]))
+    assert quiet.await_forgotten_shard_jobs(["a100n1", "h100n1"], said.append, poll_s=0) == [] and len(said) == 1
+    # releases that do not crash never wait
+    for version in ("slurm-wlm 22.05.8\n", "slurm-wlm 26.05.5\n"):
+        safe = SlurmCluster(Jobs(version, [_squeue(finished_shard)]))
+        assert safe.await_forgotten_shard_jobs(["v100n1"], said.append, poll_s=0) == []
+        assert not any(c[0] == "squeue" for c in safe.runner.calls)
+
+
+def test_a_restart_goes_ahead_after_min_job_age_with_a_warning(monkeypatch):
+    import slurm_gpupool.slurm.cluster as cl
+
+    clock = iter(range(0, 10_000, 50))
+    monkeypatch.setattr(cl.time, "monotonic", lambda: next(clock))
+    said: list[str] = []
+    stuck = SlurmCluster(Jobs("slurm-wlm 24.11.5\n", [_squeue((7, "CANCELLED", "v100n1", "gres/shard:1"))]))
+    assert stuck.await_forgotten_shard_jobs(["v100n1"], said.append, poll_s=0) == [7]
+    assert "up to 122 s" in said[0] and said[-1].startswith("warning:")

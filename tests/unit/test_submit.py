@@ -12,7 +12,7 @@ import pytest
 from slurm_gpupool.config import load_config, parse_config
 from slurm_gpupool.core.sbatch_args import parse, parse_directives
 from slurm_gpupool.core.submit import RequestError, parse_fraction, parse_size_mib
-from slurm_gpupool.core.submit_plan import plan
+from slurm_gpupool.core.submit_plan import Change, plan
 from slurm_gpupool.ops.submit_catalog import submit_catalog
 
 TOP = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_plain_submissions_pass_through_untouched(catalog):
     argv = ["-J", "my job", "--wrap", "echo 'quoted' \"and\"\nnewline", "--comment", "a;b"]
     p = plan(argv, None, catalog, MONDAY_NOON)
     assert p.argv == argv and p.changes == [] and p.notes == []
-    argv = ["--gres=gpu:2", "job.sh", "--gpu-mem=1G"]  # after the script: the script's own argument
+    argv = ["--gres=gpu:v100:1", "job.sh", "--gpu-mem=1G"]  # after the script: the script's own argument
     assert plan(argv, "#!/bin/sh\n", catalog, MONDAY_NOON).argv == argv
 
 
@@ -175,3 +175,59 @@ def test_our_flags_are_removed_and_described(catalog):
     text = p.describe()
     assert text.splitlines()[0] == "sbatch --gres=gpu:3g.40gb:1 --wrap true"
     assert "--gres=gpu:3g.40gb:1: --gpu-mem=35G: smallest MIG profile" in text
+
+
+@pytest.mark.parametrize(("version", "prefix"), [("22.05.8", "gres:"), ("23.02.7", "gres:"), ("24.11.5", "gres/")])
+def test_job_submit_lua_names_gres_as_the_release_does(version, prefix):
+    """23.11 and later refuse ``gres:`` in tres_per_node ("Invalid Trackable RESource")."""
+    from slurm_gpupool.ops.job_submit import render_job_submit
+
+    raw = copy.deepcopy(load_config(TOP / "etc" / "gpupool.yaml").raw)
+    raw.pop("mig_parted")
+    raw.setdefault("slurm", {})["version"] = version
+    lua = render_job_submit(parse_config(raw, str(TOP / "etc" / "gpupool.yaml")))
+    assert f'local GRES_PREFIX = "{prefix}"' in lua
+    assert "table.insert(others, GRES_PREFIX .. c.gres)" in lua and '"gres:" ..' not in lua
+
+
+def _rules(catalog: dict, **rules) -> dict:
+    return {**catalog, "rules": {**catalog["rules"], **rules}}
+
+
+@pytest.mark.parametrize("argv", [["--gres=gpu:2"], ["--gres=gpu"], ["--gpus=2"], ["-G", "1"], ["--gpus-per-task=1"]])
+def test_untyped_gpu_requests_are_refused_where_they_could_land_on_shares_or_slices(catalog, argv):
+    """The default (auto): this cluster has four whole-GPU types, shared GPUs and MIG slices."""
+    assert catalog["rules"]["untyped_gpus"] == "auto"
+    with pytest.raises(RequestError) as err:
+        plan([*argv, "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert "several whole-GPU types (a100, a30, h100_80gb_hbm3, v100)" in str(err.value)
+    assert err.value.hint is not None and err.value.hint.startswith("name one: --gres=gpu:<type>:N")
+
+
+def test_untyped_gpu_requests_get_the_one_type_they_can_mean(catalog):
+    p = plan(["-C", "nvswitch&a100", "--gres=gpu:2", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert "--gres=gpu:a100:2" in p.argv and p.changes[0] == Change(
+        "gres", "gpu:a100:2", "untyped GPU request: the cluster's whole-GPU type a100"
+    )
+    v100 = plan(["-C", "v100", "--gpus=4", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert "--gpus=v100:4" in v100.argv and "--constraint=v100&nvlink4" in v100.argv
+    one = copy.deepcopy(catalog)
+    for layout in one["layouts"].values():
+        layout["offers"] = [o for o in layout["offers"] if o["kind"] != "whole" or o["type"] == "a30"]
+    script = "#!/bin/sh\n#SBATCH --gres=gpu,shard:2\n"  # from #SBATCH: the command line overrides it
+    assert plan(["job.sh"], script, one, MONDAY_NIGHT).argv == ["--gres=gpu:a30:1,shard:2", "job.sh"]
+    assert plan(["--gres=gpu:a100:1", "--wrap", "x"], None, one, MONDAY_NIGHT).changes == []  # typed: as given
+
+
+def test_untyped_gpu_policies_reject_and_leave(catalog):
+    with pytest.raises(RequestError, match="this site asks for typed GPU requests"):
+        plan(["-C", "a100", "--gres=gpu:1", "--wrap", "x"], None, _rules(catalog, untyped_gpus="reject"), MONDAY_NIGHT)
+    leave = plan(["--gres=gpu:1", "--wrap", "x"], None, _rules(catalog, untyped_gpus="leave"), MONDAY_NIGHT)
+    assert leave.argv == ["--gres=gpu:1", "--wrap", "x"] and leave.changes == []
+
+
+def test_the_time_sliced_gpus_own_type_is_for_shards_only(catalog):
+    for argv in (["--gres=gpu:v100_shared:1"], ["--gpus=a30_shared:2"], ["--gres=shard:2,gpu:v100_shared"]):
+        with pytest.raises(RequestError, match="time-sliced"):
+            plan([*argv, "--wrap", "x"], None, catalog, MONDAY_NOON)
+    assert plan(["--gres=shard:2", "--wrap", "x"], None, catalog, MONDAY_NOON).changes == []

@@ -1,0 +1,311 @@
+"""Seeded generators of hostile input for the fuzz tests (tests/unit/test_fuzz.py).
+
+Each generator takes a ``random.Random`` and returns one variant; the same seed
+gives the same variants, so a failure names a reproducible case.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+# Values that broke something once, or are the classic ways to: newlines and '=' that
+# would add a Slurm line or key, huge and negative numbers, NaN and inf, unhashable and
+# deeply nested values, empty and overlong strings, ranges that expand to millions.
+HOSTILE: list[Any] = [
+    "a30n1\nNodeName=evil Gres=gpu:99",
+    "x y",
+    "a=b",
+    "",
+    " ",
+    "a[1-20000000]",
+    "n[1-3],@nosuchgroup",
+    "0-99999999999",
+    "a" * 300,
+    "ünïcode",
+    "\x00",
+    "-1",
+    "1g.5gb\nGresTypes=evil",
+    "${HOME}",
+    "../../etc/passwd",
+    0,
+    -1,
+    1,
+    10**9,
+    10**19,
+    2**63,
+    1.5,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    True,
+    None,
+    [],
+    [1, 2],
+    ["a", ["b"]],
+    {},
+    {"x": 1},
+    {"a": {"b": {"c": None}}},
+]
+
+
+def _paths(node: Any, prefix: tuple = ()) -> Iterator[tuple]:
+    """Every key path of a nested dict/list value."""
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, (*prefix, i))
+
+
+def _get(node: Any, path: tuple) -> Any:
+    for p in path:
+        node = node[p]
+    return node
+
+
+def mutate_tree(rng: random.Random, tree: dict) -> dict:
+    """One to three structural mutations of a parsed config."""
+    out = copy.deepcopy(tree)
+    for _ in range(rng.randint(1, 3)):
+        paths = [p for p in _paths(out) if p]
+        if not paths:
+            break
+        path = rng.choice(paths)
+        parent = _get(out, path[:-1])
+        key = path[-1]
+        op = rng.random()
+        if op < 0.55:
+            parent[key] = copy.deepcopy(rng.choice(HOSTILE))
+        elif op < 0.7 and isinstance(parent, dict):
+            del parent[key]
+        elif op < 0.8 and isinstance(parent, dict):
+            parent[rng.choice(["bogus", "Nodes", "nodes ", "x\ny", "1"])] = copy.deepcopy(rng.choice(HOSTILE))
+        elif op < 0.9 and isinstance(parent, dict) and isinstance(key, str):
+            # a hostile key where a name is expected (node set, layout, profile, selector)
+            parent[rng.choice([k for k in HOSTILE if isinstance(k, str)] or ["x"])] = parent.pop(key)
+        else:  # nested lists, written out as text by dump_yaml (dumpers recurse too)
+            parent[key] = f"__DEEP_{rng.choice([50, 1000])}__"
+    return out
+
+
+def dump_yaml(tree: Any) -> str:
+    """YAML the way a person writes it; values YAML cannot hold fall back to JSON (valid YAML)."""
+    import re
+
+    import yaml
+
+    try:
+        text = yaml.safe_dump(tree, sort_keys=False, allow_unicode=True)
+    except (yaml.YAMLError, ValueError):
+        text = json.dumps(tree, default=str)
+    return re.sub(r"""['"]?__DEEP_(\d+)__['"]?""", lambda m: "[" * int(m[1]) + "]" * int(m[1]), text)
+
+
+def mutate_text(rng: random.Random, text: str) -> bytes:
+    """Text-level damage: duplicate keys, undecodable bytes, truncation, deep nesting, tabs."""
+    lines = text.splitlines(keepends=True)
+    op = rng.randrange(6)
+    if op == 0 and lines:  # a key written twice: the second silently replaced the first
+        i = rng.randrange(len(lines))
+        lines.insert(i, lines[i])
+    elif op == 1:
+        cut = rng.randrange(len(text) + 1)
+        return text[:cut].encode() + b"\x80\xff\xfe" + text[cut:].encode()
+    elif op == 2:
+        return text[: rng.randrange(len(text) + 1)].encode()
+    elif op == 3:
+        return (text + "deep: " + "[" * 1000 + "]" * 1000 + "\n").encode()
+    elif op == 4 and lines:
+        i = rng.randrange(len(lines))
+        lines[i] = "\t" + lines[i]
+    else:
+        return (text + "version: 1\n").encode()  # top-level duplicate
+    return "".join(lines).encode()
+
+
+SBATCH_TOKENS = [
+    "-J",
+    "--job-name",
+    "-o",
+    "--comment",
+    "-N",
+    "2",
+    "-n",
+    "--gres",
+    "--gres=gpu:1",
+    "--gres=gpu:a100:2",
+    "--gres=shard:2",
+    "--gres=gpu:²",
+    "--gpus=2",
+    "--gpus",
+    "-G",
+    "--gpus-per-task=1",
+    "-C",
+    "a100",
+    "a|b",
+    "--constraint=nvlink4",
+    "--wrap",
+    "true",
+    "--",
+    ":",
+    "-",
+    "job.sh",
+    "--gpu-mem=18G",
+    "--gpu-mem",
+    "18G",
+    "--gpu-mem=" + "9" * 400,
+    "--gpu-share=0.25",
+    "--gpu-share",
+    "1/0",
+    "nan",
+    "--gpus-nvlink=4",
+    "--gpus-nvlink",
+    "²",
+    "--explain",
+    "--dry-run",
+    "--submit-anyway",
+    "--version",
+    "-V",
+    "--usage",
+    "-HW",
+    "-N2",
+    "-x",
+    "--gres=",
+    "--exclusive",
+    "--array=1-3",
+    "#SBATCH",
+    "=",
+    "--=",
+    "--gres=gpu:a100:99999999999",
+    "-Jname",
+    "--hold",
+    "\n",
+    "'",
+    '"',
+    "\x00",
+    "-oout",
+    "--mem=2G",
+    "--nodes",
+    "--ntasks-per-node=2",
+]
+
+
+def sbatch_argv(rng: random.Random) -> list[str]:
+    """A command line of sbatch options, ours, values and junk, in any order."""
+    return [rng.choice(SBATCH_TOKENS) for _ in range(rng.randint(0, 9))]
+
+
+def sbatch_script(rng: random.Random) -> str:
+    lines = ["#!/bin/bash"]
+    for _ in range(rng.randint(0, 5)):
+        lines.append("#SBATCH " + " ".join(rng.choice(SBATCH_TOKENS) for _ in range(rng.randint(0, 3))))
+    lines.append("srun true")
+    return "\n".join(lines) + "\n"
+
+
+ACCOUNTING_VALUES = [
+    "",
+    "Unknown",
+    "None",
+    "-1",
+    "0",
+    "1",
+    "99999999999999999999",
+    "1e400",
+    "nan",
+    "inf",
+    "-inf",
+    "0001-01-01T00:00:00",
+    "9999-12-31T23:59:59",
+    "1677-09-21T00:12:43",
+    "2262-04-12T00:00:00",
+    "2026-13-45T25:61:61",
+    "2026-11-16T09:00:00+99:00",
+    "yesterday",
+    "'quoted'",
+    '"a|b"',
+    "a|b",
+    "\t",
+    "gres/gpu=99999999999999999999",
+    "gres/gpu:a100=-5",
+    "gres/gpu:1g.5gb=nan",
+    "gres/gpu:x=1,gres/gpu=",
+    "gres/shard=1e9",
+    "cpu=1,=2",
+    "gres/gpu",
+    "gres/gpu:a100=1,gres/gpu:a100=2",
+    "ünïcode",
+    "\x00",
+    "CANCELLED by 0",
+    "RUNNING",
+    "PENDING",
+    "COMPLETED",
+    "1440",
+    "UNLIMITED",
+    "Partition_Limit",
+    "a" * 5000,
+]
+
+
+def mutate_parsable(rng: random.Random, text: str) -> bytes:
+    """sacct --parsable2 output with fields, lines and the header damaged."""
+    lines = text.splitlines()
+    op = rng.randrange(8)
+    if op == 0 and len(lines) > 1:  # a field replaced, in a few rows
+        for _ in range(rng.randint(1, 4)):
+            k = rng.randrange(1, len(lines))
+            cells = lines[k].split("|")
+            cells[rng.randrange(len(cells))] = rng.choice(ACCOUNTING_VALUES)
+            lines[k] = "|".join(cells)
+    elif op == 1:  # header damage: a duplicate or missing column, another delimiter
+        head = lines[0].split("|")
+        choice = rng.randrange(3)
+        if choice == 0:
+            head.append(rng.choice(head))
+        elif choice == 1:
+            head.pop(rng.randrange(len(head)))
+        lines[0] = "|".join(head) if choice < 2 else lines[0].replace("|", ",")
+    elif op == 2 and len(lines) > 1:  # truncated or extra cells
+        k = rng.randrange(1, len(lines))
+        lines[k] = lines[k][: rng.randrange(len(lines[k]) + 1)] + rng.choice(["", "|x|y"])
+    elif op == 3:
+        return b""
+    elif op == 4:
+        return "\n".join(lines).encode()[: rng.randrange(len(text) + 1)] + b"\x80\xfe"
+    elif op == 5:  # quoting as a CSV writer would add it
+        lines = [f'"{ln}"' if rng.random() < 0.3 else ln for ln in lines]
+    elif op == 6:
+        lines = lines[:1]  # header only
+    else:
+        lines = lines + [rng.choice(ACCOUNTING_VALUES) for _ in range(3)]
+    return ("\n".join(lines) + "\n").encode(errors="surrogatepass")
+
+
+def mutate_json(rng: random.Random, doc: dict) -> str:
+    """sacct --json output with values replaced by hostile ones (tres lists, times, counts)."""
+    tree = copy.deepcopy(doc)
+    for _ in range(rng.randint(1, 4)):
+        paths = [p for p in _paths(tree) if p]
+        path = rng.choice(paths)
+        parent = _get(tree, path[:-1])
+        op = rng.random()
+        if op < 0.5:
+            parent[path[-1]] = copy.deepcopy(rng.choice(HOSTILE + ACCOUNTING_VALUES[:12] + [[], {}, -2, 10**30]))
+        elif op < 0.7 and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = f"__DEEP_{rng.choice([50, 1000])}__"
+    return dump_json(tree)
+
+
+def dump_json(tree: Any) -> str:
+    import re
+
+    text = json.dumps(tree, default=str)
+    return re.sub(r'"__DEEP_(\d+)__"', lambda m: "[" * int(m[1]) + "]" * int(m[1]), text)

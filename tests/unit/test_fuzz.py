@@ -1,0 +1,145 @@
+"""Seeded fuzzing: hostile configs, accounting files and sbatch command lines (#15).
+
+Every variant must end in a clear error with its exit code (or in success), never in
+an internal error (exit 70) or a traceback; and no value of a config that passes
+validation may reach a rendered Slurm file as anything but a well-formed value.
+The generators are in ``tests/fuzzing.py``; a failure names its seed and variant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpupool.cli.main import main
+from tests import fuzzing
+
+TOP = Path(__file__).resolve().parents[2]
+CONFIGS = 600
+
+
+def gpupool(*argv: str) -> tuple[int, str, str]:
+    """``gpupool ARGV`` in this process (600 subprocesses would take minutes)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+# A rendered line: a comment, or Key=Value words whose values hold no space, '=' or newline.
+LINE = re.compile(r"(#.*|[A-Za-z]+=[^\s=]+( [A-Za-z]+=[^\s=]+)*)")
+
+
+def assert_well_formed(text: str, nodes: set[str], where: str) -> None:
+    from ClusterShell.NodeSet import NodeSet
+
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        assert LINE.fullmatch(line), (where, line)
+        if line.startswith("NodeName="):
+            named = set(NodeSet(line.split()[0].split("=", 1)[1]))
+            assert named <= nodes, (where, line)
+
+
+@pytest.fixture(scope="module")
+def shipped() -> tuple[dict, str]:
+    text = (TOP / "etc" / "gpupool.yaml").read_text()
+    tree = yaml.safe_load(text)
+    tree.pop("mig_parted")  # a relative path: the variants live elsewhere
+    return tree, text.replace("mig_parted:", "unused_mig_parted:")
+
+
+def test_hundreds_of_hostile_configs_end_in_clear_errors(tmp_path: Path, shipped: tuple[dict, str]):
+    from slurm_gpupool.config import load_config
+    from slurm_gpupool.ops.gres_install import render
+
+    tree, text = shipped
+    rng = random.Random(20261124)
+    codes: dict[int, int] = {}
+    for k in range(CONFIGS):
+        path = tmp_path / f"c{k}.yaml"
+        if rng.random() < 0.7:
+            path.write_text(fuzzing.dump_yaml(fuzzing.mutate_tree(rng, tree)))
+        else:
+            path.write_bytes(fuzzing.mutate_text(rng, text))
+        code, _, err = gpupool("--config", str(path), "layout", "check")
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 65, 78), (k, code, err)
+        assert "Traceback" not in err and (code == 0 or err.startswith("gpupool: ")), (k, err)
+        if code == 0:  # accepted: every layout renders to well-formed Slurm files
+            cfg = load_config(path)
+            for layout in cfg.layout_names():
+                covered = [n for n in cfg.all_nodes() if cfg.covers(layout, n) and cfg.nodeset_of(n).machine]
+                if not covered:
+                    continue
+                r = render(cfg, covered, layout)
+                for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
+                    assert_well_formed(r[role], set(cfg.all_nodes()), f"variant {k} {layout} {role}")
+    assert codes.get(0, 0) >= 5 and codes.get(78, 0) >= CONFIGS // 2, codes  # both kinds were exercised
+
+
+def test_hundreds_of_hostile_sbatch_command_lines_plan_or_refuse(shipped: tuple[dict, str]):
+    """What gpupool-sbatch decides for 400 command lines (half with #SBATCH lines): a
+    plan or a refusal (RequestError, exit 2; ArgError: sbatch explains), nothing else."""
+    from datetime import UTC, datetime
+
+    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.core.sbatch_args import ArgError, parse_directives
+    from slurm_gpupool.core.submit import RequestError
+    from slurm_gpupool.core.submit_plan import plan, split_ours, strip_our_directives
+    from slurm_gpupool.ops.submit_catalog import submit_catalog
+
+    tree, _ = shipped
+    catalog = submit_catalog(parse_config(tree, str(TOP / "etc" / "gpupool.yaml")))
+    rng = random.Random(1124)
+    outcomes = {"planned": 0, "refused": 0, "sbatch's": 0}
+    for k in range(400):
+        argv = fuzzing.sbatch_argv(rng)
+        script = fuzzing.sbatch_script(rng) if k % 2 else None
+        now = datetime(2026, 11, 23, rng.randrange(24), tzinfo=UTC)
+        try:
+            p = plan(argv, script, catalog, now)
+            if script is not None and p.script_has_ours:  # what sbatch then reads has none of ours
+                _, values, flags = split_ours(parse_directives(strip_our_directives(script)))
+                assert not values and not flags, (k, argv, script)
+            outcomes["planned"] += 1
+        except RequestError:
+            outcomes["refused"] += 1
+        except ArgError:
+            outcomes["sbatch's"] += 1
+    assert all(outcomes.values()), outcomes
+
+
+ACCOUNTING = 600
+
+
+def test_hundreds_of_hostile_accounting_files_end_in_a_report_or_exit_76(tmp_path: Path):
+    """Damaged sacct output of every release we record (--parsable2 and --json): a report,
+    with the damage counted, or exit 76 for a file that is not accounting at all."""
+    import json
+
+    fixtures = TOP / "tests" / "fixtures"
+    texts = [p.read_text() for p in sorted(fixtures.glob("sacct/*.txt")) + sorted(fixtures.glob("slurm/*/sacct-*.txt"))]
+    docs = [json.loads(p.read_text()) for p in sorted(fixtures.glob("sacct/*.json"))]
+    docs += [json.loads(p.read_text()) for p in sorted(fixtures.glob("slurm/*/sacct.json"))]
+    rng = random.Random(76)
+    codes: dict[int, int] = {}
+    for k in range(ACCOUNTING):
+        path = tmp_path / f"a{k}"
+        if k % 2:
+            path.write_bytes(fuzzing.mutate_parsable(rng, rng.choice(texts)))
+        else:
+            path.write_text(fuzzing.mutate_json(rng, rng.choice(docs)))
+        report = rng.choice(["usage", "cost", "waits", "utilization", "efficiency", "advice", "export"])
+        code, _, err = gpupool("report", report, "--from", str(path))
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 76), (k, report, code, err)
+        assert "Traceback" not in err and (code == 0 or err.startswith("gpupool: ")), (k, err)
+    assert codes.get(0, 0) > ACCOUNTING // 2 and codes.get(76, 0) > 10, codes
