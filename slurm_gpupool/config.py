@@ -137,6 +137,9 @@ class RepartitionSettings:
     checkpoint_grace_s: int = 120
     parallel: int = 16  # nodes applied at once
     restart_batch: int = 64  # slurmds restarted per command
+    # after a switch, restart slurmd on the responding nodes that did not switch too, so every
+    # slurmd reads the new slurm.conf (else slurmctld warns of a different slurm.conf)
+    restart_unswitched: bool = True
     node_command: tuple[str, ...] = ("gpupool",)  # gpupool on the nodes, run there through srun
     # Slurm 22.05 takes new GRES counts only if the node's slurmd is down while slurmctld
     # restarts (measured: an old slurmd registering with a restarted slurmctld leaves the
@@ -689,7 +692,7 @@ def _parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
     w.check_type(raw, dict)
     w.only_keys(
         raw,
-        {*_DURATIONS, *_COMMANDS, "requeue", "checkpoint_signal", "parallel", "restart_batch"}
+        {*_DURATIONS, *_COMMANDS, "requeue", "checkpoint_signal", "parallel", "restart_batch", "restart_unswitched"}
         | {"reservation_prefix", "partition", "cron"},
     )
     values: dict[str, Any] = {}
@@ -706,6 +709,7 @@ def _parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
         if "{nodes}" not in " ".join(values.get(k, getattr(d, k))):
             raise w.key(k).error("must contain {nodes}, replaced by a hostlist of nodes")
     values["requeue"] = w.optional(raw, "requeue", bool, d.requeue)
+    values["restart_unswitched"] = w.optional(raw, "restart_unswitched", bool, d.restart_unswitched)
     sig = w.optional(raw, "checkpoint_signal", str, d.checkpoint_signal).upper().removeprefix("SIG")
     if not sig.isalnum():
         raise w.key("checkpoint_signal").error(f"not a signal name: {sig!r}")

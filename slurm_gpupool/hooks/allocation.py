@@ -7,9 +7,13 @@ order in ``slurm_devices``: entry k is what index k of ``SLURM_JOB_GPUS`` /
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from slurm_gpupool.hooks.runtime import HookError
+
+# one entry of SLURM_TRES_PER_NODE: "gres/gpu:a100:2" (23.11+), "gpu:1g.5gb:1" or "gres:gpu:2" (22.05)
+_TRES = re.compile(r"(?:gres[/:])?([A-Za-z0-9_]+)(?::([A-Za-z0-9_.\-]+))?(?::(\d+))?")
 
 
 def devices_for(state: dict[str, Any], indices: list[int]) -> list[dict[str, Any]]:
@@ -39,3 +43,36 @@ def visible_devices(devices: list[dict[str, Any]]) -> str:
     count MIG records and whole GPUs together.
     """
     return ",".join(d.get("mig_uuid") or d["gpu_uuid"] for d in devices)
+
+
+def requested_gpu_types(tres_per_node: str | None) -> set[str] | None:
+    """The GPU types a job asked for, from ``SLURM_TRES_PER_NODE`` (job-controlled, so
+    only ever used to narrow the job's own devices); None: untyped, absent or unreadable."""
+    if not tres_per_node or len(tres_per_node) > 1000:
+        return None
+    types: set[str] = set()
+    for entry in tres_per_node.split(","):
+        m = _TRES.fullmatch(entry.strip())
+        if m is None:
+            return None
+        name, typ, count = m.groups()
+        if name != "gpu":
+            continue
+        if typ is None or (typ.isdigit() and count is None):
+            return None  # gpu or gpu:N: any type will do
+        types.add(typ)
+    return types or None
+
+
+def for_request(devices: list[dict[str, Any]], types: set[str] | None) -> list[dict[str, Any]]:
+    """The devices CUDA should see, in order.
+
+    A job whose allocation mixes GPU types (``--exclusive`` gets every GPU of the node:
+    36 MIG devices and 2 whole A100s by day) would otherwise see a MIG device first, and
+    CUDA uses only the first MIG device of a list.  A typed request keeps just its types;
+    an untyped one sees the whole GPUs first.
+    """
+    if len({d["type"] for d in devices}) <= 1:
+        return devices
+    chosen = [d for d in devices if d["type"] in types] if types else []
+    return chosen or sorted(devices, key=lambda d: "mig_uuid" in d)

@@ -3,7 +3,8 @@
 Slurm applies the ``export NAME=value`` lines it prints.  Without NVML in Slurm,
 ``CUDA_VISIBLE_DEVICES`` holds GRES indices, which are wrong for MIG (and for
 whole GPUs listed after MIG records): this hook replaces them with the UUIDs of
-exactly the allocated devices.  Shard jobs get an MPS thread percentage in
+exactly the allocated devices; an allocation that mixes types (``--exclusive``) is
+narrowed to the types the job asked for (``SLURM_TRES_PER_NODE``).  Shard jobs get an MPS thread percentage in
 proportion to their shares.  It prints nothing when it cannot help (fail open).
 """
 
@@ -36,13 +37,15 @@ gets SLURM_GPUPOOL_LAYOUT and SLURM_GPUPOOL_PROFILE.
 
 def exports(env: dict[str, str], state: dict, settings: dict) -> list[tuple[str, str]]:
     """The variables to set for this task (pure: environment and node state in)."""
-    from slurm_gpupool.hooks.allocation import devices_for, visible_devices
+    from slurm_gpupool.hooks.allocation import devices_for, for_request, requested_gpu_types, visible_devices
 
     raw = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
-    cvd = env.get("CUDA_VISIBLE_DEVICES", "")
-    if not raw or cvd.startswith(("MIG-", "GPU-")):
-        return []  # no GPUs, or Slurm (built with NVML) already set UUIDs
-    devices = devices_for(state, gpu_indices(raw))
+    if not raw:
+        return []  # no GPUs
+    allocated = devices_for(state, gpu_indices(raw))
+    devices = for_request(allocated, requested_gpu_types(env.get("SLURM_TRES_PER_NODE")))
+    if env.get("CUDA_VISIBLE_DEVICES", "").startswith(("MIG-", "GPU-")) and devices == allocated:
+        return []  # Slurm (built with NVML) already set the UUIDs of exactly these devices
     out = [("CUDA_VISIBLE_DEVICES", visible_devices(devices))]
     if state.get("layout"):
         out.append(("SLURM_GPUPOOL_LAYOUT", str(state["layout"])))

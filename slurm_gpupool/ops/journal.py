@@ -51,7 +51,18 @@ GRES_INSTALLED = "gres_installed"
 RESTARTING = "restarting"
 RESTARTED = "restarted"
 FINISHED = "finished"
-CLUSTER_STEPS = (RESERVED, GRES_INSTALLING, GRES_INSTALLED, RESTARTING, RESTARTED, FINISHED)
+OTHERS_RESTARTING = "others_restarting"  # slurmd on the nodes that did not switch (new slurm.conf)
+OTHERS_RESTARTED = "others_restarted"
+CLUSTER_STEPS = (
+    RESERVED,
+    GRES_INSTALLING,
+    GRES_INSTALLED,
+    RESTARTING,
+    RESTARTED,
+    OTHERS_RESTARTING,
+    OTHERS_RESTARTED,
+    FINISHED,
+)
 
 
 def now_iso() -> str:

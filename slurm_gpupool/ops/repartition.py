@@ -60,6 +60,7 @@ from slurm_gpupool.ops.switch_rules import (
     redo_first,
     run_exit_code,
     still_held,
+    unswitched_to_restart,
     verify_problem,
 )
 from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, SlurmCluster, gres_counts, hostlist
@@ -223,6 +224,11 @@ class Repartitioner:
             steps += [" ".join(c) for c in self.restarter.commands(changing)]
             steps.append("verify each node: sinfo GRES == rendered, feature layout_" + plan.target + "; then resume")
             steps.append(f"scontrol delete ReservationName={resv}")
+            others = unswitched_to_restart(self.cluster.nodes(), changing) if self.s.restart_unswitched else []
+            steps += [
+                " ".join(c) + "  # not switched, for the new slurm.conf"
+                for c in self.restarter.commands(others, controller=False)
+            ]
         return {"target": plan.target, "reservation": resv, "nodes": nodes, "steps": steps}
 
     # -- ahead of a scheduled switch -----------------------------------------------------
@@ -334,7 +340,11 @@ class Repartitioner:
         """A run killed while the daemons restarted may have left slurmctld (and slurmds)
         down: redo the restart first, with the site's commands, which need no slurmctld."""
         run = self.journal.unfinished()
-        if run is None or redo_first(run.get("steps", [])) != "restart":
+        redo = redo_first(run.get("steps", [])) if run else None
+        if redo == "others":
+            self._restart_unswitched(None)
+            return
+        if run is None or redo != "restart":
             return
         self.progress(
             f"finishing the restart run {run['id']} began (slurmctld and slurmd on {hostlist(run['restart_nodes'])})"
@@ -658,7 +668,8 @@ class Repartitioner:
                 self._restart_extra = []
                 expected = self._install()
                 restart = sorted(set(pending) | set(self._restart_extra))
-                j.cluster_step(jr.GRES_INSTALLED, restart_nodes=restart, expected=expected)
+                restarted = sorted(set(run.get("restarted_nodes", [])) | set(restart))  # over the run's waves
+                j.cluster_step(jr.GRES_INSTALLED, restart_nodes=restart, restarted_nodes=restarted, expected=expected)
                 self.progress(f"installed GRES; restarting slurmctld and slurmd on {hostlist(restart)}")
             if not j.has(jr.RESTARTED):
                 j.cluster_step(jr.RESTARTING)
@@ -815,9 +826,44 @@ class Repartitioner:
                 "reserved_s": in_resv,  # in the reservation: no new job from the run's start to release
             }
         self._restore_priorities()
+        self._restart_unswitched(report)
         j.cluster_step(
             jr.FINISHED, finished_at=jr.now_iso(), outcomes={n: v["outcome"] for n, v in report.nodes.items()}
         )
+
+    def _restart_unswitched(self, report: RunReport | None) -> None:
+        """Restart slurmd (not slurmctld) on the answering nodes this run did not restart, so
+        every slurmd reads the slurm.conf slurmctld has (else slurmctld logs "appears to have a
+        different slurm.conf" at each of their registrations).  Running jobs are untouched; a
+        failure is reported, never a reason to undo the switch.  Journaled: a run killed
+        between the stop and the start has its successor start them (`_finish_killed_restart`)."""
+        j = self.journal
+        run = j.run
+        assert run is not None
+        if not self.s.restart_unswitched or not run.get("restarted_nodes") or j.has(jr.OTHERS_RESTARTED):
+            return
+        if not j.has(jr.OTHERS_RESTARTING):
+            try:
+                others = unswitched_to_restart(self.cluster.nodes(), run["restarted_nodes"])
+            except SlurmUnavailableError as e:
+                others, why = [], f"slurmd not restarted on the nodes that did not switch: {e}"
+                self.progress(why)
+                if report is not None:
+                    report.messages.append(why)
+            j.cluster_step(jr.OTHERS_RESTARTING, others=others)
+        others = run.get("others", [])
+        if others:
+            self.progress(f"restarting slurmd on {hostlist(others)} (not switched; their jobs run on): new slurm.conf")
+            failed = self.restarter.restart(others, controller=False)
+            if failed is not None:
+                why = (
+                    f"slurmd restart on {hostlist(others)} failed ({failed.why()}); slurmctld warns of a"
+                    " different slurm.conf until they restart"
+                )
+                self.progress(why)
+                if report is not None:
+                    report.messages.append(why)
+        j.cluster_step(jr.OTHERS_RESTARTED)
 
     def _held_for_s(self, nodes: set[str]) -> int:
         """Long enough for the held nodes' jobs to end (by their time limits), at least an hour."""

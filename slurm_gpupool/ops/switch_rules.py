@@ -21,6 +21,7 @@ DONE, FAILED, SKIPPED, ROLLED_BACK = "done", "failed", "skipped", "rolled_back"
 OUTCOMES = (DONE, FAILED, SKIPPED, ROLLED_BACK)
 # Cluster steps of one wave.
 GRES_INSTALLED, RESTARTING, RESTARTED = "gres_installed", "restarting", "restarted"
+OTHERS_RESTARTING, OTHERS_RESTARTED = "others_restarting", "others_restarted"
 
 BUSY_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
 SCHEDULABLE = frozenset({"idle", "mixed", "allocated", "completing"})
@@ -113,10 +114,22 @@ def wave_ready(steps: Mapping[str, str], idle_waiting: Iterable[str]) -> bool:
 
 def redo_first(cluster_steps: Sequence[str]) -> str | None:
     """What a killed run's successor must finish before it needs slurmctld: a restart begun
-    (the daemons may be down), or files installed but not yet restarted into."""
+    (the daemons may be down), or the unswitched nodes' slurmd restart begun (stopped, maybe
+    not started again)."""
     if RESTARTING in cluster_steps and RESTARTED not in cluster_steps:
         return "restart"
+    if OTHERS_RESTARTING in cluster_steps and OTHERS_RESTARTED not in cluster_steps:
+        return "others"
     return None
+
+
+def unswitched_to_restart(view: Mapping[str, NodeInfo], restarted: Iterable[str]) -> list[str]:
+    """The nodes whose slurmd still has the old slurm.conf after a switch: every node Slurm
+    knows that answers and was not restarted (a down or powered-off node reads the new file
+    when it starts; its jobs, if any, are not touched by a slurmd restart)."""
+    done = set(restarted)
+    off = {"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP"}
+    return sorted(n for n, i in view.items() if n not in done and i.responding and not i.flags & off)
 
 
 def run_exit_code(outcomes: Mapping[str, str]) -> int:

@@ -23,6 +23,8 @@ KILL_STEPS = [
     "restarted",
     "verifying",
     "done",
+    "others_restarting",
+    "others_restarted",
     "finished",
 ]
 

@@ -253,7 +253,7 @@ def _paused_then_pinned(night, env: dict[str, str], schedule) -> None:
     status = json.loads(night.run([*GPUPOOL, "status", "--json"], env={**night.env, **env}).stdout)
     assert status["hold"]["text"].startswith("schedule paused until") and "(hand switch)" in status["hold"]["text"]
 
-    assert schedule("pin", "nosuch").returncode == 64  # a usage error, named
+    assert schedule("pin", "nosuch").returncode == 2  # a usage error (EXIT_USAGE), named
     pinned = schedule("pin", "night")
     assert pinned.returncode == 0 and "pinned to layout night" in pinned.stdout
     proc = repartition(night, "--scheduled", "--json", env=env)  # day is due: the pin wins
@@ -287,6 +287,30 @@ def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_pat
     back = repartition(night, "--to", "night", "--json")
     assert back.returncode == 0, back.stdout + back.stderr
     assert our_reservations(night) == {}
+
+
+def test_a_partial_switch_leaves_no_slurmd_with_an_old_slurm_conf(night):
+    """#15.9: `--nodes a30n1` restarted only a30n1's slurmd; the others kept the old
+    slurm.conf and slurmctld warned at each of their registrations."""
+    plan = report_of(repartition(night, "--to", "day", "--nodes", "a30n1", "--dry-run", "--json"))
+    assert any("not switched, for the new slurm.conf" in s and "a100n1" in s for s in plan["steps"]), plan["steps"]
+    log = night.root / "log" / "slurmctld.log"
+    try:
+        proc = repartition(night, "--to", "day", "--nodes", "a30n1", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        offset = log.stat().st_size
+        night.sandbox.restart(controller=True, files=False)  # slurmctld asks every slurmd to register
+        deadline = time.monotonic() + 60
+        while not all(i.responding for i in nodes_info(night).values()):
+            assert time.monotonic() < deadline, nodes_info(night)
+            time.sleep(1)
+        with log.open("rb") as f:
+            f.seek(offset)
+            warned = [ln for ln in f.read().decode(errors="replace").splitlines() if "different slurm.conf" in ln]
+        assert warned == [], warned
+    finally:
+        back = repartition(night, "--to", "night", "--nodes", "a30n1", "--json")
+        assert back.returncode == 0, back.stdout + back.stderr
 
 
 def test_two_runs_never_overlap(night, tmp_path: Path):

@@ -210,11 +210,14 @@ class FakeRestarter:
 
     def __init__(self, slurm: FakeSlurm) -> None:
         self.slurm, self.broken, self.restarts = slurm, False, []
+        self.slurmd_only: list[list[str]] = []  # restarts without slurmctld (the unswitched nodes)
 
     def commands(self, nodes: Any, controller: bool = True) -> list[list[str]]:
         return [["restart", *sorted(nodes)]]
 
     def restart(self, nodes: Any, controller: bool = True) -> CommandResult | None:
+        if not controller:
+            return self._slurmds(sorted(nodes))
         self.restarts.append(sorted(nodes))
         if self.slurm.kill_at == "restart":
             self.slurm.ctld_up = False  # killed halfway: slurmctld stopped, not started again
@@ -223,5 +226,15 @@ class FakeRestarter:
             self.slurm.ctld_up = False
             return CommandResult(["systemctl", "restart", "slurmctld"], 1, "slurmctld: fatal: bad config", 0.1)
         self.slurm.ctld_up = True
+        self.slurm.register_from_files(nodes)
+        return None
+
+    def _slurmds(self, nodes: list[str]) -> CommandResult | None:
+        self.slurmd_only.append(nodes)
+        if self.slurm.kill_at == "others":  # killed between the stop and the start
+            for n in nodes:
+                self.slurm.nodes_[n].state = "down"
+                self.slurm.nodes_[n].flags.add("NOT_RESPONDING")
+            raise Killed
         self.slurm.register_from_files(nodes)
         return None

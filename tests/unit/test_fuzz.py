@@ -82,6 +82,7 @@ def test_hundreds_of_hostile_configs_end_in_clear_errors(tmp_path: Path, shipped
                 r = render(cfg, covered, layout)
                 for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
                     assert_well_formed(r[role], set(cfg.all_nodes()), f"variant {k} {layout} {role}")
+    print(f"configs: {CONFIGS} variants, exit codes {dict(sorted(codes.items()))}")  # the README's figures
     assert codes.get(0, 0) >= 5 and codes.get(78, 0) >= CONFIGS // 2, codes  # both kinds were exercised
 
 
@@ -114,6 +115,7 @@ def test_hundreds_of_hostile_sbatch_command_lines_plan_or_refuse(shipped: tuple[
             outcomes["refused"] += 1
         except ArgError:
             outcomes["sbatch's"] += 1
+    print(f"sbatch command lines: 400, {outcomes}")
     assert all(outcomes.values()), outcomes
 
 
@@ -142,4 +144,5 @@ def test_hundreds_of_hostile_accounting_files_end_in_a_report_or_exit_76(tmp_pat
         codes[code] = codes.get(code, 0) + 1
         assert code in (0, 76), (k, report, code, err)
         assert "Traceback" not in err and (code == 0 or err.startswith("gpupool: ")), (k, err)
+    print(f"accounting files: {ACCOUNTING} variants, exit codes {dict(sorted(codes.items()))}")
     assert codes.get(0, 0) > ACCOUNTING // 2 and codes.get(76, 0) > 10, codes

@@ -118,6 +118,45 @@ def test_taskprolog_shards_and_slurm_set_uuids(site: dict):
     assert run(site, "taskprolog").stdout == ""  # no GPUs: nothing to say
 
 
+@pytest.mark.parametrize(
+    ("tres", "wanted"),
+    [
+        ("gres/gpu:3g.40gb:2", "3g.40gb"),  # 23.11+ spelling
+        ("gpu:3g.40gb:2", "3g.40gb"),  # 22.05
+        ("gres:gpu:1g.10gb:1,gres:shard:0", "1g.10gb"),
+    ],
+)
+def test_taskprolog_narrows_an_exclusive_allocation_to_the_requested_type(site: dict, tres: str, wanted: str):
+    """--exclusive --gres=gpu:TYPE:N gets every GPU of the node; CUDA uses the first MIG
+    device of a list, so the job must see its requested type only (#15 item 11)."""
+    every = ",".join(str(d["index"]) for d in site["table"])
+    tp = run(site, "taskprolog", SLURM_JOB_GPUS=every, SLURM_TRES_PER_NODE=tres, CUDA_VISIBLE_DEVICES="0")
+    cvd = tp.stdout.splitlines()[0].removeprefix("export CUDA_VISIBLE_DEVICES=").split(",")
+    assert cvd == [d["mig_uuid"] for d in site["table"] if d["type"] == wanted], tp.stdout + tp.stderr
+    # Slurm built with NVML lists every UUID: narrowed all the same
+    uuids = ",".join(d.get("mig_uuid") or d["gpu_uuid"] for d in site["table"])
+    nvml = run(site, "taskprolog", SLURM_JOB_GPUS=every, SLURM_TRES_PER_NODE=tres, CUDA_VISIBLE_DEVICES=uuids)
+    assert nvml.stdout.splitlines()[0] == tp.stdout.splitlines()[0]
+
+
+def test_taskprolog_shows_an_untyped_exclusive_job_whole_gpus_first(site: dict):
+    every = ",".join(str(d["index"]) for d in site["table"])
+    for tres in ("gres/gpu:2", "gres/gpu:nosuch:1", "\nrm -rf /", None):
+        env = {"SLURM_TRES_PER_NODE": tres} if tres else {}
+        tp = run(site, "taskprolog", SLURM_JOB_GPUS=every, CUDA_VISIBLE_DEVICES="0", **env)
+        cvd = tp.stdout.splitlines()[0].removeprefix("export CUDA_VISIBLE_DEVICES=").split(",")
+        whole = [d["gpu_uuid"] for d in site["table"] if "mig_uuid" not in d]
+        assert len(cvd) == len(site["table"]) and cvd[: len(whole)] == whole, (tres, tp.stdout)
+
+
+def test_taskprolog_leaves_a_single_type_allocation_in_slurm_order(site: dict):
+    ids = [d["index"] for d in site["table"] if d["type"] == "1g.10gb"][:3]
+    tp = run(site, "taskprolog", SLURM_STEP_GPUS=",".join(map(str, ids)), SLURM_TRES_PER_NODE="gres/gpu:a100:3")
+    assert tp.stdout.splitlines()[0] == "export CUDA_VISIBLE_DEVICES=" + ",".join(
+        site["table"][i]["mig_uuid"] for i in ids
+    )
+
+
 def test_health_failure_exits_1_with_a_readable_reason(site: dict):
     inject.add_ecc_errors(SimStore(site["sim"] / f"{NODE}.json"), 6, uncorrected=1)
     i = next(d["index"] for d in site["table"] if d["gpu"] == 6)

@@ -120,6 +120,20 @@ def test_a_killed_restart_is_redone_before_anything_that_needs_slurmctld():
     assert rules.redo_first(["reserved", "gres_installing", "gres_installed", "restarting"]) == "restart"
     assert rules.redo_first(["reserved", "gres_installed", "restarting", "restarted"]) is None
     assert rules.redo_first(["reserved"]) is None
+    # killed between stopping and starting the unswitched nodes' slurmds
+    assert rules.redo_first(["reserved", "restarted", "others_restarting"]) == "others"
+    assert rules.redo_first(["reserved", "restarted", "others_restarting", "others_restarted"]) is None
+
+
+def test_the_unswitched_nodes_to_restart_are_the_answering_ones_not_yet_restarted():
+    view = {
+        "a": info("a"),
+        "b": info("b", "allocated"),  # busy: its jobs run on through a slurmd restart
+        "c": info("c", "down", ["NOT_RESPONDING"]),  # reads the new file when it starts
+        "d": info("d", "idle", ["POWERED_DOWN"]),
+        "e": info("e"),
+    }
+    assert rules.unswitched_to_restart(view, ["e"]) == ["a", "b"]
 
 
 def test_exit_zero_only_when_every_node_is_in_the_layout():
@@ -302,3 +316,39 @@ def test_jobs_slurm_held_while_their_gres_were_gone_get_their_priority_back(site
     slurm.jobs_ = [job(50, "", "PENDING", priority=0, state_reason="BadConstraints")]  # what Slurm did by day
     repartitioner(site).run("night")
     assert ("release", 50, 4294901758) in slurm.calls
+
+
+def test_a_partial_switch_restarts_the_slurmds_that_did_not_switch(site):
+    """#15.9: after `--nodes a30n1` the other slurmds kept the old slurm.conf (slurmctld warned
+    at each registration): they are restarted too, without slurmctld; a dead one is left."""
+    from dataclasses import replace
+
+    from slurm_gpupool.ops.repartition import Repartitioner
+
+    cfg, slurm, _ = site
+    slurm.nodes_["h100n1"].state = "down"
+    slurm.nodes_["h100n1"].flags.add("NOT_RESPONDING")
+    rp = repartitioner(site)
+    report = rp.run("day", ["a30n1"])
+    assert outcome(report, "a30n1") == "done" and report.exit_code == 0, report.to_dict()
+    assert rp.restarter.restarts == [["a30n1"]]
+    assert rp.restarter.slurmd_only == [["a100n1", "a100n2", "v100n1"]]
+    assert rp.journal.load().run["steps"][-3:] == ["others_restarting", "others_restarted", "finished"]
+
+    off = replace(cfg, repartition=replace(cfg.repartition, restart_unswitched=False))
+    quiet = Repartitioner(off, slurm, FakeRestarter(slurm), progress=lambda m: None, poll_s=0.05, clock=site[2])
+    assert quiet.run("night", ["a30n1"]).exit_code == 0 and quiet.restarter.slurmd_only == []
+
+
+def test_killed_between_stopping_and_starting_the_unswitched_slurmds_the_next_run_starts_them(site):
+    cfg, slurm, _ = site
+    slurm.kill_at = "others"
+    with pytest.raises(Killed):
+        repartitioner(site).run("day", ["a30n1"])
+    assert slurm.nodes_["a100n1"].state == "down"  # stopped, not started again
+    slurm.kill_at = None
+    rp = repartitioner(site)
+    report = rp.run("day", ["a30n1"])
+    assert report.exit_code == 0 and rp.restarter.restarts == []  # no second slurmctld restart
+    assert rp.restarter.slurmd_only == [[n for n in sorted(cfg.all_nodes()) if n != "a30n1"]]
+    assert all(slurm.nodes_[n].state == "idle" for n in cfg.all_nodes())
