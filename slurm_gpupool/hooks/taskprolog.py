@@ -43,7 +43,9 @@ def exports(env: dict[str, str], state: dict, settings: dict) -> list[tuple[str,
     if not raw:
         return []  # no GPUs
     allocated = devices_for(state, gpu_indices(raw))
-    devices = for_request(allocated, requested_gpu_types(env.get("SLURM_TRES_PER_NODE")))
+    # Slurm's record of the request (23.11+), else what gpupool-sbatch handed down (22.05)
+    request = env.get("SLURM_TRES_PER_NODE") or env.get("SLURM_GPUPOOL_GRES")
+    devices = for_request(allocated, requested_gpu_types(request))
     if env.get("CUDA_VISIBLE_DEVICES", "").startswith(("MIG-", "GPU-")) and devices == allocated:
         return []  # Slurm (built with NVML) already set the UUIDs of exactly these devices
     out = [("CUDA_VISIBLE_DEVICES", visible_devices(devices))]

@@ -213,8 +213,14 @@ class Journal:
 
     @staticmethod
     def _maybe_die(step: str) -> None:
-        if os.environ.get(KILL_ENV) == step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_point(step)
+
+
+def kill_point(step: str) -> None:
+    """Fault injection for the convergence tests: SIGKILL ourselves when ``$SLURM_GPUPOOL_KILL_AT``
+    names this point (a journaled step, or ``restart:K``/``others:K``: after the K-th restart command)."""
+    if os.environ.get(KILL_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @contextlib.contextmanager

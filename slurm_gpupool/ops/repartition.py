@@ -397,7 +397,10 @@ class Repartitioner:
         if ahead is not None:
             self._delete_reservations([ahead.name])
         existing = reservations.get(name)
-        if existing is None:
+        if not nodes:  # a resumed run whose nodes are all through (killed in its last steps)
+            if existing is not None:
+                self._delete_reservations([name])
+        elif existing is None:
             self.cluster.create_reservation(name, nodes, None, duration)
         else:
             start = None
@@ -406,7 +409,8 @@ class Repartitioner:
             if start or nodes != existing.nodes:
                 self.cluster.update_reservation(name, nodes=nodes, start=start, duration_s=duration)
         j.cluster_step(jr.RESERVED, reserved_at=run.get("reserved_at") or self.clock.time())
-        self.progress(f"reservation {name} holds {hostlist(nodes)}")
+        if nodes:
+            self.progress(f"reservation {name} holds {hostlist(nodes)}")
 
     def _release(self, node: str) -> None:
         """Take a node out of the run's reservation the moment it is through (verified,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from slurm_gpupool.config import RepartitionSettings
 from slurm_gpupool.core.switch_plan import batches
+from slurm_gpupool.ops.journal import kill_point
 from slurm_gpupool.slurm.cluster import hostlist
 
 
@@ -72,9 +73,10 @@ class Restarter:
 
     def restart(self, nodes: Sequence[str], controller: bool = True) -> CommandResult | None:
         """Run every command; the first that fails is returned (None: all succeeded)."""
-        for argv in self.commands(nodes, controller):
+        for k, argv in enumerate(self.commands(nodes, controller)):
             r = self.run(argv, float(self.settings.command_timeout_s))
             self.done.append(r)
             if not r.ok:
                 return r
+            kill_point(f"{'restart' if controller else 'others'}:{k}")
         return None

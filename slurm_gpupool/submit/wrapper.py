@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(p.describe(sbatch) + "\n")
         return 0
     argv = p.argv
+    _hand_down_gres(argv, script_text)
     if p.script_has_ours and script_text is not None:
         argv, stdin_script = _without_our_directives(argv, script_text, stdin_script)
     if p.later:  # --submit-anyway: Slurm takes it only while some node still has that GRES
@@ -162,6 +163,25 @@ def _submit_anyway(sbatch: str, argv: list[str], stdin_script: bytes | None, whe
 
 
 NO_SCRIPT = {"version", "usage", "help", "-V", "-h"}
+GRES_ENV = "SLURM_GPUPOOL_GRES"  # read by the TaskProlog where Slurm sets no SLURM_TRES_PER_NODE (22.05)
+
+
+def _hand_down_gres(argv: list[str], script: str | None) -> None:
+    """Put the job's GRES request in the environment sbatch passes on (``--export=ALL``, its
+    default), so the TaskProlog can narrow an ``--exclusive`` allocation to the requested
+    types on Slurm releases whose jobs do not see their request (22.05)."""
+    from slurm_gpupool.core.sbatch_args import ArgError, parse, parse_directives
+
+    try:
+        sources = [parse(argv)] + ([parse(parse_directives(script))] if script else [])
+    except ArgError:
+        return
+    for args in sources:  # the command line wins over #SBATCH lines
+        gres = args.value("gres")
+        per_node = args.value("gpus-per-node")
+        if gres or per_node:
+            os.environ[GRES_ENV] = gres or f"gpu:{per_node}"
+            return
 
 
 def _without_our_directives(argv: list[str], script: str, stdin: bytes | None) -> tuple[list[str], bytes | None]:

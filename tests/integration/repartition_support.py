@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from slurm_gpupool.config import load_config
 from slurm_gpupool.ops.gres_install import render
@@ -46,3 +47,19 @@ def assert_converged(sb, layouts: dict[str, str]) -> None:
     path = sb.root / "controller" / "journal.json"
     if path.exists():  # no run yet on a fresh sandbox already in its layouts
         assert "finished" in json.loads(path.read_text())["run"]["steps"]
+
+
+def sacct_states(sb, jobs: list[str]) -> dict[str, str]:
+    out = sb.run(["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,State"]).stdout
+    return dict(line.split("|", 1) for line in out.splitlines() if line)
+
+
+def wait_jobs_done(sb, jobs: list[str], timeout: float = 240) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = sacct_states(sb, jobs)
+        if len(states) == len(jobs) and all(s not in ("PENDING", "RUNNING", "COMPLETING") for s in states.values()):
+            return states
+        time.sleep(2)
+    raise AssertionError(f"jobs not done: {states}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -78,6 +80,32 @@ def test_a_job_with_two_instances_and_across_a_layout_change(day, tmp_path: Path
     assert [d["mig_uuid"] for d in slurm_device(day, "h100n1", env2)] == uuids2
     live = json.loads(day.gpupool("--node", "h100n1", "inventory", "--json").stdout)
     assert set(uuids2) <= {d["uuid"] for g in live["gpus"] for gi in g["instances"] for d in gi["devices"]}
+
+
+def test_an_exclusive_job_sees_the_gpu_type_it_asked_for(day, tmp_path: Path):
+    """#15.11: --exclusive gets every GPU of the node (by day 36 MIG devices and 2 A100s);
+    CUDA_VISIBLE_DEVICES listed the MIG UUIDs first, so CUDA ran on a 1g.5gb slice."""
+    request = ["-w", "a100n1", "--exclusive", "--gres=gpu:a100:2"]
+    out = tmp_path / "wrapped.out"
+    day.run([wrapper(), "--parsable", "--wait", *request, "-o", str(out), "--wrap", "env"])
+    env = parse_env(out.read_text())
+    allocated = slurm_device(day, "a100n1", env)
+    assert {d["kind"] for d in allocated} == {"mig", "whole"}, allocated  # Slurm gave it everything
+    whole = [d["gpu_uuid"] for d in allocated if d["type"] == "a100"]
+    assert len(whole) == 2 and env["CUDA_VISIBLE_DEVICES"].split(",") == whole  # exactly its request
+    assert env["SLURM_GPUPOOL_PROFILE"] == "a100,a100"
+    # plain sbatch: 23.11+ tell the job its request (SLURM_TRES_PER_NODE): the same; 22.05
+    # does not, so the job sees every device, its whole GPUs first (CUDA's devices 0 and 1)
+    _, plain = job_env(day, tmp_path, "plain", *request)
+    cvd = plain["CUDA_VISIBLE_DEVICES"].split(",")
+    if "SLURM_TRES_PER_NODE" in plain:
+        assert cvd == whole, plain["SLURM_TRES_PER_NODE"]
+    else:
+        assert cvd[:2] == whole and len(cvd) == len(allocated), cvd
+
+
+def wrapper() -> str:
+    return shutil.which("gpupool-sbatch") or f"{Path(sys.executable).parent}/gpupool-sbatch"
 
 
 def test_shards_get_a_thread_percentage_and_whole_gpus_do_not(day, tmp_path: Path):

@@ -1,13 +1,14 @@
-"""The repartitioner killed (kill -9) after each journaled step in turn, in the real
-sandbox Slurm: the next run finishes the switch.  A module of its own (about 3 min)
-so that pytest-xdist runs it beside the other repartition tests.
+"""The repartitioner killed (kill -9) after each journaled step in turn, and inside each
+restart (after each of the site's restart commands), in the real sandbox Slurm, with jobs
+running: the next run finishes the switch and no job is lost.  A module of its own
+(about 4 min) so that pytest-xdist runs it beside the other repartition tests.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .repartition_support import assert_converged, repartition
+from .repartition_support import assert_converged, nodes_info, repartition, wait_jobs_done
 
 pytestmark = pytest.mark.integration
 
@@ -20,24 +21,45 @@ KILL_STEPS = [
     "gres_installing",
     "gres_installed",
     "restarting",
+    "restart:0",  # the switching nodes' slurmds stopped, slurmctld not yet restarted
+    "restart:1",  # slurmctld restarted, those slurmds not started again
     "restarted",
     "verifying",
     "done",
     "others_restarting",
+    "others:0",  # the unswitched nodes' slurmds stopped (their jobs running), not started again
     "others_restarted",
     "finished",
 ]
 
 
 def test_killed_at_each_step_the_next_run_converges(night):
-    """kill -9 right after each journaled step in turn; the next run finishes the switch.
-    The target alternates, so every step is also tried from the other layout."""
+    """kill -9 right after each journaled step and restart command in turn; the next run
+    finishes the switch.  The target alternates, so every step is also tried from the other
+    layout.  A GPU job runs through it all on a node that does not switch (its slurmd is
+    restarted and killed around it), and a short one is submitted at each step: none lost."""
     nodes = ["a30n1", "v100n1"]
     rest = {n: "night" for n in night.nodes if n not in nodes}
-    for i, step in enumerate(KILL_STEPS):
-        target = "day" if i % 2 == 0 else "night"
-        killed = repartition(night, "--to", target, "--nodes", ",".join(nodes), env={"SLURM_GPUPOOL_KILL_AT": step})
-        assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
-        again = repartition(night, "--to", target, "--nodes", ",".join(nodes), "--json")
-        assert again.returncode == 0, (step, again.stdout, again.stderr)
-        assert_converged(night, {**rest, **{n: target for n in nodes}})
+    gpu = "--gres=gpu:" + next(k for k in nodes_info(night)["h100n1"].gres_counts() if k.startswith("gpu:"))[4:] + ":1"
+    long = submit(night, "-w", "h100n1", gpu, "-t", "30", "--wrap", "sleep 1500")
+    shorts = []
+    try:
+        for i, step in enumerate(KILL_STEPS):
+            shorts.append(submit(night, "-w", "a100n1", "-t", "2", "--wrap", "sleep 2"))
+            target = "day" if i % 2 == 0 else "night"
+            env = {"SLURM_GPUPOOL_KILL_AT": step}
+            killed = repartition(night, "--to", target, "--nodes", ",".join(nodes), env=env)
+            assert killed.returncode == -9, (step, killed.stdout, killed.stderr)
+            again = repartition(night, "--to", target, "--nodes", ",".join(nodes), "--json")
+            assert again.returncode == 0, (step, again.stdout, again.stderr)
+            assert_converged(night, {**rest, **{n: target for n in nodes}})
+            assert all(i.responding for i in nodes_info(night).values()), step
+            state = night.run(["squeue", "-h", "-j", long, "-o", "%T"]).stdout.strip()
+            assert state == "RUNNING", (step, state)
+        assert set(wait_jobs_done(night, shorts, timeout=120).values()) == {"COMPLETED"}
+    finally:
+        night.run(["scancel", long], check=False)
+
+
+def submit(sb, *args: str) -> str:
+    return sb.run(["sbatch", "--parsable", *args]).stdout.strip().split(";")[0]

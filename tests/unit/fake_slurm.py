@@ -135,6 +135,8 @@ class FakeSlurm:
 
     def create_reservation(self, name: str, nodes: Any, start: datetime | None, duration_s: int) -> None:
         self._need_ctld("create reservation")
+        if not nodes:  # scontrol: "CoreCnt, Nodes, NodeCnt, BurstBuffer, Licenses or Watts must be specified"
+            raise SlurmUnavailableError(f"create reservation {name}", "Nodes must be specified")
         begin = start or datetime.fromtimestamp(self.clock.time())
         self.resv[name] = Reservation(name, frozenset(nodes), begin, begin + timedelta(seconds=duration_s), {"MAINT"})
         self.calls.append(("reserve", name, tuple(sorted(nodes)), start is not None))

@@ -139,6 +139,13 @@ def test_taskprolog_narrows_an_exclusive_allocation_to_the_requested_type(site: 
     assert nvml.stdout.splitlines()[0] == tp.stdout.splitlines()[0]
 
 
+def test_taskprolog_reads_the_request_gpupool_sbatch_handed_down_where_slurm_gives_none(site: dict):
+    every = ",".join(str(d["index"]) for d in site["table"])
+    tp = run(site, "taskprolog", SLURM_JOB_GPUS=every, SLURM_GPUPOOL_GRES="gpu:3g.40gb:2", CUDA_VISIBLE_DEVICES="0")
+    wanted = ",".join(d["mig_uuid"] for d in site["table"] if d["type"] == "3g.40gb")
+    assert tp.stdout.splitlines()[0] == f"export CUDA_VISIBLE_DEVICES={wanted}"
+
+
 def test_taskprolog_shows_an_untyped_exclusive_job_whole_gpus_first(site: dict):
     every = ",".join(str(d["index"]) for d in site["table"])
     for tres in ("gres/gpu:2", "gres/gpu:nosuch:1", "\nrm -rf /", None):

@@ -26,7 +26,7 @@ TOP = Path(__file__).resolve().parents[2]
 FAKE = r"""#!PYTHON
 import json, os, sys
 args = sys.argv[1:]
-rec = {"argv0": sys.argv[0], "argv": args, "script": None, "stdin": None}
+rec = {"argv0": sys.argv[0], "argv": args, "script": None, "stdin": None, "gres_env": os.environ.get("SLURM_GPUPOOL_GRES")}
 for a in args:
     if a.startswith("/proc/self/fd/"):
         with open(a) as f:
@@ -171,3 +171,16 @@ def test_a_typed_request_only_a_later_layout_offers_says_when(site: dict):
     assert not site["out"].exists()
     assert wrapper(site, "--gres=gpu:a100:1", "--wrap", "true").returncode == 0  # offered now
     assert wrapper(site, "--gres=gpu:tpu:1", "--wrap", "true").returncode == 0  # not ours to judge
+
+
+def test_the_gres_request_is_handed_down_to_the_job(site: dict, tmp_path: Path):
+    """#15.11 on 22.05: a job does not see its request (no SLURM_TRES_PER_NODE), so the
+    TaskProlog cannot narrow an --exclusive allocation unless the wrapper hands it down."""
+    assert wrapper(site, "--exclusive", "--gres=gpu:a100:2", "--wrap", "true").returncode == 0
+    assert given(site)["gres_env"] == "gpu:a100:2"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --gres=gpu:a100:1\n#SBATCH --exclusive\ntrue\n")
+    assert wrapper(site, str(script)).returncode == 0 and given(site)["gres_env"] == "gpu:a100:1"
+    assert wrapper(site, "--gres=gpu:a100:2", str(script)).returncode == 0  # the command line wins
+    assert given(site)["gres_env"] == "gpu:a100:2"
+    assert wrapper(site, "--wrap", "true").returncode == 0 and given(site)["gres_env"] is None
