@@ -1,80 +1,286 @@
-"""NVIDIA mig-parted v1 config files as a source of layouts.
+"""NVIDIA mig-parted v1 config files as a source of layouts, read as mig-parted reads them.
 
-Sites on the GPU Operator already keep ``mig-configs`` (``devices``,
-``mig-enabled``, ``mig-devices``, ``device-filter``).  Every named config
-becomes a layout for the node sets listed in the pool config's ``mig_parted:``
-section, with device filters matched against each GPU's PCI device ID.
+Sites on the GPU Operator already keep ``mig-configs`` (``devices``, ``mig-enabled``,
+``mig-devices``, ``device-filter``); NVIDIA ships its own (the GPU Operator's
+``default-mig-parted-config`` ConfigMap, mig-parted's ``config-default.yaml``).  They
+import unchanged, with mig-parted's semantics (its ``api/spec/v1``, ``pkg/types`` and
+``cmd/nvidia-mig-parted/apply``):
+
+* The file is checked as mig-parted parses it (``version: v1``, required fields, profile
+  name syntax, device-filter syntax): an error there is the whole file's (exit 78).
+* A config is *applied* to one node's GPUs only when selected, so it is judged per node
+  set (:func:`meaning`): entries select a GPU by ``devices`` and ``device-filter``
+  (vendor checked; ``0xDDDDVVVV:0xSSSSVVVV`` also needs the subsystem, which a machine
+  description does not know, so it selects none of its GPUs); several entries may select
+  one GPU and are applied in order (the last one sets it); ``devices: all`` and
+  ``mig-enabled: false`` skip a GPU that is not MIG-capable.  A config that fits becomes
+  a layout for that node set; one that does not is left out, with mig-parted's reason
+  (``gpupool layout import-mig-parted`` shows them).
+* Profile names keep their GPU-instance attributes (``+me``, ``+me.all``, ``+gfx``,
+  ``-me``); a compute-instance sub-profile (``1c.3g.20gb``) is valid mig-parted but not a
+  gpupool layout (full GPU instances only), so such a config is left out, saying so.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_gpupool.core.catalog import get_model
 from slurm_gpupool.core.layouts import GpuTarget, Selector
+from slurm_gpupool.core.ranges import index_ranges
 from slurm_gpupool.validate import Where
 
 if TYPE_CHECKING:
     from slurm_gpupool.config import LayoutEntry, NodeSet
+    from slurm_gpupool.core.catalog import GpuModel
+
+VENDOR_NVIDIA = 0x10DE
+_FILTER = re.compile(r"0[xX]([0-9a-fA-F]{1,8})(?::0[xX]([0-9a-fA-F]{1,8}))?")
+# [<C>c.]<G>g.<GB>gb[+attr[,attr...]] or ...-me (go-nvlib's canonical profile strings)
+_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+[a-z][a-z0-9.]*(?:,[a-z][a-z0-9.]*)*|-me)?")
 
 
-def _filters(raw: Any, where: Where) -> set[int] | None:
-    """``device-filter``: "0x20B010DE" or a list → PCI device IDs (upper 16 bits)."""
+@dataclass(frozen=True)
+class DeviceFilter:
+    """``0xDDDDVVVV`` (device, vendor) or ``0xDDDDVVVV:0xSSSSVVVV`` (with the subsystem)."""
+
+    device: int
+    vendor: int
+    subsystem: int | None
+
+    def selects(self, model: GpuModel) -> bool:
+        return self.subsystem is None and self.vendor == VENDOR_NVIDIA and self.device == model.pci_device_id
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One entry of a mig-config (mig-parted's ``MigConfigSpec``)."""
+
+    index: int
+    devices: frozenset[int] | None  # None: all
+    filters: tuple[DeviceFilter, ...]  # empty: any GPU
+    enabled: bool
+    counts: tuple[tuple[str, int], ...]  # as written, in order
+
+    def selects(self, gpu: int, model: GpuModel) -> bool:
+        return (self.devices is None or gpu in self.devices) and (
+            not self.filters or any(f.selects(model) for f in self.filters)
+        )
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What one mig-config does to one node set's GPUs: a layout, or why not."""
+
+    config: str
+    nodeset: str
+    targets: tuple[tuple[Selector, GpuTarget], ...] | None
+    why: str = ""  # when targets is None
+    applies: bool = True  # False: no entry selects these GPUs at all (not an error)
+
+
+# -- parsing, as mig-parted's UnmarshalJSON does ----------------------------------------
+
+
+def _filter(text: Any, where: Where) -> DeviceFilter:
+    m = _FILTER.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise where.error(f"not a PCI device id like 0x20B010DE (or 0x20B010DE:0x145710DE): {text!r:.60}")
+    raw, sub = int(m[1], 16), m[2]
+    return DeviceFilter(raw >> 16, raw & 0xFFFF, int(sub, 16) if sub else None)
+
+
+def _filters(raw: Any, where: Where) -> tuple[DeviceFilter, ...]:
     if raw is None:
-        return None
-    items = raw if isinstance(raw, list) else [raw]
-    out = set()
-    for k, item in enumerate(items):
-        try:
-            out.add(int(str(item), 16) >> 16)
-        except ValueError:
-            raise where.index(k).error(f"not a PCI device id like 0x20B010DE: {item!r}") from None
-    return out
+        return ()
+    if isinstance(raw, list):
+        return tuple(_filter(x, where.index(k)) for k, x in enumerate(raw))
+    return () if raw == "" else (_filter(raw, where),)
 
 
-def _devices(raw: Any, where: Where) -> set[int] | None:
+def _devices(raw: Any, where: Where) -> frozenset[int] | None:
     if raw == "all":
         return None
-    if isinstance(raw, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
-        return set(raw)
+    if isinstance(raw, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in raw):
+        return frozenset(raw)
     raise where.error("expected all or a list of GPU indices")
 
 
-def _target(entry: dict, where: Where) -> GpuTarget:
-    enabled = where.require(entry, "mig-enabled", bool)
-    devices = where.optional(entry, "mig-devices", dict, {})
-    if not enabled:
-        if devices:
-            raise where.key("mig-devices").error("MIG devices listed but mig-enabled is false")
+def _counts(raw: Any, where: Where) -> tuple[tuple[str, int], ...]:
+    if raw is None:
+        return ()
+    where.check_type(raw, dict)
+    out = []
+    for name, n in raw.items():
+        wn = where.key(str(name))
+        if not isinstance(name, str) or not _PROFILE.fullmatch(name):
+            raise wn.error("not a MIG profile name like 1g.10gb, 1g.10gb+me or 1c.2g.20gb")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise wn.error(f"a count must be a whole number >= 0, not {n!r:.40}")
+        out.append((name, n))
+    return tuple(out)
+
+
+def _spec(raw: Any, index: int, where: Where) -> Spec:
+    where.check_type(raw, dict)
+    where.only_keys(raw, {"devices", "mig-enabled", "mig-devices", "device-filter"})
+    for key in ("devices", "mig-enabled"):
+        if key not in raw:
+            raise where.error(f"missing required field: {key}")
+    enabled = where.require(raw, "mig-enabled", bool)
+    if enabled and raw.get("mig-devices") is None:
+        raise where.error("missing required field 'mig-devices' when 'mig-enabled' is true")
+    counts = _counts(raw.get("mig-devices"), where.key("mig-devices"))
+    if not enabled and counts:
+        raise where.key("mig-devices").error("MIG devices included when 'mig-enabled' is false")
+    return Spec(
+        index,
+        _devices(raw["devices"], where.key("devices")),
+        _filters(raw.get("device-filter"), where.key("device-filter")),
+        enabled,
+        counts,
+    )
+
+
+def parse_mig_parted(raw: Any, where: Where) -> dict[str, tuple[Spec, ...]]:
+    """A mig-parted v1 document → config name → its entries (ConfigError where mig-parted
+    would refuse to parse the file)."""
+    where.check_type(raw, dict)
+    where.only_keys(raw, {"version", "mig-configs"})
+    if where.require(raw, "version", str) != "v1":
+        raise where.key("version").error("only mig-parted config version v1 is understood")
+    wc = where.key("mig-configs")
+    configs = where.require(raw, "mig-configs", dict)
+    if not configs:
+        raise wc.error("at least one mig-config is required")
+    out: dict[str, tuple[Spec, ...]] = {}
+    for cname, entries in configs.items():
+        we = wc.key(str(cname))
+        we.check_type(entries, list)
+        if not entries:
+            raise we.error("at least one entry is required")
+        out[str(cname)] = tuple(_spec(e, k, we.index(k)) for k, e in enumerate(entries))
+    return out
+
+
+def load_mig_parted(path: Path) -> tuple[dict[str, tuple[Spec, ...]], Where]:
+    """A mig-parted file, or Kubernetes manifests holding one in a ConfigMap (the GPU
+    Operator's ``default-mig-parted-config``: its ``config.yaml``), as NVIDIA ships them."""
+    from slurm_gpupool.validate import load_yaml, parse_yaml
+
+    top = Where(str(path))
+    docs = [d for d in load_yaml(path, " mig-parted config", documents=True) if d is not None]
+    if len(docs) == 1 and isinstance(docs[0], dict) and "mig-configs" in docs[0]:
+        return parse_mig_parted(docs[0], top), top.key("mig-configs")
+    found = []
+    for k, doc in enumerate(docs):
+        data = doc.get("data") if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" else None
+        for key, text in (data or {}).items():
+            if isinstance(text, str) and "mig-configs" in text:
+                found.append((k, str(key), text))
+    if len(found) != 1:
+        raise top.error(
+            "no mig-parted config (version: v1, mig-configs) in it"
+            if not found
+            else "several ConfigMaps hold a mig-parted config: "
+            + ", ".join(f"document {k + 1} key {key}" for k, key, _ in found),
+            hint="give the mig-parted file itself",
+        )
+    k, key, text = found[0]
+    inner = Where(f"{path} (document {k + 1}, ConfigMap data.{key})")
+    return parse_mig_parted(parse_yaml(text, inner.source), inner), inner.key("mig-configs")
+
+
+# -- what a config means for one node set -------------------------------------------------
+
+
+def _target(spec: Spec, model: GpuModel) -> GpuTarget | str:
+    """The GPU's target, or why mig-parted (or gpupool) would not set it."""
+    from slurm_gpupool.core.planner import plan_gpu
+    from slurm_gpupool.errors import InfeasibleError
+
+    if not spec.enabled:
         return GpuTarget.whole()
-    counts = {}
-    for name, n in devices.items():
-        wn = where.key("mig-devices").key(name)
-        if str(name).count(".") > 1 or "c." in str(name).split(".")[0]:
-            raise wn.error("compute-instance sub-profiles (Nc.Mg...) are not supported; use full GPU instances")
-        wn.check_type(n, int)
-        counts[str(name)] = n
+    if spec.counts and not any(n for _, n in spec.counts):
+        return f"entry {spec.index}: all counts are 0 (mig-parted refuses it)"
+    counts = {name: n for name, n in spec.counts if n}
+    if not counts:
+        return f"entry {spec.index}: MIG enabled with no instances: Slurm would see no GPU there"
+    for name in counts:
+        m = _PROFILE.fullmatch(name)
+        assert m is not None
+        if m[1] is not None and m[1] != m[2]:
+            return (
+                f"entry {spec.index}: {name} is a compute-instance sub-profile; gpupool layouts use whole GPU instances"
+            )
+        full = name.split(".", 1)[1] if m[1] is not None else name
+        if model.mig is None or model.mig.by_name(full) is None:
+            return f"entry {spec.index}: {model.key} has no MIG profile {name}"
+        if full != name:
+            counts[full] = counts.pop(name)
+    try:
+        plan_gpu(model, counts)
+    except InfeasibleError as e:
+        return f"entry {spec.index}: {model.key}: {e.why}"
     return GpuTarget.mig_counts(counts)
 
 
-def load_mig_parted(path: Path) -> tuple[dict[str, Any], Where]:
-    from slurm_gpupool.validate import load_yaml
+def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
+    """What applying ``config`` (mig-parted semantics) does to the node set's GPUs."""
+    assert ns.machine is not None
+    gpus = [(g.index, get_model(g.model)) for g in ns.machine.gpus]
+    chosen: dict[int, Spec | None] = {}  # None: skipped, stays whole (not MIG-capable)
+    for spec in specs:  # in order: an entry that selects a GPU again replaces the earlier one
+        for index, model in gpus:
+            if not spec.selects(index, model):
+                continue
+            if not model.mig_capable:
+                if spec.devices is None or not spec.enabled:
+                    chosen[index] = None  # mig-parted: "Skipping -- non MIG-capable GPU"
+                    continue
+                why = f"entry {spec.index} sets MIG on GPU {index} ({model.key}), which is not MIG-capable"
+                return Meaning(config, ns.name, None, why)
+            chosen[index] = spec
+    if not chosen:
+        return Meaning(config, ns.name, None, "no entry selects its GPUs (devices, device-filter)", applies=False)
+    left = [i for i, _ in gpus if i not in chosen]
+    if left:
+        why = f"no entry selects GPUs {index_ranges(left)}: mig-parted leaves them as they are; a layout sets every GPU"
+        return Meaning(config, ns.name, None, why)
+    targets = []
+    for index, model in gpus:
+        picked = chosen[index]
+        t = GpuTarget.whole() if picked is None else _target(picked, model)
+        if isinstance(t, str):
+            return Meaning(config, ns.name, None, f"GPU {index}: {t}")
+        targets.append((Selector(str(index), frozenset({index})), t))
+    return Meaning(config, ns.name, tuple(targets))
 
-    top = Where(str(path))
-    raw = load_yaml(path, " mig-parted config")
-    top.check_type(raw, dict)
-    top.only_keys(raw, {"version", "mig-configs"})
-    if top.require(raw, "version", str) != "v1":
-        raise top.key("version").error("only mig-parted config version v1 is understood")
-    configs = top.require(raw, "mig-configs", dict)
-    return configs, top.key("mig-configs")
+
+def meanings(path: Path, nodesets: dict[str, NodeSet], only: str | None = None) -> list[Meaning]:
+    """Every config of the file (or ``only``) against every node set with a machine."""
+    from slurm_gpupool.errors import UsageError
+
+    configs, _ = load_mig_parted(path)
+    if only is not None and only not in configs:
+        raise UsageError(f"--select {only}", f"no mig-config named {only!r} in {path}")
+    return [
+        meaning(c, specs, ns)
+        for c, specs in configs.items()
+        if only is None or c == only
+        for ns in nodesets.values()
+        if ns.machine is not None
+    ]
 
 
 def layouts_from_mig_parted(
     raw: Any, where: Where, base: Path, nodesets: dict[str, NodeSet]
 ) -> dict[str, list[LayoutEntry]]:
-    """Layouts (by mig-config name) for the node sets that ``mig_parted:`` names."""
+    """Layouts (by mig-config name) for the node sets that ``mig_parted:`` names: each
+    config that fits a node set's GPUs (see :func:`meaning`)."""
     from slurm_gpupool.config import LayoutEntry
 
     where.check_type(raw, dict)
@@ -84,46 +290,16 @@ def layouts_from_mig_parted(
     for k, n in enumerate(names):
         if n not in nodesets:
             raise where.key("nodesets").index(k).error(f"no node set named {n!r}")
+        if nodesets[n].machine is None:
+            raise where.key("nodesets").error(f"node set {n} needs machine: to match mig-parted device filters")
     configs, wc = load_mig_parted(path)
     out: dict[str, list[LayoutEntry]] = {}
-    for cname, entries in configs.items():
-        we = wc.key(cname)
-        we.check_type(entries, list)
-        parsed = []
-        for j, e in enumerate(entries):
-            wj = we.index(j)
-            wj.check_type(e, dict)
-            wj.only_keys(e, {"devices", "mig-enabled", "mig-devices", "device-filter"})
-            parsed.append(
-                (
-                    _devices(wj.require(e, "devices", (str, list)), wj.key("devices")),
-                    _filters(e.get("device-filter"), wj.key("device-filter")),
-                    _target(e, wj),
-                    wj,
-                )
-            )
+    for cname, specs in configs.items():
         for nsname in names:
             ns = nodesets[nsname]
-            if ns.machine is None:
-                raise where.key("nodesets").error(
-                    f"node set {nsname} needs machine: to match mig-parted device filters"
+            m = meaning(cname, specs, ns)
+            if m.targets is not None:
+                out.setdefault(cname, []).append(
+                    LayoutEntry(nsname, frozenset(ns.nodes), m.targets, wc.key(cname), False)
                 )
-            per_gpu: list[tuple[Selector, GpuTarget]] = []
-            for g in ns.machine.gpus:
-                devid = get_model(g.model).pci_device_id
-                hits = [
-                    (t, wj)
-                    for devs, flt, t, wj in parsed
-                    if (devs is None or g.index in devs) and (flt is None or devid in flt)
-                ]
-                if len(hits) > 1:
-                    raise hits[1][1].error(f"GPU {g.index} of node set {nsname} is also matched by an earlier entry")
-                if hits:
-                    per_gpu.append((Selector(str(g.index), frozenset({g.index})), hits[0][0]))
-            if not per_gpu:
-                continue  # this mig-config does not apply to this hardware
-            if len(per_gpu) != len(ns.machine.gpus):
-                missing = sorted(set(range(len(ns.machine.gpus))) - {next(iter(s.indices or ())) for s, _ in per_gpu})
-                raise we.error(f"covers only some GPUs of node set {nsname}; GPUs {missing} match no entry")
-            out.setdefault(str(cname), []).append(LayoutEntry(nsname, frozenset(ns.nodes), tuple(per_gpu), we, False))
     return out

@@ -84,15 +84,13 @@ MAX_DEPTH = 32  # no config, machine or mig-parted file nests deeper
 MAX_BYTES = 16 << 20
 
 
-def load_yaml(path: Any, what: str = "") -> Any:
+def load_yaml(path: Any, what: str = "", documents: bool = False) -> Any:
     """A YAML file as plain data, or a ConfigError naming the file, the line and why.
 
     Stricter than ``yaml.safe_load``: the file must be UTF-8 text; a key written twice
     in one mapping is an error (YAML would silently keep the second); keys must be
     strings, numbers or booleans; nesting deeper than ``MAX_DEPTH`` is refused (a
     1,000-deep list otherwise ends in a RecursionError)."""
-    import yaml
-
     source = str(path)
     try:
         with open(path, "rb") as f:
@@ -106,8 +104,17 @@ def load_yaml(path: Any, what: str = "") -> Any:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ConfigError(source, f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x})") from None
+    return parse_yaml(text, source, documents)
+
+
+def parse_yaml(text: str, source: str, documents: bool = False) -> Any:
+    """YAML text as plain data (see :func:`load_yaml`); ``documents``: the list of every
+    document of a multi-document stream (``---``), as Kubernetes manifests are."""
+    import yaml
+
+    loader = _strict_loader_class()(text, source)
     try:
-        return _strict_loader_class()(text, source).get_single_data_checked()
+        return loader.get_documents_checked() if documents else loader.get_single_data_checked()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -135,6 +142,17 @@ def _strict_loader_class() -> Any:
                     return None
                 self._check_depth(node, 0)
                 return self.construct_document(node)
+            finally:
+                self.dispose()
+
+        def get_documents_checked(self) -> list[Any]:
+            try:
+                docs = []
+                while self.check_node():
+                    node = self.get_node()
+                    self._check_depth(node, 0)
+                    docs.append(self.construct_document(node))
+                return docs
             finally:
                 self.dispose()
 

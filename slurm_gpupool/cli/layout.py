@@ -74,6 +74,64 @@ def check(app: AppContext, config: str | None, as_json: bool) -> None:
         click.echo("\n".join(lines))
 
 
+@layout.command("import-mig-parted")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--select", "only", metavar="NAME", help="Only this mig-config.")
+@click.option("--yaml", "as_yaml", is_flag=True, help="Print the fitting configs as a `layouts:` section.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def import_mig_parted(app: AppContext, file: str, only: str | None, as_yaml: bool, as_json: bool) -> None:
+    """What each mig-config of an NVIDIA mig-parted FILE means for each node set.
+
+    FILE is a mig-parted v1 file or Kubernetes manifests with it in a ConfigMap (the GPU
+    Operator's default-mig-parted-config), unchanged.  A config is judged per node set,
+    as mig-parted judges the config selected for a node: the layout it sets, or why not.
+    `mig_parted: {file: FILE}` in the pool config makes the fitting ones layouts.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    from slurm_gpupool.migparted import meanings
+
+    cfg = app.config()
+    found = meanings(Path(file), cfg.nodesets, only)
+    if as_json:
+        emit_json(
+            [
+                {
+                    "config": m.config,
+                    "nodeset": m.nodeset,
+                    "layout": {s.text: t.to_config() for s, t in m.targets} if m.targets else None,
+                    "applies": m.applies,
+                    "why": m.why or None,
+                }
+                for m in found
+            ]
+        )
+        return
+    if as_yaml:
+        layouts: dict = {}
+        for m in found:
+            if m.targets:
+                layouts.setdefault(m.config, {})[m.nodeset] = {s.text: t.to_config() for s, t in m.targets}
+        click.echo(yaml.safe_dump({"layouts": layouts}, sort_keys=False), nl=False)
+        return
+    rows = []
+    for m in found:
+        if m.targets:
+            groups: dict[str, list[int]] = {}
+            for s, t in m.targets:
+                groups.setdefault(str(t), []).extend(sorted(s.indices or ()))
+            what = "; ".join(f"GPU {_ranges(idx)}: {k}" for k, idx in groups.items())
+            rows.append([m.config, m.nodeset, "layout", what])
+        elif m.applies or only:
+            rows.append([m.config, m.nodeset, "refused" if m.applies else "-", m.why])
+    click.echo(table(["CONFIG", "NODE SET", "RESULT", "GPUS / WHY"], rows))
+    fits = len({m.config for m in found if m.targets})
+    click.echo(f"\n{fits} of {len({m.config for m in found})} configs fit at least one node set")
+
+
 @layout.command("profiles")
 @click.argument("model")
 @click.option("--all", "all_profiles", is_flag=True, help="Include +me and double-memory 1g profiles.")

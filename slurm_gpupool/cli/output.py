@@ -19,18 +19,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "
 
 def cpu_ranges(cpus: Sequence[int]) -> str:
     """(0,1,2,5) → ``0-2,5`` as nvidia-smi topo -m prints CPU affinity."""
-    out: list[str] = []
-    run: list[int] = []
-    for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out) or "N/A"
+    from slurm_gpupool.core.ranges import index_ranges
+
+    return index_ranges(cpus) or "N/A"
 
 
 def emit_json(data: Any) -> None:

@@ -18,6 +18,7 @@ from functools import cached_property, lru_cache
 from slurm_gpupool.core.catalog import GpuModel, get_model
 from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
 from slurm_gpupool.core.layouts import MIG, SHARED
+from slurm_gpupool.core.ranges import index_ranges
 
 NAMING_PROFILE = "profile"  # 1g.10gb
 NAMING_MODEL_PROFILE = "model_profile"  # a100_1g.10gb / h100_80gb_hbm3_1g.10gb
@@ -157,19 +158,6 @@ class NodeGres:
         return ",".join(f"{k}:{v}" for k, v in self.counts.items())
 
 
-def _ranges(xs: Sequence[int]) -> str:
-    xs = sorted(set(xs))
-    out, start, prev = [], xs[0], xs[0]
-    for x in xs[1:]:
-        if x == prev + 1:
-            prev = x
-            continue
-        out.append(f"{start}-{prev}" if prev > start else str(start))
-        start = prev = x
-    out.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(out)
-
-
 def socket_cores(node: GresNode, cpus: Sequence[int]) -> str | None:
     """``Cores=`` for a GPU: every core of each socket its CPUs are on.
 
@@ -181,7 +169,7 @@ def socket_cores(node: GresNode, cpus: Sequence[int]) -> str | None:
     total = node.sockets * node.cores_per_socket
     sockets = sorted({(c % total) // node.cores_per_socket for c in cpus})
     cores = [c for s in sockets for c in range(s * node.cores_per_socket, (s + 1) * node.cores_per_socket)]
-    return _ranges(cores)
+    return index_ranges(cores)
 
 
 def largest_nvlink_clique(node: GresNode, members: Sequence[int]) -> int:

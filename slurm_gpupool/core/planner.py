@@ -16,6 +16,7 @@ from functools import lru_cache
 from itertools import combinations
 
 from slurm_gpupool.core.catalog import GpuModel, MigGeometry, MigProfile
+from slurm_gpupool.core.ranges import index_ranges
 from slurm_gpupool.errors import ConfigError, InfeasibleError
 from slurm_gpupool.model import Placement
 
@@ -110,25 +111,13 @@ def _conflict_reason(geo: MigGeometry, profs: Sequence[MigProfile]) -> str:
         if len(used) == geo.memory_slots:
             where = f"all {geo.memory_slots} memory slices"
         else:
-            where = f"memory slices {_ranges(used)}"
+            where = f"memory slices {index_ranges(used)}"
         return f"{what} {verb} {where}; no slot is left for {nxt.name} (it can only start at {starts})"
     return "no arrangement of these instances fits the memory-slice placements"
 
 
 def _count_word(n: int) -> str:
     return {1: "one", 2: "two", 3: "three", 4: "four"}.get(n, str(n))
-
-
-def _ranges(xs: Sequence[int]) -> str:
-    out, run = [], [xs[0]]
-    for x in xs[1:]:
-        if x == run[-1] + 1:
-            run.append(x)
-        else:
-            out.append(run)
-            run = [x]
-    out.append(run)
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in out)
 
 
 def format_counts(counts: Mapping[str, int]) -> str:

@@ -351,7 +351,7 @@ def test_mig_parted_errors_point_into_its_file(tmp_path: Path):
         yaml.safe_dump(
             {
                 "version": "v1",
-                "mig-configs": {"bad": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1c.3g.20gb": 2}}]},
+                "mig-configs": {"bad": [{"devices": "all", "mig-enabled": True, "device-filter": "20B010DE"}]},
             }
         )
     )
@@ -359,4 +359,4 @@ def test_mig_parted_errors_point_into_its_file(tmp_path: Path):
     cfg["mig_parted"] = {"file": "mp.yaml", "nodesets": ["dgx"]}
     res = run_check(tmp_path, cfg)
     assert res.returncode == 78
-    assert f"{tmp_path / 'mp.yaml'}: mig-configs.bad[0].mig-devices" in res.stderr and "sub-profiles" in res.stderr
+    assert f"{tmp_path / 'mp.yaml'}: mig-configs.bad[0]" in res.stderr and "mig-devices" in res.stderr

@@ -1,0 +1,211 @@
+"""mig-parted configs import as NVIDIA wrote them, with mig-parted's semantics (#14).
+
+NVIDIA's own files (../shared/reference/nvidia-mig-configs, unchanged) are judged
+against every machine in etc/machines; the rules mig-parted applies (api/spec/v1,
+pkg/types, cmd/nvidia-mig-parted/apply) are checked one by one on small documents.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.core.layouts import GpuTarget
+from slurm_gpupool.errors import ConfigError
+from slurm_gpupool.migparted import meaning, meanings, parse_mig_parted
+from slurm_gpupool.validate import Where
+
+TOP = Path(__file__).resolve().parents[2]
+NVIDIA = TOP.parent / "shared" / "reference" / "nvidia-mig-configs"
+MACHINES = sorted(p.stem for p in (TOP / "etc" / "machines").glob("*.yaml"))
+OPERATOR = NVIDIA / "gpu-operator" / "assets_state-mig-manager_0400_configmap.yaml"
+DEFAULT = NVIDIA / "mig-parted" / "deployments_systemd_config-default.yaml"
+
+
+def nodesets() -> dict:
+    raw = {
+        "version": 1,
+        "nodesets": {m: {"nodes": f"n{k}", "machine": m} for k, m in enumerate(MACHINES)},
+        "layouts": {"whole": {m: {"all": "whole"} for m in MACHINES}},
+    }
+    return parse_config(raw, str(TOP / "etc" / "gpupool.yaml")).nodesets
+
+
+def judged(path: Path) -> dict[tuple[str, str], object]:
+    return {(m.config, m.nodeset): m for m in meanings(path, nodesets())}
+
+
+needs_nvidia = pytest.mark.skipif(not OPERATOR.exists(), reason=f"NVIDIA's files not found at {NVIDIA}")
+
+
+@needs_nvidia
+@pytest.mark.parametrize("path", [OPERATOR, DEFAULT], ids=["gpu-operator-configmap", "mig-parted-config-default"])
+def test_nvidias_default_configs_import_unchanged_and_each_machine_gets_its_own(path: Path):
+    found = judged(path)
+    fits = {nodeset: {c for (c, n), m in found.items() if n == nodeset and m.targets} for nodeset in MACHINES}
+    # each MIG machine gets exactly the configs NVIDIA wrote for its GPU
+    assert fits["hgx-h100"] == {
+        "all-disabled",
+        "all-1g.10gb",
+        "all-1g.10gb.me",
+        "all-1g.20gb",
+        "all-2g.20gb",
+        "all-3g.40gb",
+        "all-4g.40gb",
+        "all-7g.80gb",
+        "all-balanced",
+    }
+    assert {"all-1g.5gb", "all-2g.10gb", "all-3g.20gb", "all-7g.40gb", "all-balanced"} <= fits["dgx-a100"]
+    assert {"all-1g.6gb", "all-2g.12gb.me", "all-4g.24gb", "all-balanced"} <= fits["pcie-a30"]
+    assert {"all-1g.12gb", "all-7g.94gb", "all-balanced"} <= fits["h100-nvl-pair"]
+    assert found[("all-balanced", "hgx-h100")].targets[0][1] == GpuTarget.mig_counts(
+        {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    )
+    # V100s are not MIG-capable: `devices: all` skips them (they stay whole), filtered entries miss them
+    assert all(t == GpuTarget.whole() for _, t in found[("all-1g.5gb", "dgx1-v100")].targets)
+    assert not found[("all-1g.10gb", "dgx1-v100")].applies
+    # what mig-parted would refuse on this hardware is refused, with its reason
+    why = found[("all-1g.5gb", "hgx-h100")].why
+    assert "has no MIG profile 1g.5gb" in why
+    assert "has no MIG profile 1g.24gb+me.all" in found[("all-1g.24gb.me.all", "dgx-a100")].why
+
+
+@needs_nvidia
+def test_every_nvidia_example_file_parses():
+    for path in sorted((NVIDIA / "mig-parted").glob("*.yaml")):
+        assert judged(path), path  # a file of Kubernetes manifests included
+
+
+def doc(*entries: dict) -> dict:
+    return {"version": "v1", "mig-configs": {"c": list(entries)}}
+
+
+def judge(*entries: dict, machine: str = "dgx-a100"):
+    specs = parse_mig_parted(doc(*entries), Where("t.yaml"))["c"]
+    return meaning("c", specs, nodesets()[machine])
+
+
+A100 = "0x20B010DE"  # A100-SXM4-40GB
+
+
+def test_media_extension_attributes_are_gpu_instance_profiles():
+    assert judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb+me": 1}}).targets
+    refused = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb+me.all": 1}})
+    assert "has no MIG profile 1g.24gb+me.all" in refused.why  # not "a compute-instance sub-profile"
+    ci = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1c.3g.20gb": 2}})
+    assert ci.targets is None and "compute-instance sub-profile" in ci.why
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ({"devices": "all", "mig-enabled": True}, "missing required field 'mig-devices'"),
+        ({"mig-enabled": False}, "missing required field: devices"),
+        (
+            {"devices": "all", "mig-enabled": False, "mig-devices": {"1g.5gb": 1}},
+            "included when 'mig-enabled' is false",
+        ),
+        ({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": -1}}, "whole number >= 0"),
+        ({"devices": "all", "mig-enabled": True, "mig-devices": {"1x.5gb": 1}}, "not a MIG profile name"),
+        ({"devices": "some", "mig-enabled": False}, "expected all or a list"),
+        ({"devices": "all", "mig-enabled": False, "device-filter": "20B010DE"}, "not a PCI device id"),
+    ],
+)
+def test_what_mig_parted_refuses_to_parse_is_a_config_error_naming_the_place(entry: dict, needle: str):
+    with pytest.raises(ConfigError) as e:
+        parse_mig_parted(doc(entry), Where("t.yaml"))
+    assert needle in str(e.value) and "mig-configs.c[0]" in str(e.value)
+
+
+def test_all_zero_counts_are_refused_empty_counts_are_mig_with_nothing():
+    zero = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 0}})
+    assert zero.targets is None and "all counts are 0" in zero.why
+    empty = judge({"devices": "all", "mig-enabled": True, "mig-devices": {}})
+    assert empty.targets is None and "no instances" in empty.why
+
+
+def test_device_filters_check_the_vendor_and_a_subsystem_filter_needs_the_subsystem():
+    assert judge({"devices": "all", "mig-enabled": False, "device-filter": A100}).targets
+    assert not judge({"devices": "all", "mig-enabled": False, "device-filter": "0x20B01234"}).applies
+    sub = judge({"devices": "all", "mig-enabled": False, "device-filter": [A100 + ":0x145F10DE"]})
+    assert not sub.applies  # a machine description does not know the subsystem id
+
+
+def test_entries_that_select_one_gpu_again_are_applied_in_order():
+    m = judge(
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}},
+        {"devices": [4, 5, 6, 7], "mig-enabled": False},
+    )
+    assert [t for _, t in m.targets] == [GpuTarget.mig_counts({"1g.5gb": 7})] * 4 + [GpuTarget.whole()] * 4
+    part = judge({"devices": [0, 1], "mig-enabled": False})
+    assert part.targets is None and "no entry selects GPUs 2-7" in part.why
+
+
+def test_not_mig_capable_gpus_are_skipped_by_devices_all_and_refused_by_index():
+    skipped = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}, machine="dgx1-v100")
+    assert all(t == GpuTarget.whole() for _, t in skipped.targets)
+    refused = judge({"devices": [0], "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}, machine="dgx1-v100")
+    assert refused.targets is None and "not MIG-capable" in refused.why
+
+
+def test_a_config_that_does_not_fit_one_node_set_still_serves_another(tmp_path: Path):
+    """mig-parted validates only the config selected for a node: a config for A100s is not
+    an error in a pool that also has H100s."""
+    (tmp_path / "mp.yaml").write_text(
+        yaml.safe_dump(doc({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}))
+    )
+    raw = {
+        "version": 1,
+        "nodesets": {"dgx": {"nodes": "a1", "machine": "dgx-a100"}, "hopper": {"nodes": "h1", "machine": "hgx-h100"}},
+        "layouts": {"whole": {"dgx": {"all": "whole"}, "hopper": {"all": "whole"}}},
+        "mig_parted": {"file": "mp.yaml"},
+    }
+    cfg = parse_config(raw, str(tmp_path / "pool.yaml"), tmp_path)
+    assert cfg.covers("c", "a1") and not cfg.covers("c", "h1")
+
+
+def test_the_import_command_shows_each_config_per_node_set_and_writes_layouts(tmp_path: Path):
+    (tmp_path / "mp.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "version": "v1",
+                "mig-configs": {
+                    "c": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
+                    "sub": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1c.3g.20gb": 2}}],
+                },
+            }
+        )
+    )
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "nodesets": {"dgx": {"nodes": "a1", "machine": "dgx-a100"}},
+                "layouts": {"whole": {"dgx": {"all": "whole"}}},
+            }
+        )
+    )
+
+    def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "slurm_gpupool.cli.main", "--config", str(pool), "layout", "import-mig-parted"]
+        return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=60)
+
+    text = gpupool(str(tmp_path / "mp.yaml"))
+    assert text.returncode == 0 and "GPU 0-7: mig {1g.5gb: 7}" in text.stdout, text.stderr
+    assert "compute-instance sub-profile" in text.stdout
+    rows = json.loads(gpupool(str(tmp_path / "mp.yaml"), "--json").stdout)
+    assert {r["config"]: r["layout"] is not None for r in rows} == {"c": True, "sub": False}
+    layouts = yaml.safe_load(gpupool(str(tmp_path / "mp.yaml"), "--yaml").stdout)["layouts"]
+    assert layouts["c"]["dgx"]["0"] == {"mig": {"1g.5gb": 7}}
+    assert gpupool(str(tmp_path / "mp.yaml"), "--select", "nosuch").returncode == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n")
+    refused = gpupool(str(bad))
+    assert refused.returncode == 78 and "mig-configs.c[0]" in refused.stderr
