@@ -295,7 +295,12 @@ class Container:
         inside = inside or host
         script = "\n".join(self._bind_lines(host, inside, ro))
         if _is_mounted(pid, inside):
-            return
+            if _same_dir(host, Path(f"/proc/{pid}/root{inside}")):
+                return
+            # a stale mount: the checkout was deleted and made again at the same path since the
+            # container started (commands inside would find no working directory)
+            target = shlex.quote(f"{self.paths.merged}{inside}")
+            script = f"umount -l {target}\n{script}"
         _check(["nsenter", "-t", str(pid), "-m", "/bin/sh", "-ec", script], f"bind {host} into the container")
 
     def sync_package(self, pkg: PackageMount) -> None:
@@ -381,6 +386,16 @@ def _is_mounted(pid: int, inside: Path) -> bool:
     except OSError:
         return False
     return any(line.split()[4] == str(inside) for line in text.splitlines() if len(line.split()) > 4)
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    """Whether two paths are the same directory (device and inode), e.g. a host checkout and
+    what the container sees at its mount point (a deleted directory is no longer the same)."""
+    try:
+        sa, sb = a.stat(), b.stat()
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _inside_dir_exists(pid: int, path: str) -> bool:

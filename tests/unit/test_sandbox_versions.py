@@ -178,3 +178,27 @@ def test_a_containers_daemons_are_not_the_hosts_even_with_the_same_root_path(tmp
         for p in (ours, theirs):
             p.kill()
             p.wait()
+
+
+def test_a_checkout_made_again_at_the_same_path_is_not_the_mounted_one(tmp_path):
+    """A container started for a checkout kept its mount after the checkout was deleted and
+    cloned again at the same path: commands inside found no working directory (CI on a
+    re-cloned tree).  The mount is compared by device and inode, and made again."""
+    from slurm_gpupool.sandbox.container import _same_dir
+
+    checkout = tmp_path / "ci"
+    checkout.mkdir()
+    seen = tmp_path / "seen"
+    os.symlink(checkout, seen)  # what the container sees at its mount point
+    assert _same_dir(checkout, seen)
+    checkout.rmdir()
+    checkout.mkdir()
+    assert _same_dir(checkout, seen)  # through a name: the new one (a bind mount keeps the old)
+    held = os.open(checkout, os.O_RDONLY)  # the old directory, as a bind mount holds it
+    try:
+        checkout.rmdir()
+        checkout.mkdir()
+        assert not _same_dir(checkout, Path(f"/proc/self/fd/{held}"))
+    finally:
+        os.close(held)
+    assert not _same_dir(checkout, tmp_path / "missing")
