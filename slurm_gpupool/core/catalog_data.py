@@ -71,6 +71,29 @@ def _a100_family(names: tuple[str, ...], mem: tuple[int, ...]) -> list[tuple[Any
     ]
 
 
+def _seven_slice(profiles: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The MIG geometry of 7-compute-slice, 8-memory-slot boards (A100, H100, H200)."""
+    return {"memory_slots": 8, "compute_slices": 7, "max_mig_devices": 7, "profiles": profiles}
+
+
+A100_40GB = _a100_family(
+    ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+    (4864, 9856, 9856, 19968, 19968, 40192),
+)
+A100_80GB = _a100_family(
+    ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+    # 1g.20gb memory is unverified (~19.50 GiB)
+    (9728, 19968, 19968, 40192, 40192, 80896),
+)
+# `nvidia-smi mig -lgip` on an 8-GPU H200 (NVIDIA/mig-parted issue #120): IDs, SMs
+# (16/26/32/60/64/132), engines and max counts as H100; GiB 16.00/32.25/69.50/139.75 (MiB from
+# the GiB column, which is truncated to 1/100 GiB); placements unverified
+H200_141GB = _h100_family(
+    ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+    (16384, 33024, 33024, 71168, 71168, 143104),
+)
+
+
 # Keys are the catalog model names used in machine descriptions and the pool config.
 MODELS: dict[str, dict[str, Any]] = {
     "A100-SXM4-40GB": {
@@ -82,15 +105,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "nvlinks": 12,
         "temp_slowdown_c": 90,
         "temp_shutdown_c": 92,
-        "mig": {
-            "memory_slots": 8,
-            "compute_slices": 7,
-            "max_mig_devices": 7,
-            "profiles": _a100_family(
-                ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
-                (4864, 9856, 9856, 19968, 19968, 40192),
-            ),
-        },
+        "mig": _seven_slice(A100_40GB),
     },
     "A100-SXM4-80GB": {
         "nvml_name": "NVIDIA A100-SXM4-80GB",
@@ -101,16 +116,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "nvlinks": 12,
         "temp_slowdown_c": 90,
         "temp_shutdown_c": 92,
-        "mig": {
-            "memory_slots": 8,
-            "compute_slices": 7,
-            "max_mig_devices": 7,
-            "profiles": _a100_family(
-                ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-                # 1g.20gb memory is unverified (~19.50 GiB)
-                (9728, 19968, 19968, 40192, 40192, 80896),
-            ),
-        },
+        "mig": _seven_slice(A100_80GB),
     },
     "A30": {
         "nvml_name": "NVIDIA A30",
@@ -182,16 +188,67 @@ MODELS: dict[str, dict[str, Any]] = {
         "nvlinks": 18,
         "temp_slowdown_c": 87,
         "temp_shutdown_c": 92,
-        "mig": {
-            "memory_slots": 8,
-            "compute_slices": 7,
-            "max_mig_devices": 7,
-            # memory sizes and 1g.35gb SM count are unverified (names are verified)
-            "profiles": _h100_family(
-                ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
-                (16896, 34048, 34048, 69888, 69888, 143360),
-            ),
-        },
+        "mig": _seven_slice(H200_141GB),
+    },
+    # PCIe and NVL boards of the families above: NVML names and PCI ids from NVIDIA's driver
+    # README "Compatible GPUs" table (docs/research/gpu-catalog-sources.md §1).
+    "A100-PCIE-40GB": {
+        "nvml_name": "NVIDIA A100-PCIE-40GB",
+        "pci_device_id": 0x20F1,
+        "architecture": "ampere",
+        "memory_mib": 40960,  # nvidia-smi on a real card
+        "nvlink_version": 4,
+        "nvlinks": 12,  # through NVLink bridges
+        "temp_slowdown_c": 90,  # unverified: as the SXM4 board
+        "temp_shutdown_c": 92,
+        # the MIG user guide's A100-40GB table covers "A100-PCIE 40GB"; a real card shows 1g.5gb at
+        # 4.75 GiB; the other columns as SXM4 (unverified for PCIe)
+        "mig": _seven_slice(A100_40GB),
+    },
+    "A100-PCIE-80GB": {
+        "nvml_name": "NVIDIA A100 80GB PCIe",
+        "pci_device_id": 0x20B5,
+        "architecture": "ampere",
+        "memory_mib": 81920,
+        "nvlink_version": 4,
+        "nvlinks": 12,
+        "temp_slowdown_c": 90,  # unverified
+        "temp_shutdown_c": 92,
+        "mig": _seven_slice(A100_80GB),  # A100 80GB transcripts (form factor not stated)
+    },
+    "H100-PCIE": {
+        "nvml_name": "NVIDIA H100 PCIe",
+        "pci_device_id": 0x2331,
+        "architecture": "hopper",
+        "memory_mib": 81559,
+        "nvlink_version": 6,
+        "nvlinks": 12,  # through NVLink bridges (unverified)
+        "temp_slowdown_c": 87,  # unverified
+        "temp_shutdown_c": 92,
+        # `nvidia-smi mig -lgip` on an H100 PCIe (driver 570): the H100 SXM table with fewer SMs
+        "mig": _seven_slice(
+            [
+                ("1g.10gb", 0, 19, 1, 1, 9984, 7, 14, 1, 1, 1, 0, ALL7),
+                ("1g.10gb+me", 7, 20, 1, 1, 9984, 1, 14, 1, 1, 1, 1, ALL7),
+                ("1g.20gb", 9, 15, 1, 2, 20096, 4, 14, 1, 1, 1, 0, QUARTERS),
+                ("2g.20gb", 1, 14, 2, 2, 20096, 3, 30, 2, 2, 2, 0, (0, 2, 4)),
+                ("3g.40gb", 2, 9, 3, 4, 40448, 2, 46, 3, 3, 3, 0, HALVES),
+                ("4g.40gb", 3, 5, 4, 4, 40448, 1, 62, 4, 4, 4, 0, (0,)),
+                ("7g.80gb", 4, 0, 7, 8, 81152, 1, 114, 8, 7, 7, 1, (0,)),
+            ]
+        ),
+    },
+    "H200-NVL": {
+        "nvml_name": "NVIDIA H200 NVL",
+        "pci_device_id": 0x233B,
+        "architecture": "hopper",
+        "memory_mib": 143771,  # nvidia-smi on a real card
+        "nvlink_version": 6,
+        "nvlinks": 18,  # unverified
+        "temp_slowdown_c": 87,  # unverified
+        "temp_shutdown_c": 92,
+        # NVIDIA's vGPU docs give the H200's names and max counts; the rest is unverified for NVL
+        "mig": _seven_slice(H200_141GB),
     },
     "V100-SXM2-32GB": {
         "nvml_name": "Tesla V100-SXM2-32GB",

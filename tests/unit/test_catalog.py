@@ -9,7 +9,18 @@ from slurm_gpupool.core import catalog
 from slurm_gpupool.core.devices import ci_cap_minor, gi_cap_minor, mig_device_files, mig_minors_table
 from slurm_gpupool.errors import ConfigError
 
-REQUIRED = {"A100-SXM4-40GB", "A100-SXM4-80GB", "A30", "H100-SXM5-80GB", "H100-NVL", "H200"}
+REQUIRED = {
+    "A100-SXM4-40GB",
+    "A100-SXM4-80GB",
+    "A100-PCIE-40GB",
+    "A100-PCIE-80GB",
+    "A30",
+    "H100-SXM5-80GB",
+    "H100-PCIE",
+    "H100-NVL",
+    "H200",
+    "H200-NVL",
+}
 
 
 def test_required_models_present():
@@ -82,3 +93,45 @@ def test_cap_minor_formula_matches_real_files():
         "/dev/nvidia-caps/nvidia-cap66",
         "/dev/nvidia-caps/nvidia-cap67",
     )
+
+
+def test_h200_matches_its_lgip_transcript():
+    """`nvidia-smi mig -lgip` on an H200 (NVIDIA/mig-parted issue #120): GiB 16.00, 32.25,
+    69.50, 139.75; the catalog had 16896/34048/69888/143360 MiB from no source."""
+    geo = catalog.get_model("H200").mig
+    assert geo is not None
+    got = {p.name: (p.profile_id, round(p.memory_mib / 1024, 2), p.max_count, p.sm_count) for p in geo.profiles}
+    assert got == {
+        "1g.18gb": (19, 16.0, 7, 16),
+        "1g.18gb+me": (20, 16.0, 1, 16),
+        "1g.35gb": (15, 32.25, 4, 26),
+        "2g.35gb": (14, 32.25, 3, 32),
+        "3g.71gb": (9, 69.5, 2, 60),
+        "4g.71gb": (5, 69.5, 1, 64),
+        "7g.141gb": (0, 139.75, 1, 132),
+    }
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "device_id", "key"),
+    [
+        ("NVIDIA A100-PCIE-40GB", 0x20F1, "A100-PCIE-40GB"),
+        ("NVIDIA A100 80GB PCIe", 0x20B5, "A100-PCIE-80GB"),
+        ("NVIDIA H100 PCIe", 0x2331, "H100-PCIE"),
+        ("NVIDIA H200 NVL", 0x233B, "H200-NVL"),
+    ],
+)
+def test_pcie_and_nvl_boards_are_known_by_name_and_pci_id(nvml_name: str, device_id: int, key: str):
+    assert catalog.get_model(nvml_name).key == key  # `gpupool layout profiles "NVIDIA A100-PCIE-40GB"`
+    assert catalog.model_by_pci_device_id(device_id).key == key  # type: ignore[union-attr]
+    geo = catalog.get_model(key).mig
+    assert geo is not None and geo.memory_slots == 8 and geo.compute_slices == 7
+
+
+def test_h100_pcie_has_the_sxm_table_with_its_own_sm_counts():
+    pcie, sxm = catalog.get_model("H100-PCIE").mig, catalog.get_model("H100-SXM5-80GB").mig
+    assert pcie is not None and sxm is not None
+    assert [(p.name, p.profile_id, p.placement_starts) for p in pcie.profiles] == [
+        (p.name, p.profile_id, p.placement_starts) for p in sxm.profiles
+    ]
+    assert [p.sm_count for p in pcie.profiles] == [14, 14, 14, 30, 46, 62, 114]
