@@ -12,7 +12,8 @@ import unchanged, with mig-parted's semantics (its ``api/spec/v1``, ``pkg/types`
   set (:func:`meaning`): entries select a GPU by ``devices`` and ``device-filter``
   (vendor checked; ``0xDDDDVVVV:0xSSSSVVVV`` also needs the subsystem, which a machine
   description does not know, so it selects none of its GPUs); several entries may select
-  one GPU and are applied in order (the last one sets it); ``devices: all`` and
+  one GPU and are applied in order (the last one sets it; entries that disagree on
+  ``mig-enabled`` make mig-parted fail, so the config is refused); ``devices: all`` and
   ``mig-enabled: false`` skip a GPU that is not MIG-capable.  A config that fits becomes
   a layout for that node set; one that does not is left out, with mig-parted's reason
   (``gpupool layout import-mig-parted`` shows them).
@@ -178,7 +179,7 @@ def load_mig_parted(path: Path) -> tuple[dict[str, tuple[Spec, ...]], Where]:
     found = []
     for k, doc in enumerate(docs):
         data = doc.get("data") if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" else None
-        for key, text in (data or {}).items():
+        for key, text in (data if isinstance(data, dict) else {}).items():
             if isinstance(text, str) and "mig-configs" in text:
                 found.append((k, str(key), text))
     if len(found) != 1:
@@ -206,21 +207,21 @@ def _target(spec: Spec, model: GpuModel) -> GpuTarget | str:
         return GpuTarget.whole()
     if spec.counts and not any(n for _, n in spec.counts):
         return f"entry {spec.index}: all counts are 0 (mig-parted refuses it)"
-    counts = {name: n for name, n in spec.counts if n}
-    if not counts:
+    written = [(name, n) for name, n in spec.counts if n]
+    if not written:
         return f"entry {spec.index}: MIG enabled with no instances: Slurm would see no GPU there"
-    for name in counts:
+    counts: dict[str, int] = {}
+    for name, n in written:
         m = _PROFILE.fullmatch(name)
         assert m is not None
         if m[1] is not None and m[1] != m[2]:
             return (
                 f"entry {spec.index}: {name} is a compute-instance sub-profile; gpupool layouts use whole GPU instances"
             )
-        full = name.split(".", 1)[1] if m[1] is not None else name
+        full = name.split(".", 1)[1] if m[1] is not None else name  # 7c.7g.40gb is 7g.40gb
         if model.mig is None or model.mig.by_name(full) is None:
             return f"entry {spec.index}: {model.key} has no MIG profile {name}"
-        if full != name:
-            counts[full] = counts.pop(name)
+        counts[full] = counts.get(full, 0) + n
     try:
         plan_gpu(model, counts)
     except InfeasibleError as e:
@@ -243,6 +244,12 @@ def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
                     continue
                 why = f"entry {spec.index} sets MIG on GPU {index} ({model.key}), which is not MIG-capable"
                 return Meaning(config, ns.name, None, why)
+            earlier = chosen.get(index)
+            if earlier is not None and earlier.enabled != spec.enabled:
+                # mig-parted sets the GPU's MIG mode from the last entry, then fails applying the
+                # other one ("unable to apply MIG config with MIG mode disabled")
+                why = f"entries {earlier.index} and {spec.index} disagree on mig-enabled for GPU {index}"
+                return Meaning(config, ns.name, None, why + " (mig-parted fails applying it)")
             chosen[index] = spec
     if not chosen:
         return Meaning(config, ns.name, None, "no entry selects its GPUs (devices, device-filter)", applies=False)

@@ -226,8 +226,7 @@ class Repartitioner:
             steps.append(f"scontrol delete ReservationName={resv}")
             others = unswitched_to_restart(self.cluster.nodes(), changing) if self.s.restart_unswitched else []
             steps += [
-                " ".join(c) + "  # not switched, for the new slurm.conf"
-                for c in self.restarter.commands(others, controller=False)
+                " ".join(c) + "  # not switched, for the new slurm.conf" for c in self.restarter.slurmd_commands(others)
             ]
         return {"target": plan.target, "reservation": resv, "nodes": nodes, "steps": steps}
 
@@ -342,7 +341,7 @@ class Repartitioner:
         run = self.journal.unfinished()
         redo = redo_first(run.get("steps", [])) if run else None
         if redo == "others":
-            self._restart_unswitched(None)
+            self._restart_unswitched(None, recovering=True)
             return
         if run is None or redo != "restart":
             return
@@ -674,6 +673,7 @@ class Repartitioner:
                 restart = sorted(set(pending) | set(self._restart_extra))
                 restarted = sorted(set(run.get("restarted_nodes", [])) | set(restart))  # over the run's waves
                 j.cluster_step(jr.GRES_INSTALLED, restart_nodes=restart, restarted_nodes=restarted, expected=expected)
+                j.clear_steps(jr.OTHERS_RESTARTING, jr.OTHERS_RESTARTED)  # a new wave: the others again
                 self.progress(f"installed GRES; restarting slurmctld and slurmd on {hostlist(restart)}")
             if not j.has(jr.RESTARTED):
                 j.cluster_step(jr.RESTARTING)
@@ -835,7 +835,7 @@ class Repartitioner:
             jr.FINISHED, finished_at=jr.now_iso(), outcomes={n: v["outcome"] for n, v in report.nodes.items()}
         )
 
-    def _restart_unswitched(self, report: RunReport | None) -> None:
+    def _restart_unswitched(self, report: RunReport | None, recovering: bool = False) -> None:
         """Restart slurmd (not slurmctld) on the answering nodes this run did not restart, so
         every slurmd reads the slurm.conf slurmctld has (else slurmctld logs "appears to have a
         different slurm.conf" at each of their registrations).  Running jobs are untouched; a
@@ -844,7 +844,9 @@ class Repartitioner:
         j = self.journal
         run = j.run
         assert run is not None
-        if not self.s.restart_unswitched or not run.get("restarted_nodes") or j.has(jr.OTHERS_RESTARTED):
+        if not run.get("restarted_nodes") or j.has(jr.OTHERS_RESTARTED):
+            return
+        if not self.s.restart_unswitched and not recovering:  # (a killed run's stopped slurmds: start them)
             return
         if not j.has(jr.OTHERS_RESTARTING):
             try:
@@ -858,7 +860,7 @@ class Repartitioner:
         others = run.get("others", [])
         if others:
             self.progress(f"restarting slurmd on {hostlist(others)} (not switched; their jobs run on): new slurm.conf")
-            failed = self.restarter.restart(others, controller=False)
+            failed = self.restarter.restart_slurmds(others)
             if failed is not None:
                 why = (
                     f"slurmd restart on {hostlist(others)} failed ({failed.why()}); slurmctld warns of a"

@@ -71,6 +71,27 @@ class Restarter:
         ctld = [list(self.settings.restart_slurmctld)] if controller else []
         return [*each(self.settings.stop_slurmd), *ctld, *each(self.settings.start_slurmd)]
 
+    def slurmd_commands(self, nodes: Sequence[str]) -> list[list[str]]:
+        """Without slurmctld nothing orders the batches: each is stopped and started at once,
+        so only ``restart_batch`` slurmds are ever down together."""
+        out = []
+        for hl in (hostlist(g) for g in batches(sorted(nodes), self.settings.restart_batch)):
+            for template in (self.settings.stop_slurmd, self.settings.start_slurmd):
+                out.append([a.replace("{nodes}", hl) for a in template])
+        return out
+
+    def restart_slurmds(self, nodes: Sequence[str]) -> CommandResult | None:
+        """Restart slurmd only, batch by batch; a batch's start runs even when its stop failed
+        (a stop that failed on one node may have stopped the others).  The first failure is
+        returned (None: all succeeded)."""
+        failed = None
+        for k, argv in enumerate(self.slurmd_commands(nodes)):
+            r = self.run(argv, float(self.settings.command_timeout_s))
+            self.done.append(r)
+            failed = failed or (None if r.ok else r)
+            kill_point(f"others:{k}")
+        return failed
+
     def restart(self, nodes: Sequence[str], controller: bool = True) -> CommandResult | None:
         """Run every command; the first that fails is returned (None: all succeeded)."""
         for k, argv in enumerate(self.commands(nodes, controller)):

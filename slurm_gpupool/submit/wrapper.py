@@ -172,6 +172,7 @@ def _hand_down_gres(argv: list[str], script: str | None) -> None:
     types on Slurm releases whose jobs do not see their request (22.05)."""
     from slurm_gpupool.core.sbatch_args import ArgError, parse, parse_directives
 
+    os.environ.pop(GRES_ENV, None)  # not one inherited from the job this is submitted from
     try:
         sources = [parse(argv)] + ([parse(parse_directives(script))] if script else [])
     except ArgError:
@@ -180,7 +181,7 @@ def _hand_down_gres(argv: list[str], script: str | None) -> None:
         gres = args.value("gres")
         per_node = args.value("gpus-per-node")
         if gres or per_node:
-            os.environ[GRES_ENV] = gres or f"gpu:{per_node}"
+            os.environ[GRES_ENV] = gres or ",".join(f"gpu:{x}" for x in (per_node or "").split(","))
             return
 
 

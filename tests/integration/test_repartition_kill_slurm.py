@@ -6,6 +6,8 @@ running: the next run finishes the switch and no job is lost.  A module of its o
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from .repartition_support import assert_converged, nodes_info, repartition, wait_jobs_done
@@ -53,7 +55,10 @@ def test_killed_at_each_step_the_next_run_converges(night):
             again = repartition(night, "--to", target, "--nodes", ",".join(nodes), "--json")
             assert again.returncode == 0, (step, again.stdout, again.stderr)
             assert_converged(night, {**rest, **{n: target for n in nodes}})
-            assert all(i.responding for i in nodes_info(night).values()), step
+            deadline = time.monotonic() + 60  # slurmds restarted last register within seconds
+            while not all(i.responding for i in nodes_info(night).values()):
+                assert time.monotonic() < deadline, (step, nodes_info(night))
+                time.sleep(1)
             state = night.run(["squeue", "-h", "-j", long, "-o", "%T"]).stdout.strip()
             assert state == "RUNNING", (step, state)
         assert set(wait_jobs_done(night, shorts, timeout=120).values()) == {"COMPLETED"}

@@ -217,9 +217,13 @@ class FakeRestarter:
     def commands(self, nodes: Any, controller: bool = True) -> list[list[str]]:
         return [["restart", *sorted(nodes)]]
 
+    def slurmd_commands(self, nodes: Any) -> list[list[str]]:
+        return [["restart-slurmd", *sorted(nodes)]]
+
+    def restart_slurmds(self, nodes: Any) -> CommandResult | None:
+        return self._slurmds(sorted(nodes))
+
     def restart(self, nodes: Any, controller: bool = True) -> CommandResult | None:
-        if not controller:
-            return self._slurmds(sorted(nodes))
         self.restarts.append(sorted(nodes))
         if self.slurm.kill_at == "restart":
             self.slurm.ctld_up = False  # killed halfway: slurmctld stopped, not started again

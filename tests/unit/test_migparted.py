@@ -100,6 +100,11 @@ def test_media_extension_attributes_are_gpu_instance_profiles():
     assert "has no MIG profile 1g.24gb+me.all" in refused.why  # not "a compute-instance sub-profile"
     ci = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1c.3g.20gb": 2}})
     assert ci.targets is None and "compute-instance sub-profile" in ci.why
+    # a full-size compute instance written out is the GPU instance itself
+    full = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"7c.7g.40gb": 1}})
+    assert full.targets and full.targets[0][1] == GpuTarget.mig_counts({"7g.40gb": 1})
+    both = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1c.1g.5gb": 3, "1g.5gb": 4}})
+    assert both.targets and both.targets[0][1] == GpuTarget.mig_counts({"1g.5gb": 7})
 
 
 @pytest.mark.parametrize(
@@ -140,9 +145,17 @@ def test_device_filters_check_the_vendor_and_a_subsystem_filter_needs_the_subsys
 def test_entries_that_select_one_gpu_again_are_applied_in_order():
     m = judge(
         {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}},
+        {"devices": [4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
+    )
+    assert [t for _, t in m.targets] == [GpuTarget.mig_counts({"1g.5gb": 7})] * 4 + [
+        GpuTarget.mig_counts({"3g.20gb": 2})
+    ] * 4
+    # mig-parted sets MIG mode from the last entry, then fails applying the first: refused
+    mixed = judge(
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}},
         {"devices": [4, 5, 6, 7], "mig-enabled": False},
     )
-    assert [t for _, t in m.targets] == [GpuTarget.mig_counts({"1g.5gb": 7})] * 4 + [GpuTarget.whole()] * 4
+    assert mixed.targets is None and "disagree on mig-enabled for GPU 4" in mixed.why
     part = judge({"devices": [0, 1], "mig-enabled": False})
     assert part.targets is None and "no entry selects GPUs 2-7" in part.why
 
@@ -209,3 +222,13 @@ def test_the_import_command_shows_each_config_per_node_set_and_writes_layouts(tm
     bad.write_text("version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n")
     refused = gpupool(str(bad))
     assert refused.returncode == 78 and "mig-configs.c[0]" in refused.stderr
+
+
+def test_manifests_without_a_readable_configmap_are_a_clear_error(tmp_path: Path):
+    from slurm_gpupool.migparted import load_mig_parted
+
+    path = tmp_path / "k8s.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\ndata: [config.yaml]\n---\nkind: DaemonSet\n")
+    with pytest.raises(ConfigError) as e:
+        load_mig_parted(path)
+    assert e.value.exit_code == 78 and "no mig-parted config" in str(e.value)

@@ -134,6 +134,28 @@ def test_restart_order_stop_slurmds_restart_controller_start_slurmds():
     assert failed is not None and failed.why() == "fatal: parse error" and len(calls) == 2  # stops there
 
 
+def test_unswitched_slurmds_restart_batch_by_batch_and_a_failed_stop_is_still_started():
+    """Without slurmctld nothing orders the batches: each is stopped and started at once, and
+    a stop that failed on one node (clush exits non-zero, the others stopped) is followed by
+    its start all the same."""
+    s = RepartitionSettings(restart_batch=2)
+    calls = []
+
+    def stop_fails_once(argv, timeout):
+        calls.append(argv)
+        bad = argv[-2:] == ["stop", "slurmd"] and argv[2] == "n[1-2]"
+        return CommandResult(list(argv), 1 if bad else 0, "n2: ssh: connect refused\n", 0.01)
+
+    failed = Restarter(s, run=stop_fails_once).restart_slurmds(["n3", "n1", "n2"])
+    assert failed is not None and failed.why() == "n2: ssh: connect refused"
+    assert calls == [
+        ["clush", "-w", "n[1-2]", "systemctl", "stop", "slurmd"],
+        ["clush", "-w", "n[1-2]", "systemctl", "start", "slurmd"],
+        ["clush", "-w", "n3", "systemctl", "stop", "slurmd"],
+        ["clush", "-w", "n3", "systemctl", "start", "slurmd"],
+    ]
+
+
 def _raw() -> dict:
     return copy.deepcopy(load_config(EXAMPLE).raw)
 

@@ -352,3 +352,19 @@ def test_killed_between_stopping_and_starting_the_unswitched_slurmds_the_next_ru
     assert report.exit_code == 0 and rp.restarter.restarts == []  # no second slurmctld restart
     assert rp.restarter.slurmd_only == [[n for n in sorted(cfg.all_nodes()) if n != "a30n1"]]
     assert all(slurm.nodes_[n].state == "idle" for n in cfg.all_nodes())
+
+
+def test_slurmds_a_killed_run_stopped_are_started_even_with_the_restart_turned_off(site):
+    from dataclasses import replace
+
+    from slurm_gpupool.ops.repartition import Repartitioner
+
+    cfg, slurm, clock = site
+    slurm.kill_at = "others"
+    with pytest.raises(Killed):
+        repartitioner(site).run("day", ["a30n1"])
+    slurm.kill_at = None
+    off = replace(cfg, repartition=replace(cfg.repartition, restart_unswitched=False))
+    rp = Repartitioner(off, slurm, FakeRestarter(slurm), progress=lambda m: None, poll_s=0.05, clock=clock)
+    assert rp.run("day", ["a30n1"]).exit_code == 0
+    assert all(slurm.nodes_[n].state == "idle" for n in cfg.all_nodes())

@@ -184,3 +184,8 @@ def test_the_gres_request_is_handed_down_to_the_job(site: dict, tmp_path: Path):
     assert wrapper(site, "--gres=gpu:a100:2", str(script)).returncode == 0  # the command line wins
     assert given(site)["gres_env"] == "gpu:a100:2"
     assert wrapper(site, "--wrap", "true").returncode == 0 and given(site)["gres_env"] is None
+    # submitted from inside such a job: its own request, never the inherited one
+    site["env"]["SLURM_GPUPOOL_GRES"] = "gpu:1g.10gb:1"
+    assert wrapper(site, "--exclusive", "--wrap", "true").returncode == 0 and given(site)["gres_env"] is None
+    assert wrapper(site, "--gpus-per-node=a100:1,1g.5gb:2", "--wrap", "true").returncode == 0
+    assert given(site)["gres_env"] == "gpu:a100:1,gpu:1g.5gb:2"
