@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.errors import SlurmUnavailableError, StateError, UsageError
+from slurm_gpupool.errors import BusyError, SlurmUnavailableError, StateError, UsageError
 from slurm_gpupool.sandbox import devices, mariadb, procs
 from slurm_gpupool.sandbox.plan import (
     DEFAULT_BASE_PORT,
@@ -1046,7 +1046,20 @@ class Sandbox:
                 f"sandbox root {root}", "has no sandbox.json: not deleting a directory that is not a sandbox"
             )
         self._progress(f"deleting {root}")
-        shutil.rmtree(root)
+        for attempt in range(5):  # a job step that outlived its slurmd may still write there
+            try:
+                shutil.rmtree(root)
+                return
+            except OSError as e:  # a file that appeared (not empty) or vanished meanwhile
+                if not root.exists():
+                    return
+                if attempt == 4:
+                    raise BusyError(
+                        f"sandbox root {root}",
+                        f"cannot delete it: {e.strerror} ({e.filename})",
+                        hint=f"a process may still use it (fuser -vm {root}); try again",
+                    ) from None
+                time.sleep(1)
 
 
 # ---------------------------------------------------------------- functions

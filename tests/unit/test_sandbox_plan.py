@@ -96,3 +96,36 @@ def test_configs_come_from_gres_install(tmp_path):
     assert derived.paths.for_node("state_dir", "a30n1") == sb.paths.nodes / "a30n1" / "state"
     assert (derived.paths.for_node("state_dir", "a30n1") / "node-state.json").exists()  # initial layout applied
     assert env_lines({"A": "x y"}) == "export A='x y'\n"
+
+
+def test_purge_retries_while_a_leftover_process_writes_and_then_says_so(tmp_path, monkeypatch):
+    """`sandbox down --purge` right after `down` met a directory that a job step outliving its
+    slurmd was still writing to: rmtree failed ("Directory not empty") with a traceback."""
+    import errno
+    import shutil
+
+    from slurm_gpupool.errors import BusyError
+    from slurm_gpupool.sandbox import cluster
+
+    root = tmp_path / "sb"
+    root.mkdir()
+    (root / "sandbox.json").write_text("{}")
+    real = shutil.rmtree
+    failures = [OSError(errno.ENOTEMPTY, "Directory not empty", str(root / "spool"))] * 2
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+
+    def flaky(path, *a, **kw):
+        if failures:
+            raise failures.pop()
+        real(path, *a, **kw)
+
+    monkeypatch.setattr(cluster.shutil, "rmtree", flaky)
+    Sandbox(root, config=default_config_path())._purge()
+    assert not root.exists()
+
+    root.mkdir()
+    (root / "sandbox.json").write_text("{}")
+    failures.extend([OSError(errno.ENOTEMPTY, "Directory not empty", str(root / "spool"))] * 5)
+    with pytest.raises(BusyError) as e:
+        Sandbox(root, config=default_config_path())._purge()
+    assert e.value.exit_code == 75 and "Directory not empty" in str(e.value)
