@@ -232,6 +232,11 @@ def hostlist(nodes: Iterable[str]) -> str:
     return slurm_hostlist(nodes)
 
 
+READ_ATTEMPTS = 3
+# what Slurm's clients print when a connection to slurmctld failed midway (not a refusal)
+TRANSIENT = ("Connection reset by peer", "Socket timed out", "Resource temporarily unavailable")
+
+
 class SlurmCluster:
     """The controller-side Slurm operations, over an injectable command runner."""
 
@@ -241,26 +246,38 @@ class SlurmCluster:
     def _run(self, argv: Sequence[str], what: str, timeout_s: float | None = None) -> Result:
         return self.runner.run(argv, timeout_s=timeout_s).check(what)
 
+    def _read(self, argv: Sequence[str], what: str) -> Result:
+        """A query (sinfo, squeue, scontrol show), asked again when slurmctld dropped the
+        connection: a busy slurmctld (24.11 right after a restart) resets one now and then,
+        and one lost answer must not fail a node's switch."""
+        r = self.runner.run(argv)
+        for attempt in range(1, READ_ATTEMPTS):
+            if r.returncode == 0 or not any(t in r.stderr for t in TRANSIENT):
+                break
+            time.sleep(attempt)
+            r = self.runner.run(argv)
+        return r.check(what)
+
     # -- reading -------------------------------------------------------------------------
 
     def nodes(self) -> dict[str, NodeInfo]:
         """``sinfo --json``."""
-        return parse_sinfo_json(self._run(["sinfo", "--json"], "sinfo --json").stdout)
+        return parse_sinfo_json(self._read(["sinfo", "--json"], "sinfo --json").stdout)
 
     def jobs(self) -> list[JobInfo]:
         """``squeue --json --states=all``: every user's jobs, the finished ones slurmctld still
         remembers included (22.05 lists them anyway, 24.11 only with ``--states=all``)."""
-        return parse_squeue_json(self._run(["squeue", "--json", "--states=all"], "squeue --json").stdout)
+        return parse_squeue_json(self._read(["squeue", "--json", "--states=all"], "squeue --json").stdout)
 
     def reservations(self) -> dict[str, Reservation]:
         """``scontrol -o show reservation``."""
-        return parse_reservations(self._run(["scontrol", "-o", "show", "reservation"], "show reservation").stdout)
+        return parse_reservations(self._read(["scontrol", "-o", "show", "reservation"], "show reservation").stdout)
 
     def partition_max_time_s(self, partition: str | None) -> int | None:
         """The partition's ``MaxTime`` (the default partition if None); None when UNLIMITED."""
         from slurm_gpupool.core.durations import parse_slurm_time_s
 
-        out = self._run(["scontrol", "-o", "show", "partition"], "show partition").stdout
+        out = self._read(["scontrol", "-o", "show", "partition"], "show partition").stdout
         for line in out.splitlines():
             f = parse_one_line(line)
             if (partition and f.get("PartitionName") == partition) or (not partition and f.get("Default") == "YES"):

@@ -22,7 +22,7 @@ from slurm_gpupool.slurm.cluster import (
     parse_sinfo_json,
     parse_squeue_json,
 )
-from slurm_gpupool.slurm.runner import Result
+from slurm_gpupool.slurm.runner import Result, SlurmRunner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 SERIES = ("22.05", "24.11", "26.05")
@@ -210,3 +210,34 @@ def test_a_restart_goes_ahead_after_min_job_age_with_a_warning(monkeypatch):
     stuck = SlurmCluster(Jobs("slurm-wlm 24.11.5\n", [_squeue((7, "CANCELLED", "v100n1", "gres/shard:1"))]))
     assert stuck.await_forgotten_shard_jobs(["v100n1"], said.append, poll_s=0) == [7]
     assert "up to 122 s" in said[0] and said[-1].startswith("warning:")
+
+
+def test_a_query_is_asked_again_when_slurmctld_drops_the_connection(monkeypatch):
+    """CI on 24.11: one `sinfo --json` answered "slurm_load_partitions: Connection reset by
+    peer" mid-switch and the repartitioner failed that node.  Queries retry such drops;
+    a refusal or a real error is reported at once."""
+    from slurm_gpupool.slurm import cluster as mod
+
+    monkeypatch.setattr(mod.time, "sleep", lambda s: None)
+
+    class Flaky(SlurmRunner):
+        def __init__(self, answers: list[Result]) -> None:
+            super().__init__(env={})
+            self.answers, self.calls = answers, 0
+
+        def run(self, argv, timeout_s=None, input_text=None):
+            self.calls += 1
+            return self.answers.pop(0)
+
+    reset = Result(("sinfo",), 1, "", "slurm_load_partitions: Connection reset by peer\n")
+    ok = Result(("sinfo",), 0, recorded("22.05", "sinfo.json"), "")
+    flaky = Flaky([reset, ok])
+    assert "a100n1" in SlurmCluster(flaky).nodes() and flaky.calls == 2
+    always = Flaky([reset] * 3)
+    with pytest.raises(SlurmUnavailableError, match="Connection reset"):
+        SlurmCluster(always).nodes()
+    assert always.calls == 3
+    down = Flaky([Result(("sinfo",), 1, "", "slurm_load_partitions: Unable to contact slurm controller\n")])
+    with pytest.raises(SlurmUnavailableError):
+        SlurmCluster(down).nodes()
+    assert down.calls == 1
