@@ -17,9 +17,9 @@ def layout() -> None:
 
 
 def _ranges(idx: list[int]) -> str:
-    from slurm_gpupool.cli.output import cpu_ranges
+    from slurm_gpupool.core.ranges import index_ranges
 
-    return cpu_ranges(idx)
+    return index_ranges(idx)
 
 
 @layout.command("check")

@@ -227,25 +227,30 @@ def test_untyped_requests_and_shard_jobs_per_release(day):
     holds.  Typed requests never consider time-sliced GPUs on any release."""
     shares_gpus = day.slurm_version >= (24, 11, 0)
     with day.submit_rules(untyped_gpus="leave"):
-        shard = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "sleep 60")
-        try:
-            wait_running(day, [shard])
-            whole = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "sleep 60")
-            time.sleep(3)
-            assert squeue_state(day, whole) == ("RUNNING" if shares_gpus else "PENDING")
-            day.run(["scancel", whole])
+        expected = "RUNNING" if shares_gpus else "PENDING"
+
+        def typed_step_avoids_the_shared_gpus() -> None:  # while the shard job runs
             assert job_gpus(day, "v100n1", "gpu:v100:4") == [4, 5, 6, 7]
-        finally:
-            day.run(["scancel", shard], check=False)
-        big = sbatch(day, "-w", "v100n1", "--gres=gpu:8", "--wrap", "sleep 60")
-        try:
-            wait_running(day, [big])
-            late = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "sleep 60")
-            time.sleep(3)
-            assert squeue_state(day, late) == ("RUNNING" if shares_gpus else "PENDING")
-            day.run(["scancel", late])
-        finally:
-            day.run(["scancel", big], check=False)
+
+        assert second_job_state(day, "--gres=shard:1", "--gres=gpu:8", typed_step_avoids_the_shared_gpus) == expected
+        assert second_job_state(day, "--gres=gpu:8", "--gres=shard:1") == expected
+
+
+def second_job_state(day, first: str, second: str, meanwhile=None) -> str:
+    """The state of a job asking for ``second`` on v100n1 while one asking for ``first`` runs
+    (``meanwhile`` is called then, after the second is cancelled)."""
+    running = sbatch(day, "-w", "v100n1", first, "--wrap", "sleep 60")
+    try:
+        wait_running(day, [running])
+        other = sbatch(day, "-w", "v100n1", second, "--wrap", "sleep 60")
+        time.sleep(3)
+        state = squeue_state(day, other)
+        day.run(["scancel", other])
+        if meanwhile is not None:
+            meanwhile()
+        return state
+    finally:
+        day.run(["scancel", running], check=False)
 
 
 def test_untyped_and_shared_type_requests_are_refused_or_typed_by_default(day):
