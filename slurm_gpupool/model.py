@@ -83,6 +83,7 @@ class GpuInfo:
     mig_current: bool
     mig_pending: bool
     instances: tuple[GpuInstanceInfo, ...] = ()
+    pci_device_id: int = 0  # `lspci -nn` [10de:XXXX]: what identifies the model
 
     @property
     def device_file(self) -> str:

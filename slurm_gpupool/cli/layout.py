@@ -134,7 +134,7 @@ def import_mig_parted(app: AppContext, file: str, only: str | None, as_yaml: boo
 
 @layout.command("profiles")
 @click.argument("model")
-@click.option("--all", "all_profiles", is_flag=True, help="Include +me and double-memory 1g profiles.")
+@click.option("--all", "all_profiles", is_flag=True, help="Include +me/+gfx/-me variants and double-memory 1g.")
 @click.option("--json", "as_json", is_flag=True)
 def profiles(model: str, all_profiles: bool, as_json: bool) -> None:
     """List MODEL's MIG profiles and every maximal valid combination.
@@ -155,6 +155,7 @@ def profiles(model: str, all_profiles: bool, as_json: bool) -> None:
         emit_json(
             {
                 "model": m.key,
+                "source": m.source,
                 "profiles": [
                     {
                         "name": p.name,
@@ -186,12 +187,50 @@ def profiles(model: str, all_profiles: bool, as_json: bool) -> None:
         ]
         for p in m.mig.profiles
     ]
-    click.echo(f"{m.key} ({m.nvml_name}): {m.mig.compute_slices} compute slices, {m.mig.memory_slots} memory slices\n")
+    click.echo(f"{m.key} ({m.nvml_name}): {m.mig.compute_slices} compute slices, {m.mig.memory_slots} memory slices")
+    click.echo(f"source: {m.source}\n")
     click.echo(table(["PROFILE", "ID", "ENUM", "COMPUTE", "MEMORY-SLICES", "MiB", "MAX", "PLACEMENTS"], rows))
-    scope = "all profiles" if all_profiles else "profiles without +me and double-memory 1g (the MIG user guide's table)"
+    scope = "all profiles" if all_profiles else "without attribute variants and double-memory 1g (MIG user guide)"
     click.echo(f"\n{len(layouts)} maximal layouts, {len(combos)} distinct combinations ({scope}):")
     for n, lay in enumerate(layouts, 1):
         click.echo(f"  {n:3d}. " + "  ".join(str(i) for i in lay))
+
+
+@layout.command("models")
+@click.option("--json", "as_json", is_flag=True)
+def models(as_json: bool) -> None:
+    """Every GPU model the catalog knows: NVML names, PCI device ids, MIG, and sources.
+
+    A node's GPU is recognised by its PCI device id (`lspci -nn -d 10de:`), else by its
+    name (`nvidia-smi --query-gpu=name`)."""
+    from slurm_gpupool.core.catalog import all_models
+
+    rows = []
+    out = []
+    for m in all_models().values():
+        ids = ",".join(f"{i:04x}" for i in m.pci_device_ids)
+        mig = f"{m.mig.compute_slices} slices, {len(m.mig.profiles)} profiles" if m.mig else "no"
+        link = f"NVLink x{m.nvlinks}" if m.nvlinks else "PCIe"
+        cc = ".".join(map(str, m.compute_capability))
+        more = f" (+{len(m.nvml_names) - 1} more)" if len(m.nvml_names) > 1 else ""
+        rows.append([m.key, m.nvml_name + more, ids, m.architecture, cc, m.memory_mib, link, mig])
+        out.append(
+            {
+                "model": m.key,
+                "nvml_names": list(m.nvml_names),
+                "pci_device_ids": [f"0x{i:04X}" for i in m.pci_device_ids],
+                "architecture": m.architecture,
+                "compute_capability": cc,
+                "memory_mib": m.memory_mib,
+                "nvlinks": m.nvlinks,
+                "mig": bool(m.mig),
+                "source": m.source,
+            }
+        )
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(table(["MODEL", "NVML NAME", "PCI ID", "ARCH", "CC", "MiB", "LINKS", "MIG"], rows))
 
 
 @layout.command("due")

@@ -32,8 +32,17 @@ class MigProfile:
     placement_starts: tuple[int, ...]
 
     @property
+    def attributes(self) -> tuple[str, ...]:
+        """GPU-instance attributes after the size: ``+me``, ``+me.all``, ``+gfx``, ``-me``."""
+        rest = self.name.partition("gb")[2]
+        if rest.startswith("-"):
+            return (rest,)
+        return tuple(rest[1:].split(",")) if rest else ()
+
+    @property
     def has_media_extensions(self) -> bool:
-        return self.name.endswith("+me")
+        """Takes the GPU's shared media engines (``+me``, ``+me.all``): one such instance per GPU."""
+        return any(a in ("me", "me.all") for a in self.attributes)
 
     @property
     def full_ci_slices(self) -> int:
@@ -70,15 +79,25 @@ class MigGeometry:
 @dataclass(frozen=True)
 class GpuModel:
     key: str  # catalog name, e.g. "A100-SXM4-40GB"
-    nvml_name: str  # nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB"
-    pci_device_id: int
+    nvml_names: tuple[str, ...]  # nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB" (first: canonical)
+    pci_device_ids: tuple[int, ...]  # `lspci -nn` [10de:XXXX] (first: canonical)
     architecture: str
+    compute_capability: tuple[int, int]
     memory_mib: int
-    nvlink_version: int
+    nvlink_version: int  # nvmlDeviceGetNvLinkVersion; 0: no NVLink
     nvlinks: int
     temp_slowdown_c: int
     temp_shutdown_c: int
     mig: MigGeometry | None
+    source: str  # where the values come from, and what is unverified
+
+    @property
+    def nvml_name(self) -> str:
+        return self.nvml_names[0]
+
+    @property
+    def pci_device_id(self) -> int:
+        return self.pci_device_ids[0]
 
     @property
     def mig_capable(self) -> bool:
@@ -111,15 +130,17 @@ def _build(key: str, raw: dict) -> GpuModel:
         )
     return GpuModel(
         key=key,
-        nvml_name=raw["nvml_name"],
-        pci_device_id=raw["pci_device_id"],
+        nvml_names=raw["nvml_names"],
+        pci_device_ids=raw["pci_device_ids"],
         architecture=raw["architecture"],
+        compute_capability=raw["compute_capability"],
         memory_mib=raw["memory_mib"],
         nvlink_version=raw["nvlink_version"],
         nvlinks=raw["nvlinks"],
         temp_slowdown_c=raw["temp_slowdown_c"],
         temp_shutdown_c=raw["temp_shutdown_c"],
         mig=mig,
+        source=raw["source"],
     )
 
 
@@ -145,17 +166,44 @@ def get_model(key: str) -> GpuModel:
 
 def model_by_nvml_name(nvml_name: str) -> GpuModel | None:
     """Match what ``nvmlDeviceGetName`` returns (old drivers lack the 'NVIDIA ' prefix)."""
-    for m in all_models().values():
-        if nvml_name in (m.nvml_name, m.nvml_name.removeprefix("NVIDIA ")):
-            return m
-    return None
+    return _by_name().get(nvml_name.strip().removeprefix("NVIDIA "))
 
 
 def model_by_pci_device_id(device_id: int) -> GpuModel | None:
+    """Match the PCI device id (``lspci -nn`` ``[10de:XXXX]``; NVML's pciDeviceId >> 16)."""
+    return _by_pci().get(device_id)
+
+
+@cache
+def _by_name() -> dict[str, GpuModel]:
+    return {n.removeprefix("NVIDIA "): m for m in all_models().values() for n in m.nvml_names}
+
+
+@cache
+def _by_pci() -> dict[int, GpuModel]:
+    out: dict[int, GpuModel] = {}
     for m in all_models().values():
-        if m.pci_device_id == device_id:
-            return m
-    return None
+        for i in m.pci_device_ids:
+            assert i not in out, f"PCI device id {i:#06x} in {out[i].key} and {m.key}"
+            out[i] = m
+    return out
+
+
+def identify(nvml_name: str, pci_device_id: int, where: str) -> GpuModel:
+    """The catalog model of a GPU found on a node: by PCI device id, else by name.
+
+    The id is what NVIDIA's driver README lists per product; names change with drivers
+    (old ones lack 'NVIDIA ').  An unknown GPU is a clear error naming both."""
+    model = model_by_pci_device_id(pci_device_id) or model_by_nvml_name(nvml_name)
+    if model is None:
+        raise ConfigError(
+            where,
+            "",
+            f"unknown GPU {nvml_name!r} (PCI device id 10de:{pci_device_id:04x}): not in the GPU catalog",
+            hint="`gpupool layout models` lists the known models and their ids; describe a new model in "
+            "slurm_gpupool/core/catalog_data.py (see docs/research/gpu-catalog-sources.md)",
+        )
+    return model
 
 
 def ci_sizes(gi_compute_slices: int) -> tuple[int, ...]:

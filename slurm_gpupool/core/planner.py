@@ -216,9 +216,10 @@ def _all_layouts(model_key: str, profile_names: tuple[str, ...]) -> tuple[tuple[
 
 
 def default_profiles(model: GpuModel) -> tuple[str, ...]:
-    """The classic profile set of the MIG user guide's tables: no +me, no double-memory 1g."""
+    """The classic profile set of the MIG user guide's tables: no attribute variants (+me,
+    +me.all, +gfx, -me), no double-memory 1g."""
     assert model.mig is not None
-    return tuple(p.name for p in model.mig.profiles if not p.has_media_extensions and p.nvml_enum != 9)
+    return tuple(p.name for p in model.mig.profiles if not p.attributes and p.nvml_enum != 9)
 
 
 def all_layouts(model: GpuModel, profiles: Sequence[str] | None = None) -> tuple[tuple[PlacedInstance, ...], ...]:

@@ -170,7 +170,8 @@ class NvmlBackend:
     def _gpu_info(self, index: int, h: Any) -> GpuInfo:
         name = _ensure_str(pynvml.nvmlDeviceGetName(h))
         pci = pynvml.nvmlDeviceGetPciInfo(h)
-        model = catalog.model_by_nvml_name(name) or catalog.model_by_pci_device_id(pci.pciDeviceId >> 16)
+        device_id = pci.pciDeviceId >> 16
+        model = catalog.model_by_pci_device_id(device_id) or catalog.model_by_nvml_name(name)
         minor = pynvml.nvmlDeviceGetMinorNumber(h)
         try:
             cur, pend = pynvml.nvmlDeviceGetMigMode(h)
@@ -201,6 +202,7 @@ class NvmlBackend:
             mig_current=cur == 1,
             mig_pending=pend == 1,
             instances=instances,
+            pci_device_id=device_id,
         )
 
     def _gi_profiles(self, h: Any) -> list[Any]:

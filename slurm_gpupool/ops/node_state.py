@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.atomic import write_json_atomic
+from slurm_gpupool.core.catalog import identify
 from slurm_gpupool.core.gres import GresGpu, MigInstance, device_order
 from slurm_gpupool.core.layouts import MIG, SHARED, WHOLE, GpuTarget
 from slurm_gpupool.errors import StateError
@@ -62,6 +63,7 @@ def build_node_state(
                 "name": g.name,
                 "model": g.model,
                 "pci_bus_id": g.pci_bus_id,
+                "pci_device_id": g.pci_device_id,
                 "minor": g.minor,
                 "numa_node": g.numa_node,
                 "cpus": list(g.cpus),
@@ -133,16 +135,19 @@ def gres_gpus(state: dict[str, Any]) -> tuple[GresGpu, ...]:
     """The GPUs of a node state as the GRES generator sees them."""
     gpus = []
     for g in state["gpus"]:
-        if g.get("model") is None:
-            raise StateError(
-                f"node state of {state.get('node')}", f"GPU {g['index']} ({g.get('name')}) is not in the catalog"
-            )
+        # a state written before the catalog knew the GPU: identify it now, or say clearly what it is
+        model = (
+            g.get("model")
+            or identify(
+                str(g.get("name")), int(g.get("pci_device_id") or 0), f"GPU {g['index']} of {state.get('node')}"
+            ).key
+        )
         insts = sorted(g["instances"], key=lambda i: i["mig_index"])
         gpus.append(
             GresGpu(
                 g["index"],
                 g["minor"],
-                g["model"],
+                model,
                 g["mode"],
                 g.get("shares", 0),
                 tuple(g.get("cpus", ())),
