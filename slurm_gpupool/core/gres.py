@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-from slurm_gpupool.core.catalog import GpuModel, get_model
+from slurm_gpupool.core.catalog import GpuModel, MigProfile, get_model
 from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
 from slurm_gpupool.core.layouts import MIG, SHARED
 from slurm_gpupool.core.ranges import index_ranges
@@ -31,33 +31,63 @@ MIG_FILES_CI_CAP = "ci_cap"
 MULTIPLE_FILES_FIXED_IN = (23, 2, 7)
 
 
-def autodetect_name(model: GpuModel) -> str:
-    """Slurm's AutoDetect=nvml GPU name: lower case, spaces → _, cut at the first '-'.
+def _underscorify(name: str) -> str:
+    """Slurm's ``gpu_common_underscorify_tolower``: lower case, spaces → ``_``."""
+    return name.lower().replace(" ", "_")
 
-    ``NVIDIA A100-SXM4-40GB`` → ``nvidia_a100``; ``NVIDIA H100 80GB HBM3`` →
-    ``nvidia_h100_80gb_hbm3``; MIG devices append ``_<profile>``.
-    """
-    return model.nvml_name.lower().replace(" ", "_").split("-", 1)[0]
+
+def autodetect_name(model: GpuModel) -> str:
+    """The type Slurm's AutoDetect=nvml gives a whole GPU: its NVML name, underscorified.
+
+    ``NVIDIA A100-SXM4-40GB`` → ``nvidia_a100-sxm4-40gb`` (``gpu_nvml.c``: the whole name,
+    not cut); ``NVIDIA H100 80GB HBM3`` → ``nvidia_h100_80gb_hbm3``."""
+    return _underscorify(model.nvml_name)
+
+
+def autodetect_profile(profile: MigProfile, memory_mib: int = 0) -> str:
+    """The profile part of a MIG type as AutoDetect=nvml builds it: not NVIDIA's name but
+    ``<GI slices>g.<round(MIG memory MiB / 1024)>gb`` from ``nvmlDeviceGetAttributes``
+    (``gpu_nvml.c`` ``_handle_mig``).  An A100-40GB 7g.40gb (40192 MiB) is ``7g.39gb``;
+    ``+me`` is dropped.  ``memory_mib``: the instance's own (drivers differ), else the catalog's."""
+    gb = int((memory_mib or profile.memory_mib) / 1024 + 0.5)  # C roundl: halves away from zero
+    return f"{profile.compute_slices}g.{gb}gb"
+
+
+def autodetect_mig_name(model: GpuModel, profile: str, memory_mib: int = 0) -> str:
+    """AutoDetect=nvml's type of a MIG device: the GPU name cut at its first ``-``, then
+    ``_`` and :func:`autodetect_profile` (``nvidia_a100_3g.20gb``, ``nvidia_h100_80gb_hbm3_1g.10gb``)."""
+    return autodetect_name(model).split("-", 1)[0] + "_" + autodetect_profile(model.profile(profile), memory_mib)
 
 
 def whole_type(model: GpuModel) -> str:
-    """Type of a whole GPU: the AutoDetect name without the vendor prefix (a substring of it)."""
-    name = autodetect_name(model)
+    """Type of a whole GPU: the AutoDetect name cut at ``-``, without the vendor prefix
+    (``a100``, ``h100_80gb_hbm3``): a substring of the AutoDetect name."""
+    name = autodetect_name(model).split("-", 1)[0]
     for prefix in ("nvidia_", "tesla_"):
         name = name.removeprefix(prefix)
     return name
 
 
-def slurm_type(model: GpuModel, profile: str | None = None, naming: str = NAMING_PROFILE) -> str:
+def slurm_type(
+    model: GpuModel,
+    profile: str | None = None,
+    naming: str = NAMING_PROFILE,
+    autodetect: bool = False,
+    memory_mib: int = 0,
+) -> str:
     """The GRES Type of a whole GPU (``profile=None``) or of a MIG device.
 
-    The one place type names are made.  Every result is a substring of what
-    Slurm's AutoDetect=nvml would report, as gres.conf requires for typed GPUs.
+    The one place type names are made.  ``autodetect`` naming is exactly what Slurm's
+    AutoDetect=nvml reports.  With ``autodetect`` on (gres.conf says AutoDetect=nvml),
+    slurm.conf's types must be substrings of those, so MIG types use Slurm's own profile
+    string (``7g.39gb``) in place of NVIDIA's name (``7g.40gb``), which is not one.
     """
     if naming == NAMING_AUTODETECT:
-        return autodetect_name(model) + (f"_{profile}" if profile else "")
+        return autodetect_mig_name(model, profile, memory_mib) if profile else autodetect_name(model)
     if profile is None:
         return whole_type(model)
+    if autodetect:
+        profile = autodetect_profile(model.profile(profile), memory_mib)
     if naming == NAMING_MODEL_PROFILE:
         return f"{whole_type(model)}_{profile}"
     return profile
@@ -74,6 +104,7 @@ class MigInstance:
     profile: str
     gi_id: int
     ci_id: int
+    memory_mib: int = 0  # as NVML reports it on the node (0: not known, the catalog's)
 
 
 @dataclass(frozen=True)
@@ -219,7 +250,9 @@ def device_order(
     for g in gpus:
         model = get_model(g.model)
         if g.mode == MIG:
-            devices.extend((g, inst, slurm_type(model, inst.profile, naming)) for inst in g.instances)
+            devices.extend(
+                (g, inst, slurm_type(model, inst.profile, naming, autodetect, inst.memory_mib)) for inst in g.instances
+            )
         elif g.mode == SHARED and not autodetect:
             devices.append((g, None, shared_type(model)))
         else:

@@ -12,7 +12,14 @@ import pytest
 
 from slurm_gpupool.config import parse_config
 from slurm_gpupool.core.catalog import all_models, get_model
-from slurm_gpupool.core.gres import NAMING_MODEL_PROFILE, autodetect_name, slurm_type
+from slurm_gpupool.core.gres import (
+    NAMING_AUTODETECT,
+    NAMING_MODEL_PROFILE,
+    NAMING_PROFILE,
+    autodetect_mig_name,
+    autodetect_name,
+    slurm_type,
+)
 from slurm_gpupool.ops.gres_install import diff, install, render, restart_plan
 from slurm_gpupool.ops.support_files import install_support_files
 
@@ -157,15 +164,51 @@ def test_dgx1_links_follow_the_cube_mesh_and_features_show_nvlink_sets():
     assert "nvlink8" in render(h, h.all_nodes(), "whole")["nodes.conf"]
 
 
-@pytest.mark.parametrize("key", sorted(k for k, m in all_models().items() if m.mig))
-def test_type_names_are_substrings_of_autodetect_names(key: str):
+ALL_MODELS = sorted(all_models())
+
+
+def autodetect_table(key: str) -> str:
+    """What Slurm's AutoDetect=nvml names a model's whole GPU and each of its MIG profiles."""
     m = get_model(key)
-    for p in m.mig.profiles:
-        detected = f"{autodetect_name(m)}_{p.name}"
-        assert slurm_type(m, p.name) in detected
-        assert slurm_type(m, p.name, NAMING_MODEL_PROFILE) in detected
-    assert slurm_type(m) in autodetect_name(m)
+    lines = [f"{key} whole {slurm_type(m, None, NAMING_AUTODETECT)}"]
+    lines += [f"{key} {p.name} {slurm_type(m, p.name, NAMING_AUTODETECT)}" for p in m.mig.profiles] if m.mig else []
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("key", ALL_MODELS)
+def test_autodetect_naming_is_slurms_golden_per_model(key: str):
+    """Golden per model: Slurm's gpu_nvml.c names (reviewed by hand against its code)."""
+    path = GOLDEN / "autodetect" / f"{key}.txt"
+    if REGEN:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(autodetect_table(key))
+    assert autodetect_table(key) == path.read_text()
+
+
+def test_autodetect_names_follow_gpu_nvml_c():
+    """gpu_nvml.c: whole GPUs keep the whole underscorified name; a MIG device is the name cut at
+    its first '-', then _<GI slices>g.<round(memory MiB/1024)>gb.  Real slurmd -G (reference F6):
+    nvidia_h100_80gb_hbm3_4g.40gb and _1g.10gb."""
+    h100, a100, a30 = get_model("H100-SXM5-80GB"), get_model("A100-SXM4-40GB"), get_model("A30")
+    assert slurm_type(h100, "4g.40gb", NAMING_AUTODETECT) == "nvidia_h100_80gb_hbm3_4g.40gb"
+    assert slurm_type(h100, "1g.10gb+me", NAMING_AUTODETECT) == "nvidia_h100_80gb_hbm3_1g.10gb"
+    assert slurm_type(h100, "7g.80gb", NAMING_AUTODETECT) == "nvidia_h100_80gb_hbm3_7g.79gb"  # 81152 MiB
+    assert slurm_type(a100, None, NAMING_AUTODETECT) == "nvidia_a100-sxm4-40gb"
+    assert slurm_type(a100, "3g.20gb", NAMING_AUTODETECT) == "nvidia_a100_3g.20gb"  # 19968 MiB: 19.5 rounds up
+    assert slurm_type(a30, "4g.24gb", NAMING_AUTODETECT) == "nvidia_a30_4g.23gb"  # 24000 MiB on R525+
+    assert slurm_type(a30, "4g.24gb", NAMING_AUTODETECT, memory_mib=24064) == "nvidia_a30_4g.24gb"  # older
+
+
+@pytest.mark.parametrize("key", sorted(k for k, m in all_models().items() if m.mig))
+def test_with_autodetect_on_every_type_is_a_substring_of_slurms(key: str):
+    """gres.conf AutoDetect=nvml: slurm.conf's types must be substrings of the detected ones."""
+    m = get_model(key)
+    for naming in (NAMING_PROFILE, NAMING_MODEL_PROFILE, NAMING_AUTODETECT):
+        assert slurm_type(m, None, naming, autodetect=True) in autodetect_name(m)
+        for p in m.mig.profiles:
+            assert slurm_type(m, p.name, naming, autodetect=True) in autodetect_mig_name(m, p.name)
     assert slurm_type(get_model("H100-SXM5-80GB"), "1g.10gb", NAMING_MODEL_PROFILE) == "h100_80gb_hbm3_1g.10gb"
+    assert slurm_type(get_model("A100-SXM4-40GB"), "7g.40gb", autodetect=True) == "7g.39gb"
 
 
 def test_install_backs_up_and_plans_restarts(tmp_path: Path):
