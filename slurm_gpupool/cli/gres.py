@@ -15,6 +15,12 @@ _source = [
     ),
     click.option("--live", is_flag=True, help="Render from the node state written by `node apply` (default)."),
     click.option("--nodes", metavar="HOSTLIST", help="Only these nodes (default: every node in the config)."),
+    click.option(
+        "--simulated-ids",
+        is_flag=True,
+        help="With --planned on simulated nodes: name MIG device files with the simulator's instance ids "
+        "(real drivers choose their own: a real planned render takes them from nodes that have the instances).",
+    ),
     click.option("--templates", metavar="DIR", help="Site template directory, searched before the built-in one."),
 ]
 
@@ -32,6 +38,7 @@ def _render(
     nodes: str | None,
     templates: str | None,
     as_installed: str | None = None,
+    simulated_ids: bool = False,
 ):
     """The config and its rendering; ``as_installed``: as if the config were at that path
     (the files name it), to preview a config before it is installed."""
@@ -43,10 +50,15 @@ def _render(
 
     if planned and live:
         raise UsageError("gres", "--planned and --live exclude each other")
+    if simulated_ids and not planned:
+        raise UsageError("gres", "--simulated-ids goes with --planned LAYOUT")
     cfg = app.config()
     if as_installed:
         cfg = dataclasses.replace(cfg, source=as_installed)
-    return cfg, render(cfg, select_nodes(cfg, nodes), planned, templates)
+    from slurm_gpupool.ops.gres_sources import IDS_LIVE, IDS_SIMULATED
+
+    ids = IDS_SIMULATED if simulated_ids else IDS_LIVE
+    return cfg, render(cfg, select_nodes(cfg, nodes), planned, templates, ids)
 
 
 @click.group()
@@ -58,9 +70,9 @@ def gres() -> None:
 @source_options
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
 @pass_app
-def render_cmd(app: AppContext, planned, live, nodes, templates, out: str | None) -> None:
+def render_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, out: str | None) -> None:
     """Render gres.conf, the NodeName include and the GresTypes/TRES include."""
-    cfg, r = _render(app, planned, live, nodes, templates)
+    cfg, r = _render(app, planned, live, nodes, templates, simulated_ids=simulated_ids)
     from slurm_gpupool.ops.gres_install import ROLES
 
     if out:
@@ -85,11 +97,11 @@ def render_cmd(app: AppContext, planned, live, nodes, templates, out: str | None
     "previews what a new config, given with --config, would change.",
 )
 @pass_app
-def diff_cmd(app: AppContext, planned, live, nodes, templates, as_installed: str | None) -> int:
+def diff_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, as_installed: str | None) -> int:
     """Show how the installed files differ from a fresh rendering (exit 1 if they do)."""
     from slurm_gpupool.ops.gres_install import diff
 
-    cfg, r = _render(app, planned, live, nodes, templates, as_installed)
+    cfg, r = _render(app, planned, live, nodes, templates, as_installed, simulated_ids)
     text = diff(cfg, r)
     if text:
         click.echo(text, nl=False)
@@ -103,12 +115,14 @@ def diff_cmd(app: AppContext, planned, live, nodes, templates, as_installed: str
 @click.option("--no-backup", is_flag=True, help="Do not keep the previous files as *.bak.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def install_cmd(app: AppContext, planned, live, nodes, templates, no_backup: bool, as_json: bool) -> None:
+def install_cmd(
+    app: AppContext, planned, live, nodes, simulated_ids, templates, no_backup: bool, as_json: bool
+) -> None:
     """Validate, then write the files atomically and say which daemons must restart."""
     from slurm_gpupool.ops.gres_install import install, installed_paths
     from slurm_gpupool.slurm.runner import SlurmRunner, reconfigure_applies_gres, slurm_version
 
-    cfg, r = _render(app, planned, live, nodes, templates)
+    cfg, r = _render(app, planned, live, nodes, templates, simulated_ids=simulated_ids)
     from slurm_gpupool.errors import SlurmUnavailableError
 
     try:

@@ -29,7 +29,7 @@ from slurm_gpupool.core.gres import (
 )
 from slurm_gpupool.core.render import RenderedFiles, render_slurm_files
 from slurm_gpupool.errors import InternalError, StateError
-from slurm_gpupool.ops.gres_sources import live_node, planned_node
+from slurm_gpupool.ops.gres_sources import IDS_LIVE, IDS_NONE, IDS_SIMULATED, live_node, planned_node
 
 ROLES = {"gres.conf": "gres_conf", "nodes.conf": "nodes_include", "gres-types.conf": "gres_include"}
 
@@ -73,18 +73,21 @@ def _gres(cfg: PoolConfig, view: GresNode, mode: str) -> NodeGres:
     return node_gres(view, cfg.slurm.type_naming, cfg.slurm.dev_root_for(view.name), mode, cfg.slurm.autodetect)
 
 
-def _planned(cfg: PoolConfig, layout: str, nodes: Sequence[str], mode: str) -> dict[str, NodeGres]:
-    """Planned GRES for the covered nodes, computed once per group of identical nodes."""
+def _planned(
+    cfg: PoolConfig, layout: str, nodes: Sequence[str], mode: str, mig_ids: str = IDS_NONE
+) -> dict[str, NodeGres]:
+    """Planned GRES for the covered nodes, computed once per group of identical nodes
+    (per node where MIG ids come from each node's own state)."""
     groups: dict[tuple, list[str]] = {}
     for n in nodes:
         if not cfg.covers(layout, n) or cfg.nodeset_of(n).machine is None:
             continue
         e = cfg.entry(layout, n)
         key = (e.key, e.specific, cfg.nodeset_of(n).name, cfg.slurm.params_for(n), cfg.slurm.dev_root_for(n))
-        groups.setdefault(key, []).append(n)
+        groups.setdefault((*key, n) if mig_ids == IDS_LIVE else key, []).append(n)
     out = {}
     for members in groups.values():
-        first = _gres(cfg, planned_node(cfg, layout, members[0]), mode)
+        first = _gres(cfg, planned_node(cfg, layout, members[0], mig_ids), mode)
         for n in members:
             out[n] = NodeGres(n, first.records, first.counts, first.features, first.node_line_params)
     return out
@@ -99,12 +102,17 @@ def cluster_accounting(cfg: PoolConfig, mode: str = MIG_FILES_MULTIPLE) -> list[
 
 
 def collect_nodes(
-    cfg: PoolConfig, nodes: Sequence[str], planned: str | None, mode: str, layouts: dict[str, str | None] | None = None
+    cfg: PoolConfig,
+    nodes: Sequence[str],
+    planned: str | None,
+    mode: str,
+    layouts: dict[str, str | None] | None = None,
+    mig_ids: str = IDS_LIVE,
 ) -> list[NodeGres]:
     """Each node's GRES: planned where the layout covers it, else its live state.
 
     ``layouts`` (if given) receives each node's layout name, None where unknown."""
-    planned_gres = _planned(cfg, planned, nodes, mode) if planned else {}
+    planned_gres = _planned(cfg, planned, nodes, mode, mig_ids) if planned else {}
     seen = layouts if layouts is not None else {}
     out = []
     for n in nodes:
@@ -151,11 +159,20 @@ def check(nodes: Sequence[NodeGres]) -> None:
             raise InternalError(f"GRES of {n.node}", f"Gres={n.gres_value()} disagrees with gres.conf {counted}")
 
 
-def render(cfg: PoolConfig, nodes: Sequence[str], planned: str | None, site_dir: str | None = None) -> Rendered:
+def render(
+    cfg: PoolConfig,
+    nodes: Sequence[str],
+    planned: str | None,
+    site_dir: str | None = None,
+    mig_ids: str = IDS_LIVE,
+) -> Rendered:
+    """``mig_ids``: for a planned layout, where MIG instance ids come from (see gres_sources)."""
     source = f"{'planned layout ' + planned if planned else 'live node state'} from {cfg.source}"
+    if planned and mig_ids == IDS_SIMULATED:
+        source += " (MIG ids as the simulator assigns them)"
     mode = mig_files_mode(cfg)
     layouts: dict[str, str | None] = {}
-    gres = collect_nodes(cfg, nodes, planned, mode, layouts)
+    gres = collect_nodes(cfg, nodes, planned, mode, layouts, mig_ids)
     check(gres)
     files = render_slurm_files(
         gres,

@@ -1,8 +1,11 @@
 """Where the GRES generator's view of each node comes from.
 
 * **planned**: the config's layout and the node set's machine description, with
-  placements from the planner.  GPU-instance IDs are predicted with the slot
-  scheme recent drivers use; the live render is authoritative.
+  placements from the planner.  MIG device files name GPU- and compute-instance IDs
+  that only the driver chooses (real transcripts contradict any slot scheme), so a
+  planned render takes them from the node's state where the node already has those
+  instances, and otherwise says it cannot name them.  ``simulated`` IDs (the
+  simulator's scheme) are for simulated nodes and golden files only.
 * **live**: the node state written by ``node apply`` (``node-state.json``).
 """
 
@@ -56,24 +59,63 @@ def _node(
     )
 
 
-def planned_node(cfg: PoolConfig, layout: str, node: str) -> GresNode:
-    """A node as it will be after ``node apply LAYOUT`` (from its machine description)."""
+IDS_NONE = "none"  # types and counts only: no device file is named
+IDS_LIVE = "live"  # from the node's state, where it has the planned instances; else an error
+IDS_SIMULATED = "simulated"  # the simulator's driver scheme (simulated nodes, golden files)
+
+
+def _live_ids(cfg: PoolConfig, node: str) -> dict[tuple[int, str, int], tuple[int, int, int, int]]:
+    """(GPU, profile, placement start) → (MIG index, GI id, CI id, MiB) of the node's instances."""
+    st = newest_node_state(
+        cfg.paths.for_node("state_dir", node),
+        controller_copy_dir(cfg.paths.for_node("controller_dir", node), node),
+    )
+    out = {}
+    for g in st["gpus"] if st else ():
+        for i in g["instances"]:
+            key = (g["index"], i["profile"], i["placement"]["start"])
+            out[key] = (i["mig_index"], i["gi_id"], i["ci_id"], i.get("memory_mib") or 0)
+    return out
+
+
+def planned_node(cfg: PoolConfig, layout: str, node: str, mig_ids: str = IDS_NONE) -> GresNode:
+    """A node as it will be after ``node apply LAYOUT`` (from its machine description).
+
+    ``mig_ids``: where MIG instance IDs come from (:data:`IDS_NONE`, :data:`IDS_LIVE`,
+    :data:`IDS_SIMULATED`); with ``none`` they are -1 and only types and counts are usable."""
     m = _cpu_layout(cfg, node)
     targets = cfg.machine_targets(layout, node)
     assert m is not None  # machine_targets insists
+    live = _live_ids(cfg, node) if mig_ids == IDS_LIVE and any(t.mode == MIG for t in targets) else {}
+    missing: list[str] = []
     gpus = []
     for spec, t in zip(m.gpus, targets):
         model = get_model(spec.model)
         instances: tuple[MigInstance, ...] = ()
         if t.mode == MIG:
             assert model.mig is not None
-            plan = plan_gpu(model, t.counts)
-            insts = [
-                MigInstance(i.profile, gi_slot_id(model.mig, i.placement.start, i.placement.size), 0)
-                for i in plan.instances
-            ]
-            instances = tuple(sorted(insts, key=lambda x: (x.gi_id, x.ci_id)))
+            keyed = []
+            for i in plan_gpu(model, t.counts).instances:
+                start = i.placement.start
+                if mig_ids == IDS_SIMULATED:
+                    gi = gi_slot_id(model.mig, start, i.placement.size)
+                    keyed.append(((gi, 0), MigInstance(i.profile, gi, 0)))
+                elif (ids := live.get((spec.index, i.profile, start))) is not None:
+                    keyed.append(((ids[0], 0), MigInstance(i.profile, ids[1], ids[2], ids[3])))
+                else:
+                    if mig_ids == IDS_LIVE:
+                        missing.append(f"GPU {spec.index}: {i.profile} at memory slice {start}")
+                    keyed.append(((start, 0), MigInstance(i.profile, -1, -1)))
+            instances = tuple(inst for _, inst in sorted(keyed, key=lambda x: x[0]))
         gpus.append(GresGpu(spec.index, spec.minor, spec.model, t.mode, t.shares, spec.cpus, instances))
+    if missing:
+        raise StateError(
+            f"planned layout {layout} on {node}",
+            "its MIG device files name GPU-instance ids that only the driver chooses, and the node does not "
+            f"have these instances yet ({'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''})",
+            hint=f"apply the layout first (`gpupool node apply {layout}` on {node}, or the repartitioner), then "
+            "render --live; on simulated nodes, --simulated-ids uses the simulator's ids",
+        )
     n = len(m.gpus)
     links = tuple(tuple(m.nvlinks(a, b) for b in range(n)) for a in range(n))
     switch = tuple(m.nvswitch_links_per_gpu if m.interconnect == "nvswitch" else 0 for _ in range(n))

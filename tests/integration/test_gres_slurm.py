@@ -63,7 +63,7 @@ def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str
     from slurm_gpupool.config import parse_config
 
     cfg = parse_config(raw, cfg.source, Path("."))
-    r = render(cfg, cfg.all_nodes(), variant)
+    r = render(cfg, cfg.all_nodes(), variant, mig_ids="simulated")
     machine_spec = cfg.nodesets["n"].machine
     devices.ensure_char_devices(dev, devices.device_plan(g.minor for g in machine_spec.gpus))
     (tmp_path / "gres.conf").write_text(r["gres.conf"])

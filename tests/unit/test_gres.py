@@ -21,6 +21,7 @@ from slurm_gpupool.core.gres import (
     slurm_type,
 )
 from slurm_gpupool.ops.gres_install import diff, install, render, restart_plan
+from slurm_gpupool.ops.gres_sources import IDS_SIMULATED
 from slurm_gpupool.ops.support_files import install_support_files
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "gres"
@@ -88,7 +89,7 @@ def golden_name(machine: str, variant: str, mig_files: str) -> str:
 @pytest.mark.parametrize("machine,variant,mig_files", CASES, ids=[golden_name(*c) for c in CASES])
 def test_golden(machine: str, variant: str, mig_files: str):
     cfg = config_for(machine, mig_files=mig_files)
-    r = render(cfg, cfg.all_nodes(), variant)
+    r = render(cfg, cfg.all_nodes(), variant, mig_ids=IDS_SIMULATED)
     for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
         path = GOLDEN / f"{golden_name(machine, variant, mig_files)}.{role}"
         if REGEN:
@@ -99,7 +100,7 @@ def test_golden(machine: str, variant: str, mig_files: str):
 
 def test_golden_autodetect_and_model_naming():
     cfg = config_for("dgx-a100", NAMING_MODEL_PROFILE, autodetect=True)
-    r = render(cfg, cfg.all_nodes(), "mixed")
+    r = render(cfg, cfg.all_nodes(), "mixed", mig_ids=IDS_SIMULATED)
     for role in ("gres.conf", "nodes.conf"):
         path = GOLDEN / f"dgx-a100-mixed-autodetect.{role}"
         if REGEN:
@@ -112,7 +113,7 @@ def test_golden_autodetect_and_model_naming():
 
 def test_records_have_the_expected_shape():
     cfg = config_for("dgx-a100")
-    r = render(cfg, cfg.all_nodes(), "mixed")
+    r = render(cfg, cfg.all_nodes(), "mixed", mig_ids=IDS_SIMULATED)
     gres = r["gres.conf"]
     # MIG: parent + GI cap + CI cap; 1g.5gb at slot 0 is GI 7 on GPU 0 -> caps 66, 67
     assert (
@@ -141,7 +142,7 @@ def test_records_have_the_expected_shape():
 def test_records_are_grouped_by_type_in_first_appearance_order():
     """slurmd orders a node's gpu records that way; SLURM_JOB_GPUS indexes into it."""
     cfg = config_for("dgx-a100")
-    gres = render(cfg, cfg.all_nodes(), "mig")["gres.conf"]
+    gres = render(cfg, cfg.all_nodes(), "mig", mig_ids=IDS_SIMULATED)["gres.conf"]
     types = [x.split("Type=")[1].split()[0] for x in gres.splitlines() if "Name=gpu" in x]
     # GPU 4's first MIG device is the 3g (lowest GI ID), then the 2g, then its 1g's
     assert types == ["1g.5gb"] * 36 + ["3g.20gb"] * 4 + ["2g.10gb"] * 4
@@ -149,7 +150,7 @@ def test_records_are_grouped_by_type_in_first_appearance_order():
 
 def test_ci_cap_mode_lists_one_file_per_mig_device():
     cfg = config_for("dgx-a100", mig_files="ci_cap")
-    gres = render(cfg, cfg.all_nodes(), "mig")["gres.conf"]
+    gres = render(cfg, cfg.all_nodes(), "mig", mig_ids=IDS_SIMULATED)["gres.conf"]
     assert "MultipleFiles=" not in gres
     assert "Name=gpu Type=1g.5gb File=/dev/nvidia-caps/nvidia-cap67 Cores=0-63" in gres
 
@@ -299,3 +300,44 @@ def test_a_site_template_overrides_one_file(tmp_path: Path):
     (site / "gres.conf.j2").write_text("{{ no_such_value }}")
     with pytest.raises(Exception, match="no_such_value"):  # StrictUndefined: never an empty line
         render(cfg, cfg.all_nodes(), "whole")
+
+
+def test_planned_mig_files_come_from_the_node_or_the_render_says_it_cannot(tmp_path: Path):
+    """#14: a planned render never guesses the GI/CI ids in MIG device files.  A node that
+    has the planned instances lends its ids; one that does not is a clear error."""
+    import copy
+
+    import yaml
+
+    from slurm_gpupool.cli.main import main
+    from slurm_gpupool.config import load_config
+    from slurm_gpupool.errors import StateError
+    from slurm_gpupool.hw.sim.state import create_node_state
+    from slurm_gpupool.machines import find_machine
+
+    top = Path(__file__).resolve().parents[2]
+    raw = copy.deepcopy(yaml.safe_load((top / "etc" / "gpupool.yaml").read_text()))
+    raw.pop("mig_parted")
+    raw["paths"] = {k: str(tmp_path / k / "{node}") for k in ("state_dir", "run_dir", "spool_dir")}
+    raw["paths"]["controller_dir"] = str(tmp_path / "ctl")
+    raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "24.11.1"}
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    sim = tmp_path / "sim"
+    node = next(n for n in cfg.all_nodes() if cfg.nodeset_of(n).name == "dgx")
+    create_node_state(sim / f"{node}.json", node, find_machine(cfg.nodeset_of(node).machine.name))
+    base = ["--node", node, "--sim-dir", str(sim), "--config", str(path)]
+    assert main([*base, "node", "apply", "night"]) == 0
+    with pytest.raises(StateError) as e:
+        render(cfg, [node], "day")
+    assert "only the driver chooses" in e.value.why and "GPU 0: 1g.5gb at memory slice" in e.value.why
+    assert f"gpupool node apply day` on {node}" in (e.value.hint or "")
+    assert main(["--config", str(path), "gres", "render", "--planned", "day", "--nodes", node]) == 1
+    # the simulator's ids, asked for by name, and the node's own once it has the instances
+    simulated = render(cfg, [node], "day", mig_ids=IDS_SIMULATED)["gres.conf"]
+    assert main([*base, "node", "apply", "day"]) == 0
+    planned, live = render(cfg, [node], "day")["gres.conf"], render(cfg, [node], None)["gres.conf"]
+    body = [x for x in planned.splitlines() if x.startswith("NodeName=")]
+    assert body == [x for x in live.splitlines() if x.startswith("NodeName=")]
+    assert "nvidia-cap" in planned and "(MIG ids as the simulator assigns them)" in simulated
