@@ -348,6 +348,9 @@ def _parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dic
             try:
                 machine = find_machine(mname, machine_dirs)
             except ConfigError as e:
+                if e.source != "machine descriptions":  # the file exists but is wrong: say where
+                    e.why = f"machine description {mname}: {e.source}: {e.key}: {e.why}"
+                    raise wn.key("machine").error(e.why, e.hint) from None
                 raise wn.key("machine").error(f"{e.why}: {mname}", e.hint) from None
         out[str(name)] = NodeSet(str(name), hostlist, nodes, machine)
     return out

@@ -165,7 +165,7 @@ def parse_machine(raw: Any, source: str) -> MachineSpec:
         try:
             get_model(model)
         except ConfigError as e:
-            raise wg.key("model").error(e.why, e.hint) from None
+            raise wg.key("model").error(f"{e.why} {model!r}", e.hint) from None
         bus = normalise_bus_id(wg.require(g, "pci_bus_id", str))
         numa_node = wg.require(g, "numa_node", int)
         if numa_node not in numa:

@@ -17,6 +17,9 @@ import unchanged, with mig-parted's semantics (its ``api/spec/v1``, ``pkg/types`
   ``mig-enabled: false`` skip a GPU that is not MIG-capable.  A config that fits becomes
   a layout for that node set; one that does not is left out, with mig-parted's reason
   (``gpupool layout import-mig-parted`` shows them).
+* A config's name becomes a gpupool layout name (the Slurm feature ``layout_<name>``, a
+  reservation name), so it must be one (letters, digits, ``.``, ``_``, ``-``; the GPU
+  Operator's node-label values already are): a name that is not is the file's error.
 * Profile names keep their GPU-instance attributes (``+me``, ``+me.all``, ``+gfx``,
   ``-me``); a compute-instance sub-profile (``1c.3g.20gb``) is valid mig-parted but not a
   gpupool layout (full GPU instances only), so such a config is left out, saying so.
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_gpupool.core.catalog import get_model
 from slurm_gpupool.core.layouts import GpuTarget, Selector
 from slurm_gpupool.core.ranges import index_ranges
-from slurm_gpupool.validate import Where
+from slurm_gpupool.validate import NAME, Where
 
 if TYPE_CHECKING:
     from slurm_gpupool.config import LayoutEntry, NodeSet
@@ -53,7 +56,7 @@ class DeviceFilter:
     subsystem: int | None
 
     def selects(self, model: GpuModel) -> bool:
-        return self.subsystem is None and self.vendor == VENDOR_NVIDIA and self.device == model.pci_device_id
+        return self.subsystem is None and self.vendor == VENDOR_NVIDIA and self.device in model.pci_device_ids
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,18 @@ def parse_mig_parted(raw: Any, where: Where) -> dict[str, tuple[Spec, ...]]:
         raise wc.error("at least one mig-config is required")
     out: dict[str, tuple[Spec, ...]] = {}
     for cname, entries in configs.items():
-        we = wc.key(str(cname))
+        name = str(cname)
+        we = wc.key(name)
+        if not NAME.fullmatch(name):  # it becomes a layout: the Slurm feature layout_<name>
+            raise we.error(
+                f"mig-config name {name[:70]!r} cannot be a gpupool layout name: letters, digits, "
+                "'.', '_' or '-', at most 64",
+                hint="the name becomes the layout and the Slurm node feature layout_<name>; rename the config",
+            )
         we.check_type(entries, list)
         if not entries:
             raise we.error("at least one entry is required")
-        out[str(cname)] = tuple(_spec(e, k, we.index(k)) for k, e in enumerate(entries))
+        out[name] = tuple(_spec(e, k, we.index(k)) for k, e in enumerate(entries))
     return out
 
 
@@ -292,11 +302,18 @@ def layouts_from_mig_parted(
 
     where.check_type(raw, dict)
     where.only_keys(raw, {"file", "nodesets"})
-    path = base / where.require(raw, "file", str)
+    file = where.require(raw, "file", str)
+    if not file or "\0" in file:  # open() would raise ValueError (embedded null byte)
+        raise where.key("file").error(f"not a file name: {file!r:.60}")
+    path = base / file
     names = where.optional(raw, "nodesets", list, sorted(nodesets))
     for k, n in enumerate(names):
+        wn = where.key("nodesets").index(k)
+        wn.check_type(n, str)  # before `in`: a list or mapping there is unhashable
         if n not in nodesets:
-            raise where.key("nodesets").index(k).error(f"no node set named {n!r}")
+            raise wn.error(f"no node set named {n!r}")
+        if n in names[:k]:
+            raise wn.error(f"node set {n} is named twice")
         if nodesets[n].machine is None:
             raise where.key("nodesets").error(f"node set {n} needs machine: to match mig-parted device filters")
     configs, wc = load_mig_parted(path)

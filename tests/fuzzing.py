@@ -7,6 +7,7 @@ gives the same variants, so a failure names a reproducible case.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import random
 from collections.abc import Iterator
@@ -69,8 +70,8 @@ def _get(node: Any, path: tuple) -> Any:
     return node
 
 
-def mutate_tree(rng: random.Random, tree: dict) -> dict:
-    """One to three structural mutations of a parsed config."""
+def mutate_tree(rng: random.Random, tree: dict, values: list[Any] = HOSTILE) -> dict:
+    """One to three structural mutations of a parsed config (new values drawn from ``values``)."""
     out = copy.deepcopy(tree)
     for _ in range(rng.randint(1, 3)):
         paths = [p for p in _paths(out) if p]
@@ -81,27 +82,29 @@ def mutate_tree(rng: random.Random, tree: dict) -> dict:
         key = path[-1]
         op = rng.random()
         if op < 0.55:
-            parent[key] = copy.deepcopy(rng.choice(HOSTILE))
+            parent[key] = copy.deepcopy(rng.choice(values))
         elif op < 0.7 and isinstance(parent, dict):
             del parent[key]
         elif op < 0.8 and isinstance(parent, dict):
-            parent[rng.choice(["bogus", "Nodes", "nodes ", "x\ny", "1"])] = copy.deepcopy(rng.choice(HOSTILE))
+            parent[rng.choice(["bogus", "Nodes", "nodes ", "x\ny", "1"])] = copy.deepcopy(rng.choice(values))
         elif op < 0.9 and isinstance(parent, dict) and isinstance(key, str):
             # a hostile key where a name is expected (node set, layout, profile, selector)
-            parent[rng.choice([k for k in HOSTILE if isinstance(k, str)] or ["x"])] = parent.pop(key)
+            parent[rng.choice([k for k in values if isinstance(k, str)] or ["x"])] = parent.pop(key)
         else:  # nested lists, written out as text by dump_yaml (dumpers recurse too)
             parent[key] = f"__DEEP_{rng.choice([50, 1000])}__"
     return out
 
 
-def dump_yaml(tree: Any) -> str:
-    """YAML the way a person writes it; values YAML cannot hold fall back to JSON (valid YAML)."""
+def dump_yaml(tree: Any, fast: bool = False) -> str:
+    """YAML the way a person writes it; values YAML cannot hold fall back to JSON (valid YAML).
+    ``fast``: with libyaml's emitter where PyYAML has it (big trees: NVIDIA's files)."""
     import re
 
     import yaml
 
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper) if fast else yaml.SafeDumper
     try:
-        text = yaml.safe_dump(tree, sort_keys=False, allow_unicode=True)
+        text = yaml.dump(tree, Dumper=dumper, sort_keys=False, allow_unicode=True)
     except (yaml.YAMLError, ValueError):
         text = json.dumps(tree, default=str)
     return re.sub(r"""['"]?__DEEP_(\d+)__['"]?""", lambda m: "[" * int(m[1]) + "]" * int(m[1]), text)
@@ -127,6 +130,150 @@ def mutate_text(rng: random.Random, text: str) -> bytes:
     else:
         return (text + "version: 1\n").encode()  # top-level duplicate
     return "".join(lines).encode()
+
+
+# mig-parted values that are nearly right: profile names with and without GPU-instance
+# attributes or a compute-instance prefix, device ids with and without the subsystem, in
+# other case or too long, index lists out of range, counts that do not fit, types mig-parted
+# would refuse ("true" for true), and whole entries to drop in.
+MIG_HOSTILE: list[Any] = [
+    *HOSTILE,
+    "all",
+    "v1",
+    "v2",
+    "1g.5gb",
+    "1g.5gb+me",
+    "1g.10gb+me.all",
+    "1g.5gb-me",
+    "1g.5gb+gfx,me",
+    "1g.5gb+",
+    "1c.3g.20gb",
+    "7c.7g.40gb",
+    "07c.7g.40gb",
+    "0g.0gb",
+    "99g.999gb",
+    "1G.5GB",
+    "0x20B010DE",
+    "0x233010DE",
+    "0x20B010DE:0x145710DE",
+    "0x20b010de",
+    "0X20B010DE",
+    "0x",
+    "0x123456789",
+    "0xFFFFFFFF",
+    "20B010DE",
+    "0x20B010DE,0x233010DE",
+    ["0x20B010DE", "0x233010DE"],
+    ["0x20B010DE", 7],
+    "true",
+    False,
+    7,
+    8,
+    99,
+    2**31,
+    [0],
+    [0, 1, 2, 3],
+    [4, 5, 6, 7],
+    [0, 0],
+    [7, 99],
+    [-1],
+    [True],
+    ["0"],
+    [1.0],
+    {"1g.5gb": 7},
+    {"1g.5gb": 0},
+    {"1g.10gb": 7},
+    {"3g.20gb": 2},
+    {"7g.40gb": 1, "1g.5gb": 1},
+    {"1c.1g.5gb": 3, "1g.5gb": 4},
+    {"1g.5gb": 10**19},
+    {"1g.5gb": "7"},
+    {"devices": "all", "mig-enabled": False},
+    {"devices": [4, 5, 6, 7], "mig-enabled": False},
+    {"devices": "all", "mig-enabled": True, "mig-devices": {}},
+    {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}, "device-filter": "0x20B010DE"},
+    {"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}, "device-filter": ["0x233010DE"]},
+]
+
+
+@functools.cache
+def _mig_parted_parsed(text: str) -> tuple[list[Any], dict, int | None, Any]:
+    """A mig-parted file's documents, its mig-parted tree, and where that tree is: the index
+    of the ConfigMap document and the ``data`` key holding it as text (None, None: the file
+    is the mig-parted document).  Parsed once per file (libyaml where PyYAML has it)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    docs = [d for d in yaml.load_all(text, Loader=loader) if d is not None]
+    for i, doc in enumerate(docs):
+        if isinstance(doc, dict) and "mig-configs" in doc:
+            return docs, doc, None, None
+        data = doc.get("data") if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" else None
+        for key, inner in (data if isinstance(data, dict) else {}).items():
+            if isinstance(inner, str) and "mig-configs" in inner:
+                return docs, yaml.load(inner, Loader=loader), i, key
+    raise ValueError("not a mig-parted file")
+
+
+# mig-config names: each becomes a gpupool layout (the Slurm feature layout_<name>)
+CONFIG_NAMES: list[Any] = ["", "x y", "a=b", "-1", "ünïcode", "all-1g.5gb\nNodeName=evil", "a" * 65, "day", 1, True]
+
+
+def _shuffle_entries(rng: random.Random, tree: dict) -> None:
+    """Entries moved, repeated and reordered across configs (how several entries select one
+    GPU), or a config renamed (in place)."""
+    configs = tree.get("mig-configs")
+    lists = [v for v in configs.values() if isinstance(v, list) and v] if isinstance(configs, dict) else []
+    if not lists or not isinstance(configs, dict):
+        return
+    target, source = rng.choice(lists), rng.choice(lists)
+    op = rng.randrange(4)
+    if op == 3:
+        old, new = rng.choice(list(configs)), rng.choice(CONFIG_NAMES)
+        renamed = {new if k == old else k: v for k, v in configs.items()}
+        configs.clear()
+        configs.update(renamed)
+    elif op == 0:  # an entry of another config appended: later entries win where they overlap
+        target.append(copy.deepcopy(rng.choice(source)))
+    elif op == 1:
+        target.reverse()
+    else:  # one entry narrowed to a few GPUs (the others are then left unselected)
+        entry = rng.choice(target)
+        if isinstance(entry, dict):
+            entry["devices"] = sorted(rng.sample(range(8), rng.randint(1, 4)))
+
+
+def mutate_mig_parted(rng: random.Random, text: str) -> str:
+    """A mig-parted file (or Kubernetes manifests holding one in a ConfigMap) with its
+    mig-parted tree mutated, nearly-right values dropped in and entries moved about; or,
+    now and then, the manifests around it damaged (another kind, the key or a second
+    ConfigMap).  Written back as YAML, the ConfigMap's ``config.yaml`` as a text block."""
+    import yaml
+
+    docs, tree, at, key = copy.deepcopy(_mig_parted_parsed(text))
+    dump_all = functools.partial(
+        yaml.dump_all, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, allow_unicode=True
+    )
+    if at is not None and rng.random() < 0.15:  # the manifests, not the config
+        data = docs[at]["data"]
+        op = rng.randrange(4)
+        if op == 0:
+            docs.append(copy.deepcopy(docs[at]))
+        elif op == 1:
+            data[rng.choice(["config.yml", "", "x\ny", 1])] = data.pop(key)
+        elif op == 2:
+            docs[at]["kind"] = "Secret"
+        else:
+            data[key] = data[key].replace("mig-configs", "migconfigs")
+        return dump_all(docs)
+    if rng.random() < 0.3:
+        _shuffle_entries(rng, tree)
+    if rng.random() < 0.85:
+        tree = mutate_tree(rng, tree, MIG_HOSTILE)
+    if at is None:
+        return dump_yaml(tree, fast=True)
+    docs[at]["data"][key] = dump_yaml(tree, fast=True)  # text: it always dumps
+    return dump_all(docs)
 
 
 SBATCH_TOKENS = [

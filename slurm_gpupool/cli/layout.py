@@ -62,6 +62,9 @@ def check(app: AppContext, config: str | None, as_json: bool) -> None:
                 extra = f"  [{detail[key]}]" if key in detail else ""
                 lines.append(f"    GPU {_ranges(idx)}: {key}{extra}")
             out["layouts"][name][ns.name] = {str(t): idx for t, idx in ((k, v) for k, v in groups.items())}
+    from slurm_gpupool.ops.gres_install import check_type_ids, cluster_accounting
+
+    check_type_ids(cfg, cluster_accounting(cfg))  # type names Slurm would confuse (exit 78)
     if cfg.schedule:
         now = datetime.now().astimezone()
         due = cfg.schedule.due(now)

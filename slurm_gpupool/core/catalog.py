@@ -160,7 +160,7 @@ def get_model(key: str) -> GpuModel:
         "GPU model catalog",
         key,
         "unknown GPU model",
-        hint="known models: " + ", ".join(sorted(models)),
+        hint="a catalog key or an NVML name (`gpupool layout models` lists them): " + ", ".join(sorted(models)),
     )
 
 

@@ -10,8 +10,9 @@ line up with Slurm's device order.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
@@ -60,12 +61,13 @@ def autodetect_mig_name(model: GpuModel, profile: str, memory_mib: int = 0) -> s
 
 
 def whole_type(model: GpuModel) -> str:
-    """Type of a whole GPU: the AutoDetect name cut at ``-``, without the vendor prefix
-    (``a100``, ``h100_80gb_hbm3``): a substring of the AutoDetect name."""
+    """Type of a whole GPU: the AutoDetect name cut at ``-``, without the vendor prefix and
+    the workstation boards' marketing tail (``a100``, ``h100_80gb_hbm3``, ``rtx_pro_6000``,
+    ``rtx_6000_ada``): a substring of the AutoDetect name, short enough for slurmdbd."""
     name = autodetect_name(model).split("-", 1)[0]
     for prefix in ("nvidia_", "tesla_"):
         name = name.removeprefix(prefix)
-    return name
+    return re.sub(r"_(blackwell|generation)(_.*)?$", "", name)
 
 
 def slurm_type(
@@ -86,11 +88,50 @@ def slurm_type(
         return autodetect_mig_name(model, profile, memory_mib) if profile else autodetect_name(model)
     if profile is None:
         return whole_type(model)
-    if autodetect:
+    if autodetect:  # a substring of "<name cut at '-'>_<Slurm's profile>"
         profile = autodetect_profile(model.profile(profile), memory_mib)
+        prefix = autodetect_name(model).split("-", 1)[0].removeprefix("nvidia_").removeprefix("tesla_")
+    else:
+        prefix = whole_type(model)
     if naming == NAMING_MODEL_PROFILE:
-        return f"{whole_type(model)}_{profile}"
+        return f"{prefix}_{profile}"
     return profile
+
+
+def slurm_type_id(name: str) -> int:
+    """Slurm's id of a GRES type name (``gres_build_id`` in ``src/common/gres.c``).
+
+    Slurm compares types by this number, a sum of characters shifted by 0/8/16/24 bits,
+    not by name, so two names with the same id are one type to it: ``2g.48gb`` (RTX PRO
+    6000) and ``3g.47gb`` (H100 NVL) collide, and Slurm counted one node's 3g.47gb devices
+    as 2g.48gb in the sandbox (22.05)."""
+    h, shift = 0, 0
+    for b in name.encode():
+        h = (h + ((b - 256 if b >= 128 else b) << shift)) & 0xFFFFFFFF  # C char: signed on x86
+        shift = (shift + 8) % 32
+    return h
+
+
+# slurmdbd's tres_table keeps (type, name) unique on their first 42 characters only
+# (`UNIQUE KEY udex (type(42), name(42))`); a TRES name is "gpu:<type>".
+TRES_NAME_UNIQUE_CHARS = 42
+
+
+def type_id_collisions(types: Iterable[str]) -> list[tuple[str, str]]:
+    """Pairs of distinct type names that Slurm would take for one type: the same
+    ``gres_build_id``, or the same first 42 characters of "gpu:<type>", which slurmdbd
+    cannot tell apart (the second TRES is never created, so its usage is not recorded)."""
+    by_id: dict[int, str] = {}
+    by_prefix: dict[str, str] = {}
+    out = []
+    for t in sorted(set(types)):
+        for other in (
+            by_id.setdefault(slurm_type_id(t), t),
+            by_prefix.setdefault(f"gpu:{t}"[:TRES_NAME_UNIQUE_CHARS], t),
+        ):
+            if other != t and (other, t) not in out:
+                out.append((other, t))
+    return out
 
 
 def shared_type(model: GpuModel) -> str:

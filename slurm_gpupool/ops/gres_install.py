@@ -22,13 +22,15 @@ from slurm_gpupool.core.gres import (
     MIG_FILES_CI_CAP,
     MIG_FILES_MULTIPLE,
     MULTIPLE_FILES_FIXED_IN,
+    NAMINGS,
     GresNode,
     NodeGres,
     accounting_types,
     node_gres,
+    type_id_collisions,
 )
 from slurm_gpupool.core.render import RenderedFiles, render_slurm_files
-from slurm_gpupool.errors import InternalError, StateError
+from slurm_gpupool.errors import ConfigError, InternalError, StateError
 from slurm_gpupool.ops.gres_sources import IDS_LIVE, IDS_NONE, IDS_SIMULATED, live_node, planned_node
 
 ROLES = {"gres.conf": "gres_conf", "nodes.conf": "nodes_include", "gres-types.conf": "gres_include"}
@@ -99,6 +101,34 @@ def cluster_accounting(cfg: PoolConfig, mode: str = MIG_FILES_MULTIPLE) -> list[
     for layout in cfg.layout_names():
         out.update(accounting_types(list(_planned(cfg, layout, cfg.all_nodes(), mode).values())))
     return sorted(out)
+
+
+def check_type_ids(cfg: PoolConfig, tres: Sequence[str]) -> None:
+    """Refuse GPU type names that Slurm would take for one another (see ``slurm_type_id``):
+    jobs asking for one could be given the other, and accounting mixes them up."""
+    clash = type_id_collisions(t.split(":", 1)[1] for t in tres if t.startswith("gres/gpu:"))
+    if not clash:
+        return
+    import dataclasses
+
+    free = []
+    for naming in NAMINGS:
+        other = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, type_naming=naming))
+        if naming != cfg.slurm.type_naming and not type_id_collisions(
+            t.split(":", 1)[1] for t in cluster_accounting(other) if t.startswith("gres/gpu:")
+        ):
+            free.append(naming)
+    pairs = ", ".join(f"{a} and {b}" for a, b in clash)
+    raise ConfigError(
+        cfg.source,
+        "slurm.type_naming",
+        f"GPU types {pairs} are one type to Slurm: it compares types by a hash of the name "
+        "(gres_build_id), and slurmdbd tells TRES names apart by their first 42 characters; "
+        "these collide, so a job for one could be given the other, or its usage goes unrecorded",
+        hint=f"type_naming: {' or '.join(free)} has no such pair here"
+        if free
+        else "no naming scheme separates them here: keep these models in different Slurm clusters",
+    )
 
 
 def collect_nodes(
@@ -174,12 +204,14 @@ def render(
     layouts: dict[str, str | None] = {}
     gres = collect_nodes(cfg, nodes, planned, mode, layouts, mig_ids)
     check(gres)
+    accounting = cluster_accounting(cfg, mode)
+    check_type_ids(cfg, [*accounting, *accounting_types(gres)])
     files = render_slurm_files(
         gres,
         source=source,
         autodetect=cfg.slurm.autodetect,
         mig_files=mode,
-        extra_accounting=cluster_accounting(cfg, mode),
+        extra_accounting=accounting,
         site_dir=site_dir or cfg.slurm.templates_dir,
     )
     return Rendered(files, gres, source, layouts)

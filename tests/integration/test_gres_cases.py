@@ -23,7 +23,19 @@ from .conftest import worker_port, worker_root
 pytestmark = pytest.mark.integration
 
 ROOT = worker_root("/var/tmp/slurm-gpupool-sandbox-cases")
-NODES = {"dgxa1": "dgx-a100", "hgxh1": "hgx-h100", "pcie1": "pcie-a30", "dgxv1": "dgx1-v100", "nvl1": "h100-nvl-pair"}
+NODES = {
+    "dgxa1": "dgx-a100",
+    "hgxh1": "hgx-h100",
+    "pcie1": "pcie-a30",
+    "dgxv1": "dgx1-v100",
+    "nvl1": "h100-nvl-pair",
+    "h200a": "hgx-h200",
+    "h20a": "hgx-h20",
+    "b200a": "dgx-b200",
+    "gb200a": "gb200-nvl",
+    "l40sa": "l40s-server",
+    "rtxa": "rtx-pro-6000-server",
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +50,8 @@ def cluster(tmp_path_factory):
         "nodesets": {n: {"nodes": n, "machine": m} for n, m in NODES.items()},
         "layouts": {v: {n: VARIANTS[m][v] for n, m in NODES.items()} for v in ("whole", "mig", "mixed", "shared")},
         "schedule": {"default": "whole"},
+        # bare profile names would give 2g.48gb (RTX PRO 6000) and 3g.47gb (H100 NVL): one type to Slurm
+        "slurm": {"type_naming": "model_profile"},
     }
     cfg.write_text(yaml.safe_dump(raw))
     sb = Sandbox(ROOT, config=cfg, base_port=worker_port(18800))
@@ -90,3 +104,22 @@ def test_cluster_comes_up_with_exactly_the_rendered_gres(cluster, layout: str):
         assert got == want[n], (layout, n)
         assert re.search(r"State=IDLE\b", show), (layout, n, show)
         assert f"layout_{layout}" in re.search(r"AvailableFeatures=(\S+)", show).group(1)
+
+
+def test_slurm_takes_type_names_with_one_hash_for_one_type(cluster):
+    """Why colliding names are refused (gres_build_id): give rtxa's 2g.48gb and nvl1's 3g.47gb
+    their bare names by hand, and Slurm counts nvl1's 3g.47gb devices as 2g.48gb as well."""
+    sb, env = cluster
+    for n in ("rtxa", "nvl1"):
+        gpupool(env, "--node", n, "node", "apply", "mixed")
+    gpupool(env, "gres", "install")
+    etc = sb.root / "etc"
+    for name in ("gres.conf", "nodes.conf", "gres-types.conf"):
+        text = (etc / name).read_text()
+        text = text.replace("rtx_pro_6000_2g.48gb", "2g.48gb")
+        (etc / name).write_text(text.replace("h100_nvl_3g.47gb", "3g.47gb"))
+    gpupool(env, "sandbox", "restart", "--root", str(sb.root), "--controller", "--nodes", ",".join(NODES))
+    show = run(env, "scontrol", "-o", "show", "node", "nvl1")
+    tres = dict(t.split("=", 1) for t in re.search(r"CfgTRES=(\S+)", show).group(1).split(","))
+    assert tres.get("gres/gpu:3g.47gb") == "2"
+    assert tres.get("gres/gpu:2g.48gb") == "2", f"Slurm tells the two types apart now: {show}"

@@ -3,6 +3,8 @@ the reference tables."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from slurm_gpupool.core import catalog
@@ -135,3 +137,35 @@ def test_h100_pcie_has_the_sxm_table_with_its_own_sm_counts():
         (p.name, p.profile_id, p.placement_starts) for p in sxm.profiles
     ]
     assert [p.sm_count for p in pcie.profiles] == [14, 14, 14, 30, 46, 62, 114]
+
+
+def test_node_gpus_are_identified_by_pci_id_then_name_and_unknown_ones_named():
+    """#14: detection by PCI device id (NVIDIA's driver README table), else by name."""
+    assert catalog.identify("NVIDIA B200", 0x2909, "GPU 0").key == "B200"  # the second B200 id
+    assert catalog.identify("whatever the driver says", 0x26B9, "GPU 0").key == "L40S"
+    assert catalog.identify("GH200 120GB", 0, "GPU 0").key == "GH200-96GB"  # old drivers: no 'NVIDIA '
+    assert catalog.identify("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 0, "g").key == "RTX-PRO-6000"
+    with pytest.raises(ConfigError) as e:
+        catalog.identify("NVIDIA X1000", 0xABCD, "GPU 3 of node7")
+    assert e.value.exit_code == 78
+    assert "GPU 3 of node7: unknown GPU 'NVIDIA X1000' (PCI device id 10de:abcd)" in e.value.message()
+    assert "gpupool layout models" in (e.value.hint or "")
+
+
+def test_every_model_is_complete_and_ids_are_unique():
+    seen: dict[int, str] = {}
+    for key, m in catalog.all_models().items():
+        assert m.source and m.nvml_names and m.pci_device_ids, key
+        assert m.compute_capability >= (7, 0) and m.memory_mib > 0
+        for i in m.pci_device_ids:
+            assert i not in seen, (key, seen.get(i))
+            seen[i] = key
+        # every source is tagged: [V] NVIDIA-authored, [O] observed, [S] secondary (research notes)
+        assert re.search(r"\[[VOS]", m.source), key
+        if m.mig is not None:
+            assert m.architecture in ("ampere", "hopper", "blackwell")
+    # the Blackwell workstation boards: 4 compute slices on 12 memory units
+    rtx = catalog.get_model("RTX-PRO-6000").mig
+    assert rtx is not None and (rtx.compute_slices, rtx.memory_slots) == (4, 12)
+    assert rtx.by_name("1g.24gb+me.all").has_media_extensions and not rtx.by_name("1g.24gb-me").has_media_extensions
+    assert catalog.get_model("A30").profile("4g.24gb").memory_mib == 24000  # R525+ drivers (23.44 GiB)

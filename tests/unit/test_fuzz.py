@@ -13,6 +13,7 @@ import io
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -79,7 +80,7 @@ def test_hundreds_of_hostile_configs_end_in_clear_errors(tmp_path: Path, shipped
                 covered = [n for n in cfg.all_nodes() if cfg.covers(layout, n) and cfg.nodeset_of(n).machine]
                 if not covered:
                     continue
-                r = render(cfg, covered, layout)
+                r = render(cfg, covered, layout, mig_ids="simulated")
                 for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
                     assert_well_formed(r[role], set(cfg.all_nodes()), f"variant {k} {layout} {role}")
     print(f"configs: {CONFIGS} variants, exit codes {dict(sorted(codes.items()))}")  # the README's figures
@@ -146,3 +147,86 @@ def test_hundreds_of_hostile_accounting_files_end_in_a_report_or_exit_76(tmp_pat
         assert "Traceback" not in err and (code == 0 or err.startswith("gpupool: ")), (k, err)
     print(f"accounting files: {ACCOUNTING} variants, exit codes {dict(sorted(codes.items()))}")
     assert codes.get(0, 0) > ACCOUNTING // 2 and codes.get(76, 0) > 10, codes
+
+
+NVIDIA = TOP.parent / "shared" / "reference" / "nvidia-mig-configs"
+OPERATOR = NVIDIA / "gpu-operator" / "assets_state-mig-manager_0400_configmap.yaml"
+MIG_PARTED = 400
+
+
+@pytest.mark.skipif(not OPERATOR.exists(), reason=f"NVIDIA's mig-parted files not found at {NVIDIA}")
+def test_hundreds_of_mutated_nvidia_mig_parted_files_import_or_end_in_clear_errors(tmp_path: Path):
+    """NVIDIA's own mig-parted files and the GPU Operator's ConfigMap, damaged (the tree:
+    nearly-right profiles, device ids, indices and counts, entries moved, names and the
+    manifests around the config; the bytes: truncation, undecodable bytes, duplicate keys,
+    deep nesting), through ``gpupool layout import-mig-parted`` and through ``mig_parted:``
+    in the shipped pool config.  Each ends in exit 0 or a clear error with its code; what
+    is accepted is accepted both ways, the layouts ``--yaml`` writes pass ``layout check``,
+    and the layouts ``mig_parted:`` adds render to well-formed Slurm files."""
+    from slurm_gpupool.config import load_config
+    from slurm_gpupool.ops.gres_install import render
+
+    sources = [(p.name, p.read_text()) for p in [*sorted((NVIDIA / "mig-parted").glob("*.yaml")), OPERATOR]]
+    shipped = TOP / "etc" / "gpupool.yaml"
+    pool = yaml.safe_load(shipped.read_text())
+    section = pool.pop("mig_parted")
+    rng = random.Random(14)
+    codes: dict[str, dict[int, int]] = {"import": {}, "mig_parted:": {}}
+    written = 0  # accepted imports whose --yaml layouts were loaded and checked
+
+    def outcome(how: str, k: int, code: int, err: str, allowed: tuple[int, ...]) -> None:
+        codes[how][code] = codes[how].get(code, 0) + 1
+        assert code in allowed, (k, how, code, err)
+        assert "Traceback" not in err and (code == 0 or err.startswith("gpupool: ")), (k, how, err)
+
+    for k in range(MIG_PARTED):
+        name, text = rng.choice(sources)
+        variant = tmp_path / f"m{k}.yaml"
+        if rng.random() < 0.7:
+            variant.write_text(fuzzing.mutate_mig_parted(rng, text))
+        else:
+            variant.write_bytes(fuzzing.mutate_text(rng, text))
+        where = (k, name, str(variant))
+
+        # the command, against the shipped config: its --yaml must load as layouts
+        code, out, err = gpupool("--config", str(shipped), "layout", "import-mig-parted", str(variant), "--yaml")
+        outcome("import", k, code, err, (0, 78))
+        imported = yaml.safe_load(out)["layouts"] if code == 0 else {}
+        if imported:
+            merged = tmp_path / f"layouts{k}.yaml"
+            merged.write_text(yaml.safe_dump({**pool, "layouts": {**pool["layouts"], **imported}}))
+            checked, _, cerr = gpupool("--config", str(merged), "layout", "check")
+            assert checked == 0, (*where, "its --yaml layouts do not load", cerr)
+            written += 1
+        if k % 4 == 0:  # the other outputs judge the file the same way; --select of no config: exit 2
+            other = rng.choice([[], ["--json"], ["--select", rng.choice([*imported, "no-such"])]])
+            ocode, _, oerr = gpupool("--config", str(shipped), "layout", "import-mig-parted", str(variant), *other)
+            assert ocode == (2 if code == 0 and "no-such" in other else code), (*where, other, oerr)
+            assert "Traceback" not in oerr and (ocode == 0 or oerr.startswith("gpupool: ")), (*where, oerr)
+
+        # the config key: the same file as `mig_parted:` of the shipped config (its section damaged now and then)
+        mp: Any = {"file": variant.name, **({"nodesets": section["nodesets"]} if k % 2 else {})}
+        damaged = rng.random() < 0.25
+        if damaged:
+            mp = fuzzing.mutate_tree(rng, mp)
+        config = tmp_path / f"c{k}.yaml"
+        config.write_text(fuzzing.dump_yaml({**pool, "mig_parted": mp}))
+        ccode, _, cerr = gpupool("--config", str(config), "layout", "check")
+        outcome("mig_parted:", k, ccode, cerr, (0, 65, 78))
+        if damaged:
+            continue
+        assert (ccode == 0) == (code == 0), (*where, "accepted one way only", err, cerr)
+        if ccode == 0:
+            cfg = load_config(config)
+            added = sorted(set(cfg.layout_names()) - set(pool["layouts"]))
+            if "nodesets" not in mp:  # every node set: exactly the layouts the command wrote
+                assert set(added) == set(imported) - set(pool["layouts"]), where
+            for layout in rng.sample(added, min(2, len(added))):
+                covered = [n for n in cfg.all_nodes() if cfg.covers(layout, n)]
+                r = render(cfg, covered, layout, mig_ids="simulated")
+                for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
+                    assert_well_formed(r[role], set(cfg.all_nodes()), f"variant {k} {layout} {role}")
+    counts = {how: dict(sorted(c.items())) for how, c in codes.items()}
+    print(f"mig-parted files: {MIG_PARTED} variants, exit codes {counts}, {written} --yaml outputs loaded")  # README
+    assert counts["import"].get(0, 0) >= MIG_PARTED // 10 and counts["import"].get(78, 0) >= MIG_PARTED // 2, counts
+    assert written >= MIG_PARTED // 10 and counts["mig_parted:"].get(78, 0) > counts["import"][78], counts

@@ -64,7 +64,44 @@ VARIANTS = {
         "whole": {"all": "whole"},
         "shared": {"all": {"shared": 6}},
     },
+    "hgx-h200": {
+        "mig": {"all": {"mig": {"1g.18gb": 7}}},
+        "mixed": {"0-1": {"mig": {"3g.71gb": 2}}, "2-3": {"mig": {"1g.35gb": 4}}, "4-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 8}},
+    },
+    "dgx-b200": {
+        "mig": {"all": {"mig": {"1g.23gb": 7}}},
+        "mixed": {"0-3": {"mig": {"2g.45gb": 3, "1g.23gb": 1}}, "4-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 8}},
+    },
+    "gb200-nvl": {
+        "mig": {"all": {"mig": {"1g.23gb": 7}}},
+        "mixed": {"0-1": {"mig": {"4g.93gb": 1, "3g.93gb": 1}}, "2-3": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
+    "hgx-h20": {
+        "mig": {"all": {"mig": {"1g.12gb": 7}}},
+        "mixed": {"0-3": {"mig": {"1g.24gb": 4}}, "4-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
+    "l40s-server": {  # no MIG: the "mig" variant is time-slicing where MIG would be
+        "mig": {"0-3": {"shared": 4}, "4-7": {"shared": 2}},
+        "mixed": {"0-3": {"shared": 4}, "4-7": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
+    "rtx-pro-6000-server": {  # 4 compute slices on a 12-unit memory axis
+        "mig": {"all": {"mig": {"1g.24gb": 4}}},
+        "mixed": {"0-1": {"mig": {"2g.48gb": 2}}, "2": {"mig": {"1g.24gb": 2, "2g.48gb": 1}}, "3": "whole"},
+        "whole": {"all": "whole"},
+        "shared": {"all": {"shared": 4}},
+    },
 }
+NO_MIG = {"dgx1-v100", "l40s-server"}
 
 
 def config_for(machine: str, naming: str = "profile", autodetect: bool = False, mig_files: str = "multiple"):
@@ -79,7 +116,7 @@ def config_for(machine: str, naming: str = "profile", autodetect: bool = False, 
 
 CASES = [(m, v, "multiple") for m in VARIANTS for v in VARIANTS[m]]
 # Slurm before 23.02.7 (the sandbox's 22.05) gets MIG devices as their CI cap file
-CASES += [(m, v, "ci_cap") for m in VARIANTS for v in ("mig", "mixed") if m != "dgx1-v100"]
+CASES += [(m, v, "ci_cap") for m in VARIANTS for v in ("mig", "mixed") if m not in NO_MIG]
 
 
 def golden_name(machine: str, variant: str, mig_files: str) -> str:
@@ -341,3 +378,33 @@ def test_planned_mig_files_come_from_the_node_or_the_render_says_it_cannot(tmp_p
     body = [x for x in planned.splitlines() if x.startswith("NodeName=")]
     assert body == [x for x in live.splitlines() if x.startswith("NodeName=")]
     assert "nvidia-cap" in planned and "(MIG ids as the simulator assigns them)" in simulated
+
+
+def test_type_names_slurm_would_confuse_are_refused_with_a_naming_that_works():
+    """Slurm compares GRES types by gres_build_id, a weak hash of the name: B200's 2g.45gb and
+    A100's 7g.40gb are one type to it (seen in the sandbox for 2g.48gb/3g.47gb: CfgTRES
+    counted an H100 NVL's 3g.47gb devices as 2g.48gb)."""
+    from slurm_gpupool.core.gres import slurm_type_id, type_id_collisions
+    from slurm_gpupool.errors import ConfigError
+
+    assert slurm_type_id("2g.45gb") == slurm_type_id("7g.40gb")
+    assert slurm_type_id("gpu") == ord("g") + (ord("p") << 8) + (ord("u") << 16)
+    assert type_id_collisions(["2g.48gb", "3g.47gb", "1g.5gb"]) == [("2g.48gb", "3g.47gb")]
+    # slurmdbd: TRES names unique on 42 characters (seen: the second of two long types never got a TRES)
+    long = "rtx_pro_6000_blackwell_server_edition"
+    assert type_id_collisions([long, f"{long}_1g.24gb", f"{long}_2g.48gb"]) == [(f"{long}_1g.24gb", f"{long}_2g.48gb")]
+    assert slurm_type(get_model("RTX-PRO-6000"), "2g.48gb", NAMING_MODEL_PROFILE) == "rtx_pro_6000_2g.48gb"
+    raw = {
+        "version": 1,
+        "nodesets": {"a": {"nodes": "a1", "machine": "dgx-a100"}, "b": {"nodes": "b1", "machine": "dgx-b200"}},
+        "layouts": {"day": {"a": {"all": {"mig": {"7g.40gb": 1}}}, "b": {"all": {"mig": {"2g.45gb": 3}}}}},
+    }
+    cfg = parse_config(raw, "mixed.yaml", Path("."))
+    with pytest.raises(ConfigError) as e:
+        render(cfg, cfg.all_nodes(), "day", mig_ids=IDS_SIMULATED)
+    assert e.value.exit_code == 78 and "slurm.type_naming" in e.value.message()
+    assert "2g.45gb and 7g.40gb are one type to Slurm" in e.value.why
+    assert "type_naming: model_profile or autodetect has no such pair here" in (e.value.hint or "")
+    raw["slurm"] = {"type_naming": "model_profile"}
+    cfg = parse_config(raw, "mixed.yaml", Path("."))
+    assert "Type=b200_2g.45gb" in render(cfg, cfg.all_nodes(), "day", mig_ids=IDS_SIMULATED)["gres.conf"]

@@ -7,7 +7,8 @@ import pytest
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.machines import builtin_machine_names, find_machine, parse_machine
 
-REQUIRED = {"dgx-a100", "hgx-h100", "pcie-a30", "dgx1-v100", "h100-nvl-pair"}
+REQUIRED = {"dgx-a100", "hgx-h100", "pcie-a30", "dgx1-v100", "h100-nvl-pair", "hgx-h200", "hgx-h20", "dgx-b200"}
+REQUIRED |= {"gb200-nvl", "l40s-server", "rtx-pro-6000-server"}
 
 
 def test_required_machines_ship():
@@ -73,3 +74,30 @@ def test_bad_descriptions_name_the_key(patch, key, words):
         parse_machine(raw, "bad.yaml")
     assert e.value.key == key and words in e.value.why
     assert str(e.value).startswith("bad.yaml: ")
+
+
+def test_an_unknown_model_in_a_site_machine_file_names_the_file_key_and_model(tmp_path):
+    """#14: it said 'unknown GPU model: l40s-4', naming the machine instead of the model."""
+    from pathlib import Path
+
+    from slurm_gpupool.config import load_config
+
+    top = Path(__file__).resolve().parents[2]
+    (tmp_path / "machines").mkdir()
+    text = (top / "etc" / "machines" / "l40s-server.yaml").read_text()
+    text = text.replace("machine: l40s-server", "machine: l40s-4").replace("model: L40S,", "model: L40S-48GB,")
+    (tmp_path / "machines" / "l40s-4.yaml").write_text(text)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        "version: 1\npaths: {machines_dir: machines}\nnodesets:\n  l40s: {nodes: 'l[1-2]', machine: l40s-4}\n"
+        "layouts:\n  day: {l40s: {all: whole}}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(pool)
+    msg = e.value.message()
+    assert "nodesets.l40s.machine: machine description l40s-4:" in msg
+    assert "l40s-4.yaml: gpus[0].model: unknown GPU model 'L40S-48GB'" in msg
+    assert "`gpupool layout models`" in (e.value.hint or "") and "L40S" in (e.value.hint or "")
+    # the shipped one loads, and its GPUs are the whole-GPU model of the catalog
+    spec = find_machine("l40s-server")
+    assert {g.gpu_model.key for g in spec.gpus} == {"L40S"} and spec.gpus[0].gpu_model.mig is None

@@ -64,6 +64,29 @@ def test_nvidias_default_configs_import_unchanged_and_each_machine_gets_its_own(
     assert {"all-1g.5gb", "all-2g.10gb", "all-3g.20gb", "all-7g.40gb", "all-balanced"} <= fits["dgx-a100"]
     assert {"all-1g.6gb", "all-2g.12gb.me", "all-4g.24gb", "all-balanced"} <= fits["pcie-a30"]
     assert {"all-1g.12gb", "all-7g.94gb", "all-balanced"} <= fits["h100-nvl-pair"]
+    # the 2025-2026 families: exactly NVIDIA's configs for their GPU (the ConfigMap has them all)
+    if path == OPERATOR:
+        for machine, sizes in {
+            "hgx-h200": ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+            "hgx-h20": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+            "dgx-b200": ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+            "gb200-nvl": ("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+        }.items():
+            assert fits[machine] == {f"all-{x}" for x in sizes} | {
+                f"all-{sizes[0]}.me",
+                "all-balanced",
+                "all-disabled",
+            }, machine
+        rtx = {"1g.24gb", "1g.24gb-me", "1g.24gb.gfx", "1g.24gb.me", "1g.24gb.me.all", "2g.48gb", "2g.48gb-me"}
+        rtx |= {"2g.48gb.gfx", "2g.48gb.me.all", "4g.96gb", "4g.96gb.gfx"}
+        assert fits["rtx-pro-6000-server"] == {f"all-{x}" for x in rtx} | {"all-balanced", "all-disabled"}
+        assert found[("all-1g.24gb.me.all", "rtx-pro-6000-server")].targets[0][1] == GpuTarget.mig_counts(
+            {"1g.24gb+me.all": 1}
+        )
+        # L40S cannot do MIG: `devices: all` entries leave it whole (mig-parted skips it), filtered ones miss it
+        assert all(t == GpuTarget.whole() for _, t in found[("all-disabled", "l40s-server")].targets)
+        assert all(t == GpuTarget.whole() for _, t in found[("all-1g.18gb", "l40s-server")].targets)
+        assert not found[("all-1g.10gb", "l40s-server")].applies
     assert found[("all-balanced", "hgx-h100")].targets[0][1] == GpuTarget.mig_counts(
         {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     )
@@ -232,3 +255,61 @@ def test_manifests_without_a_readable_configmap_are_a_clear_error(tmp_path: Path
     with pytest.raises(ConfigError) as e:
         load_mig_parted(path)
     assert e.value.exit_code == 78 and "no mig-parted config" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["x y", "", "ünïcode", "all-1g.5gb\nNodeName=evil", "-1", "a" * 65])
+def test_a_config_name_that_cannot_be_a_layout_name_is_the_files_error(tmp_path: Path, name: str):
+    """Found by the mig-parted fuzzer (test_fuzz.py): a config's name becomes a layout (the
+    Slurm feature layout_<name>); such a name was imported, and `--yaml` wrote layouts that
+    do not load."""
+    entry = {"devices": "all", "mig-enabled": False}
+    with pytest.raises(ConfigError) as e:
+        parse_mig_parted({"version": "v1", "mig-configs": {"ok": [entry], name: [entry]}}, Where("t.yaml"))
+    assert e.value.source == "t.yaml" and e.value.key.startswith("mig-configs")
+    assert "cannot be a gpupool layout name" in e.value.why and e.value.exit_code == 78
+    # through `mig_parted:` of a pool config too: refused, not a layout named so
+    (tmp_path / "mp.yaml").write_text(yaml.safe_dump({"version": "v1", "mig-configs": {name: [entry]}}))
+    raw = {
+        "version": 1,
+        "nodesets": {"dgx": {"nodes": "a1", "machine": "dgx-a100"}},
+        "layouts": {"whole": {"dgx": {"all": "whole"}}},
+        "mig_parted": {"file": "mp.yaml"},
+    }
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw, str(tmp_path / "pool.yaml"), tmp_path)
+    assert e.value.source == str(tmp_path / "mp.yaml") and "cannot be a gpupool layout name" in e.value.why
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "needle"),
+    [
+        ({"file": "mp.yaml", "nodesets": [{"x": 1}]}, "mig_parted.nodesets[0]", "expected a string"),
+        ({"file": "mp.yaml", "nodesets": [["dgx"]]}, "mig_parted.nodesets[0]", "expected a string"),
+        ({"file": "mp.yaml", "nodesets": ["dgx", "dgx"]}, "mig_parted.nodesets[1]", "named twice"),
+        ({"file": "mp\x00.yaml"}, "mig_parted.file", "not a file name"),
+    ],
+)
+def test_a_damaged_mig_parted_section_is_a_config_error_naming_the_key(tmp_path: Path, section, key, needle):
+    """Found by the mig-parted fuzzer: a mapping or list as a node set name ended in exit 70
+    (TypeError: unhashable), a NUL in the file name too (ValueError from open); a node set
+    named twice added its layout entries twice."""
+    (tmp_path / "mp.yaml").write_text(yaml.safe_dump(doc({"devices": "all", "mig-enabled": False})))
+    raw = {
+        "version": 1,
+        "nodesets": {"dgx": {"nodes": "a1", "machine": "dgx-a100"}},
+        "layouts": {"whole": {"dgx": {"all": "whole"}}},
+        "mig_parted": section,
+    }
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw, str(tmp_path / "pool.yaml"), tmp_path)
+    assert e.value.source == str(tmp_path / "pool.yaml") and e.value.key == key and needle in e.value.why
+
+
+def test_a_device_filter_selects_every_pci_id_of_a_model():
+    """B200 boards come as 0x2901 and 0x2909: a filter naming the second selects them too."""
+    from slurm_gpupool.core.catalog import get_model
+    from slurm_gpupool.migparted import DeviceFilter
+
+    b200 = get_model("B200")
+    assert DeviceFilter(0x2909, 0x10DE, None).selects(b200) and DeviceFilter(0x2901, 0x10DE, None).selects(b200)
+    assert not DeviceFilter(0x2941, 0x10DE, None).selects(b200)  # GB200
