@@ -118,8 +118,8 @@ def test_slurm_takes_type_names_with_one_hash_for_one_type(cluster):
         text = (etc / name).read_text()
         text = text.replace("rtx_pro_6000_2g.48gb", "2g.48gb")
         (etc / name).write_text(text.replace("h100_nvl_3g.47gb", "3g.47gb"))
-    gpupool(env, "sandbox", "restart", "--root", str(sb.root), "--controller", "--nodes", ",".join(NODES))
+    sb.restart(controller=True, nodes=list(NODES), files=False)  # as edited: no re-render
     show = run(env, "scontrol", "-o", "show", "node", "nvl1")
     tres = dict(t.split("=", 1) for t in re.search(r"CfgTRES=(\S+)", show).group(1).split(","))
-    assert tres.get("gres/gpu:3g.47gb") == "2"
+    assert tres.get("gres/gpu:3g.47gb") == "2", show
     assert tres.get("gres/gpu:2g.48gb") == "2", f"Slurm tells the two types apart now: {show}"
