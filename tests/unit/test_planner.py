@@ -148,3 +148,35 @@ def test_unknown_profile_and_count_limits():
     with pytest.raises(InfeasibleError) as e2:
         plan_gpu(m, {"1g.6gb": 5})
     assert "at most 4" in e2.value.why
+
+
+@pytest.mark.parametrize("key", MIG_MODELS)
+def test_layout_profiles_lists_every_model_with_its_source(key: str, capsys):
+    """`gpupool layout profiles MODEL`: the full table and the maximal combinations, for every model
+    (by catalog key or by NVML name), with where the values come from."""
+    from slurm_gpupool.cli.main import main
+
+    m = get_model(key)
+    assert main(["layout", "profiles", m.nvml_name, "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{key} ({m.nvml_name}): {m.mig.compute_slices} compute slices")
+    assert f"source: {m.source}" in out
+    for p in m.mig.profiles:
+        assert f"{{{','.join(map(str, p.placement_starts))}}}:{p.memory_slices}" in out
+        assert p.name in out
+    assert f"{len(maximal_layouts(m))} maximal layouts" in out
+
+
+def test_rtx_pro_6000_placements_are_on_its_12_unit_axis():
+    m = get_model("RTX-PRO-6000")
+    plan = plan_gpu(m, {"2g.48gb": 1, "1g.24gb": 2})
+    assert sorted((i.profile, i.placement.start, i.placement.size) for i in plan.instances) == [
+        ("1g.24gb", 6, 3),
+        ("1g.24gb", 9, 3),
+        ("2g.48gb", 0, 6),
+    ]
+    with pytest.raises(InfeasibleError):
+        plan_gpu(m, {"4g.96gb": 1, "1g.24gb": 1})
+    assert Counter(_short(lay) for lay in maximal_layouts(m, default_profiles(m))) == Counter(
+        {("4g",): 1, ("2g", "2g"): 1, ("1g", "1g", "2g"): 2, ("1g", "1g", "1g", "1g"): 1}
+    )
