@@ -734,6 +734,56 @@ def _parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
     return RepartitionSettings(**{**d.__dict__, **values})
 
 
+def _parse_gpu_models(raw: Any, top: Where) -> None:
+    """``gpu_models:``: GPUs the catalog does not know, described by the site to use them whole
+    or time-shared (``nvidia-smi --query-gpu=name,pci.device_id,memory.total``)."""
+    from slurm_gpupool.core import catalog
+
+    w = top.key("gpu_models")
+    raw = w.check_type(raw, dict) if raw is not None else {}
+    catalog.set_site_models({})  # only the built-in models while checking for clashes
+    builtin = catalog.all_models()
+    out: dict[str, dict] = {}
+    for key, spec in raw.items():
+        wk = w.key(key)
+        wk.check_name(str(key), "GPU model name")
+        wk.check_type(spec, dict)
+        wk.only_keys(spec, {"nvml_name", "pci_device_id", "memory_mib", "compute_capability", "nvlinks"})
+        if key in builtin:
+            raise wk.error(f"{key} is a built-in model", hint="give the site's model another name")
+        name = wk.require(spec, "nvml_name", str).strip()
+        pci = wk.require(spec, "pci_device_id", (int, str))
+        try:
+            pci = int(pci, 16) if isinstance(pci, str) else pci
+        except ValueError:
+            raise wk.key("pci_device_id").error(f"not a PCI device id: {pci!r}", hint="e.g. 0x26BA") from None
+        if not 0 < pci <= 0xFFFF:
+            raise wk.key("pci_device_id").error(f"not a PCI device id: {pci!r}", hint="e.g. 0x26BA")
+        known = catalog.model_by_pci_device_id(pci) or catalog.model_by_nvml_name(name)
+        if known is not None:
+            raise wk.error(f"{name!r} (10de:{pci:04x}) is the built-in model {known.key}", hint=f"use {known.key}")
+        twin = next((k for k, e in out.items() if pci in e["pci_device_ids"] or name in e["nvml_names"]), None)
+        if twin is not None:
+            raise wk.error(f"same PCI device id or NVML name as gpu_models.{twin}")
+        memory = wk.require(spec, "memory_mib", int)
+        if memory <= 0:
+            raise wk.key("memory_mib").error("must be a positive number of MiB")
+        cc_text = str(wk.optional(spec, "compute_capability", (str, float), "0.0"))
+        try:
+            cc = tuple(int(x) for x in cc_text.split("."))
+        except ValueError:
+            cc = ()
+        if len(cc) != 2:
+            raise wk.key("compute_capability").error(f"not a compute capability: {cc_text!r}", hint='e.g. "8.9"')
+        nvlinks = wk.optional(spec, "nvlinks", int, 0)
+        if not 0 <= nvlinks <= 18:
+            raise wk.key("nvlinks").error("must be 0 to 18")
+        out[str(key)] = catalog.site_model_entry(
+            name, pci, memory, (cc[0], cc[1]), nvlinks, f"site config {top.source}: gpu_models.{key}"
+        )
+    catalog.set_site_models(out)
+
+
 def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolConfig:
     """Validate a decoded pool config."""
     top = Where(source)
@@ -753,6 +803,7 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
             "submit",
             "repartition",
             "reports",
+            "gpu_models",
         },
     )
     version = top.require(raw, "version", int)
@@ -764,6 +815,7 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     if isinstance(paths_raw, dict) and paths_raw.get("machines_dir"):
         machine_dirs = (base / str(paths_raw["machines_dir"]),)
     paths = _parse_paths(paths_raw, top)
+    _parse_gpu_models(raw.get("gpu_models"), top)  # before the machines that name them
     nodesets = _parse_nodesets(top.require(raw, "nodesets", dict), top, machine_dirs)
     extra: dict[str, list[LayoutEntry]] = {}
     if raw.get("mig_parted") is not None:

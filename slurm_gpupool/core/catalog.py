@@ -144,9 +144,40 @@ def _build(key: str, raw: dict) -> GpuModel:
     )
 
 
+# The pool config's own models (``gpu_models:``): GPUs the catalog does not know yet, as
+# whole or time-shared GPUs.  Set by the config parser; the built-in models never change.
+_site_models: dict[str, dict] = {}
+
+
+def set_site_models(raw: dict[str, dict]) -> None:
+    """Make the config's ``gpu_models`` known beside the built-in ones (replacing earlier ones)."""
+    global _site_models
+    if raw == _site_models:
+        return
+    _site_models = dict(raw)
+    all_models.cache_clear()
+    _by_name.cache_clear()
+    _by_pci.cache_clear()
+
+
+def site_model_entry(
+    nvml_name: str, pci_device_id: int, memory_mib: int, cc: tuple[int, int], nvlinks: int, source: str
+) -> dict:
+    """A whole-GPU catalog entry for a model a site describes (no MIG: its tables need research)."""
+    return catalog_data.model_entry(
+        nvml_name, pci_device_id, "site", cc, memory_mib, None, source, (4 if nvlinks else 0, nvlinks)
+    )
+
+
 @cache
 def all_models() -> dict[str, GpuModel]:
-    return {k: _build(k, v) for k, v in catalog_data.MODELS.items()}
+    out = {k: _build(k, v) for k, v in catalog_data.MODELS.items()}
+    out.update((k, _build(k, v)) for k, v in _site_models.items())
+    return out
+
+
+def builtin_model_keys() -> frozenset[str]:
+    return frozenset(catalog_data.MODELS)
 
 
 def get_model(key: str) -> GpuModel:
@@ -200,8 +231,9 @@ def identify(nvml_name: str, pci_device_id: int, where: str) -> GpuModel:
             where,
             "",
             f"unknown GPU {nvml_name!r} (PCI device id 10de:{pci_device_id:04x}): not in the GPU catalog",
-            hint="`gpupool layout models` lists the known models and their ids; describe a new model in "
-            "slurm_gpupool/core/catalog_data.py (see docs/research/gpu-catalog-sources.md)",
+            hint="`gpupool layout models` lists the known ones; describe it in the pool config under "
+            f"gpu_models: (nvml_name, pci_device_id: 0x{pci_device_id:04X}, memory_mib) to use it whole or "
+            "time-shared (docs/config.md#gpu_models)",
         )
     return model
 

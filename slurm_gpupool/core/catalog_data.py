@@ -98,7 +98,7 @@ def _blackwell_family(
     ]
 
 
-def _model(
+def model_entry(
     names: str | tuple[str, ...],
     pci: int | tuple[int, ...],
     arch: str,
@@ -265,7 +265,7 @@ H20_141GB = _h100_family(  # H20-3e: H200 names and sizes, H20 SMs (all unverifi
 # Keys are the catalog model names used in machine descriptions and the pool config.
 MODELS: dict[str, dict[str, Any]] = {
     # --- Ampere -----------------------------------------------------------------------------
-    "A100-SXM4-40GB": _model(
+    "A100-SXM4-40GB": model_entry(
         "NVIDIA A100-SXM4-40GB",
         0x20B0,
         AMPERE,
@@ -276,7 +276,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 12),
         A100_TEMPS,
     ),
-    "A100-SXM4-80GB": _model(
+    "A100-SXM4-80GB": model_entry(
         "NVIDIA A100-SXM4-80GB",
         0x20B2,
         AMPERE,
@@ -287,7 +287,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 12),
         A100_TEMPS,
     ),
-    "A100-PCIE-40GB": _model(
+    "A100-PCIE-40GB": model_entry(
         "NVIDIA A100-PCIE-40GB",
         (0x20F1, 0x20B1),
         AMPERE,
@@ -299,7 +299,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 12),
         A100_TEMPS,
     ),
-    "A100-PCIE-80GB": _model(
+    "A100-PCIE-80GB": model_entry(
         "NVIDIA A100 80GB PCIe",
         0x20B5,
         AMPERE,
@@ -310,7 +310,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 12),
         A100_TEMPS,
     ),
-    "A800-SXM4-80GB": _model(
+    "A800-SXM4-80GB": model_entry(
         "NVIDIA A800-SXM4-80GB",
         0x20F3,
         AMPERE,
@@ -322,7 +322,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 8),
         A100_TEMPS,
     ),
-    "A800-PCIE-80GB": _model(
+    "A800-PCIE-80GB": model_entry(
         ("NVIDIA A800 80GB PCIe", "NVIDIA A800 80GB PCIe LC"),
         0x20F5,
         AMPERE,
@@ -333,7 +333,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 12),
         A100_TEMPS,
     ),
-    "A800-PCIE-40GB": _model(
+    "A800-PCIE-40GB": model_entry(
         "NVIDIA A800 40GB Active",
         0x20F6,
         AMPERE,
@@ -344,7 +344,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 12),
         A100_TEMPS,
     ),
-    "A30": _model(
+    "A30": model_entry(
         "NVIDIA A30",
         0x20B7,
         AMPERE,
@@ -369,7 +369,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (90, 95),
     ),
     # --- Hopper -----------------------------------------------------------------------------
-    "H100-SXM5-80GB": _model(
+    "H100-SXM5-80GB": model_entry(
         "NVIDIA H100 80GB HBM3",
         0x2330,
         HOPPER,
@@ -379,7 +379,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "MIG-UG H100 80GB table [V S7]; -lgip/-lgipp transcripts (reference §1.4)",
         (NVLINK4, 18),
     ),
-    "H100-PCIE": _model(
+    "H100-PCIE": model_entry(
         "NVIDIA H100 PCIe",
         0x2331,
         HOPPER,
@@ -389,7 +389,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; -lgip on an H100 PCIe, driver 570 (reference §1.4); NVLink bridge count unverified",
         (NVLINK4, 12),
     ),
-    "H100-NVL": _model(
+    "H100-NVL": model_entry(
         "NVIDIA H100 NVL",
         0x2321,
         HOPPER,
@@ -399,7 +399,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "-lgip NVIDIA gpu-operator#900 [V S13], Azure [O S14]; -lgipp [O S16b]",
         (NVLINK4, 12),
     ),
-    "H100-SXM5-94GB": _model(
+    "H100-SXM5-94GB": model_entry(
         "NVIDIA H100",
         0x2339,
         HOPPER,
@@ -410,7 +410,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "stated (unverified); other columns as H100 NVL (unverified)",
         (NVLINK4, 18),
     ),
-    "H100-SXM5-96GB": _model(
+    "H100-SXM5-96GB": model_entry(
         "NVIDIA H100 96GB HBM3",
         0x233D,
         HOPPER,
@@ -420,7 +420,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "id from mig-parted's H100-96GB filter [S S6]; NVML name unverified; table as H100 on GH200 96GB",
         (NVLINK4, 18),
     ),
-    "H800": _model(
+    "H800": model_entry(
         "NVIDIA H800",
         0x2324,
         HOPPER,
@@ -431,7 +431,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "(unverified); H800 NVLink is cut to 8 links",
         (NVLINK4, 8),
     ),
-    "H800-PCIE": _model(
+    "H800-PCIE": model_entry(
         "NVIDIA H800 PCIe",
         0x2322,
         HOPPER,
@@ -441,7 +441,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; names/max: vGPU docs [V S8]; other columns as H100 PCIe (unverified)",
         (NVLINK4, 8),
     ),
-    "H800-NVL": _model(
+    "H800-NVL": model_entry(
         "NVIDIA H800 NVL",
         0x233A,
         HOPPER,
@@ -451,7 +451,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; names/max: vGPU docs [V S8]; other columns as H100 NVL (unverified)",
         (NVLINK4, 8),
     ),
-    "H20": _model(
+    "H20": model_entry(
         "NVIDIA H20",
         0x2329,
         HOPPER,
@@ -462,7 +462,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "535.247.01 [O S16] (1g: 11.75 GiB, 8 SMs); larger profiles derived (unverified)",
         (NVLINK4, 18),
     ),
-    "H20-141GB": _model(
+    "H20-141GB": model_entry(
         "NVIDIA H20-3e",
         0x232C,
         HOPPER,
@@ -472,7 +472,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README 610 [V S4]; names/max: vGPU docs [V S8]; everything else derived from H200 and H20 (unverified)",
         (NVLINK4, 18),
     ),
-    "H200": _model(
+    "H200": model_entry(
         "NVIDIA H200",
         0x2335,
         HOPPER,
@@ -482,7 +482,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "-lgip on an 8-GPU H200, NVIDIA mig-parted#120 [V S9]; placements unverified",
         (NVLINK4, 18),
     ),
-    "H200-NVL": _model(
+    "H200-NVL": model_entry(
         "NVIDIA H200 NVL",
         0x233B,
         HOPPER,
@@ -492,7 +492,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README 610 [V S4]; 143771 MiB [O S48]; names/max: vGPU docs [V S8]; the rest as H200 SXM (unverified)",
         (NVLINK4, 18),
     ),
-    "GH200-96GB": _model(
+    "GH200-96GB": model_entry(
         ("NVIDIA GH200 480GB", "NVIDIA GH200 120GB"),
         0x2342,
         HOPPER,
@@ -503,7 +503,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "GH200 96GB' [V S7]; placements unverified",
         (NVLINK4, 18),
     ),
-    "GH200-144GB": _model(
+    "GH200-144GB": model_entry(
         "NVIDIA GH200 144G HBM3e",
         0x2348,
         HOPPER,
@@ -515,7 +515,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK4, 18),
     ),
     # --- Blackwell ---------------------------------------------------------------------------
-    "B200": _model(
+    "B200": model_entry(
         "NVIDIA B200",
         (0x2901, 0x2909),
         BLACKWELL,
@@ -526,7 +526,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "copy engines, max [V S7]; 3g/4g/7g IDs, SMs and sizes derived (unverified)",
         (NVLINK5, 18),
     ),
-    "GB200": _model(
+    "GB200": model_entry(
         "NVIDIA GB200",
         0x2941,
         BLACKWELL,
@@ -537,7 +537,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "[V S12]; 3g/4g/7g names/max from mig-parted's config [S S6], IDs, SMs and sizes derived (unverified)",
         (NVLINK5, 18),
     ),
-    "B300": _model(
+    "B300": model_entry(
         "NVIDIA B300 SXM6 AC",
         0x3182,
         BLACKWELL,
@@ -548,7 +548,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "IDs, SMs, engines and sizes derived (unverified)",
         (NVLINK5, 18),
     ),
-    "GB300": _model(
+    "GB300": model_entry(
         "NVIDIA GB300",
         (0x31C2, 0x31C3),
         BLACKWELL,
@@ -559,7 +559,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "IDs, SMs, engines and sizes derived (unverified)",
         (NVLINK5, 18),
     ),
-    "RTX-PRO-6000": _model(
+    "RTX-PRO-6000": model_entry(
         (
             "NVIDIA RTX PRO 6000 Blackwell Server Edition",
             "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
@@ -574,7 +574,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "MIG-UG table [V S7]; NVML enums of the +gfx/+me.all/-me profiles from their names (unverified)",
         temps=(90, 95),
     ),
-    "RTX-PRO-5000": _model(
+    "RTX-PRO-5000": model_entry(
         ("NVIDIA RTX PRO 5000 Blackwell", "NVIDIA RTX PRO 5000 72GB Blackwell"),
         0x2BB3,
         BLACKWELL,
@@ -585,7 +585,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "total (the 6000's reserve) derived (unverified: no transcript); the 72GB board shares the id, no MIG data",
         temps=(90, 95),
     ),
-    "RTX-PRO-4500": _model(
+    "RTX-PRO-4500": model_entry(
         ("NVIDIA RTX PRO 4500 Blackwell", "NVIDIA RTX PRO 4500 Blackwell Server Edition"),
         (0x2C31, 0x2C3A),
         BLACKWELL,
@@ -597,7 +597,7 @@ MODELS: dict[str, dict[str, Any]] = {
         temps=(90, 95),
     ),
     # --- whole or time-shared GPUs (no MIG: nvmlDeviceGetMigMode is NOT_SUPPORTED) ------------
-    "L40S": _model(
+    "L40S": model_entry(
         "NVIDIA L40S",
         0x26B9,
         "ada",
@@ -607,7 +607,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; memory with ECC on [O S66]; PCIe only [S S70]",
         temps=(88, 93),
     ),
-    "L40": _model(
+    "L40": model_entry(
         "NVIDIA L40",
         0x26B5,
         "ada",
@@ -617,7 +617,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; memory with ECC on [O S67]; PCIe only [S S70]",
         temps=(88, 93),
     ),
-    "L4": _model(
+    "L4": model_entry(
         "NVIDIA L4",
         0x27B8,
         "ada",
@@ -627,7 +627,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; memory [O S68]; no NVLink (unverified)",
         temps=(88, 93),
     ),
-    "RTX-6000-ADA": _model(
+    "RTX-6000-ADA": model_entry(
         "NVIDIA RTX 6000 Ada Generation",
         0x26B1,
         "ada",
@@ -637,7 +637,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; memory with ECC off [O S72]; PCIe only (unverified)",
         temps=(88, 93),
     ),
-    "A10": _model(
+    "A10": model_entry(
         "NVIDIA A10",
         0x2236,
         AMPERE,
@@ -647,7 +647,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; memory with ECC on [O S69]; no NVLink (unverified)",
         temps=A100_TEMPS,
     ),
-    "A40": _model(
+    "A40": model_entry(
         "NVIDIA A40",
         0x2235,
         AMPERE,
@@ -658,7 +658,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (NVLINK3, 4),
         A100_TEMPS,
     ),
-    "A16": _model(
+    "A16": model_entry(
         "NVIDIA A16",
         0x25B6,
         AMPERE,
@@ -668,10 +668,10 @@ MODELS: dict[str, dict[str, Any]] = {
         "driver README [V S3]; memory per GPU [O S73]; 4 GPUs per board",
         temps=A100_TEMPS,
     ),
-    "T4": _model(
+    "T4": model_entry(
         "Tesla T4", 0x1EB8, "turing", (7, 5), 15360, None, "driver README [V S3]; memory [O S74]", temps=(85, 90)
     ),
-    "V100-PCIE-16GB": _model(
+    "V100-PCIE-16GB": model_entry(
         "Tesla V100-PCIE-16GB",
         0x1DB4,
         "volta",
@@ -681,7 +681,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "PCI ID Repository [S76]; memory [O S77]",
         temps=(84, 90),
     ),
-    "V100-PCIE-32GB": _model(
+    "V100-PCIE-32GB": model_entry(
         "Tesla V100-PCIE-32GB",
         0x1DB6,
         "volta",
@@ -691,7 +691,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "PCI ID Repository [S76]; memory [O S78]",
         temps=(84, 90),
     ),
-    "V100-SXM2-16GB": _model(
+    "V100-SXM2-16GB": model_entry(
         "Tesla V100-SXM2-16GB",
         0x1DB1,
         "volta",
@@ -702,7 +702,7 @@ MODELS: dict[str, dict[str, Any]] = {
         (2, 6),
         (84, 90),
     ),
-    "V100-SXM2-32GB": _model(
+    "V100-SXM2-32GB": model_entry(
         "Tesla V100-SXM2-32GB",
         0x1DB5,
         "volta",

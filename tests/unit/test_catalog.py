@@ -169,3 +169,51 @@ def test_every_model_is_complete_and_ids_are_unique():
     assert rtx is not None and (rtx.compute_slices, rtx.memory_slots) == (4, 12)
     assert rtx.by_name("1g.24gb+me.all").has_media_extensions and not rtx.by_name("1g.24gb-me").has_media_extensions
     assert catalog.get_model("A30").profile("4g.24gb").memory_mib == 24000  # R525+ drivers (23.44 GiB)
+
+
+def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path):
+    """The unknown-GPU error says how to describe it; described, it is a whole/time-shared model."""
+    from pathlib import Path
+
+    import yaml
+
+    from slurm_gpupool.config import load_config
+    from slurm_gpupool.ops.gres_install import render
+
+    with pytest.raises(ConfigError) as e:
+        catalog.identify("NVIDIA L20", 0x26BA, "GPU 0 of n1")
+    assert "gpu_models:" in (e.value.hint or "") and "pci_device_id: 0x26BA" in (e.value.hint or "")
+    top = Path(__file__).resolve().parents[2]
+    (tmp_path / "machines").mkdir()
+    text = (top / "etc" / "machines" / "l40s-server.yaml").read_text()
+    (tmp_path / "machines" / "l20-server.yaml").write_text(
+        text.replace("machine: l40s-server", "machine: l20-server").replace("model: L40S,", "model: L20,")
+    )
+    raw = {
+        "version": 1,
+        "paths": {"machines_dir": "machines"},
+        "gpu_models": {"L20": {"nvml_name": "NVIDIA L20", "pci_device_id": "0x26BA", "memory_mib": 46068}},
+        "nodesets": {"l20": {"nodes": "l[1-2]", "machine": "l20-server"}},
+        "layouts": {"day": {"l20": {"0-3": {"shared": 4}, "4-7": "whole"}}},
+    }
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(yaml.safe_dump(raw))
+    try:
+        cfg = load_config(pool)
+        assert catalog.identify("whatever", 0x26BA, "GPU 0").key == "L20"
+        assert catalog.get_model("L20").mig is None and "gpu_models.L20" in catalog.get_model("L20").source
+        gres = render(cfg, cfg.all_nodes(), "day")["gres.conf"]
+        assert "Type=l20_shared" in gres and "Type=l20 " in gres
+        for bad, words in (
+            ({"nvml_name": "NVIDIA L40S", "pci_device_id": 0x26B9, "memory_mib": 1}, "is the built-in model L40S"),
+            ({"nvml_name": "NVIDIA L20", "pci_device_id": "zz", "memory_mib": 1}, "not a PCI device id"),
+            ({"nvml_name": "NVIDIA L20", "pci_device_id": 0x26BA, "memory_mib": 0}, "positive number of MiB"),
+        ):
+            raw["gpu_models"] = {"L20": bad}
+            pool.write_text(yaml.safe_dump(raw))
+            with pytest.raises(ConfigError) as e:
+                load_config(pool)
+            assert "gpu_models.L20" in e.value.message() and words in e.value.message()
+    finally:
+        catalog.set_site_models({})
+    assert "L20" not in catalog.all_models()
