@@ -60,14 +60,16 @@ def autodetect_mig_name(model: GpuModel, profile: str, memory_mib: int = 0) -> s
     return autodetect_name(model).split("-", 1)[0] + "_" + autodetect_profile(model.profile(profile), memory_mib)
 
 
+def _model_word(model: GpuModel) -> str:
+    """The AutoDetect name cut at ``-``, without the vendor: ``a100``, ``h100_80gb_hbm3``."""
+    return autodetect_name(model).split("-", 1)[0].removeprefix("nvidia_").removeprefix("tesla_")
+
+
 def whole_type(model: GpuModel) -> str:
-    """Type of a whole GPU: the AutoDetect name cut at ``-``, without the vendor prefix and
-    the workstation boards' marketing tail (``a100``, ``h100_80gb_hbm3``, ``rtx_pro_6000``,
-    ``rtx_6000_ada``): a substring of the AutoDetect name, short enough for slurmdbd."""
-    name = autodetect_name(model).split("-", 1)[0]
-    for prefix in ("nvidia_", "tesla_"):
-        name = name.removeprefix(prefix)
-    return re.sub(r"_(blackwell|generation)(_.*)?$", "", name)
+    """Type of a whole GPU: :func:`_model_word` without the workstation boards' marketing
+    tail (``rtx_pro_6000``, ``rtx_6000_ada``): a substring of the AutoDetect name, short
+    enough for slurmdbd."""
+    return re.sub(r"_(blackwell|generation)(_.*)?$", "", _model_word(model))
 
 
 def slurm_type(
@@ -90,7 +92,7 @@ def slurm_type(
         return whole_type(model)
     if autodetect:  # a substring of "<name cut at '-'>_<Slurm's profile>"
         profile = autodetect_profile(model.profile(profile), memory_mib)
-        prefix = autodetect_name(model).split("-", 1)[0].removeprefix("nvidia_").removeprefix("tesla_")
+        prefix = _model_word(model)
     else:
         prefix = whole_type(model)
     if naming == NAMING_MODEL_PROFILE:
