@@ -44,6 +44,18 @@ class MigProfile:
         """Takes the GPU's shared media engines (``+me``, ``+me.all``): one such instance per GPU."""
         return any(a in ("me", "me.all") for a in self.attributes)
 
+    def excludes(self, other: MigProfile) -> str | None:
+        """Why this instance and ``other`` cannot share a GPU whatever their placements, or None.
+
+        nvml.h: ``_ALL_ME`` profiles (``+me.all``) block all but ``_NO_ME`` ones (``-me``);
+        and one media-extension instance per GPU."""
+        for a, b in ((self, other), (other, self)):
+            if "me.all" in a.attributes and "-me" not in b.attributes:
+                return f"{a.name} takes every media engine: only -me profiles can share its GPU, not {b.name}"
+        if self.has_media_extensions and other.has_media_extensions:
+            return "only one instance with media extensions (+me) per GPU"
+        return None
+
     @property
     def full_ci_slices(self) -> int:
         """Compute slices of the full-size CI, the one ``-cgi ... -C`` creates."""

@@ -52,9 +52,10 @@ def _budget_reason(geo: MigGeometry, model: GpuModel, profs: Sequence[MigProfile
     for prof, n in Counter(profs).items():
         if n > prof.max_count:
             return f"at most {prof.max_count} × {prof.name} fit on {model.key}, not {n}"
-    me = [p for p in profs if p.has_media_extensions]
-    if len(me) > 1:
-        return f"only one instance with media extensions (+me) per GPU, not {len(me)}"
+    for k, a in enumerate(profs):
+        for b in profs[k + 1 :]:
+            if (why := a.excludes(b)) is not None:
+                return why
     compute = sum(p.compute_slices for p in profs)
     if compute > geo.compute_slices:
         return f"needs {compute} compute slices; {model.key} has {geo.compute_slices}"

@@ -180,3 +180,20 @@ def test_rtx_pro_6000_placements_are_on_its_12_unit_axis():
     assert Counter(_short(lay) for lay in maximal_layouts(m, default_profiles(m))) == Counter(
         {("4g",): 1, ("2g", "2g"): 1, ("1g", "1g", "2g"): 2, ("1g", "1g", "1g", "1g"): 1}
     )
+
+
+def test_me_all_takes_every_media_engine_so_only_me_less_profiles_share_its_gpu():
+    """nvml.h: _ALL_ME profiles block all but _NO_ME ones (the review found 1g.24gb+me.all planned
+    beside three 1g.24gb, and 156 invalid maximal layouts listed)."""
+    m = get_model("RTX-PRO-6000")
+    with pytest.raises(InfeasibleError) as e:
+        plan_gpu(m, {"1g.24gb+me.all": 1, "1g.24gb": 3})
+    assert "only -me profiles can share its GPU, not 1g.24gb" in e.value.why
+    plan = plan_gpu(m, {"1g.24gb+me.all": 1, "1g.24gb-me": 3})
+    assert len(plan.instances) == 4
+    with pytest.raises(InfeasibleError):
+        plan_gpu(m, {"2g.48gb+me.all": 1, "2g.48gb+gfx": 1})
+    for lay in maximal_layouts(m):
+        names = [i.profile for i in lay]
+        if any(n.endswith("+me.all") for n in names):
+            assert all(n.endswith("+me.all") or n.endswith("-me") for n in names), names

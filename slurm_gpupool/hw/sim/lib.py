@@ -555,8 +555,8 @@ class SimNvmlLibrary:
             if gi["start"] < hi and lo < gi["start"] + gi["size"]:
                 return False
             other = geo.by_id(gi["profile_id"])
-            if prof.has_media_extensions and other is not None and other.has_media_extensions:
-                return False  # a single +me instance per GPU
+            if other is not None and prof.excludes(other):
+                return False  # one +me instance per GPU; +me.all only beside -me ones
         if self._used_compute(g, geo) + prof.compute_slices > geo.compute_slices:
             return False
         same = sum(1 for gi in g["gis"] if gi["profile_id"] == prof.profile_id)
