@@ -751,7 +751,11 @@ def _parse_gpu_models(raw: Any, top: Where) -> None:
         wk.only_keys(spec, {"nvml_name", "pci_device_id", "memory_mib", "compute_capability", "nvlinks"})
         if key in builtin:
             raise wk.error(f"{key} is a built-in model", hint="give the site's model another name")
-        name = wk.require(spec, "nvml_name", str).strip()
+        name = wk.require(spec, "nvml_name", str)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,95}", name):
+            raise wk.key("nvml_name").error(
+                f"not an NVML GPU name: {name[:100]!r}", hint='letters, digits, spaces, . _ -, e.g. "NVIDIA L20"'
+            )
         pci = wk.require(spec, "pci_device_id", (int, str))
         try:
             pci = int(pci, 16) if isinstance(pci, str) else pci
@@ -768,19 +772,24 @@ def _parse_gpu_models(raw: Any, top: Where) -> None:
         memory = wk.require(spec, "memory_mib", int)
         if memory <= 0:
             raise wk.key("memory_mib").error("must be a positive number of MiB")
-        cc_text = str(wk.optional(spec, "compute_capability", (str, float), "0.0"))
-        try:
-            cc = tuple(int(x) for x in cc_text.split("."))
-        except ValueError:
-            cc = ()
-        if len(cc) != 2:
+        cc_text = wk.optional(spec, "compute_capability", str, "0.0")  # a string: YAML reads 8.10 as 8.1
+        if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cc_text):
             raise wk.key("compute_capability").error(f"not a compute capability: {cc_text!r}", hint='e.g. "8.9"')
+        cc = tuple(int(x) for x in cc_text.split("."))
         nvlinks = wk.optional(spec, "nvlinks", int, 0)
         if not 0 <= nvlinks <= 18:
             raise wk.key("nvlinks").error("must be 0 to 18")
-        out[str(key)] = catalog.site_model_entry(
+        entry = catalog.site_model_entry(
             name, pci, memory, (cc[0], cc[1]), nvlinks, f"site config {top.source}: gpu_models.{key}"
         )
+        from slurm_gpupool.core.gres import whole_type
+
+        word = whole_type(catalog.build_model(str(key), entry))
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_.]*", word):
+            raise wk.key("nvml_name").error(
+                f"{name!r} gives no usable GRES type ({word!r}): Slurm names GPUs by their NVML name"
+            )
+        out[str(key)] = entry
     catalog.set_site_models(out)
 
 

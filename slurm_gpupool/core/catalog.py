@@ -130,7 +130,7 @@ class GpuModel:
         return p
 
 
-def _build(key: str, raw: dict) -> GpuModel:
+def build_model(key: str, raw: dict) -> GpuModel:
     mig = None
     if raw["mig"] is not None:
         m = raw["mig"]
@@ -183,8 +183,8 @@ def site_model_entry(
 
 @cache
 def all_models() -> dict[str, GpuModel]:
-    out = {k: _build(k, v) for k, v in catalog_data.MODELS.items()}
-    out.update((k, _build(k, v)) for k, v in _site_models.items())
+    out = {k: build_model(k, v) for k, v in catalog_data.MODELS.items()}
+    out.update((k, build_model(k, v)) for k, v in _site_models.items())
     return out
 
 

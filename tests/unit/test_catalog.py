@@ -208,6 +208,19 @@ def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path):
             ({"nvml_name": "NVIDIA L40S", "pci_device_id": 0x26B9, "memory_mib": 1}, "is the built-in model L40S"),
             ({"nvml_name": "NVIDIA L20", "pci_device_id": "zz", "memory_mib": 1}, "not a PCI device id"),
             ({"nvml_name": "NVIDIA L20", "pci_device_id": 0x26BA, "memory_mib": 0}, "positive number of MiB"),
+            # the review: the name reaches gres.conf and slurm.conf (type names), so it is checked
+            ({"nvml_name": "NVIDIA L20\nNodeName=evil", "pci_device_id": 0x26BA, "memory_mib": 1}, "not an NVML"),
+            ({"nvml_name": "NVIDIA L20,x:y=z", "pci_device_id": 0x26BA, "memory_mib": 1}, "not an NVML GPU name"),
+            ({"nvml_name": "   ", "pci_device_id": 0x26BA, "memory_mib": 1}, "not an NVML GPU name"),
+            ({"nvml_name": "NVIDIA -L20", "pci_device_id": 0x26BA, "memory_mib": 1}, "gives no usable GRES type"),
+            (
+                {"nvml_name": "NVIDIA L20", "pci_device_id": 0x26BA, "memory_mib": 1, "compute_capability": 8.1},
+                "expected a string, got float",
+            ),
+            (
+                {"nvml_name": "NVIDIA L20", "pci_device_id": 0x26BA, "memory_mib": 1, "compute_capability": "-1.5"},
+                "not a compute capability",
+            ),
         ):
             raw["gpu_models"] = {"L20": bad}
             pool.write_text(yaml.safe_dump(raw))
