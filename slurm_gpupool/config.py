@@ -763,7 +763,7 @@ def _parse_gpu_models(raw: Any, top: Where) -> None:
             raise wk.key("pci_device_id").error(f"not a PCI device id: {pci!r}", hint="e.g. 0x26BA") from None
         if not 0 < pci <= 0xFFFF:
             raise wk.key("pci_device_id").error(f"not a PCI device id: {pci!r}", hint="e.g. 0x26BA")
-        known = catalog.model_by_pci_device_id(pci) or catalog.model_by_nvml_name(name)
+        known = catalog.model_by_nvml_name(name) or next(iter(catalog.models_with_pci_id(pci)), None)
         if known is not None:
             raise wk.error(f"{name!r} (10de:{pci:04x}) is the built-in model {known.key}", hint=f"use {known.key}")
         twin = next((k for k, e in out.items() if pci in e["pci_device_ids"] or name in e["nvml_names"]), None)

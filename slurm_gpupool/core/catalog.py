@@ -213,8 +213,10 @@ def model_by_nvml_name(nvml_name: str) -> GpuModel | None:
 
 
 def model_by_pci_device_id(device_id: int) -> GpuModel | None:
-    """Match the PCI device id (``lspci -nn`` ``[10de:XXXX]``; NVML's pciDeviceId >> 16)."""
-    return _by_pci().get(device_id)
+    """The model with this PCI device id (``lspci -nn`` ``[10de:XXXX]``; NVML's pciDeviceId >> 16),
+    None when none or several products share it (A2 and A16; the RTX PRO 5000 boards)."""
+    found = _by_pci().get(device_id, ())
+    return found[0] if len(found) == 1 else None
 
 
 @cache
@@ -222,27 +224,38 @@ def _by_name() -> dict[str, GpuModel]:
     return {n.removeprefix("NVIDIA "): m for m in all_models().values() for n in m.nvml_names}
 
 
+def models_with_pci_id(device_id: int) -> tuple[GpuModel, ...]:
+    return _by_pci().get(device_id, ())
+
+
 @cache
-def _by_pci() -> dict[int, GpuModel]:
-    out: dict[int, GpuModel] = {}
+def _by_pci() -> dict[int, tuple[GpuModel, ...]]:
+    out: dict[int, tuple[GpuModel, ...]] = {}
     for m in all_models().values():
         for i in m.pci_device_ids:
-            assert i not in out, f"PCI device id {i:#06x} in {out[i].key} and {m.key}"
-            out[i] = m
+            out[i] = (*out.get(i, ()), m)
     return out
 
 
-def identify(nvml_name: str, pci_device_id: int, where: str) -> GpuModel:
-    """The catalog model of a GPU found on a node: by PCI device id, else by name.
+def detect(nvml_name: str, pci_device_id: int) -> GpuModel | None:
+    """The catalog model of a GPU found on a node: by its NVML name, else by its PCI device id.
 
-    The id is what NVIDIA's driver README lists per product; names change with drivers
-    (old ones lack 'NVIDIA ').  An unknown GPU is a clear error naming both."""
-    model = model_by_pci_device_id(pci_device_id) or model_by_nvml_name(nvml_name)
+    A name is product-specific; one device id can serve several products (told apart by
+    the subsystem: A2/A16), and names change with drivers (old ones lack 'NVIDIA '), so the
+    id alone decides only when it is unambiguous."""
+    return model_by_nvml_name(nvml_name) or model_by_pci_device_id(pci_device_id)
+
+
+def identify(nvml_name: str, pci_device_id: int, where: str) -> GpuModel:
+    """:func:`detect`, or a clear error naming the GPU's name and id and how to describe it."""
+    model = detect(nvml_name, pci_device_id)
     if model is None:
+        shared = [m.key for m in _by_pci().get(pci_device_id, ())]
+        also = f"; that id is {' or '.join(shared)}, which the name does not say" if shared else ""
         raise ConfigError(
             where,
             "",
-            f"unknown GPU {nvml_name!r} (PCI device id 10de:{pci_device_id:04x}): not in the GPU catalog",
+            f"unknown GPU {nvml_name!r} (PCI device id 10de:{pci_device_id:04x}): not in the GPU catalog{also}",
             hint="`gpupool layout models` lists the known ones; describe it in the pool config under "
             f"gpu_models: (nvml_name, pci_device_id: 0x{pci_device_id:04X}, memory_mib) to use it whole or "
             "time-shared (docs/config.md#gpu_models)",

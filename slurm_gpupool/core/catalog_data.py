@@ -575,14 +575,25 @@ MODELS: dict[str, dict[str, Any]] = {
         temps=(90, 95),
     ),
     "RTX-PRO-5000": model_entry(
-        ("NVIDIA RTX PRO 5000 Blackwell", "NVIDIA RTX PRO 5000 72GB Blackwell"),
+        "NVIDIA RTX PRO 5000 Blackwell",
         0x2BB3,
         BLACKWELL,
         (12, 0),
         48947,
         RTX_PRO_5000_MIG,
         "driver README 610 [V S4]; MIG-UG table (current copy) [V S7b]; IDs, SMs, memory axis, sizes and the "
-        "total (the 6000's reserve) derived (unverified: no transcript); the 72GB board shares the id, no MIG data",
+        "total (the 6000's reserve) derived (unverified: no transcript); the 72GB board shares the id",
+        temps=(90, 95),
+    ),
+    "RTX-PRO-5000-72GB": model_entry(  # same device id as the 48GB board (subsystem 227A)
+        "NVIDIA RTX PRO 5000 72GB Blackwell",
+        0x2BB3,
+        BLACKWELL,
+        (12, 0),
+        73420,
+        None,
+        "driver README 610 [V S4]; no MIG data found, so whole or time-shared only; memory derived "
+        "(72 GiB less the 6000's reserve, unverified)",
         temps=(90, 95),
     ),
     "RTX-PRO-4500": model_entry(
@@ -666,6 +677,16 @@ MODELS: dict[str, dict[str, Any]] = {
         15356,
         None,
         "driver README [V S3]; memory per GPU [O S73]; 4 GPUs per board",
+        temps=A100_TEMPS,
+    ),
+    "A2": model_entry(  # same device id as the A16 (subsystem 157E)
+        "NVIDIA A2",
+        0x25B6,
+        AMPERE,
+        (8, 6),
+        15356,
+        None,
+        "driver README [V S3]; memory as one A16 GPU (16 GB GDDR6; unverified)",
         temps=A100_TEMPS,
     ),
     "T4": model_entry(

@@ -171,7 +171,7 @@ class NvmlBackend:
         name = _ensure_str(pynvml.nvmlDeviceGetName(h))
         pci = pynvml.nvmlDeviceGetPciInfo(h)
         device_id = pci.pciDeviceId >> 16
-        model = catalog.model_by_pci_device_id(device_id) or catalog.model_by_nvml_name(name)
+        model = catalog.detect(name, device_id)
         minor = pynvml.nvmlDeviceGetMinorNumber(h)
         try:
             cur, pend = pynvml.nvmlDeviceGetMigMode(h)
