@@ -37,12 +37,13 @@ def _underscorify(name: str) -> str:
     return name.lower().replace(" ", "_")
 
 
-def autodetect_name(model: GpuModel) -> str:
+def autodetect_name(model: GpuModel, name: str = "") -> str:
     """The type Slurm's AutoDetect=nvml gives a whole GPU: its NVML name, underscorified.
 
     ``NVIDIA A100-SXM4-40GB`` → ``nvidia_a100-sxm4-40gb`` (``gpu_nvml.c``: the whole name,
-    not cut); ``NVIDIA H100 80GB HBM3`` → ``nvidia_h100_80gb_hbm3``."""
-    return _underscorify(model.nvml_name)
+    not cut); ``NVIDIA H100 80GB HBM3`` → ``nvidia_h100_80gb_hbm3``.  ``name``: what the
+    node's GPU reports, where a model has several (GH200 480GB/120GB, RTX PRO editions)."""
+    return _underscorify(name or model.nvml_name)
 
 
 def autodetect_profile(profile: MigProfile, memory_mib: int = 0) -> str:
@@ -54,22 +55,23 @@ def autodetect_profile(profile: MigProfile, memory_mib: int = 0) -> str:
     return f"{profile.compute_slices}g.{gb}gb"
 
 
-def autodetect_mig_name(model: GpuModel, profile: str, memory_mib: int = 0) -> str:
+def autodetect_mig_name(model: GpuModel, profile: str, memory_mib: int = 0, name: str = "") -> str:
     """AutoDetect=nvml's type of a MIG device: the GPU name cut at its first ``-``, then
     ``_`` and :func:`autodetect_profile` (``nvidia_a100_3g.20gb``, ``nvidia_h100_80gb_hbm3_1g.10gb``)."""
-    return autodetect_name(model).split("-", 1)[0] + "_" + autodetect_profile(model.profile(profile), memory_mib)
+    cut = autodetect_name(model, name).split("-", 1)[0]
+    return f"{cut}_{autodetect_profile(model.profile(profile), memory_mib)}"
 
 
-def _model_word(model: GpuModel) -> str:
+def _model_word(model: GpuModel, name: str = "") -> str:
     """The AutoDetect name cut at ``-``, without the vendor: ``a100``, ``h100_80gb_hbm3``."""
-    return autodetect_name(model).split("-", 1)[0].removeprefix("nvidia_").removeprefix("tesla_")
+    return autodetect_name(model, name).split("-", 1)[0].removeprefix("nvidia_").removeprefix("tesla_")
 
 
-def whole_type(model: GpuModel) -> str:
+def whole_type(model: GpuModel, name: str = "") -> str:
     """Type of a whole GPU: :func:`_model_word` without the workstation boards' marketing
     tail (``rtx_pro_6000``, ``rtx_6000_ada``): a substring of the AutoDetect name, short
     enough for slurmdbd."""
-    return re.sub(r"_(blackwell|generation)(_.*)?$", "", _model_word(model))
+    return re.sub(r"_(blackwell|generation)(_.*)?$", "", _model_word(model, name))
 
 
 def slurm_type(
@@ -78,6 +80,7 @@ def slurm_type(
     naming: str = NAMING_PROFILE,
     autodetect: bool = False,
     memory_mib: int = 0,
+    name: str = "",
 ) -> str:
     """The GRES Type of a whole GPU (``profile=None``) or of a MIG device.
 
@@ -87,14 +90,14 @@ def slurm_type(
     string (``7g.39gb``) in place of NVIDIA's name (``7g.40gb``), which is not one.
     """
     if naming == NAMING_AUTODETECT:
-        return autodetect_mig_name(model, profile, memory_mib) if profile else autodetect_name(model)
+        return autodetect_mig_name(model, profile, memory_mib, name) if profile else autodetect_name(model, name)
     if profile is None:
-        return whole_type(model)
+        return whole_type(model, name)
     if autodetect:  # a substring of "<name cut at '-'>_<Slurm's profile>"
         profile = autodetect_profile(model.profile(profile), memory_mib)
-        prefix = _model_word(model)
+        prefix = _model_word(model, name)
     else:
-        prefix = whole_type(model)
+        prefix = whole_type(model, name)
     if naming == NAMING_MODEL_PROFILE:
         return f"{prefix}_{profile}"
     return profile
@@ -136,10 +139,10 @@ def type_id_collisions(types: Iterable[str]) -> list[tuple[str, str]]:
     return out
 
 
-def shared_type(model: GpuModel) -> str:
+def shared_type(model: GpuModel, name: str = "") -> str:
     """Type of a time-sliced GPU's gpu record: distinct, so `--gres=gpu:a100:1` asks for a
     dedicated GPU and does not take one that shard jobs are meant to share."""
-    return f"{whole_type(model)}_shared"
+    return f"{whole_type(model, name)}_shared"
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class GresGpu:
     shares: int = 0
     cpus: tuple[int, ...] = ()
     instances: tuple[MigInstance, ...] = ()  # MIG devices in MIG index order
+    nvml_name: str = ""  # as the node's GPU reports it (where known): Slurm names types by it
 
 
 @dataclass(frozen=True)
@@ -294,12 +298,13 @@ def device_order(
         model = get_model(g.model)
         if g.mode == MIG:
             devices.extend(
-                (g, inst, slurm_type(model, inst.profile, naming, autodetect, inst.memory_mib)) for inst in g.instances
+                (g, inst, slurm_type(model, inst.profile, naming, autodetect, inst.memory_mib, g.nvml_name))
+                for inst in g.instances
             )
         elif g.mode == SHARED and not autodetect:
-            devices.append((g, None, shared_type(model)))
+            devices.append((g, None, shared_type(model, g.nvml_name)))
         else:
-            devices.append((g, None, slurm_type(model, None, naming)))
+            devices.append((g, None, slurm_type(model, None, naming, name=g.nvml_name)))
     first: dict[str, int] = {}
     for k, (_, _, t) in enumerate(devices):
         first.setdefault(t, k)
@@ -310,7 +315,7 @@ def device_order(
 @lru_cache(maxsize=1024)
 def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autodetect: bool) -> NodeGres:
     out = NodeGres(node.name)
-    models = {whole_type(get_model(g.model)) for g in node.gpus}
+    models = {whole_type(get_model(g.model), g.nvml_name) for g in node.gpus}
     devices = device_order(node.gpus, naming, autodetect)
     for g, inst, t in devices:
         cores = socket_cores(node, g.cpus)

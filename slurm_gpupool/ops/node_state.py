@@ -152,6 +152,7 @@ def gres_gpus(state: dict[str, Any]) -> tuple[GresGpu, ...]:
                 g.get("shares", 0),
                 tuple(g.get("cpus", ())),
                 tuple(MigInstance(i["profile"], i["gi_id"], i["ci_id"], i.get("memory_mib") or 0) for i in insts),
+                str(g.get("name") or ""),
             )
         )
     return tuple(gpus)

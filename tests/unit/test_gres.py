@@ -408,3 +408,26 @@ def test_type_names_slurm_would_confuse_are_refused_with_a_naming_that_works():
     raw["slurm"] = {"type_naming": "model_profile"}
     cfg = parse_config(raw, "mixed.yaml", Path("."))
     assert "Type=b200_2g.45gb" in render(cfg, cfg.all_nodes(), "day", mig_ids=IDS_SIMULATED)["gres.conf"]
+
+
+def test_types_follow_the_name_the_nodes_gpu_reports_where_a_model_has_several():
+    """The review: a GH200 120GB was typed gh200_480gb and a Max-Q RTX PRO 6000 by the Server
+    Edition's name; Slurm's AutoDetect uses the GPU's own name (and cuts MIG names at '-')."""
+    from slurm_gpupool.core.gres import GresGpu, MigInstance, device_order
+
+    gh = GresGpu(0, 0, "GH200-96GB", "whole", nvml_name="NVIDIA GH200 120GB")
+    maxq = GresGpu(
+        1,
+        1,
+        "RTX-PRO-6000",
+        "mig",
+        instances=(MigInstance("1g.24gb", 3, 0, 24192),),
+        nvml_name="NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    )
+    assert [t for _, _, t in device_order([gh, maxq], NAMING_AUTODETECT)] == [
+        "nvidia_gh200_120gb",
+        "nvidia_rtx_pro_6000_blackwell_max_1g.24gb",
+    ]
+    assert [t for _, _, t in device_order([gh, maxq], NAMING_MODEL_PROFILE)] == ["gh200_120gb", "rtx_pro_6000_1g.24gb"]
+    plain = GresGpu(0, 0, "GH200-96GB", "whole")  # planned: the model's first name
+    assert device_order([plain])[0][2] == "gh200_480gb"
