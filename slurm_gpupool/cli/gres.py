@@ -53,6 +53,12 @@ def _render(
     if simulated_ids and not planned:
         raise UsageError("gres", "--simulated-ids goes with --planned LAYOUT")
     cfg = app.config()
+    if simulated_ids and not (app.sim_dir or cfg.sim_dir):
+        raise UsageError(
+            "gres --simulated-ids",
+            "only for simulated GPUs (--sim-dir or simulation.sim_dir): a real driver chooses its own instance ids",
+            hint=f"apply the layout first (`gpupool node apply {planned}`), then render --live",
+        )
     if as_installed:
         cfg = dataclasses.replace(cfg, source=as_installed)
     from slurm_gpupool.ops.gres_sources import IDS_LIVE, IDS_SIMULATED

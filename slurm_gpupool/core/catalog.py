@@ -159,14 +159,20 @@ def build_model(key: str, raw: dict) -> GpuModel:
 # The pool config's own models (``gpu_models:``): GPUs the catalog does not know yet, as
 # whole or time-shared GPUs.  Set by the config parser; the built-in models never change.
 _site_models: dict[str, dict] = {}
+_generation = 0  # changes with the site models: caches of derived values key on it
+
+
+def generation() -> int:
+    return _generation
 
 
 def set_site_models(raw: dict[str, dict]) -> None:
     """Make the config's ``gpu_models`` known beside the built-in ones (replacing earlier ones)."""
-    global _site_models
+    global _site_models, _generation
     if raw == _site_models:
         return
     _site_models = dict(raw)
+    _generation += 1
     all_models.cache_clear()
     _by_name.cache_clear()
     _by_pci.cache_clear()

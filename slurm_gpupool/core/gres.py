@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
 from slurm_gpupool.core.catalog import GpuModel, MigProfile, get_model
+from slurm_gpupool.core.catalog import generation as catalog_generation
 from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
 from slurm_gpupool.core.layouts import MIG, SHARED
 from slurm_gpupool.core.ranges import index_ranges
@@ -280,7 +281,7 @@ def node_gres(
     With ``autodetect`` every type is what NVML AutoDetect reports, so time-sliced
     GPUs keep their model type.  Identical nodes share one computation.
     """
-    t = _node_gres(replace(node, name=""), naming, dev_root, mig_files, autodetect)
+    t = _node_gres(replace(node, name=""), naming, dev_root, mig_files, autodetect, catalog_generation())
     return NodeGres(node.name, t.records, t.counts, t.features, t.node_line_params)
 
 
@@ -313,7 +314,10 @@ def device_order(
 
 
 @lru_cache(maxsize=1024)
-def _node_gres(node: GresNode, naming: str, dev_root: str, mig_files: str, autodetect: bool) -> NodeGres:
+def _node_gres(
+    node: GresNode, naming: str, dev_root: str, mig_files: str, autodetect: bool, generation: int
+) -> NodeGres:
+    """``generation``: the catalog's (site models change what a model key means)."""
     out = NodeGres(node.name)
     models = {whole_type(get_model(g.model), g.nvml_name) for g in node.gpus}
     devices = device_order(node.gpus, naming, autodetect)

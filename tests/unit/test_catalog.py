@@ -241,6 +241,11 @@ def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path):
             with pytest.raises(ConfigError) as e:
                 load_config(pool)
             assert "gpu_models.L20" in e.value.message() and words in e.value.message()
+        # a second config giving L20 another name: nothing cached from the first is reused
+        raw["gpu_models"] = {"L20": {"nvml_name": "NVIDIA L20X", "pci_device_id": 0x26BA, "memory_mib": 46068}}
+        pool.write_text(yaml.safe_dump(raw))
+        other = load_config(pool)
+        assert "Type=l20x_shared" in render(other, other.all_nodes(), "day")["gres.conf"]
     finally:
         catalog.set_site_models({})
     assert "L20" not in catalog.all_models()

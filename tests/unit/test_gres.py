@@ -371,6 +371,10 @@ def test_planned_mig_files_come_from_the_node_or_the_render_says_it_cannot(tmp_p
     assert "only the driver chooses" in e.value.why and "GPU 0: 1g.5gb at memory slice" in e.value.why
     assert f"gpupool node apply day` on {node}" in (e.value.hint or "")
     assert main(["--config", str(path), "gres", "render", "--planned", "day", "--nodes", node]) == 1
+    # simulated ids only where the GPUs are simulated (the review: they could be installed on real nodes)
+    sim_ids = ["gres", "render", "--planned", "day", "--nodes", node, "--simulated-ids"]
+    assert main(["--config", str(path), *sim_ids]) == 2
+    assert main(["--config", str(path), "--sim-dir", str(sim), *sim_ids]) == 0
     # the simulator's ids, asked for by name, and the node's own once it has the instances
     simulated = render(cfg, [node], "day", mig_ids=IDS_SIMULATED)["gres.conf"]
     assert main([*base, "node", "apply", "day"]) == 0
