@@ -165,6 +165,10 @@ class Repartitioner:
     def _check_target(self, target: str) -> None:
         if target not in self.cfg.layout_names():
             raise UsageError(f"layout {target!r}", "not in the pool config", hint=", ".join(self.cfg.layout_names()))
+        # type names Slurm would confuse fail the GRES install: refuse before any node is touched
+        from slurm_gpupool.ops.gres_install import check_type_ids, cluster_accounting
+
+        check_type_ids(self.cfg, cluster_accounting(self.cfg))
 
     def views(self, infos: dict[str, NodeInfo], midway: set[str]) -> dict[str, NodeView]:
         """Slurm's nodes as the planner sees them; a node drained by someone else is not usable."""

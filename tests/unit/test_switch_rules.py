@@ -368,3 +368,25 @@ def test_slurmds_a_killed_run_stopped_are_started_even_with_the_restart_turned_o
     rp = Repartitioner(off, slurm, FakeRestarter(slurm), progress=lambda m: None, poll_s=0.05, clock=clock)
     assert rp.run("day", ["a30n1"]).exit_code == 0
     assert all(slurm.nodes_[n].state == "idle" for n in cfg.all_nodes())
+
+
+def test_type_names_slurm_would_confuse_stop_a_switch_before_any_node_is_touched(site):
+    """The review: a collision surfaced only at the GRES install, with nodes already drained and
+    their MIG changed; now the run refuses up front (exit 78): nothing reserved, drained or applied."""
+    import unittest.mock as mock
+
+    from slurm_gpupool.errors import ConfigError
+
+    rp = repartitioner(site)
+    slurm = rp.cluster
+    calls = list(slurm.calls)
+    # as if the pool mixed A100 7g.40gb and B200 2g.45gb, one type to Slurm (gres_build_id)
+    with (
+        mock.patch(
+            "slurm_gpupool.ops.gres_install.cluster_accounting", return_value=["gres/gpu:7g.40gb", "gres/gpu:2g.45gb"]
+        ),
+        pytest.raises(ConfigError) as e,
+    ):
+        rp.run("day")
+    assert e.value.exit_code == 78 and "2g.45gb and 7g.40gb are one type to Slurm" in e.value.why
+    assert slurm.calls == calls and slurm.resv == {}
