@@ -32,10 +32,16 @@ class GpuSpec:
     minor: int  # /dev/nvidia<minor>; may differ from index
     numa_node: int
     cpus: tuple[int, ...]  # logical CPUs local to the GPU (CPU affinity)
+    pci_device_id: int = 0  # `lspci -nn` [10de:XXXX]; 0: the model's first id
 
     @property
     def gpu_model(self) -> GpuModel:
         return get_model(self.model)
+
+    @property
+    def device_id(self) -> int:
+        """The board's PCI device id (a model can have several: B200 0x2901/0x2909)."""
+        return self.pci_device_id or self.gpu_model.pci_device_id
 
 
 @dataclass(frozen=True)
@@ -160,18 +166,22 @@ def parse_machine(raw: Any, source: str) -> MachineSpec:
     for i, g in enumerate(gpus_raw):
         wg = top.key("gpus").index(i)
         wg.check_type(g, dict)
-        wg.only_keys(g, {"model", "pci_bus_id", "minor", "numa_node"})
+        wg.only_keys(g, {"model", "pci_bus_id", "minor", "numa_node", "pci_device_id"})
         model = wg.require(g, "model", str)
         try:
-            get_model(model)
+            gm = get_model(model)
         except ConfigError as e:
             raise wg.key("model").error(f"{e.why} {model!r}", e.hint) from None
+        dev = wg.optional(g, "pci_device_id", int, 0)
+        if dev and dev not in gm.pci_device_ids:
+            ids = ", ".join(f"0x{i:04X}" for i in gm.pci_device_ids)
+            raise wg.key("pci_device_id").error(f"0x{dev:04X} is not a {gm.key} id ({ids})")
         bus = normalise_bus_id(wg.require(g, "pci_bus_id", str))
         numa_node = wg.require(g, "numa_node", int)
         if numa_node not in numa:
             raise wg.key("numa_node").error(f"NUMA node {numa_node} is not listed under numa:")
         minor = wg.optional(g, "minor", int, i)
-        gpus.append(GpuSpec(i, model, bus, minor, numa_node, numa[numa_node]))
+        gpus.append(GpuSpec(i, model, bus, minor, numa_node, numa[numa_node], dev))
     w_gpus = top.key("gpus")
     if len({g.pci_bus_id for g in gpus}) != len(gpus):
         raise w_gpus.error("two GPUs share a PCI bus id")

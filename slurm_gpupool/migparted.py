@@ -55,8 +55,9 @@ class DeviceFilter:
     vendor: int
     subsystem: int | None
 
-    def selects(self, model: GpuModel) -> bool:
-        return self.subsystem is None and self.vendor == VENDOR_NVIDIA and self.device in model.pci_device_ids
+    def selects(self, device_id: int) -> bool:
+        """mig-parted compares the GPU's own device id (a subsystem filter: unknown here)."""
+        return self.subsystem is None and self.vendor == VENDOR_NVIDIA and self.device == device_id
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,9 @@ class Spec:
     enabled: bool
     counts: tuple[tuple[str, int], ...]  # as written, in order
 
-    def selects(self, gpu: int, model: GpuModel) -> bool:
+    def selects(self, gpu: int, device_id: int) -> bool:
         return (self.devices is None or gpu in self.devices) and (
-            not self.filters or any(f.selects(model) for f in self.filters)
+            not self.filters or any(f.selects(device_id) for f in self.filters)
         )
 
 
@@ -242,11 +243,11 @@ def _target(spec: Spec, model: GpuModel) -> GpuTarget | str:
 def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
     """What applying ``config`` (mig-parted semantics) does to the node set's GPUs."""
     assert ns.machine is not None
-    gpus = [(g.index, get_model(g.model)) for g in ns.machine.gpus]
+    gpus = [(g.index, get_model(g.model), g.device_id) for g in ns.machine.gpus]
     chosen: dict[int, Spec | None] = {}  # None: skipped, stays whole (not MIG-capable)
     for spec in specs:  # in order: an entry that selects a GPU again replaces the earlier one
-        for index, model in gpus:
-            if not spec.selects(index, model):
+        for index, model, device_id in gpus:
+            if not spec.selects(index, device_id):
                 continue
             if not model.mig_capable:
                 if spec.devices is None or not spec.enabled:
@@ -263,12 +264,12 @@ def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
             chosen[index] = spec
     if not chosen:
         return Meaning(config, ns.name, None, "no entry selects its GPUs (devices, device-filter)", applies=False)
-    left = [i for i, _ in gpus if i not in chosen]
+    left = [i for i, _, _ in gpus if i not in chosen]
     if left:
         why = f"no entry selects GPUs {index_ranges(left)}: mig-parted leaves them as they are; a layout sets every GPU"
         return Meaning(config, ns.name, None, why)
     targets = []
-    for index, model in gpus:
+    for index, model, _ in gpus:
         picked = chosen[index]
         t = GpuTarget.whole() if picked is None else _target(picked, model)
         if isinstance(t, str):

@@ -305,11 +305,34 @@ def test_a_damaged_mig_parted_section_is_a_config_error_naming_the_key(tmp_path:
     assert e.value.source == str(tmp_path / "pool.yaml") and e.value.key == key and needle in e.value.why
 
 
-def test_a_device_filter_selects_every_pci_id_of_a_model():
-    """B200 boards come as 0x2901 and 0x2909: a filter naming the second selects them too."""
-    from slurm_gpupool.core.catalog import get_model
+def test_a_device_filter_matches_the_boards_own_device_id(tmp_path):
+    """mig-parted compares the GPU's own id: a 0x2901 filter does not select a 0x2909 B200 (the
+    review); a machine file says which board it has (`pci_device_id`), else the model's first id."""
     from slurm_gpupool.migparted import DeviceFilter
 
-    b200 = get_model("B200")
-    assert DeviceFilter(0x2909, 0x10DE, None).selects(b200) and DeviceFilter(0x2901, 0x10DE, None).selects(b200)
-    assert not DeviceFilter(0x2941, 0x10DE, None).selects(b200)  # GB200
+    assert DeviceFilter(0x2909, 0x10DE, None).selects(0x2909) and not DeviceFilter(0x2901, 0x10DE, None).selects(0x2909)
+    top = TOP / "etc" / "machines" / "dgx-b200.yaml"
+    (tmp_path / "machines").mkdir()
+    text = top.read_text().replace("machine: dgx-b200", "machine: b200-2909")
+    (tmp_path / "machines" / "b200-2909.yaml").write_text(
+        text.replace("{model: B200,", "{model: B200, pci_device_id: 0x2909,")
+    )
+    raw = {
+        "version": 1,
+        "paths": {"machines_dir": "machines"},
+        "nodesets": {"old": {"nodes": "a1", "machine": "dgx-b200"}, "new": {"nodes": "b1", "machine": "b200-2909"}},
+        "layouts": {"whole": {"old": {"all": "whole"}, "new": {"all": "whole"}}},
+    }
+    ns = parse_config(raw, str(tmp_path / "pool.yaml")).nodesets
+    specs = parse_mig_parted(
+        doc({"device-filter": "0x290110DE", "devices": "all", "mig-enabled": True, "mig-devices": {"1g.23gb": 7}}),
+        Where("t.yaml"),
+    )["c"]
+    assert meaning("c", specs, ns["old"]).targets and not meaning("c", specs, ns["new"]).applies
+    bad = text.replace("{model: B200,", "{model: B200, pci_device_id: 0x2941,")
+    (tmp_path / "machines" / "b200-2909.yaml").write_text(bad)
+    from slurm_gpupool.machines import load_machine_file
+
+    with pytest.raises(ConfigError) as e:
+        load_machine_file(tmp_path / "machines" / "b200-2909.yaml")
+    assert "gpus[0].pci_device_id: 0x2941 is not a B200 id (0x2901, 0x2909)" in e.value.message()

@@ -425,7 +425,7 @@ class SimNvmlLibrary:
         info.domain = int(dom, 16)
         info.bus = int(bus, 16)
         info.device = int(devfn.split(".")[0], 16)
-        info.pciDeviceId = (self._model(g).pci_device_id << 16) | 0x10DE
+        info.pciDeviceId = ((g.get("pci_device_id") or self._model(g).pci_device_id) << 16) | 0x10DE
         info.pciSubSystemId = 0x145F10DE
 
     @c_api("nvmlDeviceGetMemoryInfo")

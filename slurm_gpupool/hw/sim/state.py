@@ -139,6 +139,7 @@ def new_node_state(
                 "serial": str(1560000000000 + int(_hex(f"serial/{node}/{g.index}", 8), 16) % 10**9),
                 "minor": g.minor,
                 "pci_bus_id": g.pci_bus_id,
+                "pci_device_id": g.device_id,
                 "numa_node": g.numa_node,
                 "cpus": list(g.cpus),
                 "nvlinks": links,
