@@ -87,3 +87,19 @@ def test_without_nvml_a_clear_error_and_exit_69():
 def test_unknown_sim_node_is_69_not_a_traceback(tmp_path: Path):
     res = gpupool("--sim-dir", str(tmp_path), "--node", "ghost", "inventory")
     assert res.returncode == 69 and "no state file" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_newer_profiles_are_seen_with_an_older_nvidia_ml_py(tmp_path: Path, monkeypatch):
+    """The review: with a binding whose NVML_GPU_INSTANCE_PROFILE_COUNT predates +gfx/-me/+me.all
+    (enums 0xA-0x10), such instances were never listed; and the board is told by its PCI id."""
+    import pynvml
+
+    create_node_state(tmp_path / "rtx.json", "rtx", find_machine("rtx-pro-6000-server"))
+    monkeypatch.setattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 9)
+    with open_backend("rtx", tmp_path) as b:
+        b.set_mig_mode(0, True)
+        gi = b.create_gpu_instance(0, 65, Placement(0, 3))  # 1g.24gb+me.all at 0
+        b.create_compute_instance(0, gi, 1)
+        g = b.inventory().gpus[0]
+    assert g.model == "RTX-PRO-6000" and g.pci_device_id == 0x2BB5
+    assert [d.profile for d in g.mig_devices] == ["1g.24gb+me.all"]
