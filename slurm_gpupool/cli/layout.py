@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from datetime import datetime
 
@@ -135,15 +136,25 @@ def import_mig_parted(app: AppContext, file: str, only: str | None, as_yaml: boo
     click.echo(f"\n{fits} of {len({m.config for m in found})} configs fit at least one node set")
 
 
+def _site_models(app: AppContext) -> None:
+    """The config's own `gpu_models:` too, where a config is at hand (the catalog needs none)."""
+    from slurm_gpupool.errors import GpupoolError
+
+    with contextlib.suppress(GpupoolError, OSError):
+        app.config()
+
+
 @layout.command("profiles")
 @click.argument("model")
 @click.option("--all", "all_profiles", is_flag=True, help="Include +me/+gfx/-me variants and double-memory 1g.")
 @click.option("--json", "as_json", is_flag=True)
-def profiles(model: str, all_profiles: bool, as_json: bool) -> None:
+@pass_app
+def profiles(app: AppContext, model: str, all_profiles: bool, as_json: bool) -> None:
     """List MODEL's MIG profiles and every maximal valid combination.
 
     Like `nvidia-smi mig -lgip` and `-lgipp`, plus the planner's enumeration.
     """
+    _site_models(app)
     from slurm_gpupool.core.catalog import get_model
     from slurm_gpupool.core.planner import default_profiles, maximal_layouts
     from slurm_gpupool.errors import UsageError
@@ -201,13 +212,15 @@ def profiles(model: str, all_profiles: bool, as_json: bool) -> None:
 
 @layout.command("models")
 @click.option("--json", "as_json", is_flag=True)
-def models(as_json: bool) -> None:
+@pass_app
+def models(app: AppContext, as_json: bool) -> None:
     """Every GPU model the catalog knows: NVML names, PCI device ids, MIG, and sources.
 
     A node's GPU is recognised by its PCI device id (`lspci -nn -d 10de:`), else by its
     name (`nvidia-smi --query-gpu=name`)."""
     from slurm_gpupool.core.catalog import all_models
 
+    _site_models(app)
     rows = []
     out = []
     for m in all_models().values():

@@ -173,10 +173,11 @@ H100_94GB = _h100_family(
 _NAMES_96GB = ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb")
 # GH200 96GB full -lgip: 11.00 / 23.00 / 46.50 / 93.00 GiB; placements unverified
 H100_96GB = _h100_family(_NAMES_96GB, (11264, 23552, 23552, 47616, 47616, 95232))
-# H20: 1g rows observed (11.75 GiB, 8 SMs); larger sizes as GH200 96GB and SMs scaled from
-# H100 by 78/132 (unverified)
+# H20: 1g rows observed (11.75 GiB, 8 SMs); larger sizes derived from that row (twice the
+# next smaller plus 256 MiB, 7g kept under the board's 97871 MiB) and SMs scaled from H100 by
+# 78/132 (unverified)
 _H20_SM = (8, 15, 19, 35, 38, 78)
-H20_96GB = _h100_family(_NAMES_96GB, (12032, 23552, 23552, 47616, 47616, 95232), _H20_SM)
+H20_96GB = _h100_family(_NAMES_96GB, (12032, 24320, 24320, 48896, 48896, 97536), _H20_SM)
 GH200_144GB = _h100_family(  # 1g/2g rows observed (17.50 / 35.25 GiB); 3g+ sizes derived
     ("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"),
     (17920, 36096, 36096, 72448, 72448, 145152),
@@ -330,7 +331,7 @@ MODELS: dict[str, dict[str, Any]] = {
         81920,
         _seven_slice(A100_80GB),
         "driver README [V S3]; 81920 MiB [O S44]; MIG as A100 80GB [S S6] (unverified)",
-        (NVLINK3, 12),
+        (NVLINK3, 8),  # A800: NVLink cut to 400 GB/s (8 links)
         A100_TEMPS,
     ),
     "A800-PCIE-40GB": model_entry(
@@ -341,7 +342,7 @@ MODELS: dict[str, dict[str, Any]] = {
         40960,
         _seven_slice(A100_40GB),
         "driver README [V S3]; MIG as A100 40GB [S S6] (unverified); memory as A100-PCIE-40GB (unverified)",
-        (NVLINK3, 12),
+        (NVLINK3, 8),
         A100_TEMPS,
     ),
     "A30": model_entry(

@@ -127,7 +127,7 @@ def check_type_ids(cfg: PoolConfig, tres: Sequence[str]) -> None:
         "these collide, so a job for one could be given the other, or its usage goes unrecorded",
         hint=f"type_naming: {' or '.join(free)} has no such pair here"
         if free
-        else "no naming scheme separates them here: keep these models in different Slurm clusters",
+        else "no type_naming separates them here; rename by hand in a site template, or keep the models apart",
     )
 
 

@@ -185,7 +185,7 @@ def test_every_model_is_complete_and_ids_are_unique_but_for_boards_sharing_one()
     assert catalog.get_model("A30").profile("4g.24gb").memory_mib == 24000  # R525+ drivers (23.44 GiB)
 
 
-def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path):
+def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path, capsys):
     """The unknown-GPU error says how to describe it; described, it is a whole/time-shared model."""
     from pathlib import Path
 
@@ -218,6 +218,13 @@ def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path):
         assert catalog.get_model("L20").mig is None and "gpu_models.L20" in catalog.get_model("L20").source
         gres = render(cfg, cfg.all_nodes(), "day")["gres.conf"]
         assert "Type=l20_shared" in gres and "Type=l20 " in gres
+        from slurm_gpupool.cli.main import main
+
+        capsys.readouterr()
+        assert main(["--config", str(pool), "layout", "models"]) == 0
+        assert "NVIDIA L20" in capsys.readouterr().out  # the hint sends admins there
+        assert main(["--config", str(pool), "layout", "profiles", "L20"]) == 2  # no MIG (not "unknown")
+        assert "does not support MIG" in capsys.readouterr().err
         for bad, words in (
             ({"nvml_name": "NVIDIA L40S", "pci_device_id": 0x26B9, "memory_mib": 1}, "is the built-in model L40S"),
             ({"nvml_name": "NVIDIA L20", "pci_device_id": "zz", "memory_mib": 1}, "not a PCI device id"),
