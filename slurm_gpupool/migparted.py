@@ -165,12 +165,6 @@ def parse_mig_parted(raw: Any, where: Where) -> dict[str, tuple[Spec, ...]]:
     for cname, entries in configs.items():
         name = str(cname)
         we = wc.key(name)
-        if not NAME.fullmatch(name):  # it becomes a layout: the Slurm feature layout_<name>
-            raise we.error(
-                f"mig-config name {name[:70]!r} cannot be a gpupool layout name: letters, digits, "
-                "'.', '_' or '-', at most 64",
-                hint="the name becomes the layout and the Slurm node feature layout_<name>; rename the config",
-            )
         we.check_type(entries, list)
         if not entries:
             raise we.error("at least one entry is required")
@@ -243,6 +237,9 @@ def _target(spec: Spec, model: GpuModel) -> GpuTarget | str:
 def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
     """What applying ``config`` (mig-parted semantics) does to the node set's GPUs."""
     assert ns.machine is not None
+    if not NAME.fullmatch(config):  # mig-parted takes any name; ours becomes the feature layout_<name>
+        why = f"its name {config[:70]!r} cannot be a gpupool layout name (letters, digits, '.', '_', '-'; at most 64)"
+        return Meaning(config, ns.name, None, why + ": rename the config to use it")
     gpus = [(g.index, get_model(g.model), g.device_id) for g in ns.machine.gpus]
     chosen: dict[int, Spec | None] = {}  # None: skipped, stays whole (not MIG-capable)
     for spec in specs:  # in order: an entry that selects a GPU again replaces the earlier one

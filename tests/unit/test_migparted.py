@@ -258,26 +258,27 @@ def test_manifests_without_a_readable_configmap_are_a_clear_error(tmp_path: Path
 
 
 @pytest.mark.parametrize("name", ["x y", "", "ünïcode", "all-1g.5gb\nNodeName=evil", "-1", "a" * 65])
-def test_a_config_name_that_cannot_be_a_layout_name_is_the_files_error(tmp_path: Path, name: str):
+def test_a_config_name_that_cannot_be_a_layout_name_is_left_out_with_its_reason(tmp_path: Path, name: str):
     """Found by the mig-parted fuzzer (test_fuzz.py): a config's name becomes a layout (the
     Slurm feature layout_<name>); such a name was imported, and `--yaml` wrote layouts that
-    do not load."""
+    do not load.  mig-parted takes any name, so the file still imports: that config is left
+    out, with its reason, and the others become layouts."""
     entry = {"devices": "all", "mig-enabled": False}
-    with pytest.raises(ConfigError) as e:
-        parse_mig_parted({"version": "v1", "mig-configs": {"ok": [entry], name: [entry]}}, Where("t.yaml"))
-    assert e.value.source == "t.yaml" and e.value.key.startswith("mig-configs")
-    assert "cannot be a gpupool layout name" in e.value.why and e.value.exit_code == 78
-    # through `mig_parted:` of a pool config too: refused, not a layout named so
-    (tmp_path / "mp.yaml").write_text(yaml.safe_dump({"version": "v1", "mig-configs": {name: [entry]}}))
+    specs = parse_mig_parted({"version": "v1", "mig-configs": {"ok": [entry], name: [entry]}}, Where("t.yaml"))
+    assert set(specs) == {"ok", name}
+    left_out = meaning(name, specs[name], nodesets()["dgx-a100"])
+    assert left_out.targets is None and "cannot be a gpupool layout name" in left_out.why
+    assert meaning("ok", specs["ok"], nodesets()["dgx-a100"]).targets
+    # through `mig_parted:` of a pool config too: no layout named so, the other one is there
+    (tmp_path / "mp.yaml").write_text(yaml.safe_dump({"version": "v1", "mig-configs": {"ok": [entry], name: [entry]}}))
     raw = {
         "version": 1,
         "nodesets": {"dgx": {"nodes": "a1", "machine": "dgx-a100"}},
         "layouts": {"whole": {"dgx": {"all": "whole"}}},
         "mig_parted": {"file": "mp.yaml"},
     }
-    with pytest.raises(ConfigError) as e:
-        parse_config(raw, str(tmp_path / "pool.yaml"), tmp_path)
-    assert e.value.source == str(tmp_path / "mp.yaml") and "cannot be a gpupool layout name" in e.value.why
+    cfg = parse_config(raw, str(tmp_path / "pool.yaml"), tmp_path)
+    assert "ok" in cfg.layout_names() and name not in cfg.layout_names()
 
 
 @pytest.mark.parametrize(
