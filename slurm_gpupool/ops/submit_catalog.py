@@ -20,7 +20,8 @@ FILE_NAME = "gpupool-submit.json"
 
 
 def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
-    """The GRES a layout offers, aggregated over nodes: type, memory, count, NVLink sets."""
+    """The GRES a layout offers, aggregated over nodes: type, memory, count, the most on one
+    node (``per_node``: a job's GRES count is per node), NVLink sets."""
     agg: dict[tuple[str, str, int], dict[str, Any]] = {}
     for node in cfg.all_nodes():
         if not cfg.covers(layout, node) or cfg.nodeset_of(node).machine is None:
@@ -28,6 +29,7 @@ def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
         view = planned_node(cfg, layout, node)
         devices = device_order(view.gpus, cfg.slurm.type_naming, cfg.slurm.autodetect)
         seen: set[tuple[str, str, int]] = set()
+        here: dict[tuple[str, str, int], int] = {}  # this node's count per offer
         for g, inst, typ in devices:
             model = get_model(g.model)
             if inst is not None:
@@ -47,6 +49,8 @@ def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
             if shares:
                 o["shares"] = shares
             o["count"] += 1
+            here[key] = here.get(key, 0) + 1
+            o["per_node"] = max(o.get("per_node", 0), here[key])
             if key not in seen:
                 o["nodes"] += 1
                 seen.add(key)

@@ -1,0 +1,120 @@
+"""From a trace's GPU request to the GRES a job would ask for in a layout (pure).
+
+Traces ask for GPUs their own way: openb pods for ``gpu_milli`` thousandths of one GPU,
+Philly jobs for whole GPUs.  Each request becomes one GRES request by an explicit rule,
+and the rule and its internal fragmentation (GPU-equivalents taken but not asked for)
+are kept with it, so a simulation reports what the rounding costs.
+
+The rules are the tool's own: MIG profiles from the catalog (compute share = compute
+slices / the GPU's), GRES types from ``core.gres.slurm_type``, shards as
+``gpupool-sbatch --gpu-share`` picks them (``core.submit.choose``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_gpupool.core.catalog import get_model
+from slurm_gpupool.core.gres import slurm_type
+from slurm_gpupool.core.planner import default_profiles
+from slurm_gpupool.core.submit import Request, choose
+
+PREFER_MIG = "mig"  # a fraction goes to the smallest MIG profile covering it, else to shards
+PREFER_SHARD = "shard"  # the other way round
+POLICIES = (PREFER_MIG, PREFER_SHARD)
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One job's GPU request as a trace gives it."""
+
+    gpus: int  # GPUs; 1 with a fraction
+    milli: int = 1000  # thousandths of one GPU (openb ``gpu_milli``); < 1000 only with gpus == 1
+    memory_mib: int = 0  # GPU memory the job needs, where the trace says (0: unknown)
+
+    @property
+    def gpu_eq(self) -> float:
+        return self.gpus * self.milli / 1000
+
+
+@dataclass(frozen=True)
+class Demand:
+    """The GRES request a trace request becomes, and what it costs."""
+
+    gres: str  # "gpu:1g.10gb:1", "shard:a100_shared:2", "gpu:a100:4"
+    kind: str  # mig | shard | whole
+    requested_eq: float  # GPU-equivalents asked for
+    allocated_eq: float  # GPU-equivalents the GRES holds
+    rule: str  # why, for the report
+
+    @property
+    def loss_eq(self) -> float:
+        """Internal fragmentation: held but not asked for."""
+        return self.allocated_eq - self.requested_eq
+
+
+def _mig(req: TraceRequest, offers: Sequence[dict[str, Any]], naming: str) -> Demand | None:
+    """The smallest offered MIG profile whose compute share and memory cover the request."""
+    want = req.milli / 1000
+    best: tuple[float, int, str, str] | None = None
+    offered = {o["type"] for o in offers if o["kind"] == "mig"}
+    for model_key in sorted({o["model"] for o in offers if o["kind"] == "mig"}):
+        model = get_model(model_key)
+        assert model.mig is not None
+        for name in default_profiles(model):
+            p = model.profile(name)
+            share = p.compute_slices / model.mig.compute_slices
+            typ = slurm_type(model, name, naming)
+            if typ in offered and share + _EPS >= want and p.memory_mib >= req.memory_mib:
+                cand = (share, p.memory_mib, typ, f"{name} on {model_key}")
+                best = cand if best is None or cand < best else best
+    if best is None:
+        return None
+    share, _, typ, what = best
+    return Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU)")
+
+
+def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str) -> Demand | None:
+    """Shards of a time-shared GPU, as `gpupool-sbatch --gpu-share` chooses them."""
+    c = choose(Request("share", req.milli / 1000, f"{req.milli / 1000:g}"), list(offers), layout)
+    if c is None or (req.memory_mib and c.offer["memory_mib"] < req.memory_mib):
+        return None
+    k = int(c.gres.rsplit(":", 1)[1])
+    held = k / c.offer["shares"]
+    return Demand(c.gres, "shard", req.gpu_eq, held, f"{req.milli}/1000 GPU -> {k} of {c.offer['shares']} shares")
+
+
+def _whole(req: TraceRequest, offers: Sequence[dict[str, Any]]) -> Demand | None:
+    """Whole GPUs of the smallest model with enough memory that has as many on one node."""
+    fits = [
+        o
+        for o in offers
+        if o["kind"] == "whole" and o["memory_mib"] >= req.memory_mib and o.get("per_node", o["count"]) >= req.gpus
+    ]
+    if not fits:
+        return None
+    o = min(fits, key=lambda o: (o["memory_mib"], o["type"]))
+    n = req.gpus
+    return Demand(f"gpu:{o['type']}:{n}", "whole", req.gpu_eq, float(n), f"{req.gpu_eq:g} GPU -> {n} x {o['type']}")
+
+
+def map_request(
+    req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, naming: str, policy: str = PREFER_MIG
+) -> Demand | None:
+    """The GRES request for ``req`` in a layout (its ``gpupool-submit.json`` offers), or None
+    when the layout offers nothing that holds it.  A fraction tries the policy's kind first,
+    then the other, then a whole GPU; whole GPUs stay whole."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    if req.gpus < 1 or not 0 < req.milli <= 1000 or (req.gpus > 1 and req.milli != 1000):
+        raise ValueError(f"not a GPU request: {req}")
+    if req.milli < 1000:
+        tries = {PREFER_MIG: lambda: _mig(req, offers, naming), PREFER_SHARD: lambda: _shard(req, offers, layout)}
+        for kind in sorted(tries, key=lambda k: k != policy):
+            d = tries[kind]()
+            if d is not None:
+                return d
+    return _whole(req, offers)
