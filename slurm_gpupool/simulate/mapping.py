@@ -56,7 +56,7 @@ class Demand:
         return self.allocated_eq - self.requested_eq
 
 
-def _mig(req: TraceRequest, offers: Sequence[dict[str, Any]], naming: str) -> Demand | None:
+def _mig(req: TraceRequest, offers: Sequence[dict[str, Any]], naming: str, autodetect: bool) -> Demand | None:
     """The smallest offered MIG profile whose compute share and memory cover the request."""
     want = req.milli / 1000
     best: tuple[float, int, str, str] | None = None
@@ -67,7 +67,7 @@ def _mig(req: TraceRequest, offers: Sequence[dict[str, Any]], naming: str) -> De
         for name in default_profiles(model):
             p = model.profile(name)
             share = p.compute_slices / model.mig.compute_slices
-            typ = slurm_type(model, name, naming)
+            typ = slurm_type(model, name, naming, autodetect)
             if typ in offered and share + _EPS >= want and p.memory_mib >= req.memory_mib:
                 cand = (share, p.memory_mib, typ, f"{name} on {model_key}")
                 best = cand if best is None or cand < best else best
@@ -102,17 +102,26 @@ def _whole(req: TraceRequest, offers: Sequence[dict[str, Any]]) -> Demand | None
 
 
 def map_request(
-    req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, naming: str, policy: str = PREFER_MIG
+    req: TraceRequest,
+    offers: Sequence[dict[str, Any]],
+    layout: str,
+    naming: str,
+    policy: str = PREFER_MIG,
+    autodetect: bool = False,
 ) -> Demand | None:
     """The GRES request for ``req`` in a layout (its ``gpupool-submit.json`` offers), or None
     when the layout offers nothing that holds it.  A fraction tries the policy's kind first,
-    then the other, then a whole GPU; whole GPUs stay whole."""
+    then the other, then a whole GPU; whole GPUs stay whole.  ``naming``/``autodetect``: the
+    config's ``slurm.type_naming`` and ``slurm.autodetect``, which name the offered types."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     if req.gpus < 1 or not 0 < req.milli <= 1000 or (req.gpus > 1 and req.milli != 1000):
         raise ValueError(f"not a GPU request: {req}")
     if req.milli < 1000:
-        tries = {PREFER_MIG: lambda: _mig(req, offers, naming), PREFER_SHARD: lambda: _shard(req, offers, layout)}
+        tries = {
+            PREFER_MIG: lambda: _mig(req, offers, naming, autodetect),
+            PREFER_SHARD: lambda: _shard(req, offers, layout),
+        }
         for kind in sorted(tries, key=lambda k: k != policy):
             d = tries[kind]()
             if d is not None:

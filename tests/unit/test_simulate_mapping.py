@@ -77,3 +77,16 @@ def test_every_openb_pod_maps_by_day_and_the_rounding_cost_is_measured(shipped):
     print(f"openb by day: {dict(kinds)}, {asked:.0f} GPU-eq asked, {held:.0f} held")
     loss = 1 - asked / held
     assert 0 < loss < 0.2, loss  # MIG and shard rounding cost a few percent of what is held
+
+
+def test_types_follow_the_configs_naming_and_autodetect(shipped):
+    """With AutoDetect=nvml on, MIG types are Slurm's profile strings: the mapping names them so."""
+    import dataclasses
+
+    cfg, _ = shipped
+    on = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, autodetect=True, type_naming="model_profile"))
+    day = layout_offers(on, "day")
+    d = map_request(TraceRequest(1, 100), day, "day", "model_profile", autodetect=True)
+    assert d is not None and d.kind == "mig" and d.gres in {f"gpu:{o['type']}:1" for o in day}
+    off = map_request(TraceRequest(1, 100), day, "day", "model_profile")  # the names of autodetect off
+    assert off is not None and off.kind != "mig"
