@@ -79,14 +79,17 @@ def test_every_openb_pod_maps_by_day_and_the_rounding_cost_is_measured(shipped):
     assert 0 < loss < 0.2, loss  # MIG and shard rounding cost a few percent of what is held
 
 
-def test_types_follow_the_configs_naming_and_autodetect(shipped):
-    """With AutoDetect=nvml on, MIG types are Slurm's profile strings: the mapping names them so."""
-    import dataclasses
-
-    cfg, _ = shipped
-    on = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, autodetect=True, type_naming="model_profile"))
-    day = layout_offers(on, "day")
-    d = map_request(TraceRequest(1, 100), day, "day", "model_profile", autodetect=True)
-    assert d is not None and d.kind == "mig" and d.gres in {f"gpu:{o['type']}:1" for o in day}
-    off = map_request(TraceRequest(1, 100), day, "day", "model_profile")  # the names of autodetect off
-    assert off is not None and off.kind != "mig"
+def test_types_follow_the_configs_naming_and_autodetect():
+    """With AutoDetect=nvml on, MIG types are Slurm's profile strings (7g.40gb is 7g.39gb to it):
+    the mapping names them as the config does, or it would find no MIG offer at all."""
+    raw = {
+        "version": 1,
+        "nodesets": {"dgx": {"nodes": "a1", "machine": "dgx-a100"}},
+        "layouts": {"big": {"dgx": {"all": {"mig": {"7g.40gb": 1}}}}},
+        "slurm": {"autodetect": True, "type_naming": "model_profile"},
+    }
+    cfg = parse_config(raw, "pool.yaml", Path("."))
+    offers = layout_offers(cfg, "big")
+    d = map_request(TraceRequest(1, 900), offers, "big", "model_profile", autodetect=True)
+    assert d is not None and d.gres == "gpu:a100_7g.39gb:1" and d.loss_eq == pytest.approx(0.1)
+    assert map_request(TraceRequest(1, 900), offers, "big", "model_profile") is None  # autodetect's names unknown
