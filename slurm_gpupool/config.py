@@ -738,6 +738,7 @@ def _parse_gpu_models(raw: Any, top: Where) -> None:
     """``gpu_models:``: GPUs the catalog does not know, described by the site to use them whole
     or time-shared (``nvidia-smi --query-gpu=name,pci.device_id,memory.total``)."""
     from slurm_gpupool.core import catalog
+    from slurm_gpupool.core.gres import whole_type
 
     w = top.key("gpu_models")
     raw = w.check_type(raw, dict) if raw is not None else {}
@@ -782,8 +783,6 @@ def _parse_gpu_models(raw: Any, top: Where) -> None:
         entry = catalog.site_model_entry(
             name, pci, memory, (cc[0], cc[1]), nvlinks, f"site config {top.source}: gpu_models.{key}"
         )
-        from slurm_gpupool.core.gres import whole_type
-
         word = whole_type(catalog.build_model(str(key), entry))
         if not re.fullmatch(r"[a-z0-9][a-z0-9_.]*", word):
             raise wk.key("nvml_name").error(

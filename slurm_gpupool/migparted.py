@@ -19,7 +19,8 @@ import unchanged, with mig-parted's semantics (its ``api/spec/v1``, ``pkg/types`
   (``gpupool layout import-mig-parted`` shows them).
 * A config's name becomes a gpupool layout name (the Slurm feature ``layout_<name>``, a
   reservation name), so it must be one (letters, digits, ``.``, ``_``, ``-``; the GPU
-  Operator's node-label values already are): a name that is not is the file's error.
+  Operator's node-label values already are): mig-parted takes any name, so a config whose
+  name is not one is left out, saying so.
 * Profile names keep their GPU-instance attributes (``+me``, ``+me.all``, ``+gfx``,
   ``-me``); a compute-instance sub-profile (``1c.3g.20gb``) is valid mig-parted but not a
   gpupool layout (full GPU instances only), so such a config is left out, saying so.

@@ -63,9 +63,9 @@ def check(app: AppContext, config: str | None, as_json: bool) -> None:
                 extra = f"  [{detail[key]}]" if key in detail else ""
                 lines.append(f"    GPU {_ranges(idx)}: {key}{extra}")
             out["layouts"][name][ns.name] = {str(t): idx for t, idx in ((k, v) for k, v in groups.items())}
-    from slurm_gpupool.ops.gres_install import check_type_ids, cluster_accounting
+    from slurm_gpupool.ops.gres_install import check_type_ids
 
-    check_type_ids(cfg, cluster_accounting(cfg))  # type names Slurm would confuse (exit 78)
+    check_type_ids(cfg)  # type names Slurm would confuse (exit 78)
     if cfg.schedule:
         now = datetime.now().astimezone()
         due = cfg.schedule.due(now)
@@ -216,8 +216,8 @@ def profiles(app: AppContext, model: str, all_profiles: bool, as_json: bool) -> 
 def models(app: AppContext, as_json: bool) -> None:
     """Every GPU model the catalog knows: NVML names, PCI device ids, MIG, and sources.
 
-    A node's GPU is recognised by its PCI device id (`lspci -nn -d 10de:`), else by its
-    name (`nvidia-smi --query-gpu=name`)."""
+    A node's GPU is recognised by its name (`nvidia-smi --query-gpu=name`), else by its
+    PCI device id (`lspci -nn -d 10de:`) where that id is one product's."""
     from slurm_gpupool.core.catalog import all_models
 
     _site_models(app)

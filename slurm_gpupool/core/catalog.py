@@ -194,10 +194,6 @@ def all_models() -> dict[str, GpuModel]:
     return out
 
 
-def builtin_model_keys() -> frozenset[str]:
-    return frozenset(catalog_data.MODELS)
-
-
 def get_model(key: str) -> GpuModel:
     models = all_models()
     if key in models:
@@ -221,7 +217,7 @@ def model_by_nvml_name(nvml_name: str) -> GpuModel | None:
 def model_by_pci_device_id(device_id: int) -> GpuModel | None:
     """The model with this PCI device id (``lspci -nn`` ``[10de:XXXX]``; NVML's pciDeviceId >> 16),
     None when none or several products share it (A2 and A16; the RTX PRO 5000 boards)."""
-    found = _by_pci().get(device_id, ())
+    found = models_with_pci_id(device_id)
     return found[0] if len(found) == 1 else None
 
 
@@ -256,7 +252,7 @@ def identify(nvml_name: str, pci_device_id: int, where: str) -> GpuModel:
     """:func:`detect`, or a clear error naming the GPU's name and id and how to describe it."""
     model = detect(nvml_name, pci_device_id)
     if model is None:
-        shared = [m.key for m in _by_pci().get(pci_device_id, ())]
+        shared = [m.key for m in models_with_pci_id(pci_device_id)]
         also = f"; that id is {' or '.join(shared)}, which the name does not say" if shared else ""
         raise ConfigError(
             where,
@@ -267,6 +263,13 @@ def identify(nvml_name: str, pci_device_id: int, where: str) -> GpuModel:
             "time-shared (docs/config.md#gpu_models)",
         )
     return model
+
+
+@cache
+def gi_profile_enum_span() -> int:
+    """One past the highest ``NVML_GPU_INSTANCE_PROFILE_*`` value any model uses: the enums
+    to ask NVML about, whatever the pynvml binding's (older) ``..._PROFILE_COUNT`` says."""
+    return 1 + max(p.nvml_enum for m in all_models().values() if m.mig for p in m.mig.profiles)
 
 
 def ci_sizes(gi_compute_slices: int) -> tuple[int, ...]:

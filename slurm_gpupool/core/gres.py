@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
 from slurm_gpupool.core.catalog import GpuModel, MigProfile, get_model
-from slurm_gpupool.core.catalog import generation as catalog_generation
+from slurm_gpupool.core.catalog import generation as catalog_generation  # a cache key: see _node_gres
 from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
 from slurm_gpupool.core.layouts import MIG, SHARED
 from slurm_gpupool.core.ranges import index_ranges

@@ -208,10 +208,8 @@ class NvmlBackend:
     def _gi_profiles(self, h: Any) -> list[Any]:
         """GI profile infos offered by this GPU (``nvidia-smi mig -lgip``)."""
         out = []
-        # the binding's count predates newer profiles (+gfx, -me, +me.all are 0xA-0x10): ask for
-        # every enum the catalog knows too, or an older nvidia-ml-py never sees those instances
-        known = 1 + max(p.nvml_enum for m in catalog.all_models().values() if m.mig for p in m.mig.profiles)
-        for enum in range(max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, known)):
+        # an older nvidia-ml-py's count predates +gfx, -me, +me.all (0xA-0x10): ask for those too
+        for enum in range(max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, catalog.gi_profile_enum_span())):
             try:
                 out.append(pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, enum))
             except pynvml.NVMLError as e:

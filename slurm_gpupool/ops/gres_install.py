@@ -103,10 +103,15 @@ def cluster_accounting(cfg: PoolConfig, mode: str = MIG_FILES_MULTIPLE) -> list[
     return sorted(out)
 
 
-def check_type_ids(cfg: PoolConfig, tres: Sequence[str]) -> None:
+def _gpu_types(tres: Sequence[str]) -> list[str]:
+    return [t.split(":", 1)[1] for t in tres if t.startswith("gres/gpu:")]
+
+
+def check_type_ids(cfg: PoolConfig, tres: Sequence[str] | None = None) -> None:
     """Refuse GPU type names that Slurm would take for one another (see ``slurm_type_id``):
-    jobs asking for one could be given the other, and accounting mixes them up."""
-    clash = type_id_collisions(t.split(":", 1)[1] for t in tres if t.startswith("gres/gpu:"))
+    jobs asking for one could be given the other, and accounting mixes them up.  ``tres``:
+    the typed TRES to check (default: those of every layout of the config)."""
+    clash = type_id_collisions(_gpu_types(cluster_accounting(cfg) if tres is None else tres))
     if not clash:
         return
     import dataclasses
@@ -114,9 +119,7 @@ def check_type_ids(cfg: PoolConfig, tres: Sequence[str]) -> None:
     free = []
     for naming in NAMINGS:
         other = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, type_naming=naming))
-        if naming != cfg.slurm.type_naming and not type_id_collisions(
-            t.split(":", 1)[1] for t in cluster_accounting(other) if t.startswith("gres/gpu:")
-        ):
+        if naming != cfg.slurm.type_naming and not type_id_collisions(_gpu_types(cluster_accounting(other))):
             free.append(naming)
     pairs = ", ".join(f"{a} and {b}" for a, b in clash)
     raise ConfigError(

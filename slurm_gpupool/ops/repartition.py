@@ -165,10 +165,6 @@ class Repartitioner:
     def _check_target(self, target: str) -> None:
         if target not in self.cfg.layout_names():
             raise UsageError(f"layout {target!r}", "not in the pool config", hint=", ".join(self.cfg.layout_names()))
-        # type names Slurm would confuse fail the GRES install: refuse before any node is touched
-        from slurm_gpupool.ops.gres_install import check_type_ids, cluster_accounting
-
-        check_type_ids(self.cfg, cluster_accounting(self.cfg))
 
     def views(self, infos: dict[str, NodeInfo], midway: set[str]) -> dict[str, NodeView]:
         """Slurm's nodes as the planner sees them; a node drained by someone else is not usable."""
@@ -184,6 +180,10 @@ class Repartitioner:
 
     def plan(self, target: str, nodes: list[str] | None = None, force: bool = False) -> SwitchPlan:
         self._check_target(target)
+        # type names Slurm would confuse fail the GRES install: refuse before any node is touched
+        from slurm_gpupool.ops.gres_install import check_type_ids
+
+        check_type_ids(self.cfg)
         j = Journal(self.dir).load()
         unfinished = j.unfinished()
         midway = {n for n in (unfinished or {}).get("nodes", []) if j.node(n)["step"] not in jr.OUTCOMES}

@@ -28,7 +28,6 @@ def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
             continue
         view = planned_node(cfg, layout, node)
         devices = device_order(view.gpus, cfg.slurm.type_naming, cfg.slurm.autodetect)
-        seen: set[tuple[str, str, int]] = set()
         here: dict[tuple[str, str, int], int] = {}  # this node's count per offer
         for g, inst, typ in devices:
             model = get_model(g.model)
@@ -51,9 +50,8 @@ def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
             o["count"] += 1
             here[key] = here.get(key, 0) + 1
             o["per_node"] = max(o.get("per_node", 0), here[key])
-            if key not in seen:
+            if here[key] == 1:  # the offer's first device on this node
                 o["nodes"] += 1
-                seen.add(key)
                 if kind == "whole":
                     same = [x.index for x, i, t in devices if i is None and t == typ]
                     o["nvlink_clique"] = max(o.get("nvlink_clique", 0), largest_nvlink_clique(view, same))

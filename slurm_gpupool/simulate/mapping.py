@@ -56,25 +56,31 @@ class Demand:
         return self.allocated_eq - self.requested_eq
 
 
-def _mig(req: TraceRequest, offers: Sequence[dict[str, Any]], naming: str, autodetect: bool) -> Demand | None:
-    """The smallest offered MIG profile whose compute share and memory cover the request."""
-    want = req.milli / 1000
-    best: tuple[float, int, str, str] | None = None
+def mig_candidates(
+    offers: Sequence[dict[str, Any]], naming: str, autodetect: bool
+) -> list[tuple[float, int, str, str]]:
+    """The offered MIG profiles as (compute share, MiB, GRES type, what), smallest first:
+    worked out once per layout, not per request."""
     offered = {o["type"] for o in offers if o["kind"] == "mig"}
+    out = []
     for model_key in sorted({o["model"] for o in offers if o["kind"] == "mig"}):
         model = get_model(model_key)
         assert model.mig is not None
         for name in default_profiles(model):
             p = model.profile(name)
-            share = p.compute_slices / model.mig.compute_slices
             typ = slurm_type(model, name, naming, autodetect)
-            if typ in offered and share + _EPS >= want and p.memory_mib >= req.memory_mib:
-                cand = (share, p.memory_mib, typ, f"{name} on {model_key}")
-                best = cand if best is None or cand < best else best
-    if best is None:
-        return None
-    share, _, typ, what = best
-    return Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU)")
+            if typ in offered:
+                out.append((p.compute_slices / model.mig.compute_slices, p.memory_mib, typ, f"{name} on {model_key}"))
+    return sorted(out)
+
+
+def _mig(req: TraceRequest, candidates: Sequence[tuple[float, int, str, str]]) -> Demand | None:
+    """The smallest offered MIG profile whose compute share and memory cover the request."""
+    want = req.milli / 1000
+    for share, mib, typ, what in candidates:
+        if share + _EPS >= want and mib >= req.memory_mib:
+            return Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU)")
+    return None
 
 
 def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str) -> Demand | None:
@@ -101,6 +107,41 @@ def _whole(req: TraceRequest, offers: Sequence[dict[str, Any]]) -> Demand | None
     return Demand(f"gpu:{o['type']}:{n}", "whole", req.gpu_eq, float(n), f"{req.gpu_eq:g} GPU -> {n} x {o['type']}")
 
 
+class RequestMapper:
+    """Trace requests to GRES requests for one layout (its ``gpupool-submit.json`` offers).
+
+    ``naming``/``autodetect``: the config's ``slurm.type_naming`` and ``slurm.autodetect``,
+    which name the offered types.  A fraction tries the policy's kind first, then the other,
+    then a whole GPU; whole GPUs stay whole.  None: the layout offers nothing that holds it."""
+
+    def __init__(
+        self,
+        offers: Sequence[dict[str, Any]],
+        layout: str,
+        naming: str,
+        policy: str = PREFER_MIG,
+        autodetect: bool = False,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+        self.offers, self.layout, self.policy = offers, layout, policy
+        self.candidates = mig_candidates(offers, naming, autodetect)
+
+    def __call__(self, req: TraceRequest) -> Demand | None:
+        if req.gpus < 1 or not 0 < req.milli <= 1000 or (req.gpus > 1 and req.milli != 1000):
+            raise ValueError(f"not a GPU request: {req}")
+        if req.milli < 1000:
+            tries = {
+                PREFER_MIG: lambda: _mig(req, self.candidates),
+                PREFER_SHARD: lambda: _shard(req, self.offers, self.layout),
+            }
+            for kind in sorted(tries, key=lambda k: k != self.policy):
+                d = tries[kind]()
+                if d is not None:
+                    return d
+        return _whole(req, self.offers)
+
+
 def map_request(
     req: TraceRequest,
     offers: Sequence[dict[str, Any]],
@@ -109,21 +150,5 @@ def map_request(
     policy: str = PREFER_MIG,
     autodetect: bool = False,
 ) -> Demand | None:
-    """The GRES request for ``req`` in a layout (its ``gpupool-submit.json`` offers), or None
-    when the layout offers nothing that holds it.  A fraction tries the policy's kind first,
-    then the other, then a whole GPU; whole GPUs stay whole.  ``naming``/``autodetect``: the
-    config's ``slurm.type_naming`` and ``slurm.autodetect``, which name the offered types."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-    if req.gpus < 1 or not 0 < req.milli <= 1000 or (req.gpus > 1 and req.milli != 1000):
-        raise ValueError(f"not a GPU request: {req}")
-    if req.milli < 1000:
-        tries = {
-            PREFER_MIG: lambda: _mig(req, offers, naming, autodetect),
-            PREFER_SHARD: lambda: _shard(req, offers, layout),
-        }
-        for kind in sorted(tries, key=lambda k: k != policy):
-            d = tries[kind]()
-            if d is not None:
-                return d
-    return _whole(req, offers)
+    """One request (see :class:`RequestMapper`, which a replay builds once per layout)."""
+    return RequestMapper(offers, layout, naming, policy, autodetect)(req)

@@ -12,7 +12,7 @@ import yaml
 
 from slurm_gpupool.config import parse_config
 from slurm_gpupool.ops.submit_catalog import layout_offers
-from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD, TraceRequest, map_request
+from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD, RequestMapper, TraceRequest, map_request
 
 TOP = Path(__file__).resolve().parents[2]
 OPENB = TOP.parent / "shared" / "traces" / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
@@ -55,6 +55,7 @@ def test_fractions_round_up_to_the_smallest_mig_profile_or_to_shards(shipped):
 def test_every_openb_pod_maps_by_day_and_the_rounding_cost_is_measured(shipped):
     """The real fractional mix (44 % of GPU pods ask for a fraction, not MIG-shaped)."""
     cfg, offers = shipped
+    by_day = RequestMapper(offers["day"], "day", cfg.slurm.type_naming)
     kinds: Counter[str] = Counter()
     asked = held = 0.0
     with OPENB.open() as f:
@@ -63,7 +64,7 @@ def test_every_openb_pod_maps_by_day_and_the_rounding_cost_is_measured(shipped):
             if n == 0:
                 continue
             req = TraceRequest(n, milli if n == 1 else 1000)
-            d = map_request(req, offers["day"], "day", cfg.slurm.type_naming)
+            d = by_day(req)
             if d is None:  # 8 whole GPUs on one node: only the night layout has them
                 assert n == 8 and map_request(req, offers["night"], "night", cfg.slurm.type_naming), row
                 kinds["night only"] += 1
