@@ -31,8 +31,10 @@ from slurm_gpupool.core.gres import (
 )
 from slurm_gpupool.core.render import RenderedFiles, render_slurm_files
 from slurm_gpupool.errors import ConfigError, InternalError, StateError
+from slurm_gpupool.oplog import log as syslog_line
 from slurm_gpupool.ops.gres_sources import IDS_LIVE, IDS_NONE, IDS_SIMULATED, live_node, planned_node
 
+SYSLOG = "gres-install"  # journalctl -t gpupool-gres-install
 ROLES = {"gres.conf": "gres_conf", "nodes.conf": "nodes_include", "gres-types.conf": "gres_include"}
 
 
@@ -333,8 +335,13 @@ def install(cfg: PoolConfig, rendered: Rendered, backup: bool = True, reconfigur
         path.parent.mkdir(parents=True, exist_ok=True)
         if old[role] == rendered.files[role]:
             continue
+        saved = ""
         if backup and path.exists():
             shutil.copy2(path, path.with_name(f"{path.name}.{stamp}.bak"))
+            saved = f" (previous kept as {path.name}.{stamp}.bak)"
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
         write_text_atomic(path, rendered.files[role], mode)
+        syslog_line(SYSLOG, f"installed {path}{saved}")
+    layout = rendered.installed_layout()
+    syslog_line(SYSLOG, f"GRES for {'layout ' + layout if layout else 'mixed layouts'}: " + plan.describe())
     return plan

@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import signal
+import syslog
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from typing import Any
 
 from slurm_gpupool.atomic import write_json_atomic
 from slurm_gpupool.errors import BusyError, StateError
+from slurm_gpupool.oplog import log as syslog_line
 
 SCHEMA = 1
 KILL_ENV = "SLURM_GPUPOOL_KILL_AT"
@@ -210,6 +212,12 @@ class Journal:
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "a") as f:
                 f.write(line + "\n")
+        failed = event.get("step") == FAILED
+        syslog_line(
+            "repartition",
+            "journal: " + json.dumps(event, sort_keys=True),
+            syslog.LOG_WARNING if failed else syslog.LOG_INFO,
+        )
 
     @staticmethod
     def _maybe_die(step: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import syslog
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,10 @@ from slurm_gpupool.core.layouts import GpuTarget
 from slurm_gpupool.errors import BusyError, GpuBusyError, GpupoolError, StateError
 from slurm_gpupool.hw.backend import GpuBackend
 from slurm_gpupool.model import GpuInfo, NodeInventory, Placement
+from slurm_gpupool.oplog import log as syslog_line
 from slurm_gpupool.ops.node_state import add_slurm_devices, build_node_state, read_node_state, write_node_state
+
+SYSLOG = "node-apply"  # journalctl -t gpupool-node-apply
 
 
 @dataclass
@@ -190,6 +194,7 @@ def apply_node(
                 busy[g.index] = pids
     if busy and not force:
         detail = "; ".join(f"GPU {i}: pids {', '.join(map(str, p))}" for i, p in sorted(busy.items()))
+        syslog_line(SYSLOG, f"node {inv.node}: apply {layout} refused: GPUs in use ({detail})", syslog.LOG_WARNING)
         raise GpuBusyError(
             f"node apply {layout} on {inv.node}",
             f"GPUs in use ({detail})",
@@ -203,10 +208,12 @@ def apply_node(
             # only used to keep rolled-back GPUs' shares; the new state is built from the
             # hardware and replaces the corrupt file (a boot re-apply must not stop here)
             previous = None
+        syslog_line(SYSLOG, f"node {inv.node}: applying layout {layout}" + (" (forced)" if busy else ""))
         for g, (_, ops), m, res in zip(inv.gpus, plan, models, results):
             if not ops:
                 continue
             before = snapshot(g, m)
+            syslog_line(SYSLOG, f"node {inv.node}: GPU {g.index}: {res.before} -> {res.target}: {'; '.join(res.ops)}")
             try:
                 run_ops(backend, g.index, ops)
                 res.status = "changed"
@@ -216,6 +223,11 @@ def apply_node(
                 res.status = "failed" if why else "rolled-back"
                 if why:
                     res.error += f"; {why}"
+            syslog_line(
+                SYSLOG,
+                f"node {inv.node}: GPU {g.index}: {res.status}" + (f": {res.error}" if res.error else ""),
+                syslog.LOG_ERR if res.error else syslog.LOG_INFO,
+            )
         final = backend.inventory()
         final_targets: list[GpuTarget | None] = [
             t if matches(g, t, m) else None for g, (t, _), m in zip(final.gpus, plan, models)
@@ -241,6 +253,13 @@ def apply_node(
             )
         add_slurm_devices(state, cfg.slurm.type_naming, cfg.slurm.autodetect)
         report.state_path = str(write_node_state(state_dir, state))
+    changed = sum(1 for r in results if r.ops)
+    syslog_line(
+        SYSLOG,
+        f"node {inv.node}: layout {layout}: {state['status']}, {changed} of {len(results)} GPUs changed"
+        + (f" ({state['message']})" if state.get("message") else ""),
+        syslog.LOG_ERR if report.failed else syslog.LOG_INFO,
+    )
     return report
 
 

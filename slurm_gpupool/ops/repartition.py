@@ -45,6 +45,7 @@ from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.durations import format_duration
 from slurm_gpupool.core.switch_plan import NodeView, SwitchPlan, changing_after, plan_switch
 from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
+from slurm_gpupool.oplog import tee
 from slurm_gpupool.ops import journal as jr
 from slurm_gpupool.ops.journal import Journal, run_lock
 from slurm_gpupool.ops.node_state import FILE_NAME, controller_copy_dir
@@ -143,7 +144,7 @@ class Repartitioner:
         self.s = cfg.repartition
         self.cluster = cluster or SlurmCluster()
         self.restarter = restarter or Restarter(cfg.repartition)
-        self.progress = progress or (lambda _m: None)
+        self.progress = tee("repartition", progress)  # every step to syslog too, as the hooks log
         self.poll_s = poll_s
         self.dir = Path(cfg.paths.controller_dir)
         self.journal = Journal(self.dir)

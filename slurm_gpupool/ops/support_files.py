@@ -35,8 +35,17 @@ def render_support_files(cfg: PoolConfig, installed: str | None = None) -> dict[
 
 def install_support_files(cfg: PoolConfig, installed: str | None = None) -> list[Path]:
     """Write them atomically (mode 644, root-owned when run as root); their paths."""
+    from slurm_gpupool.oplog import log as syslog_line
+    from slurm_gpupool.ops.gres_install import SYSLOG
+
     files = render_support_files(cfg, installed)
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            same = path.read_text() == text
+        except OSError:
+            same = False
         write_text_atomic(path, text, 0o644)
+        if not same:
+            syslog_line(SYSLOG, f"installed {path}")
     return list(files)
