@@ -124,6 +124,7 @@ class HookSettings:
     usage_interval_s: float = 10.0  # the usage sampler's period; 0 turns it off
     kmsg: str = "/dev/kmsg"
 
+    dcgm_job_mapping_dir: str = ""  # dcgm-exporter's --hpc-job-mapping-dir ({node} allowed); "": off
 
 @dataclass(frozen=True)
 class RepartitionSettings:
@@ -594,6 +595,9 @@ def _parse_hooks(raw: Any, top: Where) -> HookSettings:
 @dataclass(frozen=True)
 class ReportSettings:
     """``reports:``: chargeback prices and the thresholds of efficiency and advice."""
+    mapping = values.get("dcgm_job_mapping_dir")
+    if mapping and not mapping.startswith("/"):
+        raise w.key("dcgm_job_mapping_dir").error("must be an absolute path", hint="e.g. /run/dcgm-job-map")
 
     currency: str = "EUR"
     prices: tuple[tuple[str, float], ...] = ()  # catalog model (or "default") → price per GPU-hour

@@ -70,6 +70,12 @@ def health(app: AppContext, show: bool, drain: bool, as_json: bool) -> int:
         SlurmRunner().run(
             ["scontrol", "update", f"nodename={app.node_name()}", "state=drain", f"reason={_short(problems)}"]
         ).check("drain node")
+        from slurm_gpupool.hooks.runtime import HookError, count_event
+
+        try:  # for `gpupool metrics` (gpupool_health_drains_total)
+            count_event(str(state_dir), "health_drains", "healthcheck")
+        except (HookError, OSError) as e:
+            click.echo(f"gpupool: warning: drain not counted: {e}", err=True)
     if as_json:
         emit_json({"node": app.node_name(), "status": status, "problems": problems})
     else:

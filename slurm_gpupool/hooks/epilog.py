@@ -21,6 +21,8 @@ import time
 from slurm_gpupool.hooks.cli import wants_help
 from slurm_gpupool.hooks.runtime import (
     HookError,
+    count_event,
+    count_failure,
     gpu_indices,
     job_id,
     load_settings,
@@ -110,10 +112,24 @@ def _body(env: dict[str, str]) -> int:
 
             record_health(state_dir, "fail", "epilog", jid, problems)
             log("epilog", jid, "GPU health check failed: " + "; ".join(problems), 3)
+            count_event(state_dir, "health_drains", "epilog")  # exit 1: Slurm drains the node
             return 1
         return 0
     finally:
+        if indices and settings.get("dcgm_job_mapping_dir"):
+            unmap_job(settings, node, env, jid, run_dir)
         _cleanup(run_dir, jid)
+
+
+def unmap_job(settings: dict, node: str, env: dict[str, str], jid: str, run_dir: str) -> None:
+    """Take the job out of dcgm-exporter's mapping files, whatever else failed (logged, counted)."""
+    from slurm_gpupool.hooks.jobmap import remove_job
+
+    try:
+        remove_job(node_path(settings, "dcgm_job_mapping_dir", node), jid, run_dir)
+    except Exception as e:  # fail open
+        log("epilog", jid, f"DCGM job mapping not cleared: {type(e).__name__}: {e}", 3)
+        count_failure("epilog", env)
 
 
 def _update_record(settings: dict, node: str, jid: str, extra: dict) -> None:

@@ -20,6 +20,8 @@ import time
 from slurm_gpupool.hooks.cli import wants_help
 from slurm_gpupool.hooks.runtime import (
     HookError,
+    count_event,
+    count_failure,
     gpu_indices,
     job_id,
     load_settings,
@@ -92,6 +94,7 @@ def _body(env: dict[str, str]) -> int:
     if found:
         record_health(state_dir, "fail", "prolog", jid, found)
         log("prolog", jid, "GPU health check failed: " + "; ".join(found), 3)
+        count_event(state_dir, "health_drains", "prolog")  # exit 1: Slurm drains the node
         return 1
     spool = node_path(settings, "spool_dir", node)
     fd = open_dir(spool, "jobs")
@@ -113,7 +116,23 @@ def _body(env: dict[str, str]) -> int:
         from slurm_gpupool.hooks.mps import start_mps
 
         start_mps(settings, node, [d for d in devices if d["kind"] == "shared"])
+    if settings.get("dcgm_job_mapping_dir"):
+        map_job(settings, node, env, state, devices)
     return 0
+
+
+def map_job(settings: dict, node: str, env: dict[str, str], state: dict, devices: list[dict]) -> None:
+    """List the job in dcgm-exporter's mapping files of its GPUs and MIG instances; a failure
+    here is logged and counted, and the job goes on (it only loses its DCGM label)."""
+    from slurm_gpupool.hooks.jobmap import add_job, device_keys
+
+    jid = job_id(env)
+    try:
+        keys = device_keys(state, devices)
+        add_job(node_path(settings, "dcgm_job_mapping_dir", node), keys, jid, node_path(settings, "run_dir", node))
+    except Exception as e:  # fail open
+        log("prolog", jid, f"DCGM job mapping not written: {type(e).__name__}: {e}", 3)
+        count_failure("prolog", env)
 
 
 def check(settings: dict, node: str, state: dict, gpu_indices_: list[int]) -> list[str]:

@@ -13,6 +13,9 @@ that variable for Prolog and Epilog, not for the HealthCheckProgram: then beside
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import re
@@ -20,7 +23,7 @@ import stat
 import sys
 import syslog
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SETTINGS_NAME = "gpupool-hooks.json"
@@ -50,7 +53,10 @@ DEFAULTS: dict[str, Any] = {
     "shard_memory_limit": False,
     "epilog_kill_grace_s": 3.0,
     "usage_interval_s": 10.0,
+    "dcgm_job_mapping_dir": None,
 }
+STATS_NAME = "hook-stats.json"  # <state_dir>/: counts `gpupool metrics` exports
+LOCK_WAIT_S = 2.0
 
 
 class HookError(Exception):
@@ -193,6 +199,59 @@ def read_in_dir(dir_fd: int, name: str) -> Any:
         return json.loads(f.read())
 
 
+@contextlib.contextmanager
+def locked(dir_fd: int, name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """An exclusive ``flock`` on ``name`` in an opened directory, waited for at most ``wait_s``
+    (a hook never hangs on a lock: HookError, and the caller fails open)."""
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                    raise HookError(f"lock {name}: not taken within {wait_s:g} s") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
+
+
+def count_event(state_dir: str, group: str, name: str) -> None:
+    """Add one to ``group.name`` in ``<state_dir>/hook-stats.json`` (``gpupool metrics`` exports
+    the counts): ``hook_failures.<hook>`` when a hook failed open, ``health_drains.<by>`` when a
+    health failure drained the node.  Atomic under a lock; raises HookError or OSError."""
+    fd = open_dir(state_dir)
+    try:
+        with locked(fd, STATS_NAME + ".lock"):
+            try:
+                stats = read_in_dir(fd, STATS_NAME)
+            except FileNotFoundError:
+                stats = {}
+            except ValueError:
+                stats = {}  # a torn file cannot be: it is replaced atomically; start over if it is bad
+            if not isinstance(stats, dict):
+                stats = {}
+            counts = stats.get(group) if isinstance(stats.get(group), dict) else {}
+            counts[name] = int(counts.get(name, 0)) + 1
+            stats.update({"schema": SCHEMA, group: counts, "updated_at": int(time.time())})
+            write_in_dir(fd, STATS_NAME, (json.dumps(stats, sort_keys=True) + "\n").encode(), 0o644)
+    finally:
+        os.close(fd)
+
+
+def count_failure(hook: str, env: dict[str, str]) -> None:
+    """Count a hook's fail-open error in its node's stats; never raises (it runs in the error path)."""
+    try:
+        settings = load_settings(env)
+        node = node_name(env)
+        count_event(node_path(settings, "state_dir", node), "hook_failures", hook)
+    except Exception:  # the TaskProlog (the job's user) cannot write root's state: only syslog has it
+        pass
+
+
 def run_hook(hook: str, body: Callable[[dict[str, str]], int], env: dict[str, str] | None = None) -> int:
     """Run a hook body and fail open: only a health failure may return non-zero.
 
@@ -211,6 +270,7 @@ def run_hook(hook: str, body: Callable[[dict[str, str]], int], env: dict[str, st
             f"internal error, failing open: {type(e).__name__}: {e}",
             syslog.LOG_ERR,
         )
+        count_failure(hook, env)
         return 0
     finally:
         if os.environ.get("SLURM_GPUPOOL_HOOK_TIMING"):

@@ -35,4 +35,5 @@ def hook_settings(cfg: PoolConfig) -> dict[str, Any]:
         "shard_memory_limit": h.shard_memory_limit,
         "epilog_kill_grace_s": h.epilog_kill_grace_s,
         "usage_interval_s": h.usage_interval_s,
+        "dcgm_job_mapping_dir": h.dcgm_job_mapping_dir or None,
     }

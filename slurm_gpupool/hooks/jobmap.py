@@ -1,0 +1,122 @@
+"""dcgm-exporter's HPC job mapping files, kept by the Prolog and the Epilog.
+
+dcgm-exporter started with ``--hpc-job-mapping-dir DIR`` (or
+``DCGM_HPC_JOB_MAPPING_DIR``) reads every file of DIR named after a GPU -- its
+index (``0``) or, for a MIG instance, ``<gpu>.<gpu instance id>`` (``3.0``) --
+and labels that GPU's (or instance's) metrics ``hpc_job=<id>``, one series per
+job id listed in the file, one id per line (NVIDIA/dcgm-exporter,
+``internal/pkg/transformation/hpc.go`` and its tests).  So:
+
+* a whole GPU's file lists its job; a MIG instance's file (``<gpu>.<gi>``) its
+  job; a time-shared GPU's file every shard job on it, one per line;
+* the Prolog adds the job's id to the files of its devices, the Epilog removes
+  it from every file (a file left empty is deleted);
+* both edit under an exclusive lock (``.gpupool.lock`` in DIR: dcgm-exporter
+  ignores names that are not GPU ids), each file replaced atomically, so two
+  shard jobs starting on one GPU at once both end up listed;
+* an id whose job has no ``<run_dir>/<id>.devices`` any more (its Epilog never
+  ran: slurmd was killed) is dropped the next time the file is written.
+
+Standard library only; names are built from validated numbers, never from a
+job-controlled string; the directory is opened without following symlinks and
+must be root-owned and closed to others (``runtime.open_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from slurm_gpupool.hooks.runtime import HookError, locked, open_dir, write_in_dir
+
+LOCK_NAME = ".gpupool.lock"
+MAX_READ = 1 << 16
+_KEY = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,5})?")
+_JOB = re.compile(r"[0-9]{1,12}")
+
+
+def device_keys(state: dict[str, Any], devices: list[dict[str, Any]]) -> list[str]:
+    """dcgm-exporter's file names for the job's devices: ``<gpu>`` or ``<gpu>.<gi>``, in order."""
+    gi_of = {
+        i.get("uuid"): i.get("gi_id") for g in state.get("gpus", []) for i in g.get("instances", []) if i.get("uuid")
+    }
+    keys: list[str] = []
+    for d in devices:
+        gpu = d.get("gpu")
+        if not isinstance(gpu, int):
+            raise HookError(f"device {d.get('index')} names no GPU index")
+        key = str(gpu)
+        if d.get("mig_uuid"):
+            gi = gi_of.get(d["mig_uuid"])
+            if not isinstance(gi, int):
+                raise HookError(f"MIG device {d['mig_uuid']} is not in the node state's instances")
+            key = f"{gpu}.{gi}"
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def add_job(directory: str, keys: list[str], job: str, run_dir: str) -> None:
+    """List ``job`` in each of ``keys``' files (Prolog)."""
+    _edit(directory, job, run_dir, add_to=keys)
+
+
+def remove_job(directory: str, job: str, run_dir: str) -> None:
+    """Take ``job`` out of every mapping file (Epilog); files left empty are deleted."""
+    _edit(directory, job, run_dir, add_to=None)
+
+
+def read_jobs(dir_fd: int, key: str) -> list[str]:
+    """The job ids a mapping file lists (missing file: none); other lines are ignored."""
+    try:
+        fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise HookError(f"mapping file {key}: {e.strerror} (a symlink is refused)") from None
+    with os.fdopen(fd, "rb") as f:
+        text = f.read(MAX_READ).decode("ascii", "replace")
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if _JOB.fullmatch(line) and line not in out:
+            out.append(line)
+    return out
+
+
+def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None) -> None:
+    if not _JOB.fullmatch(job):
+        raise HookError(f"bad job id {job!r}")
+    fd = open_dir(directory)
+    try:
+        with locked(fd, LOCK_NAME):
+            keys = [n for n in os.listdir(fd) if _KEY.fullmatch(n)] if add_to is None else add_to
+            for key in keys:
+                if not _KEY.fullmatch(key):
+                    raise HookError(f"bad mapping file name {key!r}")
+                before = read_jobs(fd, key)
+                kept = {j for j in before if j != job and _alive(run_dir, j)}
+                after = sorted(kept | ({job} if add_to is not None else set()), key=int)
+                if after == before:
+                    continue
+                if after:
+                    write_in_dir(fd, key, "".join(f"{j}\n" for j in after).encode(), 0o644)
+                else:
+                    try:
+                        os.unlink(key, dir_fd=fd)
+                    except FileNotFoundError:
+                        pass
+    finally:
+        os.close(fd)
+
+
+def _alive(run_dir: str, job: str) -> bool:
+    """A job still has its Prolog's ``<run_dir>/<id>.devices`` (removed by its Epilog)."""
+    try:
+        os.stat(os.path.join(run_dir, f"{job}.devices"), follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # unsure: keep it

@@ -1,0 +1,130 @@
+"""The Prolog/Epilog keep dcgm-exporter's HPC job mapping files, and count their own failures
+and health drains for `gpupool metrics`: run as Slurm runs them, on a simulated node."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.hooks.jobmap import device_keys
+from slurm_gpupool.hooks.runtime import HookError
+from slurm_gpupool.hw.sim import inject
+from slurm_gpupool.hw.sim.state import SimStore
+
+from .test_hooks import NODE, hook_env, index_of, run, site  # noqa: F401  (site: the fixture)
+
+
+@pytest.fixture
+def mapped(site: dict) -> dict:  # noqa: F811
+    """The site with the mapping on (``{node}`` in the directory, as the sandbox has it)."""
+    settings = {**site["settings"], "dcgm_job_mapping_dir": str(site["root"] / "dcgm" / "{node}")}
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(settings))
+    return {**site, "map": site["root"] / "dcgm" / NODE}
+
+
+def listing(d: Path) -> dict[str, list[str]]:
+    """The mapping files dcgm-exporter reads (names that are GPU ids) and their lines."""
+    if not d.exists():
+        return {}
+    return {p.name: p.read_text().splitlines() for p in sorted(d.iterdir()) if not p.name.startswith(".")}
+
+
+def gi_of(where: dict, index: int) -> str:
+    dev = where["table"][index]
+    state = json.loads((where["state"] / "node-state.json").read_text())
+    (gi,) = [i["gi_id"] for g in state["gpus"] for i in g["instances"] if i["uuid"] == dev["mig_uuid"]]
+    return f"{dev['gpu']}.{gi}"
+
+
+def stats(where: dict) -> dict:
+    path = where["state"] / "hook-stats.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_a_mig_job_and_two_shard_jobs_are_listed_while_they_run(mapped: dict):
+    mig = index_of(mapped, "mig", "3g.40gb")
+    shared = index_of(mapped, "shared")
+    gpu = str(mapped["table"][shared]["gpu"])
+    assert run(mapped, "prolog", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert run(mapped, "prolog", SLURM_JOB_ID="43", SLURM_JOB_GPUS=str(shared)).returncode == 0
+    assert run(mapped, "prolog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(shared)).returncode == 0
+    assert listing(mapped["map"]) == {gi_of(mapped, mig): ["42"], gpu: ["43", "44"]}  # <gpu>.<gi> and <gpu>
+    assert {p.stat().st_mode & 0o777 for p in mapped["map"].iterdir() if not p.name.startswith(".")} == {0o644}
+    assert run(mapped, "epilog", SLURM_JOB_ID="43", SLURM_JOB_GPUS=str(shared)).returncode == 0
+    assert listing(mapped["map"]) == {gi_of(mapped, mig): ["42"], gpu: ["44"]}
+    assert run(mapped, "epilog", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert run(mapped, "epilog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(shared)).returncode == 0
+    assert listing(mapped["map"]) == {}  # empty files are removed
+    assert stats(mapped) == {}  # nothing failed
+
+
+def test_shard_jobs_starting_together_all_get_listed(mapped: dict):
+    shared = index_of(mapped, "shared")
+    jobs = [str(100 + k) for k in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "slurm_gpupool.hooks.prolog"],
+            env=hook_env(mapped, SLURM_JOB_ID=j, SLURM_JOB_GPUS=str(shared)),
+            stderr=subprocess.PIPE,
+        )
+        for j in jobs
+    ]
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    assert listing(mapped["map"]) == {str(mapped["table"][shared]["gpu"]): jobs}
+
+
+def test_a_job_whose_epilog_never_ran_is_dropped_at_the_next_write(mapped: dict):
+    mig = index_of(mapped, "mig", "1g.10gb")
+    key = gi_of(mapped, mig)
+    mapped["map"].mkdir(parents=True)
+    (mapped["map"] / key).write_text("17\nnot-a-job\n")  # job 17: slurmd died, no Epilog
+    assert run(mapped, "prolog", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert listing(mapped["map"]) == {key: ["42"]}
+
+
+def test_a_symlinked_mapping_directory_is_refused_and_the_job_goes_on(mapped: dict, tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    mapped["map"].parent.mkdir(parents=True)
+    mapped["map"].symlink_to(elsewhere)
+    res = run(mapped, "prolog", SLURM_JOB_GPUS=str(index_of(mapped, "mig", "1g.10gb")))
+    assert res.returncode == 0 and "DCGM job mapping not written" in res.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert (mapped["root"] / "spool" / NODE / "jobs" / "42.json").exists()  # the rest of the Prolog ran
+    assert stats(mapped)["hook_failures"] == {"prolog": 1}
+
+
+def test_failures_and_health_drains_are_counted(site: dict):  # noqa: F811
+    (site["state"] / "node-state.json").write_text("{not json")
+    for hook in ("prolog", "prolog", "epilog"):
+        assert run(site, hook, SLURM_JOB_GPUS="0").returncode == 0
+    assert stats(site)["hook_failures"] == {"prolog": 2, "epilog": 1}
+
+
+def test_health_drains_are_counted_by_hook(site: dict):  # noqa: F811
+    inject.add_ecc_errors(SimStore(site["sim"] / f"{NODE}.json"), 6, uncorrected=1)
+    i = next(d["index"] for d in site["table"] if d["gpu"] == 6)
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 1
+    assert run(site, "epilog", SLURM_JOB_GPUS=str(i)).returncode == 1
+    st = stats(site)
+    assert st["health_drains"] == {"prolog": 1, "epilog": 1} and "hook_failures" not in st
+    assert os.stat(site["state"] / "hook-stats.json").st_mode & 0o777 == 0o644
+
+
+def test_device_keys_name_whole_gpus_mig_instances_and_shared_gpus_once():
+    state = {"gpus": [{"index": 3, "instances": [{"uuid": "MIG-a", "gi_id": 5}, {"uuid": "MIG-b", "gi_id": 1}]}]}
+    devices = [
+        {"index": 0, "gpu": 3, "mig_uuid": "MIG-b"},
+        {"index": 1, "gpu": 3, "mig_uuid": "MIG-a"},
+        {"index": 2, "gpu": 0},
+        {"index": 3, "gpu": 0},  # two shards' worth of one shared GPU: one file
+    ]
+    assert device_keys(state, devices) == ["3.1", "3.5", "0"]
+    with pytest.raises(HookError, match="not in the node state"):
+        device_keys(state, [{"index": 0, "gpu": 3, "mig_uuid": "MIG-gone"}])
