@@ -123,8 +123,8 @@ class HookSettings:
     epilog_kill_grace_s: float = 3.0
     usage_interval_s: float = 10.0  # the usage sampler's period; 0 turns it off
     kmsg: str = "/dev/kmsg"
-
     dcgm_job_mapping_dir: str = ""  # dcgm-exporter's --hpc-job-mapping-dir ({node} allowed); "": off
+
 
 @dataclass(frozen=True)
 class RepartitionSettings:
@@ -589,15 +589,15 @@ def _parse_hooks(raw: Any, top: Where) -> HookSettings:
             values[name] = float(w.key(name).check_type(raw[name], (int, float)))
         else:
             values[name] = w.key(name).check_type(raw[name], type(default))
+    mapping = values.get("dcgm_job_mapping_dir")
+    if mapping and not mapping.startswith("/"):
+        raise w.key("dcgm_job_mapping_dir").error("must be an absolute path", hint="e.g. /run/dcgm-job-map")
     return HookSettings(**{**d.__dict__, **values})
 
 
 @dataclass(frozen=True)
 class ReportSettings:
     """``reports:``: chargeback prices and the thresholds of efficiency and advice."""
-    mapping = values.get("dcgm_job_mapping_dir")
-    if mapping and not mapping.startswith("/"):
-        raise w.key("dcgm_job_mapping_dir").error("must be an absolute path", hint="e.g. /run/dcgm-job-map")
 
     currency: str = "EUR"
     prices: tuple[tuple[str, float], ...] = ()  # catalog model (or "default") → price per GPU-hour
