@@ -23,6 +23,7 @@ from slurm_gpupool.core.planner import plan_gpu
 from slurm_gpupool.core.schedule import Rule, Schedule, parse_clock, parse_days
 from slurm_gpupool.errors import ConfigError, InfeasibleError
 from slurm_gpupool.machines import MachineSpec, find_machine
+from slurm_gpupool.tiers_config import Limits, Tier, parse_quotas, parse_tiers
 from slurm_gpupool.validate import Where
 
 CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
@@ -170,6 +171,11 @@ class PoolConfig:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
     reports: ReportSettings = field(default_factory=lambda: ReportSettings())
+    tiers: tuple[Tier, ...] = ()  # service tiers (docs/tiers.md)
+    quotas: dict[str, Limits] = field(default_factory=dict)  # account → GPU quota per GRES type
+
+    def tier(self, name: str) -> Tier | None:
+        return next((t for t in self.tiers if t.name == name), None)
 
     def all_nodes(self) -> list[str]:
         return sorted(n for ns in self.nodesets.values() for n in ns.nodes)
@@ -816,6 +822,8 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
             "repartition",
             "reports",
             "gpu_models",
+            "tiers",
+            "quotas",
         },
     )
     version = top.require(raw, "version", int)
@@ -844,8 +852,33 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     submit = _parse_submit(raw.get("submit"), top)
     repartition = _parse_repartition(raw.get("repartition"), top)
     reports = _parse_reports(raw.get("reports"), top)
+    tiers = parse_tiers(raw.get("tiers"), top)
+    quotas = parse_quotas(raw.get("quotas"), top)
+    if (tiers or quotas) and submit["untyped_gpus"] == "leave":
+        raise (
+            top.key("submit")
+            .key("untyped_gpus")
+            .error(
+                "leave cannot go with tiers or quotas: Slurm applies typed limits only to typed requests",
+                hint="auto or reject",
+            )
+        )
     return PoolConfig(
-        source, version, nodesets, layouts, schedule, paths, slurm, hooks, sim_dir, submit, raw, repartition, reports
+        source,
+        version,
+        nodesets,
+        layouts,
+        schedule,
+        paths,
+        slurm,
+        hooks,
+        sim_dir,
+        submit,
+        raw,
+        repartition,
+        reports,
+        tiers,
+        quotas,
     )
 
 

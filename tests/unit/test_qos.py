@@ -1,0 +1,179 @@
+"""Service tiers and quotas: config validation, the QOS plan, the diff against sacctmgr's
+output (recorded from each release), and what is ours."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.core.qos import MARKER, Current, QosSpec, diff
+from slurm_gpupool.errors import ConfigError
+from slurm_gpupool.ops.qos import desired, pool_types
+from slurm_gpupool.resources import etc_dir
+from slurm_gpupool.slurm.qos import parse_assoc, parse_duration, parse_qos
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+TIERS = {
+    "exclusive": {"priority": 1000, "gres": ["whole"]},
+    "guaranteed": {"priority": 500, "gres": ["whole", "mig"], "grace": "5m"},
+    "shared": {
+        "priority": 100,
+        "preempt_mode": "requeue",
+        "grace": "90s",
+        "min_run": "10m",
+        "gres": ["shard", "mig"],
+        "checkpoint_signal": "USR1",
+        "default": True,
+        "limits": {"per_user": {"shard": 16}},
+    },
+}
+QUOTAS = {"phys": {"a100": 4, "1g.5gb": {"gpu_eq": 2}, "shard": {"gpu_eq": 2}}}
+
+
+def raw_config(**extra):
+    raw = yaml.safe_load((etc_dir() / "gpupool.yaml").read_text())
+    raw.update(copy.deepcopy(extra))
+    return raw
+
+
+def cfg_with(**extra):
+    return parse_config(raw_config(**extra), str(etc_dir() / "gpupool.yaml"))
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return cfg_with(tiers=TIERS, quotas=QUOTAS)
+
+
+def applied(cfg, cluster_accounts=("root", "phys")) -> Current:
+    """What Slurm would show right after an apply of ``cfg``."""
+    want = desired(cfg)
+    grants = tuple(sorted({*want.all_accounts, "normal"}))
+    return Current(
+        qos={q.name: q for q in want.qos},
+        assoc_tres={a: want.assoc_tres.get(a, ()) for a in cluster_accounts},
+        access={a: tuple(sorted({*grants, *want.access.get(a, ())})) for a in cluster_accounts},
+        recorded_tres={a: tuple(k for k, _ in t) for a, t in want.assoc_tres.items()},
+    )
+
+
+def test_tiers_become_qos_with_preemption_of_lower_preemptible_tiers(cfg):
+    qos = {q.name: q for q in desired(cfg).qos}
+    assert set(qos) == {"gpupool_exclusive", "gpupool_guaranteed", "gpupool_shared"}
+    assert qos["gpupool_exclusive"].preempt == ("gpupool_shared",)
+    assert qos["gpupool_guaranteed"].preempt == ("gpupool_shared",)  # guaranteed is not preemptible itself
+    shared = qos["gpupool_shared"]
+    assert (shared.preempt_mode, shared.grace_s, shared.exempt_s) == ("requeue", 90, 600)
+    assert shared.max_tres_per_user == (("gres/shard", 16),)
+    assert qos["gpupool_guaranteed"].grace_s == 0  # never preempted: its grace is the repartitioner's
+
+
+def test_gpu_equivalents_convert_per_type(cfg):
+    types = pool_types(cfg)
+    assert types["1g.5gb"].eq_each == pytest.approx(1 / 7)
+    assert types["shard"].eq_each == pytest.approx(1 / 4)  # every time-sliced GPU is split 4 ways
+    assert dict(desired(cfg).assoc_tres["phys"]) == {"gres/gpu:a100": 4, "gres/gpu:1g.5gb": 14, "gres/shard": 8}
+
+
+def test_apply_then_diff_is_empty_and_a_change_shows_exactly(cfg):
+    now = applied(cfg)
+    assert diff(desired(cfg), now, "c") == []
+    raw = raw_config(tiers=TIERS, quotas=QUOTAS)
+    raw["tiers"]["shared"]["grace"] = "2m"
+    raw["quotas"]["phys"]["a100"] = 6
+    changed = [str(c) for c in diff(desired(parse_config(raw, cfg.source)), now, "c")]
+    assert changed == [
+        "~ qos gpupool_shared: GraceTime 90 -> 120",
+        "~ account phys: GrpTRES gres/gpu:a100 4 -> 6",
+    ]
+
+
+def test_never_touches_what_is_not_ours(cfg):
+    now = applied(cfg)
+    admins = QosSpec("gpupool_debug", priority=5, description="the admins' own")
+    hand = QosSpec("long", priority=1, description="")
+    now = Current(
+        qos={**now.qos, "gpupool_debug": admins, "long": hand},
+        assoc_tres={**now.assoc_tres, "phys": (*now.assoc_tres["phys"], ("cpu", 64), ("gres/gpu:h100", 1))},
+        access={**now.access, "phys": (*now.access["phys"], "long", "gpupool_debug")},
+        recorded_tres=now.recorded_tres,
+    )
+    assert diff(desired(cfg), now, "c") == []
+    # without tiers and quotas: only ours go, the rest stays
+    gone = diff(desired(cfg_with()), now, "c")
+    text = [str(c) for c in gone]
+    assert "- qos gpupool_shared: ours, no longer in the config" in text
+    touched = " ".join(" ".join(a) for c in gone for a in c.commands)
+    assert not any(x in touched for x in ("=long", "gpupool_debug", "cpu", "h100")), touched
+    assert "- account phys: GrpTRES gres/gpu:a100 4 -> (none)" in text
+    argv = next(c.commands for c in gone if "gres/gpu:a100" in c.what)
+    assert argv == (("modify", "account", "where", "name=phys", "cluster=c", "set", "GrpTRES=gres/gpu:a100=-1"),)
+
+
+def test_a_foreign_qos_with_our_prefix_is_a_conflict_not_a_change(cfg):
+    now = applied(cfg)
+    qos = dict(now.qos)
+    qos["gpupool_shared"] = QosSpec("gpupool_shared", priority=3, description="someone else")
+    changes = diff(desired(cfg), Current(qos, now.assoc_tres, now.access, {}, now.recorded_tres), "c")
+    assert [(c.sign, c.commands) for c in changes] == [("!", ())]
+
+
+@pytest.mark.parametrize("series", sorted(p.name for p in FIXTURES.iterdir() if (p / "sacctmgr-qos.txt").exists()))
+def test_recorded_sacctmgr_output_parses_as_applied(series):
+    """tests/fixtures/record_sacctmgr.py applied these tiers on that release."""
+    qos = parse_qos((FIXTURES / series / "sacctmgr-qos.txt").read_text())
+    shared = qos["gpupool_shared"]
+    assert shared.ours and not qos["normal"].ours
+    assert (shared.priority, shared.preempt_mode, shared.grace_s, shared.exempt_s) == (100, "requeue", 90, 600)
+    assert shared.max_tres_per_user == (("gres/shard", 16),)
+    assert shared.max_tres_per_account == (("gres/gpu:1g.5gb", 7),)
+    assert qos["gpupool_exclusive"].preempt == ("gpupool_shared",)
+    tres, access, users = parse_assoc((FIXTURES / series / "sacctmgr-assoc.txt").read_text())
+    assert dict(tres["sandbox"]) == {"gres/gpu:a100": 2, "gres/gpu:1g.5gb": 7}
+    assert "gpupool_shared" in access["sandbox"] and "gpupool_shared" in users[("sandbox", "root")]
+
+
+def test_durations():
+    assert [parse_duration(t) for t in ("00:01:30", "1-00:00:00", "10:00", "")] == [90, 86400, 600, None]
+
+
+@pytest.mark.parametrize(
+    "extra,where",
+    [
+        ({"tiers": {"Shared": {"priority": 1}}}, "tiers.Shared"),
+        ({"tiers": {"a": {"priority": 1, "preempt_mode": "suspend"}}}, "tiers.a.preempt_mode"),
+        ({"tiers": {"a": {"priority": 1, "colour": "red"}}}, "tiers.a.colour"),
+        ({"tiers": {"a": {"priority": "high"}}}, "tiers.a.priority"),
+        ({"tiers": {"a": {"priority": 1, "checkpoint_signal": "USR1@soon"}}}, "tiers.a.checkpoint_signal"),
+        ({"tiers": {"a": {"priority": 1, "default": True}, "b": {"priority": 2, "default": True}}}, "tiers"),
+        ({"quotas": {"phys": {"a100": -1}}}, "quotas.phys.a100"),
+        ({"quotas": {"phys": {"a100": {"gpus": 1}}}}, "quotas.phys.a100.gpus"),
+        ({"quotas": {"phys": {"a100": 1}}, "submit": {"untyped_gpus": "leave"}}, "submit.untyped_gpus"),
+    ],
+)
+def test_invalid_tiers_and_quotas_name_the_key(extra, where):
+    with pytest.raises(ConfigError) as e:
+        cfg_with(**extra)
+    assert e.value.exit_code == 78 and e.value.key == where, e.value.message()
+
+
+@pytest.mark.parametrize(
+    "extra,where",
+    [
+        ({"quotas": {"phys": {"b200": 1}}}, "quotas.phys.b200"),
+        ({"quotas": {"phys": {"a100": {"gpu_eq": 0.5}}}}, "quotas.phys.a100"),
+        ({"tiers": {"a": {"priority": 1, "gres": ["tpu"]}}}, "tiers.a.gres[0]"),
+    ],
+)
+def test_types_and_conversions_are_checked_against_the_layouts(extra, where):
+    with pytest.raises(ConfigError) as e:
+        desired(cfg_with(**extra))
+    assert e.value.exit_code == 78 and e.value.key == where, e.value.message()
+
+
+def test_marker_is_the_description():
+    assert QosSpec("gpupool_x").description == MARKER and QosSpec("gpupool_x").ours
