@@ -41,6 +41,7 @@ COMMANDS = {
     "status": "slurm_gpupool.cli.repartition:status",
     "report": "slurm_gpupool.cli.report:report",
     "schedule": "slurm_gpupool.cli.repartition:schedule",
+    "metrics": "slurm_gpupool.cli.metrics:metrics",
     "qos": "slurm_gpupool.cli.qos:qos",
 }
 

@@ -28,6 +28,7 @@ class Offer:
     eq_each: float  # GPU-equivalents of one record
     memory_mib: int  # memory of one record
     shares: int = 0  # shared: shards per GPU
+    profile: str = ""  # mig: the MIG profile (NVIDIA's name) behind the type
 
     @property
     def eq(self) -> float:
@@ -66,7 +67,7 @@ def _node_offers(cfg: PoolConfig, layout: str, node: str) -> tuple[Offer, ...]:
         if inst is not None:
             assert model.mig is not None
             prof = model.profile(inst.profile)
-            o = Offer(typ, MIG, model.key, 1, mig_fraction(model, inst.profile), prof.memory_mib)
+            o = Offer(typ, MIG, model.key, 1, mig_fraction(model, inst.profile), prof.memory_mib, profile=inst.profile)
         elif g.mode == SHARED:
             o = Offer(typ, "shared", model.key, 1, 1.0, model.memory_mib, g.shares)
         else:

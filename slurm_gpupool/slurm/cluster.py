@@ -39,6 +39,8 @@ class NodeInfo:
     gres: str  # gpu:1g.5gb:28(S:0-1),gpu:a100:2(S:0-1),shard:...
     features: tuple[str, ...]
     reason: str
+    gres_used: str = ""  # gpu:1g.5gb:2(IDX:0-1),shard:v100_shared:1(IDX:0) (22.05), shard:a30:3(3/4,0/4) (24.11+)
+    tres_used: str = ""  # cpu=2,gres/shard=3 (22.05 only: later sinfo --json has no TRES)
 
     @property
     def layout(self) -> str | None:
@@ -63,6 +65,26 @@ class NodeInfo:
         """``gpu:1g.5gb:28(S:0-1),shard:8`` → {"gpu:1g.5gb": 28, "shard": 8}."""
         return gres_counts(self.gres)
 
+    def gres_total(self) -> dict[tuple[str, str], int]:
+        """Configured GRES by (name, type): {("gpu", "1g.5gb"): 28, ("shard", "v100_shared"): 16}."""
+        return gres_by_type(self.gres)
+
+    def gres_allocated(self) -> dict[tuple[str, str], int]:
+        """GRES in use by (name, type), from ``gres_used``.
+
+        Slurm 22.05 prints a shard type's use as the number of GPUs its shards are on
+        (3 shards of one GPU: ``shard:v100_shared:1(IDX:0)``, measured); its node TRES
+        has the true total (``gres/shard=3``), which goes to the node's one shard type.
+        Later releases print each GPU's ``used/total`` shards, which are summed."""
+        used = gres_by_type(self.gres_used)
+        if self.tres_used:
+            tres = dict(item.partition("=")[::2] for item in self.tres_used.split(",") if "=" in item)
+            shard_types = [t for (name, t), n in self.gres_total().items() if name == "shard" and n > 0]
+            if len(shard_types) == 1 and tres.get("gres/shard", "0").isdigit():
+                used = {k: v for k, v in used.items() if k[0] != "shard"}
+                used[("shard", shard_types[0])] = int(tres.get("gres/shard", "0"))
+        return used
+
 
 def gres_counts(text: str) -> dict[str, int]:
     """Per GRES name[:type] the count, zero counts dropped and shards summed.
@@ -83,6 +105,50 @@ def gres_counts(text: str) -> dict[str, int]:
     return out
 
 
+_GRES_ITEM = re.compile(r"([^,(]+)(?:\(([^)]*)\))?")
+_PER_GPU_USE = re.compile(r"\d+/\d+(?:,\d+/\d+)*")
+
+
+def gres_by_type(text: str) -> dict[tuple[str, str], int]:
+    """A node's GRES (``sinfo`` Gres or GresUsed) by (name, type), type "" when untyped.
+
+    ``gpu:1g.5gb:28(S:0-1),gpu:a100:1(IDX:36),shard:a30_shared:3(3/4,0/4)`` →
+    {("gpu", "1g.5gb"): 28, ("gpu", "a100"): 1, ("shard", "a30_shared"): 3}: a
+    ``(used/total,...)`` detail (shards per GPU, 23.11+) is summed."""
+    out: dict[tuple[str, str], int] = {}
+    for m in _GRES_ITEM.finditer(text or ""):
+        item, detail = m.group(1).strip(), m.group(2)
+        if not item or item in ("(null)", "N/A"):
+            continue
+        parts = item.split(":")
+        count = 1
+        if len(parts) > 1 and parts[-1].isdigit():
+            count, parts = int(parts[-1]), parts[:-1]
+        if detail and _PER_GPU_USE.fullmatch(detail):
+            count = sum(int(pair.split("/")[0]) for pair in detail.split(","))
+        key = (parts[0], ":".join(parts[1:]))
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+def requested_gres(text: str) -> dict[tuple[str, str], int]:
+    """A job's ``tres_per_node`` or ``tres_per_job`` GPU and shard request by (name, type):
+    ``gres:gpu:1g.5gb:2`` (22.05), ``gres/gpu:1g.5gb:2,gres/shard:2`` (23.11+), ``gres/gpu:2``."""
+    out: dict[tuple[str, str], int] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        for prefix in ("gres:", "gres/"):
+            item = item.removeprefix(prefix)
+        parts = item.split(":")
+        count = 1
+        if len(parts) > 1 and parts[-1].isdigit():
+            count, parts = int(parts[-1]), parts[:-1]
+        if parts[0] in ("gpu", "shard") and count:
+            key = (parts[0], ":".join(parts[1:]))
+            out[key] = out.get(key, 0) + count
+    return out
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """One job as ``squeue --json`` shows it."""
@@ -99,6 +165,9 @@ class JobInfo:
     gres: str = ""  # tres_per_node: gres:gpu:a100:2 (22.05), gres/shard:2 (23.11+)
     priority: int | None = None
     state_reason: str = ""
+    node_count: int = 1  # nodes it runs on, or asks for while pending
+    tres_per_job: str = ""  # --gpus=...: gres/gpu:a100:2 (or gres:gpu:a100:2 on 22.05)
+    qos: str = ""  # its QOS: a service tier's is gpupool_<tier> (docs/tiers.md)
 
     @property
     def finished(self) -> bool:
@@ -130,12 +199,23 @@ def _node_info(name: str, n: dict, group: dict | None = None) -> NodeInfo:
         base, flags = jo.state(n.get("state"), n.get("state_flags"))
         features = jo.text_list(n.get("active_features") or n.get("features"))
         gres, reason = jo.text(n.get("gres"), "total"), jo.text(n.get("reason"))
-    else:
+        used, tres_used = jo.text(n.get("gres_used")), jo.text(n.get("tres_used"))
+    else:  # (sinfo --json groups nodes by GRES used too: every node of a group has the group's)
         base, flags = jo.state((group.get("node") or {}).get("state"))
         feats = group.get("features") or {}
         features = jo.text_list(feats.get("active") or feats.get("total"))
         gres, reason = jo.text(group.get("gres"), "total"), jo.text(group.get("reason"))
-    return NodeInfo(name=name, state=base, flags=flags, gres=gres, features=features, reason=reason)
+        used, tres_used = jo.text(group.get("gres"), "used"), ""
+    return NodeInfo(
+        name=name,
+        state=base,
+        flags=flags,
+        gres=gres,
+        features=features,
+        reason=reason,
+        gres_used=used,
+        tres_used=tres_used,
+    )
 
 
 def parse_sinfo_json(text: str) -> dict[str, NodeInfo]:
@@ -184,6 +264,9 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
                 gres=jo.text(j.get("tres_per_node")),
                 priority=jo.number(j.get("priority")),
                 state_reason=jo.text(j.get("state_reason")),
+                node_count=jo.number(j.get("node_count")) or 1,
+                tres_per_job=jo.text(j.get("tres_per_job")),
+                qos=jo.text(j.get("qos")),
             )
         )
     return out
