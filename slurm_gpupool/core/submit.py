@@ -277,4 +277,19 @@ def catalog_problem(data: Any) -> str | None:
             return "the schedule names a layout the catalog lacks"
     if data.get("installed") not in (None, *layouts):
         return "installed names a layout the catalog lacks"
+    tiers = data.get("tiers", {})
+    if not isinstance(tiers, dict) or not all(
+        isinstance(t, dict)
+        and isinstance(t.get("qos"), str)
+        and isinstance(t.get("gres"), list)
+        and isinstance(t.get("grace_s"), int)
+        and isinstance(t.get("signal"), (str, type(None)))
+        for t in tiers.values()
+    ):
+        return "tiers is not a mapping of tiers with qos, gres, signal and grace_s"
+    quotas = data.get("quotas", {})
+    if not isinstance(quotas, dict) or not all(
+        isinstance(q, dict) and all(isinstance(n, int) for n in q.values()) for q in quotas.values()
+    ):
+        return "quotas is not a mapping of accounts to TRES counts"
     return None

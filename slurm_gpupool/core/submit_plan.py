@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 OUR_VALUED = ("gpu-mem", "gpu-share", "gpus-nvlink")
+OUR_TIER = ("tier", "checkpoint-signal")  # service tiers (docs/tiers.md)
 OUR_FLAGS = ("explain", "dry-run", "submit-anyway")
 
 
@@ -88,7 +89,7 @@ def split_ours(argv: list[str]) -> tuple[list[str], dict[str, str], set[str]]:
             break
         if tok.startswith("--"):
             name, eq, value = tok[2:].partition("=")
-            if name in OUR_VALUED:
+            if name in OUR_VALUED or name in OUR_TIER:
                 if eq:
                     values[name] = value
                     i += 1
@@ -191,10 +192,10 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
     directives = parse(parse_directives(script_text)) if script_text else parse([])
     # Our options in #SBATCH lines count too (the command line wins); sbatch must then get
     # the script without them (strip_our_directives), or it stops at an unknown option.
-    for k in OUR_VALUED:
+    for k in (*OUR_VALUED, *OUR_TIER):
         if directives.has(k) and directives.value(k) is None:
             raise RequestError(f"#SBATCH --{k} needs a value (--{k}=VALUE)")
-    in_script = {k: v for k in OUR_VALUED if (v := directives.value(k)) is not None}
+    in_script = {k: v for k in (*OUR_VALUED, *OUR_TIER) if (v := directives.value(k)) is not None}
     for k, v in in_script.items():
         ours.setdefault(k, v)
     flags |= {k for k in OUR_FLAGS if directives.has(k)}
@@ -209,9 +210,10 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
     if len(requests) > 1:
         raise RequestError(f"use one of --{', --'.join(OUR_VALUED)}, not {len(requests)}")
     if catalog is None:
-        if requests:
+        asked = requests or [k for k in OUR_TIER if k in ours]
+        if asked:
             raise RequestError(
-                f"--{requests[0]}: this cluster has no gpupool submit catalog",
+                f"--{asked[0]}: this cluster has no gpupool submit catalog",
                 "ask your admins to run `gpupool gres install`",
             )
         return p
@@ -259,7 +261,105 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
 
             p.later = typed_later(catalog, typ, now)
     _topology(p, catalog, rules, args, eff)
+    _tier(p, catalog, ours, eff)
     return p
+
+
+def job_gres_kinds(catalog: dict[str, Any], gres: str | None, gpus: dict[str, str]) -> dict[str, str]:
+    """What a job asks for, name → kind: each GPU type (mig, whole, shared; unknown types
+    are not ours to judge and are left out) and ``shard`` → ``shard``."""
+    kinds = {o["type"]: o["kind"] for lay in catalog["layouts"].values() for o in lay["offers"]}
+    out: dict[str, str] = {}
+    for item in (gres or "").split(","):
+        if item.split(":")[0] == "shard":
+            out["shard"] = "shard"
+    for name, value in [*gpus.items(), *([("gres", gres)] if gres else [])]:
+        for t in _gpu_types(name, value):
+            if t in kinds:
+                out[t] = kinds[t]
+    return out
+
+
+def asks_for_gpus(gres: str | None, gpus: dict[str, str]) -> bool:
+    return any(i.split(":")[0] in ("gpu", "shard") for i in (gres or "").split(",")) or bool(gpus)
+
+
+def tier_refusal(tier: str, allowed: list[str], asked: dict[str, str]) -> str | None:
+    """Why a tier may not use what the job asks for (None: it may)."""
+    if not allowed:
+        return None
+    for name, kind in sorted(asked.items()):
+        if name not in allowed and ("whole" if kind == "whole" else kind) not in allowed:
+            return f"tier {tier} may not use {name} ({kind}); it may use {', '.join(allowed)}"
+    return None
+
+
+def signal_value(text: str, grace_s: int) -> str:
+    """``--checkpoint-signal=USR1@120`` → ``B:USR1@120`` (``@TIME`` defaults to the tier's grace)."""
+    m = re.fullmatch(r"(?:B:)?(?:SIG)?([A-Z0-9]{1,8}?)(?:@(\d{1,6}))?", text.strip().upper())
+    if not m or not m.group(1):
+        raise RequestError(f"--checkpoint-signal={text}: expected SIGNAL[@SECONDS], e.g. USR1@120")
+    when = m.group(2) if m.group(2) is not None else (str(grace_s) if grace_s else None)
+    return f"B:{m.group(1)}" + (f"@{when}" if when else "")
+
+
+def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> None:
+    """The job's service tier: ``--tier``, else the tier whose QOS ``--qos`` names, else the
+    default tier for a GPU job; its QOS (``--qos=gpupool_<tier>``), the GRES it may use, and
+    its checkpoint signal (``--signal=B:SIG@TIME``; the user's own ``--signal`` wins).
+    A ``--qos`` that is no tier's is left alone."""
+    tiers: dict[str, Any] = catalog.get("tiers") or {}
+    name, sig, qos = ours.get("tier"), ours.get("checkpoint-signal"), eff("qos")
+    if not tiers:
+        if name is not None:
+            raise RequestError(f"--tier={name}: this cluster has no service tiers")
+        if sig is not None:
+            _set_signal(p, eff, signal_value(sig, 0), "--checkpoint-signal")
+        return
+    gpus = {n: v for n in GPU_OPTIONS[1:] if (v := eff(n))}
+    if name is not None:
+        if name not in tiers:
+            raise RequestError(f"--tier={name}: no such tier", "tiers: " + ", ".join(sorted(tiers)))
+        if qos and qos.lower() != tiers[name]["qos"]:
+            raise RequestError(f"--tier={name} and --qos={qos}: give one of them")
+        why = f"--tier={name}"
+    elif qos:
+        name = next((t for t, v in tiers.items() if v["qos"] == qos.lower()), None)
+        why = f"--qos={qos}"
+    else:
+        name = next((t for t, v in sorted(tiers.items()) if v["default"]), None)
+        if name is not None and not asks_for_gpus(eff("gres"), gpus):
+            name = None  # the default tier is for GPU jobs
+        why = f"a GPU job without a tier: the default tier {name}"
+    if name is None:
+        if sig is not None:
+            _set_signal(p, eff, signal_value(sig, 0), "--checkpoint-signal")
+        return
+    t = tiers[name]
+    refusal = tier_refusal(name, t["gres"], job_gres_kinds(catalog, eff("gres"), gpus))
+    if refusal:
+        others = [
+            n
+            for n, v in sorted(tiers.items())
+            if not tier_refusal(n, v["gres"], job_gres_kinds(catalog, eff("gres"), gpus))
+        ]
+        raise RequestError(refusal, ("use --tier=" + " or --tier=".join(others)) if others else None)
+    if not qos:
+        p.argv = _set_option(p.argv, parse(p.argv), "qos", t["qos"])
+        p.changes.append(Change("qos", t["qos"], why))
+    if sig is not None:
+        _set_signal(p, eff, signal_value(sig, t["grace_s"]), "--checkpoint-signal")
+    elif t["signal"] and eff("signal") is None:
+        _set_signal(
+            p, eff, t["signal"], f"tier {name}: its checkpoint signal, {t['grace_s']} s before preemption ends it"
+        )
+
+
+def _set_signal(p: Plan, eff: Any, value: str, why: str) -> None:
+    if eff("signal") is not None and why == "--checkpoint-signal":
+        raise RequestError("--checkpoint-signal and --signal: give one of them")
+    p.argv = _set_option(p.argv, parse(p.argv), "signal", value)
+    p.changes.append(Change("signal", value, why))
 
 
 GPU_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")

@@ -74,6 +74,18 @@ OUR_DRAIN = "gpupool: switching to layout"
 PRIORITIES = "pending-priorities.json"  # pending jobs' priorities before a switch (BadConstraints zeroes them)
 
 
+def checkpoint_of(cfg: PoolConfig, qos: str) -> tuple[str, int]:
+    """The signal and grace before a requeue of a job of this QOS: its tier's (docs/tiers.md),
+    else ``repartition.checkpoint_signal`` / ``checkpoint_grace``."""
+    from slurm_gpupool.ops.qos import tier_of_qos
+
+    s = cfg.repartition
+    tier = tier_of_qos(cfg, qos)
+    if tier is None:
+        return s.checkpoint_signal, s.checkpoint_grace_s
+    return tier.checkpoint_signal or s.checkpoint_signal, tier.grace_s or s.checkpoint_grace_s
+
+
 class Clock:
     """Wall time and waiting; the tests give a clock that does not wait."""
 
@@ -492,13 +504,16 @@ class Repartitioner:
                 return False
             if d.action == "requeue":
                 requeueable = [b for b in busy if b.requeue and b.state == "RUNNING"]
-                for b in requeueable:
-                    self.cluster.signal_job(b.job_id, self.s.checkpoint_signal)
+                grace = 0
+                for b in requeueable:  # each job its tier's signal; the longest of their graces
+                    signal, grace_s = checkpoint_of(self.cfg, b.qos)
+                    self.cluster.signal_job(b.job_id, signal)
+                    grace = max(grace, grace_s)
                 self.progress(
-                    f"{node}: SIG{self.s.checkpoint_signal} to jobs {', '.join(str(b.job_id) for b in requeueable)}"
-                    f", requeue in {format_duration(self.s.checkpoint_grace_s)}"
+                    f"{node}: checkpoint signal to jobs {', '.join(str(b.job_id) for b in requeueable)}"
+                    f", requeue in {format_duration(grace)}"
                 )
-                self.clock.sleep(self.s.checkpoint_grace_s)
+                self.clock.sleep(grace)
                 for b in requeueable:
                     self.cluster.requeue(b.job_id)
                 requeued, deadline = True, self.clock.time() + 60

@@ -79,6 +79,32 @@ def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, A
         "installed": installed if installed in cfg.layout_names() else None,
         "layouts": {name: {"offers": layout_offers(cfg, name)} for name in cfg.layout_names()},
         "rules": dict(cfg.submit),
+        **tiers_section(cfg),
+    }
+
+
+def tiers_section(cfg: PoolConfig) -> dict[str, Any]:
+    """``tiers`` (name → QOS, default, GRES it may use, --signal) and ``quotas`` (account →
+    TRES → count) for the wrapper and the Lua; nothing without tiers and quotas."""
+    if not cfg.tiers and not cfg.quotas:
+        return {}
+    from slurm_gpupool.ops.qos import check_tier_gres, pool_types, resolve
+
+    types = pool_types(cfg)
+    check_tier_gres(cfg, types)
+    return {
+        "tiers": {
+            t.name: {
+                "qos": t.qos,
+                "default": t.default,
+                "gres": list(t.gres),
+                "signal": t.signal_option(),
+                "grace_s": t.grace_s,
+                "priority": t.priority,
+            }
+            for t in cfg.tiers
+        },
+        "quotas": {a: resolve(cfg, q, f"quotas.{a}", types) for a, q in cfg.quotas.items()},
     }
 
 

@@ -24,6 +24,10 @@ code are yours.  Friendly options become GRES and constraints:
   --gpu-mem=SIZE       the smallest MIG slice or whole GPU with SIZE of memory (e.g. 18G)
   --gpu-share=FRAC     a share of a time-sliced GPU (0.25, 25% or 1/4) as shards
   --gpus-nvlink=N      N whole GPUs, all NVLink-connected, on one node
+  --tier=NAME          the service tier (its QOS; default: the site's default tier)
+  --checkpoint-signal=SIG[@SECONDS]
+                       signal the batch script this long before preemption or a
+                       repartition requeue ends the job (default: the tier's)
   --explain            print the final sbatch command and why each flag was added
   --dry-run            print it and do not submit
   --submit-anyway      submit even if only a later layout offers the request (Slurm
@@ -110,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             stdin_script = sys.stdin.buffer.read()
             script_text = stdin_script.decode(errors="replace")
         now = datetime.now().astimezone()
-        p = plan(args, script_text, load_catalog(env), now)
+        catalog = load_catalog(env)
+        p = plan(args, script_text, catalog, now)
     except ArgError:
         return _exec(real_sbatch(env), args, stdin_script)  # sbatch explains its own syntax
     except RequestError as e:
@@ -142,7 +147,101 @@ def main(argv: list[str] | None = None) -> int:
         argv, stdin_script = _without_our_directives(argv, script_text, stdin_script)
     if p.later:  # --submit-anyway: Slurm takes it only while some node still has that GRES
         return _submit_anyway(sbatch, argv, stdin_script, f"layout {p.later[0]}, {_when(p.later[1], now)}")
+    limited = _quota_tres(catalog, argv, script_text)
+    if limited:
+        return _submit_and_explain(sbatch, argv, stdin_script, catalog or {}, limited)
     return _exec(sbatch, argv, stdin_script)
+
+
+LIMIT_REASONS = ("GrpGRES", "MaxGRES", "GrpTRES", "MaxTRES")  # AssocGrpGRES, QOSMaxGRESPerUser, ...
+
+
+def _quota_tres(catalog: dict | None, argv: list[str], script: str | None) -> list[str]:
+    """The quota'd TRES (``gres/gpu:a100``, ``gres/shard``) the job asks for: after submitting
+    such a job the wrapper looks whether a quota holds it, to say so."""
+    if not catalog or not catalog.get("quotas"):
+        return []
+    from slurm_gpupool.core.sbatch_args import ArgError, parse, parse_directives
+
+    try:
+        sources = [parse(argv)] + ([parse(parse_directives(script))] if script else [])
+    except ArgError:
+        return []
+    gres = next((g for a in sources if (g := a.value("gres"))), "") or ""
+    asked = set()
+    for item in gres.split(","):
+        parts = item.split(":")
+        if parts[0] == "shard":
+            asked.add("gres/shard")
+        elif parts[0] == "gpu" and len(parts) >= 2 and not parts[1].isdigit():
+            asked.add(f"gres/gpu:{parts[1]}")
+    quota = {k for limits in catalog["quotas"].values() for k in limits}
+    return sorted(asked & quota)
+
+
+def _submit_and_explain(
+    sbatch: str, argv: list[str], stdin_script: bytes | None, catalog: dict, tres: list[str]
+) -> int:
+    """Run sbatch (its output passed on as it is), then, for a job a quota may hold, look
+    at its pending reason for a few seconds and explain a quota or tier limit."""
+    import subprocess
+    import time
+
+    try:
+        proc = subprocess.run(
+            ["sbatch", *argv],
+            executable=sbatch,
+            input=stdin_script,
+            stdout=subprocess.PIPE,
+            check=False,
+            close_fds=False,
+        )
+    except OSError as e:
+        sys.stderr.write(f"gpupool-sbatch: cannot run {sbatch}: {e.strerror}\n")
+        return 69
+    sys.stdout.write(proc.stdout.decode(errors="replace"))
+    sys.stdout.flush()
+    words = proc.stdout.decode(errors="replace").replace(";", " ").split()
+    job = next((w for w in reversed(words) if w.isdigit()), None)
+    if proc.returncode != 0 or job is None:
+        return proc.returncode
+    squeue = os.path.join(os.path.dirname(sbatch), "squeue") if os.path.dirname(sbatch) else "squeue"
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            out = subprocess.run(
+                [squeue, "-h", "-j", job, "-o", "%T|%r|%a|%q"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return 0
+        state, _, rest = out.partition("|")
+        reason, _, rest = rest.partition("|")
+        account, _, qos = rest.partition("|")
+        if state != "PENDING":
+            return 0
+        if any(r in reason for r in LIMIT_REASONS):
+            sys.stderr.write(_explain_limit(job, reason, account, qos, catalog, tres) + "\n")
+            return 0
+        if reason not in ("None", ""):
+            return 0
+        time.sleep(0.3)
+    return 0
+
+
+def _explain_limit(job: str, reason: str, account: str, qos: str, catalog: dict, tres: list[str]) -> str:
+    quota = catalog.get("quotas", {}).get(account, {})
+    mine = [f"{quota[k]} {k.removeprefix('gres/').replace('gpu:', '')}" for k in tres if k in quota]
+    if reason.startswith("Assoc") and mine:
+        what = f"account {account} may hold at most {', '.join(mine)} at once (its GPU quota), and that is in use"
+    elif reason.startswith("Assoc"):
+        what = f"a limit of account {account} holds it"
+    else:
+        tier = next((n for n, t in catalog.get("tiers", {}).items() if t.get("qos") == qos), qos)
+        what = f"the limit of tier {tier} (QOS {qos}) is reached"
+    return (
+        f"gpupool-sbatch: job {job} waits ({reason}): {what}; it starts when running jobs of the account "
+        "end\nhint: `squeue -j " + job + " -o %r` shows the reason; ask your admins about the quota (gpupool qos plan)"
+    )
 
 
 def _submit_anyway(sbatch: str, argv: list[str], stdin_script: bytes | None, when: str) -> int:

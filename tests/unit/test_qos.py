@@ -177,3 +177,38 @@ def test_types_and_conversions_are_checked_against_the_layouts(extra, where):
 
 def test_marker_is_the_description():
     assert QosSpec("gpupool_x").description == MARKER and QosSpec("gpupool_x").ours
+
+
+def _plan(cfg, *argv):
+    from datetime import datetime
+
+    from slurm_gpupool.core.submit_plan import plan
+    from slurm_gpupool.ops.submit_catalog import submit_catalog
+
+    return plan([*argv, "--wrap", "x"], None, submit_catalog(cfg, "day"), datetime.now().astimezone())
+
+
+def test_the_wrapper_picks_the_tier_qos_and_checkpoint_signal(cfg):
+    from slurm_gpupool.core.submit import RequestError
+
+    p = _plan(cfg, "--gres=shard:1")  # a GPU job: the default tier, its signal at its grace
+    assert p.argv[:2] == ["--signal=B:USR1@90", "--qos=gpupool_shared"]
+    p = _plan(cfg, "--tier=exclusive", "--gres=gpu:a100:1", "--checkpoint-signal=USR2@30")
+    assert "--qos=gpupool_exclusive" in p.argv and "--signal=B:USR2@30" in p.argv
+    assert _plan(cfg, "--signal=TERM@5", "--gres=shard:1").argv.count("--signal=TERM@5") == 1  # theirs wins
+    assert _plan(cfg, "--qos=long", "--gres=gpu:a100:1").argv[0] == "--qos=long"  # not a tier's: left alone
+    assert _plan(cfg).argv == ["--wrap", "x"]  # no GPU, no tier
+    with pytest.raises(RequestError, match="tier shared may not use a100"):
+        _plan(cfg, "--gres=gpu:a100:1")
+    with pytest.raises(RequestError, match="no such tier"):
+        _plan(cfg, "--tier=gold")
+    with pytest.raises(RequestError, match="give one"):
+        _plan(cfg, "--tier=shared", "--qos=gpupool_exclusive")
+
+
+def test_repartition_requeue_uses_the_tiers_signal_and_grace(cfg):
+    from slurm_gpupool.ops.repartition import checkpoint_of
+
+    assert checkpoint_of(cfg, "gpupool_shared") == ("USR1", 90)
+    assert checkpoint_of(cfg, "gpupool_guaranteed") == ("USR1", 300)  # its grace, the default signal
+    assert checkpoint_of(cfg, "normal") == (cfg.repartition.checkpoint_signal, cfg.repartition.checkpoint_grace_s)
