@@ -35,6 +35,7 @@ def test_wheel_contains_every_template_and_machine(wheel: zipfile.ZipFile):
         assert f"slurm_gpupool/templates/{t}" in names
     for m in (TOP / "etc" / "machines").glob("*.yaml"):
         assert f"slurm_gpupool/etc/machines/{m.name}" in names
+    assert "slurm_gpupool/data/grafana/gpupool.json" in names  # docs/metrics.md
 
 
 def test_wheel_declares_the_console_scripts(wheel: zipfile.ZipFile):
