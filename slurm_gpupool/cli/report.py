@@ -18,7 +18,7 @@ from slurm_gpupool.cli.context import AppContext, pass_app
 from slurm_gpupool.errors import UsageError
 
 REPORTS = ("usage", "utilization", "waits", "cost", "efficiency", "advice")
-BY = ("account", "user", "partition", "gres-type", "layout", "day-night")
+BY = ("account", "user", "partition", "gres-type", "layout", "day-night", "tier")
 FORMATS = ("table", "csv", "json", "html")
 
 

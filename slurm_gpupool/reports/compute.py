@@ -25,6 +25,7 @@ _JOB_COLUMN = {
     "partition": "partition",
     "layout": "layout",
     "day-night": "period",
+    "tier": "tier",  # the service tier (QOS gpupool_<tier>; "-" for none): docs/tiers.md
 }
 
 
@@ -78,7 +79,7 @@ def usage(data: Data, by: str = "account") -> Report:
     """GPU-hours (Slurm's count) and GPU-equivalent hours per group, and job counts."""
     col = _group_col(by)
     jobs = data.jobs
-    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
+    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period", "tier"])
     g["gpu_hours"] = g["gpus"] * g["hours"]
     g["eq_hours"] = g["eq"] * g["hours"]
     g = g[g["hours"] > 0]  # held GPUs inside the window (pending jobs hold none)
@@ -262,7 +263,7 @@ def cost(data: Data, by: str = "account") -> Report:
     """Chargeback: hours × devices × the model's price × the device's price fraction."""
     s = data.settings
     col = _group_col(by)
-    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period"])
+    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period", "tier"])
     g = g[g["hours"] > 0]  # what ran inside the window (pending jobs cost nothing)
     # a shard on a node whose share count is unknown has no GPU-equivalents: it costs nothing (noted)
     per_device = (g["eq"] / g["gpus"].where(g["gpus"] > 0, 1)).where(g["kind"] != "shard", g["eq"]).fillna(0.0)

@@ -139,6 +139,8 @@ def enrich(
     df["layout"] = pd.Categorical(layouts_at(history, schedule, df["node"], at, since, until, assumed_layout(cfg)))
     starts, names = schedule_segments(schedule, since, until)
     df["period"] = pd.Categorical(lookup(starts, names, epoch_s(at)))
+    qos = df["qos"].astype(str) if "qos" in df.columns else pd.Series("", index=df.index)
+    df["tier"] = pd.Categorical(qos.where(qos.str.startswith("gpupool_"), "-").str.removeprefix("gpupool_"))
     df["wait_s"] = (df["start"] - df["submit"]).dt.total_seconds()
     no_end = started & df["end"].isna()
     running = no_end & df["state"].astype(str).isin(RUNNING_STATES)

@@ -66,6 +66,7 @@ def job_rows(job: dict[str, Any]) -> list[dict[str, str]]:
         "ReqTRES": _tres(job.get("tres", {}).get("requested")),
         "AllocTRES": _tres(job.get("tres", {}).get("allocated")),
         "TRESUsageInMax": "",
+        "QOS": str(job.get("qos") or ""),
     }
     rows = [row]
     for step in job.get("steps") or []:

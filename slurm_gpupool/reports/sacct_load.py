@@ -51,6 +51,7 @@ SACCT_FIELDS = (
     "ReqTRES",
     "AllocTRES",
     "TRESUsageInMax",
+    "QOS",
 )
 # normalized column ← sacct field
 COLUMNS = {
@@ -68,6 +69,7 @@ COLUMNS = {
     "req_tres": "ReqTRES",
     "alloc_tres": "AllocTRES",
     "usage_tres": "TRESUsageInMax",
+    "qos": "QOS",
 }
 REQUIRED = ("JobID", "State", "Submit", "Start", "End", "AllocTRES")
 CATEGORIES = ("user", "account", "partition", "nodes", "state", "req_tres", "alloc_tres")

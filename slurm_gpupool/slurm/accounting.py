@@ -19,7 +19,7 @@ from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
 
 FIELDS = (
     "JobID,JobIDRaw,JobName,User,Account,Partition,NodeList,State,Submit,Start,End,"
-    "TimelimitRaw,ReqTRES,AllocTRES,TRESUsageInMax"
+    "TimelimitRaw,ReqTRES,AllocTRES,TRESUsageInMax,QOS"
 )
 JSON_SINCE = (21, 8, 0)
 

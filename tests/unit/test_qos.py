@@ -212,3 +212,35 @@ def test_repartition_requeue_uses_the_tiers_signal_and_grace(cfg):
     assert checkpoint_of(cfg, "gpupool_shared") == ("USR1", 90)
     assert checkpoint_of(cfg, "gpupool_guaranteed") == ("USR1", 300)  # its grace, the default signal
     assert checkpoint_of(cfg, "normal") == (cfg.repartition.checkpoint_signal, cfg.repartition.checkpoint_grace_s)
+
+
+def test_usage_and_cost_by_tier(tmp_path):
+    """Reports group by the jobs' tier (QOS gpupool_<tier>; "-" for no tier)."""
+    from slurm_gpupool.reports import compute
+    from slurm_gpupool.reports.dataset import Source, build
+    from tests.unit.test_reports import SINCE, UNTIL, row
+
+    header = "JobID|JobIDRaw|JobName|User|Account|Partition|NodeList|State|Submit|Start|End|TimelimitRaw|ReqTRES|AllocTRES|QOS"
+    lines = [
+        header,
+        row(1, "phys", "a100n1", "COMPLETED", "09:00:00", "09:00:00", "11:00:00", "", "gres/gpu:a100=1,gres/gpu=1")
+        + "|gpupool_exclusive",
+        row(2, "bio", "v100n1", "COMPLETED", "10:00:00", "10:00:00", "14:00:00", "", "gres/shard=2")
+        + "|gpupool_shared",
+        row(3, "bio", "a100n2", "COMPLETED", "10:00:00", "10:00:00", "11:00:00", "", "gres/gpu:a100=1,gres/gpu=1")
+        + "|normal",
+    ]
+    f = tmp_path / "sacct.txt"
+    f.write_text("\n".join(lines) + "\n")
+    raw = raw_config(reports={"prices": {"A100-SXM4-40GB": 3.0, "V100-SXM2-32GB": 1.0}})
+    raw["schedule"]["timezone"] = "UTC"
+    raw["paths"] = {**(raw.get("paths") or {}), "controller_dir": "/nonexistent", "spool_dir": "/nonexistent"}
+    cfg = parse_config(raw, str(etc_dir() / "gpupool.yaml"), etc_dir())
+    d, _stats, _spool = build(cfg, Source(files=(f,)), SINCE, UNTIL, now=UNTIL)
+    usage = compute.usage(d, "tier").main.set_index("tier")
+    assert usage.loc["exclusive", "eq_hours"] == pytest.approx(2.0)
+    assert usage.loc["shared", "eq_hours"] == pytest.approx(4 * 2 / 4)  # 2 of v100's 4 shares for 4 h
+    assert usage.loc["-", "eq_hours"] == pytest.approx(1.0)
+    cost = compute.cost(d, "tier").main.set_index("tier")
+    assert cost.loc["exclusive", "cost"] == pytest.approx(6.0)  # 2 A100 GPU-hours at 3.0
+    assert cost.loc["shared", "cost"] == pytest.approx(2.0)  # 2 V100-equivalent hours at 1.0
