@@ -56,6 +56,7 @@ DEBIAN_PACKAGES = (
     "procps",
     "ca-certificates",
     "tini",
+    "prometheus",  # tests/integration/test_metrics_slurm.py scrapes `gpupool metrics` (and promtool)
 )
 # The package's extras installed in the root's venv: the sandbox, reports and the tests.
 EXTRAS = ("reports", "test", "dev")
