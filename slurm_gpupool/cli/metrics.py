@@ -65,15 +65,16 @@ def metrics(app: AppContext, scope: str, textfile: str | None, listen: str | Non
     if textfile and listen:
         raise UsageError("metrics", "give --textfile or --listen, not both")
     cfg = app.config()
+    node = app.node_name()  # a GPU node's own hook counts, where paths.state_dir has no {node}
     if listen:
         address = parse_listen(listen)
 
         def ready(bound: tuple) -> None:
             click.echo(f"gpupool metrics: serving http://{bound[0] or '*'}:{bound[1]}/metrics", err=True)
 
-        serve(address, lambda: collect(cfg, scope=scope).text(), min_interval, ready)
+        serve(address, lambda: collect(cfg, scope=scope, local_node=node).text(), min_interval, ready)
         return
-    text = collect(cfg, scope=scope).text()
+    text = collect(cfg, scope=scope, local_node=node).text()
     if textfile:
         write_textfile(Path(textfile), text)
         return

@@ -391,9 +391,19 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def collect_nodes(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str] | None = None) -> list[str]:
-    """Hook failures, health drains and the last health check of the nodes whose state
-    directory this host sees (all of them in the sandbox; its own on a GPU node)."""
+def visible_nodes(cfg: PoolConfig, local_node: str | None) -> list[str]:
+    """The pool nodes whose state directory this host has: with ``{node}`` in
+    ``paths.state_dir`` (the sandbox, a shared file system) every one that exists; else
+    only this host's own, if it is a pool node (a controller's own state directory is no
+    node's)."""
+    if "{node}" in cfg.paths.state_dir:
+        return [n for n in cfg.all_nodes() if cfg.paths.for_node("state_dir", n).is_dir()]
+    return [local_node] if local_node in cfg.all_nodes() and Path(cfg.paths.state_dir).is_dir() else []
+
+
+def collect_nodes(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str]) -> None:
+    """Hook failures, health drains and the last health check of ``nodes`` (from their
+    state directories' ``hook-stats.json`` and ``health.json``)."""
     failures = exp.family(
         "gpupool_hook_failures_total",
         "counter",
@@ -407,12 +417,8 @@ def collect_nodes(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str] | None 
     health = exp.family(
         "gpupool_node_health_ok", "gauge", "The node's last GPU health check: 1 passed, 0 failed (health.json)"
     )
-    seen = []
-    for node in sorted(nodes if nodes is not None else cfg.all_nodes()):
+    for node in sorted(nodes):
         state_dir = cfg.paths.for_node("state_dir", node)
-        if not state_dir.is_dir():
-            continue
-        seen.append(node)
         stats = _read_json(state_dir / "hook-stats.json")
         got = _counts(stats, "hook_failures")
         for hook in sorted({"prolog", "epilog", "taskprolog", *got}):
@@ -423,7 +429,6 @@ def collect_nodes(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str] | None 
         checked = _read_json(state_dir / "health.json")
         if isinstance(checked, dict) and checked.get("status") in ("ok", "fail"):
             health.set(1 if checked["status"] == "ok" else 0, node=node)
-    return seen
 
 
 def _counts(stats: Any, group: str) -> dict[str, Any]:
@@ -440,9 +445,16 @@ def _count(v: Any) -> int:
 SCOPES = ("all", "pool", "node")
 
 
-def collect(cfg: PoolConfig, cluster: Any = None, scope: str = "all", now: datetime | None = None) -> Exposition:
+def collect(
+    cfg: PoolConfig,
+    cluster: Any = None,
+    scope: str = "all",
+    now: datetime | None = None,
+    local_node: str | None = None,
+) -> Exposition:
     """Every metric of ``scope``: ``pool`` (Slurm and the journal: the controller),
-    ``node`` (the hooks' files this host sees: a GPU node), ``all`` (both)."""
+    ``node`` (the hooks' files of the nodes this host sees, see :func:`visible_nodes`:
+    a GPU node's own), ``all`` (both)."""
     from slurm_gpupool.slurm.cluster import SlurmCluster
 
     t0 = time.monotonic()
@@ -463,7 +475,7 @@ def collect(cfg: PoolConfig, cluster: Any = None, scope: str = "all", now: datet
             )
         collect_journal(cfg, exp)
     if scope in ("all", "node"):
-        collect_nodes(cfg, exp)
+        collect_nodes(cfg, exp, visible_nodes(cfg, local_node))
     exp.family("gpupool_scrape_duration_seconds", "gauge", "How long gathering these metrics took").set(
         round(time.monotonic() - t0, 4)
     )

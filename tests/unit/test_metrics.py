@@ -227,6 +227,18 @@ def test_hook_failures_health_drains_and_health_from_the_nodes_files(cfg, tmp_pa
     assert "gpupool_slurm_up" not in {n for n, _ in m}  # node scope asks Slurm nothing
 
 
+def test_without_node_in_the_state_dir_only_this_hosts_own_counts_are_read(cfg, tmp_path: Path):
+    """On a controller the (shared-name) state directory is its own, no GPU node's."""
+    flat = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, state_dir=str(tmp_path / "flat")))
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "hook-stats.json").write_text(json.dumps({"hook_failures": {"epilog": 5}}))
+    m = parse(collect(flat, scope="node", local_node="a30n1").text())
+    assert {dict(ls).get("node") for n, ls in m if n == "gpupool_hook_failures_total"} == {"a30n1"}
+    assert value(m, "gpupool_hook_failures_total", hook="epilog") == 5
+    ctl = parse(collect(flat, scope="node", local_node="slurmctld-host").text())
+    assert not [n for n, _ in ctl if n == "gpupool_hook_failures_total"]
+
+
 def test_exposition_escapes_labels_and_help():
     exp = Exposition()
     exp.family("gpupool_x", "gauge", 'a "help"\nline \\').set(0.1 + 0.2, why='say "no"\\\n')
