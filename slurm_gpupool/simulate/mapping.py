@@ -34,6 +34,7 @@ class TraceRequest:
     gpus: int  # GPUs; 1 with a fraction
     milli: int = 1000  # thousandths of one GPU (openb ``gpu_milli``); < 1000 only with gpus == 1
     memory_mib: int = 0  # GPU memory the job needs, where the trace says (0: unknown)
+    model: str | None = None  # whole GPUs of this catalog model only (a typed request); None: any
 
     @property
     def gpu_eq(self) -> float:
@@ -44,11 +45,13 @@ class TraceRequest:
 class Demand:
     """The GRES request a trace request becomes, and what it costs."""
 
-    gres: str  # "gpu:1g.10gb:1", "shard:a100_shared:2", "gpu:a100:4"
+    gres: str  # per node: "gpu:1g.10gb:1", "shard:a100_shared:2", "gpu:a100:4"
     kind: str  # mig | shard | whole
     requested_eq: float  # GPU-equivalents asked for
-    allocated_eq: float  # GPU-equivalents the GRES holds
+    allocated_eq: float  # GPU-equivalents the GRES holds (all nodes)
     rule: str  # why, for the report
+    nodes: int = 1  # --nodes: whole GPUs more than one node has are spread over several
+    alternatives: tuple[str, ...] = ()  # other GRES types that hold it as well (``any_model``)
 
     @property
     def loss_eq(self) -> float:
@@ -74,37 +77,82 @@ def mig_candidates(
     return sorted(out)
 
 
-def _mig(req: TraceRequest, candidates: Sequence[tuple[float, int, str, str]]) -> Demand | None:
-    """The smallest offered MIG profile whose compute share and memory cover the request."""
+def _mig(req: TraceRequest, candidates: Sequence[tuple[float, int, str, str]], any_model: bool) -> Demand | None:
+    """The smallest offered MIG profile whose compute share and memory cover the request
+    (``any_model``: with every other model's profile of the same share that covers it)."""
     want = req.milli / 1000
     for share, mib, typ, what in candidates:
         if share + _EPS >= want and mib >= req.memory_mib:
-            return Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU)")
+            alts = tuple(
+                t
+                for s, m, t, _ in candidates
+                if any_model and t != typ and abs(s - share) < _EPS and m >= req.memory_mib
+            )
+            why = f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU)"
+            return Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, why, alternatives=alts)
     return None
 
 
-def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str) -> Demand | None:
-    """Shards of a time-shared GPU, as `gpupool-sbatch --gpu-share` chooses them."""
+def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, any_model: bool) -> Demand | None:
+    """Shards of a time-shared GPU, as `gpupool-sbatch --gpu-share` chooses them
+    (``any_model``: with every other shared type where as many shards hold the same share)."""
     c = choose(Request("share", req.milli / 1000, f"{req.milli / 1000:g}"), list(offers), layout)
     if c is None or (req.memory_mib and c.offer["memory_mib"] < req.memory_mib):
         return None
     k = int(c.gres.rsplit(":", 1)[1])
-    held = k / c.offer["shares"]
-    return Demand(c.gres, "shard", req.gpu_eq, held, f"{req.milli}/1000 GPU -> {k} of {c.offer['shares']} shares")
+    n = c.offer["shares"]
+    alts = tuple(
+        o["type"]
+        for o in offers
+        if any_model
+        and o["kind"] == "shared"
+        and o["type"] != c.offer["type"]
+        and o["shares"] == n
+        and o["memory_mib"] >= req.memory_mib
+    )
+    return Demand(c.gres, "shard", req.gpu_eq, k / n, f"{req.milli}/1000 GPU -> {k} of {n} shares", alternatives=alts)
 
 
-def _whole(req: TraceRequest, offers: Sequence[dict[str, Any]]) -> Demand | None:
-    """Whole GPUs of the smallest model with enough memory that has as many on one node."""
-    fits = [
+def _whole(
+    req: TraceRequest, offers: Sequence[dict[str, Any]], multi_node: bool = False, any_model: bool = False
+) -> Demand | None:
+    """Whole GPUs of the smallest model with enough memory that has as many on one node;
+    with ``multi_node``, more GPUs than any node has go to the fewest nodes of the model
+    with the most per node (``--nodes=K --gres=gpu:T:ceil(N/K)``, the rounding counted).
+    ``any_model``: every whole type that holds it is an alternative, as Slurm's untyped
+    ``--gres=gpu:N`` takes any whole GPU."""
+    usable = [
         o
         for o in offers
-        if o["kind"] == "whole" and o["memory_mib"] >= req.memory_mib and o.get("per_node", o["count"]) >= req.gpus
+        if o["kind"] == "whole" and o["memory_mib"] >= req.memory_mib and req.model in (None, o["model"])
     ]
-    if not fits:
+    fits = [o for o in usable if o.get("per_node", o["count"]) >= req.gpus]
+    if fits:
+        o = min(fits, key=lambda o: (o["memory_mib"], o["type"]))
+        n = req.gpus
+        alts = tuple(
+            x["type"] for x in sorted(fits, key=lambda x: (x["memory_mib"], x["type"])) if any_model and x is not o
+        )
+        why = f"{req.gpu_eq:g} GPU -> {n} x {o['type']}"
+        return Demand(f"gpu:{o['type']}:{n}", "whole", req.gpu_eq, float(n), why, alternatives=alts)
+    spread = [o for o in usable if o.get("per_node", o["count"]) >= 1 and o["count"] >= req.gpus]
+    if not multi_node or not spread:
         return None
-    o = min(fits, key=lambda o: (o["memory_mib"], o["type"]))
-    n = req.gpus
-    return Demand(f"gpu:{o['type']}:{n}", "whole", req.gpu_eq, float(n), f"{req.gpu_eq:g} GPU -> {n} x {o['type']}")
+    o = max(spread, key=lambda o: (o.get("per_node", o["count"]), -o["memory_mib"], o["type"]))
+    nodes = -(-req.gpus // o.get("per_node", o["count"]))
+    if nodes > o["nodes"]:
+        return None
+    per = -(-req.gpus // nodes)
+    why = f"{req.gpus} GPU -> {nodes} nodes x {per} x {o['type']}"
+    alts = tuple(
+        x["type"]
+        for x in spread
+        if any_model
+        and x is not o
+        and x.get("per_node", x["count"]) == o.get("per_node", o["count"])
+        and x["nodes"] >= nodes
+    )
+    return Demand(f"gpu:{o['type']}:{per}", "whole", req.gpu_eq, float(per * nodes), why, nodes, alts)
 
 
 class RequestMapper:
@@ -112,7 +160,9 @@ class RequestMapper:
 
     ``naming``/``autodetect``: the config's ``slurm.type_naming`` and ``slurm.autodetect``,
     which name the offered types.  A fraction tries the policy's kind first, then the other,
-    then a whole GPU; whole GPUs stay whole.  None: the layout offers nothing that holds it."""
+    then a whole GPU; whole GPUs stay whole (``multi_node``: spread over nodes when no node
+    has that many; ``any_model``: with the equivalent types of other models as alternatives).
+    None: the layout offers nothing that holds it."""
 
     def __init__(
         self,
@@ -121,25 +171,28 @@ class RequestMapper:
         naming: str,
         policy: str = PREFER_MIG,
         autodetect: bool = False,
+        multi_node: bool = False,
+        any_model: bool = False,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
         self.offers, self.layout, self.policy = offers, layout, policy
+        self.multi_node, self.any_model = multi_node, any_model
         self.candidates = mig_candidates(offers, naming, autodetect)
 
     def __call__(self, req: TraceRequest) -> Demand | None:
         if req.gpus < 1 or not 0 < req.milli <= 1000 or (req.gpus > 1 and req.milli != 1000):
             raise ValueError(f"not a GPU request: {req}")
-        if req.milli < 1000:
+        if req.milli < 1000 and req.model is None:
             tries = {
-                PREFER_MIG: lambda: _mig(req, self.candidates),
-                PREFER_SHARD: lambda: _shard(req, self.offers, self.layout),
+                PREFER_MIG: lambda: _mig(req, self.candidates, self.any_model),
+                PREFER_SHARD: lambda: _shard(req, self.offers, self.layout, self.any_model),
             }
             for kind in sorted(tries, key=lambda k: k != self.policy):
                 d = tries[kind]()
                 if d is not None:
                     return d
-        return _whole(req, self.offers)
+        return _whole(req, self.offers, self.multi_node, self.any_model)
 
 
 def map_request(

@@ -1,0 +1,842 @@
+"""A discrete-event replay of jobs on a pool, scheduled as Slurm schedules our GRES (pure).
+
+What it models, each from Slurm's documented behaviour or the repartitioner's own rules:
+
+* **Priority order** (``priority/basic``: submission order; a requeued job keeps its place).
+* **The main scheduler** runs at every submission and job end: it walks the queue in
+  priority order and starts what fits now; the first job that does not fit blocks every
+  job after it (Slurm's partition rule, ``sched_config.html``).  A job no node can hold in
+  its *current* configuration (its GRES type is gone while another layout is in) does not
+  block: Slurm marks it ``BadConstraints``/``ReqNodeNotAvail`` and moves on.
+* **Backfill** every ``bf_interval_s`` when something changed: each pending job, in
+  priority order, up to ``bf_max_job_test``, gets the earliest start its time limit allows
+  given running jobs' limits and the reservations of the jobs before it; it starts now
+  only if that delays none of them (EASY with reservations for every job tested, as
+  ``sched/backfill`` does), within ``bf_window_s``.
+* **Typed GRES**: a job asks for ``gpu:<type>:N`` or ``shard:<type>:K`` per node on
+  ``nodes`` nodes; nodes are tried in config order (first fit).  A time-sliced GPU is
+  given whole (``gpu:<model>_shared``) or as shards, never both; a shard request fits on
+  one GPU (no ``MULTIPLE_SHARING_GRES_PJ``), GPUs filled first-fit (Slurm's default).
+* **Switches** as the repartitioner makes them: from ``lead_time_s`` before a switch the
+  changing nodes take only jobs that end before it (the reservation ahead); at the switch
+  they take no new job (MAINT reservation); each switches once idle (``switch_s`` out of
+  service), or at its deadline is skipped and switched by the first cron run after its
+  jobs end; with ``requeue`` its requeueable jobs are requeued after the grace.
+* **Requests follow the layout** as ``gpupool-sbatch`` decides them: a job maps to GRES in
+  the layout installed when it is submitted; one that only a later layout can hold is
+  refused by the wrapper (exit 75, with when) and is taken to be resubmitted then, its
+  wait counted from its first submission.
+
+Pure: no I/O; time is seconds from the start of the replay.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right, insort
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.mapping import PREFER_MIG, Demand, RequestMapper, TraceRequest
+from slurm_gpupool.simulate.pool import PoolSpec, Shape
+
+GPU, SHARD = "gpu", "shard"
+INF = math.inf
+# event kinds, in the order they are handled at one instant
+_END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _SAMPLE = range(9)
+
+
+@dataclass(frozen=True)
+class Params:
+    """The scheduler's and the repartitioner's settings a replay uses (defaults: Slurm's and ours)."""
+
+    bf_interval_s: float = 30.0  # SchedulerParameters bf_interval
+    bf_max_job_test: int = 500  # bf_max_job_test
+    bf_window_s: float = 86400.0  # bf_window (1440 minutes)
+    switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
+    lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)
+    deadline_s: float = 1800.0  # repartition.deadline
+    requeue: bool = False  # repartition.requeue
+    grace_s: float = 120.0  # repartition.checkpoint_grace
+    cron_s: float = 300.0  # how often `repartition --scheduled` runs
+    shard_slowdown: float = 1.0  # a time-shared job runs this many times longer
+    prefer: str = PREFER_MIG  # a fraction goes to MIG first, or to shards first
+    sample_s: float = 3600.0  # how often fragmentation is measured
+    typical_share: float = 0.95  # FGD's typical jobs: the most frequent requests covering this share
+    any_model: bool = True  # a request that names no model takes any type that holds it (untyped gpu:N)
+
+
+@dataclass(frozen=True)
+class Need:
+    """A mapped request: per node ``count`` of ``kind`` of one of ``types`` on ``nodes`` nodes."""
+
+    kind: str  # gpu | shard
+    types: tuple[str, ...]  # the GRES type asked for, then equivalent ones (untyped-like requests)
+    count: int
+    nodes: int
+    eq: float  # GPU-equivalents held, all nodes
+    demand: Demand
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.types[0]}:{self.count}" + (f" x{self.nodes}" if self.nodes > 1 else "")
+
+
+def need_of(d: Demand) -> Need:
+    kind, typ, count = d.gres.split(":")
+    return Need(kind, (typ, *d.alternatives), int(count), d.nodes, d.allocated_eq, d)
+
+
+class Switcher:
+    """When nodes change layout: the clock's schedule, a static layout, or (later) demand.
+
+    ``boundaries`` are (time, layout) pairs: from that time on, that layout is due; the
+    first one is at time 0 or before."""
+
+    def __init__(self, name: str, boundaries: Sequence[tuple[float, str]], nodes: dict[str, set[str]] | None = None):
+        if not boundaries:
+            raise ValueError("a switcher needs at least its initial layout")
+        self.name = name
+        self.times = [t for t, _ in boundaries]
+        self.layouts = [lay for _, lay in boundaries]
+        self.covered = nodes or {}  # layout -> nodes it covers (others keep theirs)
+
+    def due(self, t: float) -> str:
+        return self.layouts[max(0, bisect_right(self.times, t) - 1)]
+
+    def upcoming(self, t: float) -> list[tuple[float, str]]:
+        i = bisect_right(self.times, t)
+        return list(zip(self.times[i:], self.layouts[i:]))
+
+
+Part = tuple[str, str, int, int]  # (kind, type, count, GPU index of a shared GPU or -1)
+
+
+@dataclass
+class _Node:
+    name: str
+    index: int
+    layout: str
+    free: dict[str, int]  # plain type -> free records
+    cap: dict[str, int]
+    shared: dict[str, list[int]]  # shared type -> per GPU shards in use (-1: given whole)
+    shares: dict[str, int]
+    eq: dict[str, float]
+    running: dict[int, tuple[float, list[Part]]] = field(default_factory=dict)  # job -> (start + limit, parts)
+    usable: bool = True  # False: reserved for a switch, or out of service
+    ahead_at: float = INF  # a reservation ahead starts then: it takes only jobs that end before
+    target: str | None = None  # switching to this layout
+    switch_at: float = INF  # when the run that switches it began (its deadline counts from here)
+    idle_since: float = INF  # reserved and idle since
+    skipped: bool = False  # busy at the deadline: switched by the first cron run after its jobs
+    requeued: bool = False  # its jobs were requeued at the deadline: switch as soon as they are gone
+    out_until: float = -INF  # out of service (switching) until
+
+    def free_eq(self) -> float:
+        f = sum(self.eq[t] * n for t, n in self.free.items())
+        for t, gpus in self.shared.items():
+            s = self.shares[t]
+            f += sum(self.eq[t] * (s - u) / s for u in gpus if u >= 0)
+        return f
+
+
+@dataclass
+class JobRecord:
+    job_id: int
+    submit_s: float
+    eligible_s: float  # when it could be submitted (a later layout: then)
+    start_s: float = -1.0
+    end_s: float = -1.0
+    need: str = ""  # the GRES it asked for
+    kind: str = ""  # mig | shard | whole
+    gres_type: str = ""
+    layout: str = ""  # the layout it was mapped in
+    eq: float = 0.0  # GPU-equivalents held
+    requested_eq: float = 0.0  # GPU-equivalents asked for
+    account: str = ""
+    requeues: int = 0
+    timeout: bool = False  # ran into its time limit
+    rejected: str = ""  # why no layout can hold it
+
+    @property
+    def wait_s(self) -> float:
+        return self.start_s - self.submit_s
+
+
+@dataclass
+class Result:
+    """What a replay measured (``metrics.summarise`` turns it into the report)."""
+
+    policy: str
+    horizon_s: float
+    jobs: list[JobRecord]
+    capacity: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds offered
+    allocated: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds allocated
+    kinds: dict[str, str]  # type -> mig | whole | shared
+    switches: int
+    out_of_service_s: float  # node-seconds out of service while switching
+    reserved_idle_s: float  # node-seconds reserved for a switch while idle (waiting for the others)
+    skipped: int  # node switches skipped at the deadline
+    requeued: int  # jobs requeued at a deadline
+    samples: list[tuple[float, float, float, float]]  # (t, capacity eq, idle eq, fragmented eq)
+    layout_seconds: dict[str, float]  # node-seconds in each layout
+    nodes: int
+
+
+_LIVE = frozenset({_END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT})
+
+
+class Engine:
+    """One replay of ``jobs`` under one switcher; ``run`` may be called once."""
+
+    def __init__(self, spec: PoolSpec, switcher: Switcher, params: Params | None = None) -> None:
+        self.spec, self.sw, self.p = spec, switcher, params or Params()
+        self.mappers: dict[str, RequestMapper] = {}
+        self.needs: dict[tuple[str, TraceRequest], Need | None] = {}
+
+    # -- mapping --------------------------------------------------------------------------
+    def need(self, layout: str, req: TraceRequest) -> Need | None:
+        """The GRES ``req`` becomes in ``layout`` (memoised: traces repeat their requests)."""
+        key = (layout, req)
+        if key not in self.needs:
+            m = self.mappers.get(layout)
+            if m is None:
+                offers = self.spec.offers.get(layout, [])
+                m = self.mappers[layout] = RequestMapper(
+                    offers,
+                    layout,
+                    self.spec.naming,
+                    self.p.prefer,
+                    self.spec.autodetect,
+                    multi_node=True,
+                    any_model=self.p.any_model,
+                )
+            d = m(req)
+            self.needs[key] = need_of(d) if d is not None else None
+        return self.needs[key]
+
+    # -- the replay ---------------------------------------------------------------------
+    def run(self, jobs: Sequence[SimJob], progress: Callable[[float], None] | None = None) -> Result:
+        p, sw = self.p, self.sw
+        self.jobs = jobs
+        self.recs = [
+            JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
+        ]
+        self.kinds: dict[str, str] = {}
+        self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
+        self._index_types()
+        self.events: list[tuple[float, int, int, object]] = []
+        self.seq = self.live = 0
+        self.queue: list[tuple[float, int, int]] = []  # (priority, job id, index), kept sorted
+        self.queued: set[int] = set()
+        self.need_of_job: dict[int, Need] = {}
+        self.job_nodes: dict[int, list[_Node]] = {}
+        self.gen: dict[int, int] = {}  # a requeued job's earlier end events are stale
+        self.now = 0.0
+        self.dirty = self.bf_pending = self.changed = False
+        self.typical: Counter[Need] = Counter()
+        self.switches = self.skipped = self.requeued = self.started = 0
+        self.oos_s = self.reserved_s = 0.0
+        self.samples: list[tuple[float, float, float, float]] = []
+        self.cap_int: dict[tuple[str, str], float] = {}
+        self.alloc_int: dict[tuple[str, str], float] = {}
+        self.cap_now: dict[str, float] = {}
+        self.alloc_now: dict[str, float] = {}
+        self.last_t: dict[str, float] = {}
+        self.layout_s: dict[str, float] = {}
+        self.period = sw.due(0.0)
+        for n in self.nodes:
+            self._capacity(n, +1)
+        for i, j in enumerate(jobs):
+            self._push(j.submit_s, _SUBMIT, i)
+        for t, lay in sw.upcoming(0.0):
+            if p.lead_time_s > 0:
+                self._push(max(0.0, t - p.lead_time_s), _AHEAD, (t, lay))
+            self._push(t, _SWITCH, lay)
+        if p.sample_s > 0:
+            self._push(0.0, _SAMPLE, None)
+        self.open_jobs = len(jobs)  # not yet ended or rejected
+        every = max(1, (2 * len(jobs)) // 100)
+        handled = 0
+        while self.open_jobs > 0:
+            if self.live == 0:
+                # nothing but scheduler passes left: run them until one starts nothing
+                started = self.started
+                self._schedule_main()
+                if self.live == 0:
+                    if not self.bf_pending or not self.events:
+                        break
+                    while self.events and self.bf_pending and self.live == 0:
+                        t, kind, _, payload = heapq.heappop(self.events)
+                        self.now = max(self.now, t)
+                        self._handle(kind, payload)
+                    if self.started == started:
+                        break
+                    continue
+            t, kind, _, payload = heapq.heappop(self.events)
+            if kind in _LIVE:
+                self.live -= 1
+            if t != self.now:
+                self._schedule_main()  # everything at one instant first, then schedule
+                self.now = t
+            self._handle(kind, payload)
+            handled += 1
+            if progress is not None and handled % every == 0:
+                progress(t)
+        self._schedule_main()
+        horizon = self.now
+        self._flush_all(horizon)
+        for n in self.nodes:
+            self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) + horizon
+        return Result(
+            policy=sw.name,
+            horizon_s=horizon,
+            jobs=self.recs,
+            capacity=self.cap_int,
+            allocated=self.alloc_int,
+            kinds=self.kinds,
+            switches=self.switches,
+            out_of_service_s=self.oos_s,
+            reserved_idle_s=self.reserved_s,
+            skipped=self.skipped,
+            requeued=self.requeued,
+            samples=self.samples,
+            layout_seconds=self.layout_s,
+            nodes=len(self.nodes),
+        )
+
+    def _handle(self, kind: int, payload: object) -> None:
+        if kind == _END:
+            self._end(*payload)  # type: ignore[misc]
+        elif kind == _SUBMIT:
+            self._submit(payload)  # type: ignore[arg-type]
+        elif kind == _BACKFILL:
+            self.bf_pending = False
+            self._backfill()
+        elif kind == _BACK:
+            self._back(payload)  # type: ignore[arg-type]
+        elif kind == _SWITCH:
+            self._switch(payload)  # type: ignore[arg-type]
+        elif kind == _AHEAD:
+            self._ahead(*payload)  # type: ignore[misc]
+        elif kind == _CRON:
+            self._cron(payload)  # type: ignore[arg-type]
+        elif kind == _REQUEUE:
+            self._requeue(*payload)  # type: ignore[misc]
+        elif kind == _SAMPLE:
+            self._sample()
+            self._push(self.now + self.p.sample_s, _SAMPLE, None)
+
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self.seq += 1
+        if kind in _LIVE:
+            self.live += 1
+        heapq.heappush(self.events, (t, kind, self.seq, payload))
+
+    # -- jobs -----------------------------------------------------------------------------
+    def _submit(self, i: int) -> None:
+        job, rec = self.jobs[i], self.recs[i]
+        due = self.sw.due(self.now)
+        need = self.need(due, job.request)
+        if need is None:
+            later = next(((t, lay) for t, lay in self.sw.upcoming(self.now) if self.need(lay, job.request)), None)
+            if later is None:
+                rec.rejected = f"no layout holds {_describe(job.request)}"
+                self.open_jobs -= 1
+                return
+            rec.eligible_s = later[0]
+            self._push(later[0], _SUBMIT, i)  # refused now (exit 75, with when): resubmitted then
+            return
+        rec.need, rec.kind, rec.layout, rec.eq = need.label, need.demand.kind, due, need.eq
+        self.need_of_job[i] = need
+        self.typical[need] += 1
+        self._enqueue(i)
+
+    def _enqueue(self, i: int) -> None:
+        insort(self.queue, (self.recs[i].submit_s, self.jobs[i].job_id, i))
+        self.queued.add(i)
+        self.dirty = self.changed = True
+
+    def _start(self, i: int, chosen: Sequence[tuple[_Node, list[Part]]]) -> None:
+        job, rec, need = self.jobs[i], self.recs[i], self.need_of_job[i]
+        self.queued.discard(i)
+        self.started += 1
+        run = job.duration_s * (self.p.shard_slowdown if need.kind == SHARD else 1.0)
+        rec.timeout = run > job.limit_s
+        rec.start_s = self.now
+        rec.end_s = self.now + min(run, job.limit_s)
+        expected = self.now + job.limit_s
+        for n, parts in chosen:
+            _apply(n.free, n.shared, parts, +1)
+            n.running[i] = (expected, parts)
+            self._alloc(parts[0][1], need.eq / need.nodes)
+        rec.gres_type = chosen[0][1][0][1]
+        self.job_nodes[i] = [n for n, _ in chosen]
+        self.gen[i] = self.gen.get(i, 0) + 1
+        self._push(rec.end_s, _END, (i, self.gen[i]))
+
+    def _end(self, i: int, gen: int) -> None:
+        if self.gen.get(i) != gen:
+            return  # requeued since: this end belongs to its earlier run
+        self._release(i)
+        self.open_jobs -= 1
+
+    def _release(self, i: int) -> None:
+        need = self.need_of_job[i]
+        for n in self.job_nodes.pop(i):
+            _, parts = n.running.pop(i)
+            _apply(n.free, n.shared, parts, -1)
+            self._alloc(parts[0][1], -need.eq / need.nodes)
+            if n.target is not None and not n.running:
+                self._node_idle(n)
+        self.dirty = self.changed = True
+
+    # -- the main scheduler ----------------------------------------------------------------
+    def _schedule_main(self) -> None:
+        """Priority order; the first job that does not fit blocks the rest (the partition)."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        dead = 0
+        for _, _, i in self.queue:
+            if i not in self.queued:
+                dead += 1
+                continue
+            need = self.need_of_job[i]
+            if not self._configured(need):
+                continue  # no node has that GRES now (BadConstraints): it does not block
+            chosen = self._fit_now(need, self.jobs[i].limit_s)
+            if chosen is None:
+                break
+            self._start(i, chosen)
+            dead += 1
+        if dead > 64 and dead > len(self.queue) // 2:
+            self.queue = [e for e in self.queue if e[2] in self.queued]
+        if self.queued and self.changed and not self.bf_pending:
+            self.bf_pending = True
+            step = self.p.bf_interval_s
+            self._push((math.floor(self.now / step) + 1) * step if step > 0 else self.now, _BACKFILL, None)
+
+    def _configured(self, need: Need) -> bool:
+        return len(self._offering(need.types)) >= need.nodes
+
+    def _offering(self, types: tuple[str, ...]) -> list[_Node]:
+        """The nodes whose current layout has one of ``types``, in node order."""
+        nodes = self.offering.get(types)
+        if nodes is None:
+            if len(types) == 1:
+                nodes = self.by_type.get(types[0], [])
+            else:
+                nodes = sorted({n.index: n for t in types for n in self.by_type.get(t, ())}.values(), key=_index)
+            self.offering[types] = nodes
+        return nodes
+
+    def _fit_now(self, need: Need, limit: float) -> list[tuple[_Node, list[Part]]] | None:
+        out = []
+        end = self.now + limit
+        for n in self._offering(need.types):
+            if not n.usable or end > n.ahead_at:
+                continue
+            for typ in need.types:
+                parts = _take(n.free, n.shared, n.shares, need, typ)
+                if parts is not None:
+                    out.append((n, parts))
+                    if len(out) == need.nodes:
+                        return out
+                    break
+        return None
+
+    # -- backfill ---------------------------------------------------------------------------
+    def _backfill(self) -> None:
+        """One ``sched/backfill`` pass: in priority order, each job tested gets the earliest
+        start its limit allows around running jobs and the reservations of the jobs before
+        it; it starts now only if that delays none of them.
+
+        Reservations live for one pass, as in Slurm, so the pass only has to decide what
+        starts now: GRES types are separate records, so a job of one type never delays one of
+        another, and only types with idle records now can start anything."""
+        self._schedule_main()
+        if not self.queued or not self.changed:
+            return  # nothing was freed, submitted or switched since the last pass: it would start nothing
+        self.changed = False
+        started = self.started
+        idle = {t for t in self.by_type if self._idle_now(t)}
+        if not idle:
+            return
+        p = self.p
+        horizon = self.now + p.bf_window_s
+        plans: dict[tuple[int, str], list[tuple[float, float, Part]]] = {}
+        lines: dict[tuple[int, str], list[tuple[float, list[Part]]]] = {}
+        tested = 0
+        for _, _, i in list(self.queue):
+            if i not in self.queued:
+                continue
+            tested += 1
+            if tested > p.bf_max_job_test:
+                break
+            need = self.need_of_job[i]
+            if idle.isdisjoint(need.types) or not self._configured(need):
+                continue
+            limit = self.jobs[i].limit_s
+            options = []
+            for n in self._offering(need.types):
+                if not n.usable:
+                    continue
+                best: tuple[float, list[Part]] = (INF, [])
+                for typ in need.types:
+                    if typ not in n.cap and typ not in n.shared:
+                        continue
+                    key = (n.index, typ)
+                    line = lines.get(key)
+                    if line is None:
+                        line = lines[key] = _timeline(n, typ)
+                    t, parts = _earliest(n, need, typ, limit, self.now, horizon, plans.get(key, ()), line)
+                    if t < best[0]:
+                        best = (t, parts)
+                if best[0] < INF:
+                    options.append((best[0], n.index, n, best[1]))
+            if len(options) < need.nodes:
+                continue
+            options.sort(key=lambda o: (o[0], o[1]))
+            chosen = options[: need.nodes]
+            at = chosen[-1][0]
+            if at <= self.now:
+                self._start(i, [(n, parts) for _, _, n, parts in chosen])
+                for _, _, n, parts in chosen:
+                    typ = parts[0][1]
+                    lines.pop((n.index, typ), None)
+                    if not self._idle_now(typ):
+                        idle.discard(typ)
+                if not idle:
+                    break
+                continue
+            for _, _, n, parts in chosen:
+                plans.setdefault((n.index, parts[0][1]), []).extend((at, at + limit, part) for part in parts)
+        if tested > p.bf_max_job_test and self.started > started:
+            self.changed = True  # the next pass reaches jobs this one did not test
+        self.dirty = True
+        self._schedule_main()
+
+    def _idle_now(self, typ: str) -> bool:
+        """Does any usable node have an idle record (or shard) of ``typ``?"""
+        for n in self.by_type.get(typ, ()):
+            if not n.usable:
+                continue
+            if n.free.get(typ, 0) > 0:
+                return True
+            gpus = n.shared.get(typ)
+            if gpus is not None and any(0 <= u < n.shares[typ] for u in gpus):
+                return True
+        return False
+
+    # -- switches ---------------------------------------------------------------------------
+    def _covers(self, layout: str, n: _Node) -> bool:
+        shape = self.spec.shape(layout, n.name)
+        return bool(shape.plain or shape.shared)
+
+    def _ahead(self, at: float, layout: str) -> None:
+        """``repartition --scheduled`` reserves the changing nodes from the switch time on."""
+        for n in self.nodes:
+            if n.target is None and n.layout != layout and self._covers(layout, n):
+                n.ahead_at = min(n.ahead_at, at)
+        self.dirty = self.changed = True
+
+    def _switch(self, layout: str) -> None:
+        """A switch run to ``layout``: its reservation takes the nodes that change."""
+        self._flush_all(self.now)
+        self.period = layout
+        for n in self.nodes:
+            n.ahead_at = INF
+            if not self._covers(layout, n):
+                continue
+            if n.target is None:
+                if n.layout != layout:
+                    n.target, n.switch_at, n.skipped, n.requeued = layout, self.now, False, False
+                    n.usable = False
+                    if self.p.requeue:
+                        self._push(self.now + self.p.deadline_s, _REQUEUE, (n.index, 0))
+                    if not n.running:
+                        self._node_idle(n)
+            elif n.out_until > self.now:
+                continue  # applying now: once back, it goes on to what is due (_back)
+            elif n.layout == layout:  # waiting to leave a layout that is due again
+                n.target, n.switch_at, n.idle_since, n.skipped = None, INF, INF, False
+                n.usable = True
+            else:
+                n.target, n.switch_at, n.skipped = layout, self.now, False
+        self.dirty = self.changed = True
+
+    def _node_idle(self, n: _Node) -> None:
+        """A reserved node's last job ended: switch now, or (skipped at the deadline) at the
+        next cron run; requeued jobs gone: now."""
+        n.idle_since = self.now
+        if n.requeued or self.now <= n.switch_at + self.p.deadline_s:
+            self._go(n)
+        else:
+            if not n.skipped:
+                n.skipped = True
+                self.skipped += 1
+            step = self.p.cron_s
+            self._push(math.ceil(self.now / step) * step if step > 0 else self.now, _CRON, n.index)
+
+    def _cron(self, index: int) -> None:
+        n = self.nodes[index]
+        if n.target is not None and not n.running and n.out_until <= self.now:
+            self._go(n)
+
+    def _requeue(self, index: int, stage: int) -> None:
+        """At the deadline: SIG<checkpoint_signal> to the requeueable jobs; after the grace,
+        requeue those still running (the repartitioner's --requeue)."""
+        n = self.nodes[index]
+        if n.target is None or not n.running or n.out_until > self.now:
+            return
+        if stage == 0:
+            if any(self.jobs[i].requeue for i in n.running):
+                self._push(self.now + self.p.grace_s, _REQUEUE, (index, 1))
+            return
+        n.requeued = True
+        for i in [i for i in n.running if self.jobs[i].requeue]:
+            rec = self.recs[i]
+            self._release(i)
+            rec.requeues += 1
+            rec.start_s = rec.end_s = -1.0
+            self.gen[i] += 1
+            self.requeued += 1
+            self._enqueue(i)
+
+    def _go(self, n: _Node) -> None:
+        """Apply the node's new layout: out of service for ``switch_s``."""
+        self.reserved_s += max(0.0, self.now - n.idle_since)
+        self.switches += 1
+        self.oos_s += self.p.switch_s
+        n.out_until = self.now + self.p.switch_s
+        self._capacity(n, -1)
+        self._push(n.out_until, _BACK, n.index)
+
+    def _back(self, index: int) -> None:
+        n = self.nodes[index]
+        target = n.target
+        assert target is not None
+        self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) + self.now
+        fresh = self._make_node(n.index, n.name, target)
+        n.layout, n.free, n.cap, n.shared, n.shares, n.eq = (
+            fresh.layout,
+            fresh.free,
+            fresh.cap,
+            fresh.shared,
+            fresh.shares,
+            fresh.eq,
+        )
+        self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) - self.now
+        self._index_types()
+        self._capacity(n, +1)
+        n.target, n.switch_at, n.idle_since, n.skipped, n.requeued = None, INF, INF, False, False
+        due = self.sw.due(self.now)
+        if n.layout != due and self._covers(due, n):  # the schedule moved on while it switched
+            n.target, n.switch_at = due, self.now
+            self._node_idle(n)
+            return
+        n.usable = True
+        self.dirty = self.changed = True
+
+    # -- nodes -------------------------------------------------------------------------------
+    def _make_node(self, index: int, name: str, layout: str) -> _Node:
+        shape: Shape = self.spec.shape(layout, name)
+        for t, k in shape.kind:
+            self.kinds.setdefault(t, k)
+        return _Node(
+            name=name,
+            index=index,
+            layout=layout,
+            free=dict(shape.plain),
+            cap=dict(shape.plain),
+            shared={t: [0] * g for t, g, _ in shape.shared},
+            shares={t: s for t, _, s in shape.shared},
+            eq=dict(shape.eq),
+        )
+
+    def _index_types(self) -> None:
+        """Which nodes offer each type now, in node order (a job walks only those)."""
+        by: dict[str, list[_Node]] = {}
+        for n in self.nodes:
+            for t in (*n.cap, *n.shared):
+                by.setdefault(t, []).append(n)
+        self.by_type = by
+        self.offering: dict[tuple[str, ...], list[_Node]] = {}
+
+    # -- measurements ----------------------------------------------------------------------
+    def _flush(self, typ: str, t: float) -> None:
+        """Integrate one type's capacity and allocation up to ``t`` (lazily, per type)."""
+        last = self.last_t.get(typ, 0.0)
+        if t > last:
+            key = (self.period, typ)
+            self.cap_int[key] = self.cap_int.get(key, 0.0) + self.cap_now.get(typ, 0.0) * (t - last)
+            self.alloc_int[key] = self.alloc_int.get(key, 0.0) + self.alloc_now.get(typ, 0.0) * (t - last)
+        self.last_t[typ] = t
+
+    def _flush_all(self, t: float) -> None:
+        for typ in list(self.cap_now):
+            self._flush(typ, t)
+
+    def _capacity(self, n: _Node, sign: int) -> None:
+        for t, c in n.cap.items():
+            self._flush(t, self.now)
+            self.cap_now[t] = self.cap_now.get(t, 0.0) + sign * c * n.eq[t]
+        for t, gpus in n.shared.items():
+            self._flush(t, self.now)
+            self.cap_now[t] = self.cap_now.get(t, 0.0) + sign * len(gpus) * n.eq[t]
+
+    def _alloc(self, typ: str, eq: float) -> None:
+        self._flush(typ, self.now)
+        self.alloc_now[typ] = self.alloc_now.get(typ, 0.0) + eq
+
+    def _sample(self) -> None:
+        """Capacity, idle and fragmented GPU-equivalents now.  Fragmentation is FGD's measure on
+        our GRES: for each typical request (weighted by frequency), the idle capacity of a
+        node that request cannot use there."""
+        total = sum(self.cap_now.values())
+        typical = _typical(self.typical, self.p.typical_share)
+        idle = frag = 0.0
+        for n in self.nodes:
+            if n.out_until > self.now:
+                continue
+            f = n.free_eq()
+            if f <= 1e-12:
+                continue
+            idle += f
+            frag += sum(w * (f - max(_usable_eq(n, need, t) for t in need.types)) for need, w in typical)
+        self.samples.append((self.now, total, idle, frag))
+
+
+def _describe(req: TraceRequest) -> str:
+    return f"{req.milli / 1000:g} GPU" if req.milli < 1000 else f"{req.gpus} GPU" + ("s" if req.gpus > 1 else "")
+
+
+def _typical(counts: Counter[Need], share: float) -> list[tuple[Need, float]]:
+    """FGD's typical tasks: the most frequent requests up to ``share`` of all, as weights."""
+    total = sum(counts.values())
+    if not total:
+        return []
+    out, seen = [], 0
+    for need, c in counts.most_common():
+        out.append((need, c))
+        seen += c
+        if seen >= share * total:
+            break
+    return [(n, c / seen) for n, c in out]
+
+
+def _index(n: _Node) -> int:
+    return n.index
+
+
+def _usable_eq(n: _Node, need: Need, typ: str) -> float:
+    """Idle GPU-equivalents of ``typ`` on ``n`` that ``need`` could take (0 if it does not fit)."""
+    if need.kind == GPU and typ in n.free:
+        free = n.free[typ]
+        return free * n.eq[typ] if free >= need.count else 0.0
+    gpus = n.shared.get(typ)
+    if gpus is None:
+        return 0.0
+    s = n.shares[typ]
+    if need.kind == GPU:
+        whole = sum(1 for u in gpus if u == 0)
+        return whole * n.eq[typ] if whole >= need.count else 0.0
+    return sum(n.eq[typ] * (s - u) / s for u in gpus if u >= 0 and s - u >= need.count)
+
+
+def _take(
+    free: dict[str, int], shared: dict[str, list[int]], shares: dict[str, int], need: Need, typ: str
+) -> list[Part] | None:
+    """The records of ``typ`` that ``need`` gets from these free records (first fit), or None."""
+    if need.kind == GPU:
+        if typ in free:
+            return [(GPU, typ, need.count, -1)] if free[typ] >= need.count else None
+        gpus = shared.get(typ)
+        if gpus is None:
+            return None
+        idle = [g for g, u in enumerate(gpus) if u == 0][: need.count]
+        return [(GPU, typ, 1, g) for g in idle] if len(idle) == need.count else None
+    gpus = shared.get(typ)
+    if gpus is None:
+        return None
+    s = shares[typ]
+    for g, u in enumerate(gpus):
+        if u >= 0 and s - u >= need.count:
+            return [(SHARD, typ, need.count, g)]
+    return None
+
+
+def _apply(free: dict[str, int], shared: dict[str, list[int]], parts: Iterable[Part], sign: int) -> None:
+    """Take (``sign`` +1) or give back (-1) records: a shared GPU given whole is -1."""
+    for kind, typ, count, g in parts:
+        if kind == GPU and g < 0:
+            free[typ] -= sign * count
+        elif kind == GPU:
+            shared[typ][g] = -1 if sign > 0 else 0
+        elif shared[typ][g] >= 0 or sign < 0:
+            shared[typ][g] += sign * count
+
+
+def _timeline(n: _Node, typ: str) -> list[tuple[float, list[Part]]]:
+    """The node's running jobs that hold ``typ``, by expected end (start + limit: the scheduler
+    does not know run times), with the parts of that type they hold."""
+    out = []
+    for end, parts in n.running.values():
+        mine = [part for part in parts if part[1] == typ]
+        if mine:
+            out.append((end, mine))
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def _earliest(
+    n: _Node,
+    need: Need,
+    typ: str,
+    limit: float,
+    now: float,
+    horizon: float,
+    plans: Sequence[tuple[float, float, Part]],
+    line: Sequence[tuple[float, list[Part]]],
+) -> tuple[float, list[Part]]:
+    """The earliest time ``need`` fits on ``n`` for ``limit`` seconds, around its running jobs
+    of that type (``line``) and this pass's reservations there, which it must not overlap;
+    with the records it would take.  (INF, []) if not before ``horizon`` or the node's
+    reservation ahead."""
+    if need.kind == GPU and typ in n.free:  # plain records: a count over time
+        free, k = n.free[typ], 0
+        for t in (now, *(e for e, _ in line)):
+            if t > horizon or t + limit > n.ahead_at:
+                break
+            while k < len(line) and line[k][0] <= t:
+                free += sum(c for _, _, c, _ in line[k][1])
+                k += 1
+            if free < need.count:
+                continue
+            held = sum(part[2] for a, b, part in plans if a < t + limit and b > t) if plans else 0
+            if free - held >= need.count:
+                return t, [(GPU, typ, need.count, -1)]
+        return INF, []
+    if typ not in n.shared:
+        return INF, []
+    shared = {typ: list(n.shared[typ])}
+    k = 0
+    for t in (now, *(e for e, _ in line)):
+        if t > horizon or t + limit > n.ahead_at:
+            break
+        while k < len(line) and line[k][0] <= t:
+            _apply(n.free, shared, line[k][1], -1)
+            k += 1
+        s2 = shared
+        overlapping = [part for a, b, part in plans if a < t + limit and b > t]
+        if overlapping:
+            s2 = {typ: list(shared[typ])}
+            _apply(n.free, s2, overlapping, +1)
+        parts = _take(n.free, s2, n.shares, need, typ)
+        if parts is not None:
+            return t, parts
+    return INF, []

@@ -1,0 +1,40 @@
+"""The jobs a simulation replays (pure).
+
+A job is what a trace or an accounting record says a user asked for and how long it
+ran, not yet a GRES request: the GRES it becomes depends on the layout it meets
+(``mapping``), so the same job list can be replayed against every policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_gpupool.simulate.mapping import TraceRequest
+
+
+@dataclass(slots=True)
+class SimJob:
+    """One job of a replay.
+
+    ``duration_s`` is its run time on dedicated hardware (whole GPU or a MIG slice that
+    covers its request); a time-shared job runs ``slowdown`` times longer (a parameter of
+    the replay, never a hidden constant).  ``limit_s`` is the time limit Slurm plans
+    with (backfill, reservations) and kills at."""
+
+    job_id: int
+    submit_s: float  # seconds from the start of the replay
+    duration_s: float
+    limit_s: float
+    request: TraceRequest
+    account: str = ""
+    model: str | None = None  # a catalog model the job insists on (a typed whole-GPU request); None: any
+    requeue: bool = True  # Slurm's --requeue (the repartitioner's --requeue may requeue it)
+
+
+def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maximum_s: float | None = None) -> float:
+    """A time limit for a trace that has none: ``factor`` × the run time, in whole
+    minutes (Slurm's ``--time`` resolution), at least ``minimum_s``, at most the
+    partition's MaxTime (``maximum_s``; a longer job is then killed at it, as Slurm does)."""
+    minutes = -(-max(duration_s * factor, minimum_s) // 60)
+    limit = float(minutes * 60)
+    return min(limit, maximum_s) if maximum_s else limit

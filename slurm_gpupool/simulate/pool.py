@@ -1,0 +1,69 @@
+"""What each node offers in each layout, as a replay needs it (pure over the config).
+
+Built from ``ops.capacity.node_offers`` (the planned view the reports and the submit
+catalog use), so a simulated node has exactly the GRES records ``gres render --planned``
+would write: one ``gpu`` record per whole GPU or MIG device, and per time-sliced GPU one
+``gpu:<model>_shared`` record plus its shards (Slurm gives such a GPU either as a GPU or
+as shards, never both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.ops.capacity import node_offers
+from slurm_gpupool.ops.submit_catalog import layout_offers
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One node in one layout: its GRES records by type."""
+
+    plain: tuple[tuple[str, int], ...]  # (gpu type, records): whole GPUs and MIG devices
+    shared: tuple[tuple[str, int, int], ...]  # (type, GPUs, shards per GPU): time-sliced GPUs
+    eq: tuple[tuple[str, float], ...]  # GPU-equivalents of one record (a shared GPU: 1.0)
+    kind: tuple[tuple[str, str], ...]  # mig | whole | shared
+
+    @property
+    def gpu_eq(self) -> float:
+        eq = dict(self.eq)
+        return sum(eq[t] * n for t, n in self.plain) + sum(eq[t] * g for t, g, _ in self.shared)
+
+
+EMPTY = Shape((), (), (), ())
+
+
+def node_shape(cfg: PoolConfig, layout: str, node: str) -> Shape:
+    """``node`` in ``layout`` (EMPTY when the layout does not cover it)."""
+    offers = node_offers(cfg, layout, node)
+    plain = tuple((o.type, o.count) for o in offers if o.kind != "shared")
+    shared = tuple((o.type, o.count, o.shares) for o in offers if o.kind == "shared")
+    return Shape(plain, shared, tuple((o.type, o.eq_each) for o in offers), tuple((o.type, o.kind) for o in offers))
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """The nodes of a replay and their shapes in every layout a policy may use."""
+
+    nodes: tuple[str, ...]  # Slurm's node order (config order): first fit walks it
+    shapes: dict[tuple[str, str], Shape]  # (layout, node) -> shape
+    offers: dict[str, list[dict[str, object]]]  # layout -> the submit catalog's offers (mapping)
+    naming: str
+    autodetect: bool
+
+    def shape(self, layout: str, node: str) -> Shape:
+        return self.shapes.get((layout, node), EMPTY)
+
+    def gpu_eq(self, layout: str) -> float:
+        return sum(self.shape(layout, n).gpu_eq for n in self.nodes)
+
+
+def pool_spec(cfg: PoolConfig, layouts: Iterable[str], nodes: Sequence[str] | None = None) -> PoolSpec:
+    """Shapes of ``nodes`` (default: every node with a machine description) in ``layouts``."""
+    names = tuple(nodes) if nodes is not None else tuple(n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine)
+    wanted = sorted(set(layouts))
+    shapes = {(lay, n): node_shape(cfg, lay, n) for lay in wanted for n in names}
+    offers = {lay: layout_offers(cfg, lay) for lay in wanted}
+    return PoolSpec(names, shapes, offers, cfg.slurm.type_naming, cfg.slurm.autodetect)

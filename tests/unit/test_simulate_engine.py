@@ -1,0 +1,202 @@
+"""#16: the replay engine schedules as Slurm does with our GRES, and switches as the
+repartitioner does.  Every expected time here is worked out by hand in the comment beside it."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.simulate.engine import GPU, SHARD, Engine, Need, Params, Switcher, _take
+from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
+from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.pool import pool_spec
+
+RAW = {
+    "version": 1,
+    "nodesets": {"a30": {"nodes": "n[1-2]", "machine": "pcie-a30"}},
+    "layouts": {
+        "whole": {"a30": {"all": "whole"}},
+        # per node: 8 x 1g.6gb (GPUs 0-1), two GPUs time-sliced into 4 shards each (2-3)
+        "day": {"a30": {"0-1": {"mig": {"1g.6gb": 4}}, "2-3": {"shared": 4}}},
+    },
+    "paths": {"state_dir": "/tmp/x", "run_dir": "/tmp/x", "spool_dir": "/tmp/x"},
+}
+
+
+@pytest.fixture(scope="module")
+def spec():
+    cfg = parse_config(RAW, "test.yaml")
+    return pool_spec(cfg, ["whole", "day"])
+
+
+def job(i, submit, duration, gpus=1, milli=1000, limit=None, requeue=True):
+    return SimJob(
+        i, submit, duration, limit if limit is not None else duration, TraceRequest(gpus, milli), requeue=requeue
+    )
+
+
+def run(spec, jobs, boundaries=(("whole", 0.0),), **params):
+    sw = Switcher("test", [(t, lay) for lay, t in boundaries])
+    base = {"sample_s": 0, "bf_interval_s": 30, "switch_s": 60, "lead_time_s": 0}
+    res = Engine(spec, sw, Params(**{**base, **params})).run(jobs)
+    return res, {r.job_id: r for r in res.jobs}
+
+
+def test_node_shapes_come_from_the_planned_gres(spec):
+    whole = spec.shape("whole", "n1")
+    assert whole.plain == (("a30", 4),) and not whole.shared
+    day = spec.shape("day", "n1")
+    assert dict(day.plain) == {"1g.6gb": 8} and day.shared == (("a30_shared", 2, 4),)
+    assert day.gpu_eq == pytest.approx(4.0)  # 8 x 1/4 + 2 whole shared GPUs
+    assert spec.gpu_eq("whole") == spec.gpu_eq("day") == 8.0
+
+
+def test_fifo_blocks_and_backfill_fills_without_delaying_the_head(spec):
+    jobs = [
+        job(1, 0, 100, gpus=4, limit=100),  # n1 full until 100
+        job(2, 1, 100, gpus=4, limit=100),  # n2 full until 101
+        job(3, 2, 100, gpus=4, limit=100),  # blocks the queue: starts at 100 on n1
+        job(4, 3, 10, gpus=1, limit=60),  # FIFO: behind 3; no GPU free until 100 either
+    ]
+    _, r = run(spec, jobs)
+    assert (r[1].start_s, r[2].start_s) == (0, 1)
+    assert r[3].start_s == 100  # main scheduler, at the end of job 1
+    # job 4 needs 1 GPU: n2 frees at 101 (job 2 ends); the main scheduler starts it then
+    assert r[4].start_s == 101
+
+
+def test_backfill_starts_a_short_job_only_if_it_ends_before_the_head_s_reservation(spec):
+    jobs = [
+        job(1, 0, 100, gpus=2, limit=100),  # n1: 2 of 4 until 100
+        job(2, 0, 1000, gpus=4, limit=1000),  # n2: full until 1000
+        job(3, 1, 100, gpus=4, limit=100),  # head: waits for n1 (100)
+        job(4, 2, 30, gpus=1, limit=60),  # would end by 90 < 100 on n1: backfilled at the next pass (30)
+        job(5, 3, 30, gpus=1, limit=120),  # its limit crosses 100: it would delay job 3; waits
+    ]
+    _, r = run(spec, jobs)
+    assert r[3].start_s == 100
+    assert r[4].start_s == 30  # the first backfill pass (bf_interval 30)
+    # job 5 starts after job 3 ends (200): n1 full 100-200, n2 full to 1000
+    assert r[5].start_s == 200
+    assert all(x.wait_s >= 0 for x in r.values())
+
+
+def test_a_time_sliced_gpu_is_given_whole_or_as_shards_never_both(spec):
+    day = (("day", 0.0),)
+    jobs = [
+        job(1, 0, 100, milli=400),  # 0.4 GPU: 1g.6gb is 1/4 < 0.4 -> shards: 2 of 4 on n1 GPU 2
+        job(2, 0, 100, milli=400),  # 2 more shards of the same GPU (first fit): it is full
+        job(3, 0, 100, milli=400),  # n1's second shared GPU
+        job(4, 0, 100, milli=400),
+        job(5, 0, 100, milli=400),  # n2 now
+    ]
+    res, r = run(spec, jobs, boundaries=day)
+    assert {x.kind for x in r.values()} == {"shard"}
+    assert all(x.start_s == 0 for x in r.values())
+    # 0.9 GPU -> all 4 shards of one GPU: only n2's GPU 3 is untouched
+    _, r2 = run(spec, [*jobs, job(6, 1, 50, milli=900)], boundaries=day)
+    assert r2[6].start_s == 1 and r2[6].kind == "shard" and r2[6].need == "shard:a30_shared:4"
+    # a seventh: no GPU has 4 free shards until job 6 ends (51)
+    _, r3 = run(spec, [*jobs, job(6, 1, 50, milli=900), job(7, 2, 50, milli=900)], boundaries=day)
+    assert r3[7].start_s == 51
+    assert res.kinds["a30_shared"] == "shared"
+
+
+def test_shards_fit_on_one_gpu_and_a_gpu_with_shards_is_not_given_whole():
+    need_whole = Need(GPU, ("t_shared",), 1, 1, 1.0, None)  # type: ignore[arg-type]
+    need_2 = Need(SHARD, ("t_shared",), 2, 1, 0.5, None)  # type: ignore[arg-type]
+    need_4 = Need(SHARD, ("t_shared",), 4, 1, 1.0, None)  # type: ignore[arg-type]
+    free: dict[str, int] = {}
+    shares = {"t_shared": 4}
+    shared = {"t_shared": [3, 0]}  # GPU 0: 3 of 4 shards in use; GPU 1 idle
+    assert _take(free, shared, shares, need_whole, "t_shared") == [(GPU, "t_shared", 1, 1)]
+    assert _take(free, shared, shares, need_2, "t_shared") == [(SHARD, "t_shared", 2, 1)]  # not split 1+1
+    shared = {"t_shared": [3, -1]}  # GPU 1 given whole
+    assert _take(free, shared, shares, need_2, "t_shared") is None
+    assert _take(free, shared, shares, need_whole, "t_shared") is None
+    shared = {"t_shared": [1, 1]}
+    assert _take(free, shared, shares, need_whole, "t_shared") is None  # shards on both: no whole GPU
+    assert _take(free, shared, shares, need_4, "t_shared") is None
+
+
+def test_utilisation_counts_gpu_equivalents_of_what_is_held(spec):
+    # one 1g.6gb job (1/4 GPU) for 100 s on 8 GPU-eq of capacity: 25 GPU-eq-s over 800
+    res, r = run(spec, [job(1, 0, 100, milli=200)], boundaries=(("day", 0.0),))
+    assert r[1].kind == "mig" and r[1].eq == pytest.approx(0.25)
+    assert res.horizon_s == 100
+    assert sum(res.allocated.values()) == pytest.approx(25.0)
+    assert sum(res.capacity.values()) == pytest.approx(800.0)
+
+
+def test_a_day_to_night_switch_waits_for_running_jobs_and_night_jobs_wait_for_it(spec):
+    jobs = [
+        job(1, 0, 1200, milli=200),  # a 1g.6gb slice on n1 until 1200
+        job(2, 500, 100, gpus=4),  # 4 whole GPUs: day has none -> refused, resubmitted at 1000
+    ]
+    boundaries = (("day", 0.0), ("whole", 1000.0))
+    res, r = run(spec, jobs, boundaries=boundaries, switch_s=60)
+    assert r[2].eligible_s == 1000
+    # n2 is idle at 1000: out of service 1000-1060, then whole; job 2 starts there at 1060
+    assert r[2].start_s == 1060 and r[2].layout == "whole" and r[2].wait_s == 560
+    assert res.switches == 2  # n1 switches when job 1 ends: 1200-1260
+    assert res.out_of_service_s == 120 and res.skipped == 0
+
+
+def test_a_node_busy_past_the_deadline_is_skipped_and_switched_by_the_next_cron_run(spec):
+    jobs = [job(1, 0, 2950, gpus=4, limit=4000), job(2, 0, 2950, gpus=4, limit=4000), job(3, 3100, 10, milli=200)]
+    boundaries = (("whole", 0.0), ("day", 100.0))
+    res, r = run(spec, jobs, boundaries=boundaries, deadline_s=1800, cron_s=300, switch_s=60)
+    # both nodes busy until 2950 > 100 + 1800: skipped; the cron run at 3000 switches them (3000-3060)
+    assert res.skipped == 2 and res.switches == 2
+    assert r[3].start_s == 3100 and r[3].kind == "mig"
+    assert res.layout_seconds["day"] == pytest.approx(2 * (3110 - 3060))
+    assert res.reserved_idle_s == pytest.approx(2 * 50)  # idle 2950-3000 waiting for the cron run
+
+
+def test_requeue_at_the_deadline_after_the_grace(spec):
+    jobs = [job(1, 0, 3000, gpus=4, limit=4000), job(2, 0, 3000, gpus=4, limit=4000, requeue=False)]
+    boundaries = (("whole", 0.0), ("day", 100.0))
+    res, r = run(spec, jobs, boundaries=boundaries, deadline_s=1000, requeue=True, grace_s=120)
+    # job 1 (n1) is requeued at 100 + 1000 + 120 = 1220; n1 switches to day then (1220-1280)
+    assert res.requeued == 1 and r[1].requeues == 1
+    # job 2 is not requeueable: n2 waits for it (skipped, switched at the 3000 cron run)
+    assert r[2].end_s == 3000 and res.skipped == 1
+    # job 1 asked for 4 whole GPUs: day has none; it waits for... no later layout here
+    assert r[1].start_s == -1
+
+
+def test_the_reservation_ahead_keeps_long_jobs_off_nodes_that_switch(spec):
+    jobs = [job(1, 100, 50, gpus=4, limit=120), job(2, 110, 50, gpus=4, limit=1000), job(3, 1100, 5, milli=200)]
+    boundaries = (("whole", 0.0), ("day", 1000.0))
+    res, r = run(spec, jobs, boundaries=boundaries, lead_time_s=900)
+    assert r[1].start_s == 100  # ends by 220 < 1000: allowed on the reserved nodes
+    # job 2's limit crosses the switch on both nodes: it cannot start before it; by day
+    # there are no whole GPUs: it never starts in this replay
+    assert r[2].start_s == -1
+    res, r = run(spec, jobs, boundaries=boundaries, lead_time_s=0)
+    assert r[2].start_s == 110  # no reservation ahead: it starts (and would delay a switch)
+    assert res.switches == 2 and r[3].start_s == 1100
+
+
+def test_jobs_no_layout_can_hold_are_rejected_with_the_reason(spec):
+    res, r = run(spec, [job(1, 0, 10, gpus=16)])  # 16 GPUs: 2 nodes x 4 = 8 at most
+    assert r[1].rejected and "16 GPUs" in r[1].rejected and r[1].start_s == -1
+
+
+def test_multi_node_jobs_take_whole_nodes(spec):
+    _, r = run(spec, [job(1, 0, 10, gpus=8), job(2, 0, 10, gpus=1)])
+    assert r[1].need == "gpu:a30:4 x2" and r[1].start_s == 0
+    assert r[2].start_s == 10
+
+
+def test_time_limits_for_traces_without_them():
+    assert time_limit_s(100, 2) == 240  # 200 s -> 4 whole minutes
+    assert time_limit_s(10, 2) == 60
+    assert time_limit_s(10_000, 2, maximum_s=3600) == 3600
+
+
+def test_shard_jobs_run_slower_by_the_slowdown_parameter(spec):
+    _, r = run(spec, [job(1, 0, 100, milli=400, limit=1000)], boundaries=(("day", 0.0),), shard_slowdown=1.5)
+    assert r[1].end_s == 150
+    _, r = run(spec, [job(1, 0, 100, milli=400, limit=120)], boundaries=(("day", 0.0),), shard_slowdown=1.5)
+    assert r[1].end_s == 120 and r[1].timeout  # killed at its limit, as Slurm does
