@@ -491,18 +491,25 @@ def fgd_scores(cl: _Cluster, idx: Array, cpu_nz: int, cls: int, gn: int) -> tupl
     if cls >= 0 and gn == 1 and cls != t.whole_class:
         v = cl.state[idx]  # (K, G)
         w = t.trans[v, cls]
-        valid = w >= 0
-        w = np.where(valid, w, t.absent)
-        ge_v, ge_w = cl.fit_t[v], cl.fit_t[w]  # (K, G, T)
-        fv, fw = cl.free[v], cl.free[w]
-        n2 = cl.N[idx][:, None, :] - ge_v + ge_w
-        s2 = cl.S[idx][:, None, :] - fv[..., None] * ge_v + fw[..., None] * ge_w
-        tot2 = cl.tot[idx][:, None] - fv + fw
-        fits = acc[:, None, :] & (c2[:, None, None] >= cl.t_cpu) & (cl.t_n <= n2)
+        ok = w >= 0
+        g = v.shape[1]
+        if g > 1:  # GPUs in the same state score alike: keep the first (the one the pod would take)
+            ok &= ~((v[:, :, None] == v[:, None, :]) & np.tri(g, k=-1, dtype=bool)).any(2)
+        kk, gg = np.nonzero(ok)  # candidate (node, GPU) pairs, node-major; every node has one
+        vs, ws, ni = v[kk, gg], w[kk, gg], idx[kk]
+        ge_v, ge_w = cl.fit_t[vs], cl.fit_t[ws]  # (M, T)
+        fv, fw = cl.free[vs], cl.free[ws]
+        n2 = cl.N[ni] - ge_v + ge_w
+        s2 = cl.S[ni] - fv[:, None] * ge_v + fw[:, None] * ge_w
+        tot2 = cl.tot[ni] - fv + fw
+        fits = cl.t_acc[ni] & ((cl.cpu[ni] - cpu_nz)[:, None] >= cl.t_cpu) & (cl.t_n <= n2)
         after = tot2 * cl.cum - (cl.t_cnt * fits * s2).sum(-1)
-        sc = np.where(valid, _sig100((before[:, None] - after).astype(np.float64), cl.cum), -1)
-        gpu = sc.argmax(1)
-        return sc[np.arange(len(idx)), gpu], gpu
+        sc = _sig100((cl.fragc[ni] - after).astype(np.float64), cl.cum)
+        starts = np.flatnonzero(np.r_[True, kk[1:] != kk[:-1]])
+        best = np.maximum.reduceat(sc, starts)
+        hit = np.flatnonzero(sc == best[kk])
+        _, first = np.unique(kk[hit], return_index=True)
+        return best, gg[hit[first]]
     if cls >= 0:  # whole GPUs: NodeResource.Sub takes idle ones
         ws = t.whole_state
         fe, fwh = cl.fit_t[t.empty], cl.fit_t[ws]
