@@ -212,6 +212,7 @@ def mig_table(model_key: str, start_rule: str = "planner") -> GpuTable:
             plan = plan_gpu(model, dict(counts), cur)
             assert set(plan.kept) == set(cur), "a valid start exists, so the planner keeps every instance"
             nxt = plan.instances
+            assert nxt in ok, "the planner's placement passes its own check"
             if start_rule == "room":
                 nxt = max(ok, key=lambda c: (_room(layouts, c), c == plan.instances))
             if nxt not in index:
