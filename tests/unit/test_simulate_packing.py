@@ -80,7 +80,7 @@ def test_bestfit_reproduces_fgds_published_curves_within_one_point(openb, runs):
     # the shape, not just the distance: everything placed to 90 %, saturation at ~93 %
     assert ours.alloc[90] == pytest.approx(90.0, abs=0.1)
     assert 92.5 < ours.alloc[130] < 93.5
-    assert ours.frag[0] == pytest.approx(14.04, abs=0.05)  # an empty cluster is "14 % fragmented" (§7.6)
+    assert ours.frag[0] == pytest.approx(14.04, abs=0.15)  # an empty cluster is "14 % fragmented" (§7.6)
 
 
 def test_fgd_reproduces_fgds_published_curves_within_one_point(runs):
