@@ -38,6 +38,7 @@ from bisect import bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import PREFER_MIG, Demand, RequestMapper, TraceRequest
@@ -457,7 +458,11 @@ class Engine:
 
         Reservations live for one pass, as in Slurm, so the pass only has to decide what
         starts now: GRES types are separate records, so a job of one type never delays one of
-        another, and only types with idle records now can start anything."""
+        another, and only types with idle records now can start anything.  A job that cannot
+        start now rules out every later job of the same types that needs at least as many
+        records, nodes and time: such a job is passed over (its reservation, which would lie
+        beyond the one that failed, is not placed: the one shortcut here); once that covers
+        all the rest, those types are done."""
         self._schedule_main()
         if not self.queued or not self.changed:
             return  # nothing was freed, submitted or switched since the last pass: it would start nothing
@@ -468,57 +473,121 @@ class Engine:
             return
         p = self.p
         horizon = self.now + p.bf_window_s
+        tested_jobs = list(islice((i for _, _, i in self.queue if i in self.queued), p.bf_max_job_test))
+        rest = _suffix_minima([(self.need_of_job[i], self.jobs[i].limit_s) for i in tested_jobs])
+        rank: dict[tuple[tuple[str, ...], str], int] = {}  # how many of each shape came so far
+        done: set[tuple[tuple[str, ...], str]] = set()  # (types, kind) that can start nothing more
+        failed: dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]] = {}
         plans: dict[tuple[int, str], list[tuple[float, float, Part]]] = {}
         lines: dict[tuple[int, str], list[tuple[float, list[Part]]]] = {}
-        tested = 0
-        for _, _, i in list(self.queue):
-            if i not in self.queued:
-                continue
-            tested += 1
-            if tested > p.bf_max_job_test:
-                break
+        # per (type, count): nodes by the earliest time they could hold it ignoring this pass's
+        # reservations; those only delay, so a job stops looking once that bound passes its best
+        bounds: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
+        steps: dict[tuple[int, str], list[tuple[float, int]]] = {}  # plain records: availability changes
+        for i in tested_jobs:
             need = self.need_of_job[i]
-            if idle.isdisjoint(need.types) or not self._configured(need):
+            shape = (need.types, need.kind)
+            r = rank[shape] = rank.get(shape, -1) + 1
+            if shape in done or idle.isdisjoint(need.types) or not self._configured(need):
                 continue
             limit = self.jobs[i].limit_s
-            options = []
-            for n in self._offering(need.types):
-                if not n.usable:
-                    continue
-                best: tuple[float, list[Part]] = (INF, [])
-                for typ in need.types:
-                    if typ not in n.cap and typ not in n.shared:
-                        continue
-                    key = (n.index, typ)
-                    line = lines.get(key)
-                    if line is None:
-                        line = lines[key] = _timeline(n, typ)
-                    t, parts = _earliest(n, need, typ, limit, self.now, horizon, plans.get(key, ()), line)
-                    if t < best[0]:
-                        best = (t, parts)
-                if best[0] < INF:
-                    options.append((best[0], n.index, n, best[1]))
-            if len(options) < need.nodes:
+            if any(c <= need.count and k <= need.nodes and lim <= limit for c, k, lim in failed.get(shape, ())):
                 continue
-            options.sort(key=lambda o: (o[0], o[1]))
-            chosen = options[: need.nodes]
+            chosen = self._earliest_nodes(need, limit, horizon, plans, lines, bounds, steps)
+            if chosen is None:
+                continue
             at = chosen[-1][0]
             if at <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
                 for _, _, n, parts in chosen:
                     typ = parts[0][1]
                     lines.pop((n.index, typ), None)
+                    steps.pop((n.index, typ), None)
+                    for stale in [k for k in bounds if k[0] == typ]:
+                        del bounds[stale]
                     if not self._idle_now(typ):
                         idle.discard(typ)
                 if not idle:
                     break
                 continue
             for _, _, n, parts in chosen:
-                plans.setdefault((n.index, parts[0][1]), []).extend((at, at + limit, part) for part in parts)
-        if tested > p.bf_max_job_test and self.started > started:
+                key = (n.index, parts[0][1])
+                plans.setdefault(key, []).extend((at, at + limit, part) for part in parts)
+                if key in steps:
+                    held = sum(part[2] for part in parts)
+                    insort(steps[key], (at, -held))
+                    insort(steps[key], (at + limit, held))
+            failed.setdefault(shape, []).append((need.count, need.nodes, limit))
+            later = rest[shape]
+            following = later[r + 1] if r + 1 < len(later) else None
+            if following is None or all(a <= b for a, b in zip((need.count, need.nodes, limit), following)):
+                done.add(shape)  # every later job of this shape needs at least as much: none starts now
+        if len(self.queued) > p.bf_max_job_test and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()
+
+    def _earliest_nodes(
+        self,
+        need: Need,
+        limit: float,
+        horizon: float,
+        plans: dict[tuple[int, str], list[tuple[float, float, Part]]],
+        lines: dict[tuple[int, str], list[tuple[float, list[Part]]]],
+        bounds: dict[tuple[str, int], list[tuple[float, int, str]]],
+        steps: dict[tuple[int, str], list[tuple[float, int]]],
+    ) -> list[tuple[float, int, _Node, list[Part]]] | None:
+        """The ``need.nodes`` nodes where the job starts soonest (start, node, records), or None."""
+        found: dict[int, tuple[float, list[Part]]] = {}  # node -> its earliest start and records
+        kth = INF  # the need.nodes-th best start found so far
+        for lb, idx, typ in self._by_bound(need, bounds, lines):
+            if lb > kth or lb > horizon:
+                break
+            n = self.nodes[idx]
+            if lb + limit > n.ahead_at:
+                continue  # its reservation ahead comes before this job could end there
+            key = (idx, typ)
+            if typ in n.free:
+                prof = steps.get(key)
+                if prof is None:
+                    prof = steps[key] = _steps(lines[key], plans.get(key, ()))
+                t = _earliest_count(n.free[typ], prof, need.count, limit, self.now, horizon, n.ahead_at)
+                parts = [(GPU, typ, need.count, -1)]
+            else:
+                t, parts = _earliest(n, need, typ, limit, self.now, horizon, plans.get(key, ()), lines[key])
+            if t < found.get(idx, (INF,))[0]:
+                found[idx] = (t, parts)
+                if len(found) >= need.nodes:
+                    kth = sorted(v[0] for v in found.values())[need.nodes - 1]
+        if len(found) < need.nodes:
+            return None
+        return sorted((t, idx, self.nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
+
+    def _by_bound(
+        self,
+        need: Need,
+        bounds: dict[tuple[str, int], list[tuple[float, int, str]]],
+        lines: dict[tuple[int, str], list[tuple[float, list[Part]]]],
+    ) -> Iterable[tuple[float, int, str]]:
+        """(lower bound of the start, node, type) for every usable node offering ``need``,
+        soonest first: the bound ignores reservations, which can only make it later."""
+        per_type = []
+        for typ in need.types:
+            key = (typ, need.count)
+            lst = bounds.get(key)
+            if lst is None:
+                lst = []
+                for n in self.by_type.get(typ, ()):
+                    if not n.usable:
+                        continue
+                    line = lines.get((n.index, typ))
+                    if line is None:
+                        line = lines[(n.index, typ)] = _timeline(n, typ)
+                    lst.append((_lower_bound(n, typ, need.count, self.now, line), n.index, typ))
+                lst.sort()
+                bounds[key] = lst
+            per_type.append(lst)
+        return per_type[0] if len(per_type) == 1 else heapq.merge(*per_type)
 
     def _idle_now(self, typ: str) -> bool:
         """Does any usable node have an idle record (or shard) of ``typ``?"""
@@ -791,6 +860,87 @@ def _timeline(n: _Node, typ: str) -> list[tuple[float, list[Part]]]:
             out.append((end, mine))
     out.sort(key=lambda e: e[0])
     return out
+
+
+def _suffix_minima(
+    jobs: Sequence[tuple[Need, float]],
+) -> dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]]:
+    """Per (types, kind), in queue order: at each of its jobs, the smallest count, nodes and
+    limit (each on its own) among it and the jobs of that shape after it."""
+    out: dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]] = {}
+    for need, limit in reversed(jobs):
+        lst = out.setdefault((need.types, need.kind), [])
+        c, k, lim = lst[-1] if lst else (need.count, need.nodes, limit)
+        lst.append((min(c, need.count), min(k, need.nodes), min(lim, limit)))
+    for lst in out.values():
+        lst.reverse()
+    return out
+
+
+def _steps(
+    line: Sequence[tuple[float, list[Part]]], plans: Sequence[tuple[float, float, Part]]
+) -> list[tuple[float, int]]:
+    """How a node's idle records of one plain type change over time, sorted: + at each
+    running job's expected end, - / + over each reservation of this pass."""
+    out = [(end, sum(c for _, _, c, _ in parts)) for end, parts in line]
+    for a, b, part in plans:
+        out += [(a, -part[2]), (b, part[2])]
+    out.sort()
+    return out
+
+
+def _earliest_count(
+    free: int,
+    steps: Sequence[tuple[float, int]],
+    count: int,
+    limit: float,
+    now: float,
+    horizon: float,
+    ahead_at: float,
+) -> float:
+    """The earliest t >= now with at least ``count`` records idle over all of [t, t + limit):
+    availability is a step function of the sorted ``steps``; a start can only be ``now`` or a
+    step up, and it holds iff the first step that drops below ``count`` comes at or after
+    t + limit.  Exact (reservations that never overlap each other are not summed); INF if
+    no start before ``horizon`` ends before the node's reservation ahead."""
+    times = [now]
+    level = [free]
+    for t, d in steps:
+        if t <= now:
+            level[0] += d
+        elif t == times[-1]:
+            level[-1] += d
+        else:
+            times.append(t)
+            level.append(level[-1] + d)
+    k = len(times)
+    bad = k  # the first index >= i whose level is below count (scanning backwards)
+    first_bad = [k] * k
+    for i in range(k - 1, -1, -1):
+        if level[i] < count:
+            bad = i
+        first_bad[i] = bad
+    for i, t in enumerate(times):
+        if t > horizon or t + limit > ahead_at:
+            return INF
+        if level[i] >= count and (first_bad[i] == k or times[first_bad[i]] >= t + limit):
+            return t
+    return INF
+
+
+def _lower_bound(n: _Node, typ: str, count: int, now: float, line: Sequence[tuple[float, list[Part]]]) -> float:
+    """When ``count`` records of plain ``typ`` are first idle on ``n`` as its jobs end (now for
+    time-sliced GPUs, whose state is per GPU: no pruning there); INF if never."""
+    if typ not in n.free:
+        return now
+    free = n.free[typ]
+    if free >= count:
+        return now
+    for end, parts in line:
+        free += sum(c for _, _, c, _ in parts)
+        if free >= count:
+            return end
+    return INF
 
 
 def _earliest(

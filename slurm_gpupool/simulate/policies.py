@@ -1,0 +1,140 @@
+"""The policies a simulation compares, from the pool config (pure).
+
+* ``static:<layout>``: every node in one layout for the whole replay (``static:whole`` is
+  every GPU whole, made here if the config has no such layout);
+* ``schedule``: the config's day/night schedule, switched as the repartitioner does;
+* ``schedule:<file>``-style alternatives come in as extra layouts merged into the config
+  (``with_layouts``), then compared as ``static:`` policies.
+
+Times are seconds from the replay's start (``epoch``, a timezone-aware datetime), so the
+schedule's weekdays and hours are the trace's own.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from slurm_gpupool.config import PoolConfig, parse_config
+from slurm_gpupool.core.switch_plan import Timings, estimate_switch_s
+from slurm_gpupool.errors import UsageError
+from slurm_gpupool.ops.switch_rules import lead_time_default
+from slurm_gpupool.simulate.engine import Switcher
+
+WHOLE = "whole"
+SCHEDULE = "schedule"
+STATIC = "static:"
+
+# Phase medians of a switch measured by benchmarks/bench_repartition.py on the 22.05 sandbox
+# (README, 2026-11-21), with node apply taken as a real node's: changing MIG mode and
+# instances on eight GPUs (GPU reset included) is a minute, not the simulator's 4 s.
+MEASURED = Timings(
+    reserve_s=0.3,
+    apply_s=60.0,
+    install_s=0.15,
+    ctld_restart_s=4.7,
+    slurmd_stop_s=0.4,
+    slurmd_start_s=0.4,
+    verify_s=2.1,
+)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str  # static:<layout> | schedule
+    layouts: tuple[str, ...]  # every layout it may put a node in
+
+
+def with_whole_layout(cfg: PoolConfig) -> tuple[PoolConfig, str]:
+    """The config plus a layout with every GPU whole, for ``static:whole``: the config's own
+    if one layout already is (``night`` in the shipped one), else one named ``whole``."""
+    for name, entries in cfg.layouts.items():
+        if all(all(t.mode == WHOLE for _, t in e.entries) for e in entries) and all(
+            cfg.covers(name, n) for n in cfg.all_nodes()
+        ):
+            return cfg, name
+    raw = copy.deepcopy(cfg.raw)
+    raw.setdefault("layouts", {})[WHOLE] = {ns: {"all": WHOLE} for ns in cfg.nodesets}
+    return _reparse(cfg, raw, cfg.source), WHOLE
+
+
+def _reparse(cfg: PoolConfig, raw: dict[str, Any], source: str) -> PoolConfig:
+    return parse_config(raw, source, Path(cfg.source).parent)
+
+
+def with_layouts(cfg: PoolConfig, extra: Mapping[str, Any], source: str) -> PoolConfig:
+    """The config with more layouts (a ``layouts:`` mapping from another file), checked
+    as the config's own are (feasible MIG placements, known profiles: exit 78/65)."""
+    raw = copy.deepcopy(cfg.raw)
+    clash = sorted(set(extra) & set(cfg.layouts))
+    if clash:
+        raise UsageError(f"{source}: layouts {', '.join(clash)}", "the pool config already has them: rename them")
+    raw.setdefault("layouts", {}).update(copy.deepcopy(dict(extra)))
+    return _reparse(cfg, raw, f"{cfg.source} + {source}")
+
+
+def policies(cfg: PoolConfig, names: list[str] | None, whole: str) -> list[PolicySpec]:
+    """The named policies (default: all-whole, each layout static, and the schedule)."""
+    if not names:
+        names = [STATIC + whole] + [STATIC + lay for lay in cfg.layout_names() if lay != whole]
+        if cfg.schedule is not None:
+            names.append(SCHEDULE)
+    out = []
+    for name in names:
+        if name == SCHEDULE:
+            if cfg.schedule is None:
+                raise UsageError("--policy schedule", "the pool config has no schedule")
+            lays = {cfg.schedule.default, *(r.layout for r in cfg.schedule.rules)}
+            out.append(PolicySpec(SCHEDULE, tuple(sorted(lays))))
+        elif name.startswith(STATIC):
+            lay = whole if name == STATIC + WHOLE else name[len(STATIC) :]
+            if lay not in cfg.layouts:
+                raise UsageError(
+                    f"--policy {name}", f"no layout {lay!r}", hint="layouts: " + ", ".join(cfg.layout_names())
+                )
+            out.append(PolicySpec(name, (lay,)))
+        else:
+            raise UsageError(f"--policy {name}", "expected static:LAYOUT, static:whole or schedule")
+    return out
+
+
+def schedule_boundaries(cfg: PoolConfig, epoch: datetime, span_s: float) -> list[tuple[float, str]]:
+    """(seconds from ``epoch``, layout due from then) over the replay, first at 0."""
+    sched = cfg.schedule
+    assert sched is not None
+    out = [(0.0, sched.due(epoch))]
+    t = epoch
+    end = epoch + timedelta(seconds=span_s)
+    while True:
+        nxt = sched.next_change(t)
+        if nxt is None or nxt[0] > end:
+            return out
+        t, layout = nxt
+        out.append(((t - epoch).total_seconds(), layout))
+
+
+def switcher(cfg: PoolConfig, policy: PolicySpec, epoch: datetime, span_s: float) -> Switcher:
+    if policy.name == SCHEDULE:
+        return Switcher(SCHEDULE, schedule_boundaries(cfg, epoch, span_s))
+    return Switcher(policy.name, [(0.0, policy.layouts[0])])
+
+
+def lead_time_s(cfg: PoolConfig, boundaries: list[tuple[float, str]], max_time_s: float | None) -> float:
+    """``repartition.lead_time`` as the repartitioner works it out (``auto``: MaxTime, half the
+    shortest switch gap, ``max_lead_time``)."""
+    if cfg.repartition.lead_time_s is not None:
+        return float(cfg.repartition.lead_time_s)
+    gaps = [int(b[0] - a[0]) for a, b in pairwise(boundaries[1:])]  # between switches, not from 0
+    return float(lead_time_default(int(max_time_s) if max_time_s else None, gaps, cfg.repartition.max_lead_time_s))
+
+
+def switch_seconds(cfg: PoolConfig, nodes: int, timings: Timings = MEASURED) -> float:
+    """A node's time out of service in a switch of ``nodes`` nodes: the timing model the
+    repartition benchmark uses (apply waves of ``parallel``, restart batches)."""
+    r = cfg.repartition
+    return float(estimate_switch_s(nodes, r.parallel, r.restart_batch, timings)["worst_node_unavailable_s"])
