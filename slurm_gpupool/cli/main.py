@@ -40,6 +40,7 @@ COMMANDS = {
     "repartition": "slurm_gpupool.cli.repartition:repartition",
     "status": "slurm_gpupool.cli.repartition:status",
     "report": "slurm_gpupool.cli.report:report",
+    "simulate": "slurm_gpupool.cli.simulate:simulate",
     "schedule": "slurm_gpupool.cli.repartition:schedule",
     "metrics": "slurm_gpupool.cli.metrics:metrics",
     "qos": "slurm_gpupool.cli.qos:qos",

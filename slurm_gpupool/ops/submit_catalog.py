@@ -8,6 +8,7 @@ Written beside slurm.conf by ``gpupool gres install``; the wrapper reads it with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from slurm_gpupool.config import PoolConfig
@@ -19,11 +20,11 @@ from slurm_gpupool.ops.gres_sources import planned_node
 FILE_NAME = "gpupool-submit.json"
 
 
-def layout_offers(cfg: PoolConfig, layout: str) -> list[dict[str, Any]]:
-    """The GRES a layout offers, aggregated over nodes: type, memory, count, the most on one
-    node (``per_node``: a job's GRES count is per node), NVLink sets."""
+def layout_offers(cfg: PoolConfig, layout: str, nodes: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The GRES a layout offers, aggregated over nodes (``nodes``: only these): type, memory,
+    count, the most on one node (``per_node``: a job's GRES count is per node), NVLink sets."""
     agg: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for node in cfg.all_nodes():
+    for node in cfg.all_nodes() if nodes is None else nodes:
         if not cfg.covers(layout, node) or cfg.nodeset_of(node).machine is None:
             continue
         view = planned_node(cfg, layout, node)

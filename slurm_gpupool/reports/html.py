@@ -499,12 +499,12 @@ def _notes_html(notes: Iterable[Any], cls: str = "notes") -> str:
     return f'<ul class="{cls}">{"".join(items)}</ul>' if items else ""
 
 
-def _report_html(report: Report, index: int) -> str:
+def _report_html(report: Report, index: int, charts: dict[str, Callable[[Report], str]]) -> str:
     sid = _slug(report.name)
     parts = [f'<section class="report" id="report-{sid}">', f"<h2>{_esc(report.title)}</h2>"]
     since, until = _fmt_when(report.since), _fmt_when(report.until)
     parts.append(f'<p class="period">{_esc(since)} → {_esc(until)}</p>')
-    chart = CHARTS.get(report.name)
+    chart = charts.get(report.name)
     if chart is not None:
         parts.append(chart(report))
     for j, (name, df) in enumerate(report.tables.items()):
@@ -516,11 +516,14 @@ def _report_html(report: Report, index: int) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def render_html(reports: list[Report], context: dict[str, Any]) -> str:
+def render_html(
+    reports: list[Report], context: dict[str, Any], charts: dict[str, Callable[[Report], str]] | None = None
+) -> str:
     """The whole page: header (title, period, input and malformed-line summary), then each report.
 
     ``context`` holds "title", "since"/"until" (ISO strings), "load" (LoadStats.to_dict())
-    and "notes" (list of str); unknown keys are ignored.
+    and "notes" (list of str); unknown keys are ignored.  ``charts``: chart builders by report
+    name beside the accounting reports' own (``gpupool simulate`` brings its own).
     """
     title = str(context.get("title") or "GPU pool report")
     since, until = context.get("since"), context.get("until")
@@ -543,7 +546,8 @@ def render_html(reports: list[Report], context: dict[str, Any]) -> str:
         "</header>",
         "<main>",
     ]
-    body = [_report_html(r, i) for i, r in enumerate(reports)]
+    builders = {**CHARTS, **(charts or {})}
+    body = [_report_html(r, i, builders) for i, r in enumerate(reports)]
     if not reports:
         body.append('<p class="nochart">No reports were requested.</p>')
     tail = ["</main>", "</body>", "</html>", ""]

@@ -127,7 +127,8 @@ def philly_jobs(
             offset[sel] = d * DAY_S + retime(offset[sel] - d * DAY_S, curve)
         order = np.argsort(offset, kind="stable")
         df, offset = df.iloc[order], offset[order]
-    return epoch.to_pydatetime(), _jobs(offset, df["duration"].to_numpy(), df["gpus"].to_numpy(), df["vc"], limit_factor, max_time_s)
+    jobs = _jobs(offset, df["duration"].to_numpy(), df["gpus"].to_numpy(), df["vc"], limit_factor, max_time_s)
+    return epoch.to_pydatetime(), jobs
 
 
 def _jobs(
@@ -146,7 +147,8 @@ def _jobs(
         req = reqs.get((g, m))
         if req is None:
             req = reqs[(g, m)] = TraceRequest(int(g), m)
-        out.append(SimJob(k + 1, float(t), float(d), time_limit_s(d, limit_factor, maximum_s=max_time_s), req, str(acc)))
+        limit = time_limit_s(d, limit_factor, maximum_s=max_time_s)
+        out.append(SimJob(k + 1, float(t), float(d), limit, req, str(acc)))
     return out
 
 
@@ -196,7 +198,8 @@ def accounting_jobs(data: Data, limit_factor: float = 2.0) -> tuple[datetime, li
         g = by_job.get_group(row.Index)
         req = _request(g)
         if req is None:
-            skipped["GRES we cannot map (several types in one job)"] = skipped.get("GRES we cannot map (several types in one job)", 0) + 1
+            why = "GRES we cannot map (several types in one job)"
+            skipped[why] = skipped.get(why, 0) + 1
             continue
         req = reqs.setdefault((req.gpus, req.milli, req.memory_mib, req.model), req)
         run = (row.end - row.start).total_seconds()
@@ -223,7 +226,9 @@ def _request(g: pd.DataFrame) -> TraceRequest | None:
     r = g.iloc[0]
     mem = int(r["memory_mib"]) if r["memory_mib"] == r["memory_mib"] and r["memory_mib"] else 0
     if r["kind"] in ("mig", "shard", "shared") and float(r["eq"]) < 1:
-        return TraceRequest(1, max(1, min(999, round(float(r["eq"]) * 1000))), mem if r["kind"] == "mig" else 0)
+        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB)
+        mem = mem * max(1, int(r["gpus"])) if r["kind"] == "mig" else 0
+        return TraceRequest(1, max(1, min(999, round(float(r["eq"]) * 1000))), mem)
     gpus = int(g["gpus"].sum()) or max(1, round(float(g["eq"].sum())))
     model = str(r["model"]) if r["kind"] == "whole" and r["model"] == r["model"] and len(g) == 1 else None
     return TraceRequest(gpus, 1000, 0, model)

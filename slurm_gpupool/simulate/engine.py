@@ -68,6 +68,7 @@ class Params:
     sample_s: float = 3600.0  # how often fragmentation is measured
     typical_share: float = 0.95  # FGD's typical jobs: the most frequent requests covering this share
     any_model: bool = True  # a request that names no model takes any type that holds it (untyped gpu:N)
+    window_s: float | None = None  # measure utilisation and switches up to here (None: the last submission)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ class Result:
     """What a replay measured (``metrics.summarise`` turns it into the report)."""
 
     policy: str
-    horizon_s: float
+    horizon_s: float  # when the last job ended
+    window_s: float  # utilisation, switches and samples are measured over [0, window_s]
     jobs: list[JobRecord]
     capacity: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds offered
     allocated: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds allocated
@@ -249,6 +251,9 @@ class Engine:
         self.last_t: dict[str, float] = {}
         self.layout_s: dict[str, float] = {}
         self.period = sw.due(0.0)
+        # capacity, switches and samples are measured while jobs arrive: after the last
+        # submission only the drain of the longest jobs is left, which no policy changes
+        self.window = self.p.window_s if self.p.window_s is not None else max((j.submit_s for j in jobs), default=0.0)
         for n in self.nodes:
             self._capacity(n, +1)
         for i, j in enumerate(jobs):
@@ -291,10 +296,11 @@ class Engine:
         horizon = self.now
         self._flush_all(horizon)
         for n in self.nodes:
-            self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) + horizon
+            self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) + min(horizon, self.window)
         return Result(
             policy=sw.name,
             horizon_s=horizon,
+            window_s=self.window,
             jobs=self.recs,
             capacity=self.cap_int,
             allocated=self.alloc_int,
@@ -603,8 +609,7 @@ class Engine:
 
     # -- switches ---------------------------------------------------------------------------
     def _covers(self, layout: str, n: _Node) -> bool:
-        shape = self.spec.shape(layout, n.name)
-        return bool(shape.plain or shape.shared)
+        return self.spec.covers(layout, n.name)
 
     def _ahead(self, at: float, layout: str) -> None:
         """``repartition --scheduled`` reserves the changing nodes from the switch time on."""
@@ -647,7 +652,7 @@ class Engine:
         else:
             if not n.skipped:
                 n.skipped = True
-                self.skipped += 1
+                self.skipped += self.now <= self.window
             step = self.p.cron_s
             self._push(math.ceil(self.now / step) * step if step > 0 else self.now, _CRON, n.index)
 
@@ -673,14 +678,15 @@ class Engine:
             rec.requeues += 1
             rec.start_s = rec.end_s = -1.0
             self.gen[i] += 1
-            self.requeued += 1
+            self.requeued += self.now <= self.window
             self._enqueue(i)
 
     def _go(self, n: _Node) -> None:
         """Apply the node's new layout: out of service for ``switch_s``."""
-        self.reserved_s += max(0.0, self.now - n.idle_since)
-        self.switches += 1
-        self.oos_s += self.p.switch_s
+        if self.now <= self.window:  # counted while jobs arrive, not while the last ones drain
+            self.reserved_s += max(0.0, self.now - n.idle_since)
+            self.switches += 1
+            self.oos_s += min(self.p.switch_s, self.window - self.now)
         n.out_until = self.now + self.p.switch_s
         self._capacity(n, -1)
         self._push(n.out_until, _BACK, n.index)
@@ -689,7 +695,7 @@ class Engine:
         n = self.nodes[index]
         target = n.target
         assert target is not None
-        self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) + self.now
+        self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) + min(self.now, self.window)
         fresh = self._make_node(n.index, n.name, target)
         n.layout, n.free, n.cap, n.shared, n.shares, n.eq = (
             fresh.layout,
@@ -699,7 +705,7 @@ class Engine:
             fresh.shares,
             fresh.eq,
         )
-        self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) - self.now
+        self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) - min(self.now, self.window)
         self._index_types()
         self._capacity(n, +1)
         n.target, n.switch_at, n.idle_since, n.skipped, n.requeued = None, INF, INF, False, False
@@ -713,6 +719,7 @@ class Engine:
 
     # -- nodes -------------------------------------------------------------------------------
     def _make_node(self, index: int, name: str, layout: str) -> _Node:
+        layout = self.spec.resolve(layout, name)
         shape: Shape = self.spec.shape(layout, name)
         for t, k in shape.kind:
             self.kinds.setdefault(t, k)
@@ -740,6 +747,7 @@ class Engine:
     def _flush(self, typ: str, t: float) -> None:
         """Integrate one type's capacity and allocation up to ``t`` (lazily, per type)."""
         last = self.last_t.get(typ, 0.0)
+        t = min(t, self.window)
         if t > last:
             key = (self.period, typ)
             self.cap_int[key] = self.cap_int.get(key, 0.0) + self.cap_now.get(typ, 0.0) * (t - last)
@@ -777,7 +785,8 @@ class Engine:
                 continue
             idle += f
             frag += sum(w * (f - max(_usable_eq(n, need, t) for t in need.types)) for need, w in typical)
-        self.samples.append((self.now, total, idle, frag))
+        if self.now <= self.window:
+            self.samples.append((self.now, total, idle, frag))
 
 
 def _describe(req: TraceRequest) -> str:

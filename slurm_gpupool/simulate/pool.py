@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.ops.capacity import node_offers
@@ -36,7 +37,7 @@ EMPTY = Shape((), (), (), ())
 
 
 def node_shape(cfg: PoolConfig, layout: str, node: str) -> Shape:
-    """``node`` in ``layout`` (EMPTY when the layout does not cover it)."""
+    """``node`` in ``layout`` (EMPTY when the layout does not cover it, or it has no machine description)."""
     offers = node_offers(cfg, layout, node)
     plain = tuple((o.type, o.count) for o in offers if o.kind != "shared")
     shared = tuple((o.type, o.count, o.shares) for o in offers if o.kind == "shared")
@@ -48,22 +49,55 @@ class PoolSpec:
     """The nodes of a replay and their shapes in every layout a policy may use."""
 
     nodes: tuple[str, ...]  # Slurm's node order (config order): first fit walks it
-    shapes: dict[tuple[str, str], Shape]  # (layout, node) -> shape
-    offers: dict[str, list[dict[str, object]]]  # layout -> the submit catalog's offers (mapping)
+    shapes: dict[tuple[str, str], Shape]  # (layout, node) -> shape, for the layouts that cover it
+    offers: dict[str, list[dict[str, Any]]]  # layout -> the submit catalog's offers (mapping)
     naming: str
     autodetect: bool
+    fallback: str  # the layout a node no other layout covers stays in (the schedule's default)
+
+    def covers(self, layout: str, node: str) -> bool:
+        return (layout, node) in self.shapes
+
+    def resolve(self, layout: str, node: str) -> str:
+        """The layout ``node`` is in when ``layout`` is applied: a layout that does not cover
+        it leaves it where it was (the repartitioner switches covered nodes only)."""
+        return layout if self.covers(layout, node) else self.fallback
 
     def shape(self, layout: str, node: str) -> Shape:
-        return self.shapes.get((layout, node), EMPTY)
+        return self.shapes.get((self.resolve(layout, node), node), EMPTY)
 
     def gpu_eq(self, layout: str) -> float:
         return sum(self.shape(layout, n).gpu_eq for n in self.nodes)
 
 
-def pool_spec(cfg: PoolConfig, layouts: Iterable[str], nodes: Sequence[str] | None = None) -> PoolSpec:
-    """Shapes of ``nodes`` (default: every node with a machine description) in ``layouts``."""
+def pool_spec(
+    cfg: PoolConfig, layouts: Iterable[str], nodes: Sequence[str] | None = None, fallback: str = ""
+) -> PoolSpec:
+    """Shapes of ``nodes`` (default: every node with a machine description) in ``layouts``;
+    ``fallback`` (default: the schedule's default layout) holds the nodes a layout leaves out."""
     names = tuple(nodes) if nodes is not None else tuple(n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine)
-    wanted = sorted(set(layouts))
-    shapes = {(lay, n): node_shape(cfg, lay, n) for lay in wanted for n in names}
-    offers = {lay: layout_offers(cfg, lay) for lay in wanted}
-    return PoolSpec(names, shapes, offers, cfg.slurm.type_naming, cfg.slurm.autodetect)
+    fallback = fallback or (cfg.schedule.default if cfg.schedule is not None else "")
+    wanted = sorted({*layouts, *([fallback] if fallback else [])})
+    shapes = {(lay, n): node_shape(cfg, lay, n) for lay in wanted for n in names if cfg.covers(lay, n)}
+    offers = {}
+    for lay in wanted:  # what the nodes offer with ``lay`` applied: the others stay in the fallback
+        left = [n for n in names if not cfg.covers(lay, n)]
+        offers[lay] = _merged(layout_offers(cfg, lay, names), layout_offers(cfg, fallback, left) if fallback else [])
+    return PoolSpec(names, shapes, offers, cfg.slurm.type_naming, cfg.slurm.autodetect, fallback)
+
+
+def _merged(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two offer lists as one (the same type on both sides: counts and nodes add up)."""
+    out = {(o["kind"], o["type"], o.get("shares", 0)): dict(o) for o in a}
+    for o in b:
+        key = (o["kind"], o["type"], o.get("shares", 0))
+        if key not in out:
+            out[key] = dict(o)
+            continue
+        m = out[key]
+        m["count"] += o["count"]
+        m["nodes"] += o["nodes"]
+        m["per_node"] = max(m.get("per_node", 0), o.get("per_node", 0))
+        if "nvlink_clique" in o:
+            m["nvlink_clique"] = max(m.get("nvlink_clique", 0), o["nvlink_clique"])
+    return sorted(out.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))

@@ -36,6 +36,18 @@ def test_wheel_contains_every_template_and_machine(wheel: zipfile.ZipFile):
     for m in (TOP / "etc" / "machines").glob("*.yaml"):
         assert f"slurm_gpupool/etc/machines/{m.name}" in names
     assert "slurm_gpupool/data/grafana/gpupool.json" in names  # docs/metrics.md
+    for m in (TOP / "etc" / "simulate").glob("*.yaml"):
+        assert f"slurm_gpupool/etc/simulate/{m.name}" in names
+
+
+def test_wheel_contains_every_python_package(wheel: zipfile.ZipFile):
+    """A package left out of setup.cfg (simulate once was) installs nowhere but the checkout."""
+    names = set(wheel.namelist())
+    pkgs = [p.parent.relative_to(TOP) for p in (TOP / "slurm_gpupool").rglob("__init__.py")]
+    assert len(pkgs) > 10
+    for pkg in pkgs:
+        for module in (TOP / pkg).glob("*.py"):
+            assert f"{pkg.as_posix()}/{module.name}" in names, module
 
 
 def test_wheel_declares_the_console_scripts(wheel: zipfile.ZipFile):

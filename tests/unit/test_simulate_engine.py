@@ -37,7 +37,7 @@ def job(i, submit, duration, gpus=1, milli=1000, limit=None, requeue=True):
 
 def run(spec, jobs, boundaries=(("whole", 0.0),), **params):
     sw = Switcher("test", [(t, lay) for lay, t in boundaries])
-    base = {"sample_s": 0, "bf_interval_s": 30, "switch_s": 60, "lead_time_s": 0}
+    base = {"sample_s": 0, "bf_interval_s": 30, "switch_s": 60, "lead_time_s": 0, "window_s": 1e12}
     res = Engine(spec, sw, Params(**{**base, **params})).run(jobs)
     return res, {r.job_id: r for r in res.jobs}
 
@@ -126,6 +126,16 @@ def test_utilisation_counts_gpu_equivalents_of_what_is_held(spec):
     assert res.horizon_s == 100
     assert sum(res.allocated.values()) == pytest.approx(25.0)
     assert sum(res.capacity.values()) == pytest.approx(800.0)
+
+
+def test_utilisation_and_switches_are_measured_while_jobs_arrive(spec):
+    # jobs arrive until 500; a long one runs to 10,000: the drain is not counted
+    jobs = [job(1, 0, 10_000, milli=200, limit=20_000), job(2, 500, 100, milli=200)]
+    res, _ = run(spec, jobs, boundaries=(("day", 0.0), ("whole", 1000.0)), window_s=None)
+    assert res.window_s == 500 and res.horizon_s == 10_000
+    assert sum(res.capacity.values()) == pytest.approx(8 * 500)
+    assert sum(res.allocated.values()) == pytest.approx(0.25 * 500 + 0.25 * 0)  # job 2 starts at 500
+    assert res.switches == 0  # the 1000 switch and the one after job 1 come after the window
 
 
 def test_a_day_to_night_switch_waits_for_running_jobs_and_night_jobs_wait_for_it(spec):

@@ -1,0 +1,278 @@
+"""``gpupool simulate``: replay jobs against the pool's policies, side by side (#16).
+
+Jobs come from a public trace (``--trace philly|openb``) or from this site's accounting
+(``--trace accounting``: sacct, or ``--from`` files in any format ``gpupool report``
+reads).  Each policy (``--policy``: ``static:LAYOUT``, ``static:whole``, ``schedule``;
+default: all of them) is replayed by ``simulate.engine`` with the config's own catalog,
+planner, GRES and repartition rules; the report says what each buys.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_gpupool.cli.context import AppContext, pass_app
+from slurm_gpupool.cli.report import _common, _load
+from slurm_gpupool.errors import UsageError
+
+TRACES = ("philly", "openb", "accounting")
+
+
+def _floats(text: str, option: str, low: float = 0.0) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{option} {text}", "expected numbers separated by commas") from None
+    if not vals or any(not v > low for v in vals) or any(v != v or v == float("inf") for v in vals):
+        raise UsageError(f"{option} {text}", f"every value must be a finite number above {low:g}")
+    return vals
+
+
+def _seconds(text: str | None, option: str) -> float | None:
+    from slurm_gpupool.core.durations import parse_duration_s
+
+    if text is None:
+        return None
+    try:
+        return float(parse_duration_s(text))
+    except ValueError as e:
+        raise UsageError(f"{option} {text}", str(e)) from None
+
+
+class Progress:
+    """``policy: day 12 of 30`` on a terminal's stderr, nothing otherwise."""
+
+    def __init__(self, label: str, span_s: float, enabled: bool) -> None:
+        self.label, self.span_s, self.enabled = label, max(span_s, 1.0), enabled
+
+    def __call__(self, t: float) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r{self.label}: day {t / 86400:,.1f} of {self.span_s / 86400:,.1f}   ")
+            sys.stderr.flush()
+
+    def done(self, seconds: float) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r{self.label}: done in {seconds:.1f} s{' ' * 20}\n")
+
+
+@click.command()
+@click.option(
+    "--trace",
+    type=click.Choice(TRACES),
+    default=None,
+    help="Jobs: a public trace, or this site's accounting (default: accounting, or philly without --from).",
+)
+@click.option(
+    "--policy",
+    "policy_names",
+    multiple=True,
+    metavar="P",
+    help="static:LAYOUT, static:whole or schedule (repeatable; default: every layout static, and the schedule).",
+)
+@click.option(
+    "--layouts",
+    "layouts_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A YAML file whose `layouts:` are compared too (as static:NAME).",
+)
+@click.option("--days", type=float, help="Replay this many days of the trace.")
+@click.option("--start", help="Trace date to start from (philly/openb), e.g. 2017-10-02.")
+@click.option(
+    "--retime/--no-retime",
+    default=True,
+    show_default=True,
+    help="philly/openb: move submissions to Helios's day/night curve.",
+)
+@click.option(
+    "--openb-list",
+    default="openb_pod_list_default",
+    show_default=True,
+    help="openb: the pod list whose one-GPU requests are drawn.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="openb's draw and --thin's seed.")
+@click.option(
+    "--thin",
+    type=float,
+    help="Keep this fraction of the trace's jobs (drawn with --seed): a big trace's load on a small pool.",
+)
+@click.option(
+    "--slowdown",
+    default="1.0",
+    show_default=True,
+    help="A time-shared job runs this many times longer; a comma list sweeps it.",
+)
+@click.option(
+    "--limit-factor",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Time limit of a job without one: this x its run time.",
+)
+@click.option("--max-time", help="The partition's MaxTime (e.g. 7d): longer jobs are cut there (default: none).")
+@click.option(
+    "--switch-time", help="A node out of service per switch (default: the repartition timing model for this pool)."
+)
+@click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
+@click.option(
+    "--prefer",
+    type=click.Choice(("mig", "shard")),
+    default="mig",
+    show_default=True,
+    help="A fraction of a GPU goes to a MIG slice or to shards first.",
+)
+@click.option(
+    "--typed",
+    is_flag=True,
+    help="Requests keep the one GRES type they map to (as if users named it) instead of any model that holds them.",
+)
+@click.option("--format", "fmt", type=click.Choice(("table", "json", "html")), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@_common
+@pass_app
+def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
+             limit_factor, max_time, switch_time, bf_interval, prefer, typed, fmt, output, since, until, files,
+             fields, delimiter, tz, journal, spools, window, sacct_format):  # fmt: skip
+    """Replay jobs against the pool's layouts and schedule, side by side.
+
+    \b
+    gpupool simulate --trace philly --days 14            # every layout static vs the schedule
+    gpupool simulate --from sacct.txt --policy schedule --policy static:night
+    gpupool simulate --trace openb --slowdown 1,1.5,2 --format html -o sim.html
+    """
+    import time
+
+    from slurm_gpupool.reports import sim_report
+    from slurm_gpupool.simulate import policies as pol
+    from slurm_gpupool.simulate.engine import Engine, Params
+    from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
+    from slurm_gpupool.simulate.metrics import summarise
+    from slurm_gpupool.simulate.pool import pool_spec
+    from slurm_gpupool.validate import load_yaml
+
+    trace = trace or ("accounting" if files else "philly")
+    slowdowns = _floats(slowdown, "--slowdown")
+    if limit_factor is None or not limit_factor >= 1 or limit_factor == float("inf"):
+        raise UsageError(f"--limit-factor {limit_factor}", "must be at least 1 (a job ends within its limit)")
+    if days is not None and not 0 < days < 1e5:
+        raise UsageError(f"--days {days}", "must be more than 0")
+    max_time_s = _seconds(max_time, "--max-time")
+    cfg = app.config()
+    if layouts_file is not None:
+        extra = load_yaml(layouts_file)
+        if not isinstance(extra, dict) or not isinstance(extra.get("layouts"), dict):
+            raise UsageError(f"--layouts {layouts_file}", "expected a YAML file with a `layouts:` mapping")
+        cfg = pol.with_layouts(cfg, extra["layouts"], str(layouts_file))
+    cfg, whole = pol.with_whole_layout(cfg)
+    specs = pol.policies(cfg, list(policy_names) or None, whole)
+    notes: list[str] = []
+    accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
+    epoch, jobs, source = _jobs(
+        app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes
+    )
+    if thin is not None:
+        if not 0 < thin <= 1:
+            raise UsageError(f"--thin {thin}", "must be more than 0 and at most 1")
+        import random
+
+        rnd = random.Random(seed)
+        jobs = [j for j in jobs if rnd.random() < thin]
+        source += f"; {thin:g} of its jobs (seed {seed})"
+    if not jobs:
+        raise UsageError(f"--trace {trace}", "no job to replay", hint="widen --days/--since")
+    tzinfo = cfg.schedule.tz if cfg.schedule is not None and cfg.schedule.tz is not None else UTC
+    epoch = epoch.replace(tzinfo=tzinfo) if epoch.tzinfo is None else epoch
+    span = max(j.submit_s for j in jobs) + max(j.limit_s for j in jobs) + 86400
+    nodes = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
+    fallback = cfg.schedule.default if cfg.schedule is not None else whole  # where uncovered nodes stay
+    switch_s = _seconds(switch_time, "--switch-time")
+    if switch_s is None:
+        switch_s = pol.switch_seconds(cfg, len(nodes))
+    runs: list[dict[str, Any]] = []
+    series: dict[str, list[tuple[float, float]]] = {}
+    tty = sys.stderr.isatty()
+    for spec in specs:
+        pool = pool_spec(cfg, spec.layouts, nodes, fallback)
+        sw = pol.switcher(cfg, spec, epoch, span)
+        lead = pol.lead_time_s(cfg, list(zip(sw.times, sw.layouts)), max_time_s) if spec.name == pol.SCHEDULE else 0.0
+        for sd in slowdowns:
+            params = Params(
+                bf_interval_s=bf_interval,
+                switch_s=switch_s,
+                lead_time_s=lead,
+                deadline_s=cfg.repartition.deadline_s,
+                requeue=cfg.repartition.requeue,
+                grace_s=cfg.repartition.checkpoint_grace_s,
+                shard_slowdown=sd,
+                prefer=PREFER_MIG if prefer == "mig" else PREFER_SHARD,
+                any_model=not typed,
+            )
+            variant = f"slowdown {sd:g}" if len(slowdowns) > 1 else ""
+            label = spec.name + (f" ({variant})" if variant else "")
+            progress = Progress(label, span, tty)
+            t0 = time.monotonic()
+            res = Engine(pool, sw, params).run(jobs, progress)
+            progress.done(time.monotonic() - t0)
+            summary = summarise(res)
+            summary["variant"] = variant
+            summary["seconds"] = round(time.monotonic() - t0, 2)
+            runs.append(summary)
+            series[label] = [(t / 86400, 1 - idle / cap) for t, cap, idle, _ in res.samples if cap > 0]
+    context = {
+        "title": f"gpupool simulate: {trace}",
+        "source": source,
+        "jobs": len(jobs),
+        "pool": f"{len(nodes)} nodes, {pool_spec(cfg, [whole], nodes, whole).gpu_eq(whole):g} GPUs ({cfg.source})",
+        "since": epoch.isoformat(),
+        "until": (epoch + timedelta(seconds=max(j.submit_s for j in jobs))).isoformat(),
+        "parameters": {
+            "time limits": f"{limit_factor:g} x run time where the trace has none"
+            + (f", at most {max_time}" if max_time else ""),
+            "switch": f"{switch_s:.0f} s out of service per node; deadline {cfg.repartition.deadline_s} s; "
+            + ("requeue" if cfg.repartition.requeue else "no requeue"),
+            "scheduler": f"priority order, backfill every {bf_interval:g} s (bf_max_job_test 500, bf_window 1 day)",
+            "requests": ("typed" if typed else "any model that holds them")
+            + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
+        },
+        "notes": notes,
+    }
+    if fmt == "json":
+        text = sim_report.to_json(runs, context)
+    elif fmt == "html":
+        text = sim_report.to_html(runs, context, series)
+    else:
+        text = sim_report.to_table(runs, context)
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+    else:
+        output.write_text(text)
+        click.echo(f"wrote {output}", err=True)
+
+
+def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes):  # fmt: skip
+    """(epoch, jobs, where they come from); ``accounting``: the report options, in ``_load``'s order."""
+    from slurm_gpupool.reports import sim_traces as st
+
+    files = accounting[2]
+    if trace == "accounting":
+        data, _, _ = _load(app, *accounting)
+        epoch, jobs, skipped = st.accounting_jobs(data, limit_factor)
+        notes += [f"{v:,} jobs left out: {k}" for k, v in skipped.items() if v]
+        notes += list(data.notes)
+        if days is not None:
+            jobs = [j for j in jobs if j.submit_s < days * 86400]
+        label = ", ".join(str(f) for f in files) if files else "sacct"
+        return epoch, jobs, label
+    if files:
+        raise UsageError(f"--trace {trace} --from", "--from is for --trace accounting")
+    curve = st.helios_curve() if retime else None
+    epoch, jobs = st.philly_jobs(curve=curve, days=days, start=start, limit_factor=limit_factor, max_time_s=max_time_s)
+    label = "Philly 2017" + (", re-timed to Helios Earth's daily curve" if retime else "")
+    if trace == "openb":
+        jobs = st.openb_mix(jobs, st.openb_milli(openb_list), seed)
+        label += f"; one-GPU requests from openb {openb_list} (seed {seed})"
+    return epoch, jobs, label

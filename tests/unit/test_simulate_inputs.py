@@ -1,0 +1,164 @@
+"""#16: jobs for the simulator from the public traces and from a site's accounting, the
+summary figures, and ``gpupool simulate`` end to end (its table, JSON and errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_gpupool.cli.main import cli
+from slurm_gpupool.config import parse_config
+from slurm_gpupool.reports import sim_traces as st
+from slurm_gpupool.reports.dataset import Source, build
+from slurm_gpupool.reports.sim_openb import traces_dir
+from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.metrics import distribution, percentile
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = traces_dir()
+needs_traces = pytest.mark.skipif(
+    not (TRACES / st.PHILLY).exists(), reason=f"traces not found at {TRACES} (set SLURM_GPUPOOL_TRACES)"
+)
+
+
+def test_retime_keeps_order_and_count_and_follows_the_curve():
+    rng = np.random.default_rng(0)
+    times = np.sort(rng.uniform(0, 86400, 5000))
+    curve = np.zeros(1440)
+    curve[8 * 60 : 20 * 60] = 3.0  # three times the rate by day
+    curve[curve == 0] = 1.0
+    out = st.retime(times, curve)
+    assert len(out) == len(times) and np.all(np.diff(out) >= 0)  # order kept
+    by_day = np.mean((out >= 8 * 3600) & (out < 20 * 3600))
+    assert by_day == pytest.approx(36 / 48, abs=0.01)  # 12 h x 3 of 12 x 3 + 12 x 1
+
+
+@needs_traces
+def test_helios_curve_has_a_day_and_night_shape():
+    curve = st.helios_curve()
+    assert curve.shape == (1440,) and curve.sum() == pytest.approx(1.0)
+    hourly = curve.reshape(24, 60).sum(1)
+    assert hourly.max() / hourly.min() > 1.5  # not flat
+
+
+@needs_traces
+def test_philly_jobs_are_the_trace_s_own():
+    epoch, jobs = st.philly_jobs(days=1, start="2017-10-02", curve=None)
+    assert epoch.isoformat() == "2017-10-02T00:00:00"
+    frame = st.philly_frame()
+    day = frame[(frame["submit"] >= "2017-10-02") & (frame["submit"] < "2017-10-03")]
+    assert len(jobs) == len(day) > 100
+    assert [j.request.gpus for j in jobs] == day["gpus"].tolist()
+    assert all(0 <= j.submit_s < 86400 and j.limit_s >= j.duration_s and j.limit_s % 60 == 0 for j in jobs)
+    assert {j.account for j in jobs} <= set(frame["vc"])
+    _, retimed = st.philly_jobs(days=1, start="2017-10-02", curve=st.helios_curve())
+    assert sorted(j.duration_s for j in retimed) == sorted(j.duration_s for j in jobs)  # same jobs, other times
+
+
+@needs_traces
+def test_openb_mix_gives_one_gpu_jobs_openb_s_fractions():
+    jobs = [SimJob(i, i, 10, 60, TraceRequest(1 if i % 3 else 4)) for i in range(300)]
+    milli = st.openb_milli()
+    mixed = st.openb_mix(jobs, milli, seed=1)
+    assert [j.request.gpus for j in mixed] == [j.request.gpus for j in jobs]
+    fractions = [j.request.milli for j in mixed if j.request.gpus == 1]
+    assert set(fractions) <= set(milli.tolist()) and any(m < 1000 for m in fractions)
+    assert all(j.request.milli == 1000 for j in mixed if j.request.gpus == 4)
+    assert st.openb_mix(jobs, milli, seed=1) == mixed and st.openb_mix(jobs, milli, seed=2) != mixed
+
+
+def test_accounting_jobs_become_requests(tmp_path):
+    """The reports' hand-computed history: MIG slices -> their share and memory, shards ->
+    their share, whole GPUs -> count and model; unfinished jobs left out with the reason."""
+    from tests.unit.test_reports import HISTORY
+
+    raw = yaml.safe_load((ROOT / "etc" / "gpupool.yaml").read_text())
+    raw.pop("mig_parted")
+    raw["schedule"]["timezone"] = "UTC"
+    cfg = parse_config(raw, str(ROOT / "etc" / "gpupool.yaml"))
+    f = tmp_path / "sacct.txt"
+    f.write_text(HISTORY)
+    data, _, _ = build(cfg, Source(files=(f,), tz="UTC"), None, None)
+    epoch, jobs, skipped = st.accounting_jobs(data)
+    by = {j.job_id: j for j in jobs}
+    assert set(by) == {1, 2, 3, 4, 7}
+    assert by[1].request == TraceRequest(1, 286, 2 * 4864)  # two 1g.5gb: 2/7 of an A100, their memory
+    assert by[2].request.gpus == 1 and by[2].request.milli == 500  # 2 of v100n1's 4 shards
+    assert by[3].request == TraceRequest(1, 1000, 0, "A100-SXM4-40GB")  # a whole A100, its model
+    assert by[4].request.milli == 429 and by[4].request.memory_mib > 40000  # 3g.40gb of an H100
+    assert by[1].duration_s == 7200 and by[1].limit_s == 3600 * 2  # its 60 min limit < run time: run time
+    assert skipped["never started or still running"] == 2
+    assert epoch.isoformat().startswith("2026-11-10")
+
+
+def test_percentiles_and_distribution():
+    assert percentile([0, 10], 50) == 5
+    assert percentile([1, 2, 3, 4], 90) == pytest.approx(3.7)
+    d = distribution([3, 1, 2])
+    assert d["p50"] == 2 and d["mean"] == 2 and d["count"] == 3
+    assert np.isnan(distribution([])["p50"])
+
+
+def _invoke(args, config):
+    env = {**os.environ, "SLURM_GPUPOOL_CONFIG": str(config)}
+    return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+
+
+@needs_traces
+def test_gpupool_simulate_compares_policies_on_philly(tmp_path):
+    res = _invoke(
+        ["simulate", "--trace", "philly", "--days", "0.5", "--start", "2017-10-02", "--format", "json"],
+        ROOT / "etc" / "gpupool.yaml",
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    names = [r["policy"] for r in out["runs"]]
+    assert names[0] == "static:night" and names[-1] == "schedule"  # all-whole first (night is), the schedule last
+    for r in out["runs"]:
+        assert r["jobs"] == out["context"]["jobs"] > 0
+        assert r["started"] + r["never_started"] + r["rejected"] == r["jobs"] and r["started"] > 0
+        assert 0 <= r["utilisation"] <= 1 and r["wait_s"]["p50"] <= r["wait_s"]["p90"] <= r["wait_s"]["p99"]
+    night = next(r for r in out["runs"] if r["policy"] == "static:night")
+    assert night["switches"] == 0 and night["rounding_loss_fraction"] == 0  # Philly asks for whole GPUs
+
+
+@needs_traces
+def test_gpupool_simulate_html_and_slowdown_sweep(tmp_path):
+    html = tmp_path / "sim.html"
+    args = ["simulate", "--trace", "openb", "--days", "0.3", "--start", "2017-10-02", "--policy", "static:day"]
+    res = _invoke([*args, "--slowdown", "1,2", "--format", "html", "-o", str(html)], ROOT / "etc" / "gpupool.yaml")
+    assert res.exit_code == 0, res.output
+    page = html.read_text()
+    assert "<svg" in page and "slowdown 2" in page and "Policies side by side" in page
+    res = _invoke([*args, "--slowdown", "1,2", "--format", "json"], ROOT / "etc" / "gpupool.yaml")
+    runs = json.loads(res.output)["runs"]
+    one, two = runs
+    assert two["completion_s"]["mean"] >= one["completion_s"]["mean"]  # shard jobs run twice as long
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--policy", "static:nope"], "no layout 'nope'"),
+        (["--policy", "sometimes"], "expected static:LAYOUT"),
+        (["--slowdown", "0"], "above 0"),
+        (["--slowdown", "x"], "numbers separated by commas"),
+        (["--limit-factor", "0.5"], "at least 1"),
+        (["--max-time", "soon"], "--max-time soon"),
+        (["--thin", "0"], "at most 1"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(args, expect, monkeypatch, capsys):
+    from slurm_gpupool.cli.main import main
+
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(ROOT / "etc" / "gpupool.yaml"))
+    code = main(["simulate", "--trace", "philly", "--days", "0.1", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and expect in err and err.startswith("gpupool: ") and "Traceback" not in err
