@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,9 +16,24 @@ TOP = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """Built from a copy of the source files only: setuptools reuses a checkout's ignored
+    ``build/lib``, whose stale modules once hid a package missing from setup.cfg."""
     out = tmp_path_factory.mktemp("dist")
+    src = tmp_path_factory.mktemp("src")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=TOP,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    for rel in listed:
+        if (TOP / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(TOP / rel, src / rel)
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(TOP)],
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
         check=True,
         capture_output=True,
         timeout=300,
