@@ -47,7 +47,7 @@ from slurm_gpupool.simulate.pool import PoolSpec, Shape
 GPU, SHARD = "gpu", "shard"
 INF = math.inf
 # event kinds, in the order they are handled at one instant
-_END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _SAMPLE = range(9)
+_END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _SAMPLE, _TICK = range(10)
 
 
 @dataclass(frozen=True)
@@ -92,19 +92,50 @@ def need_of(d: Demand) -> Need:
     return Need(kind, (typ, *d.alternatives), int(count), d.nodes, d.allocated_eq, d)
 
 
+@dataclass(frozen=True)
+class NodeState:
+    """What a demand-driven policy sees of a node (``Switcher.decide``)."""
+
+    name: str
+    layout: str
+    target: str | None  # switching to it (reserved, or out of service)
+    idle: bool  # no job running
+    usable: bool
+    expected_free_s: float  # when its last running job reaches its time limit (now if idle)
+    since_s: float  # when it last came back from a switch (-inf: never switched)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A queued job as a demand-driven policy sees it: its request, its GRES in the layout it
+    was mapped in, and how long it has waited."""
+
+    request: TraceRequest
+    need: Need | None  # None: refused now, waiting for a layout that holds it
+    waited_s: float
+    limit_s: float
+
+
 class Switcher:
-    """When nodes change layout: the clock's schedule, a static layout, or (later) demand.
+    """When nodes change layout: the clock's schedule, a static layout, or demand.
 
     ``boundaries`` are (time, layout) pairs: from that time on, that layout is due; the
-    first one is at time 0 or before."""
+    first one is at time 0 or before.  A demand-driven switcher also sets ``tick_s`` and
+    answers ``decide`` every tick with (node, layout) switches, which the engine makes as
+    the repartitioner would (an idle node at once, a busy one once its jobs end)."""
 
-    def __init__(self, name: str, boundaries: Sequence[tuple[float, str]], nodes: dict[str, set[str]] | None = None):
+    tick_s: float = 0.0
+
+    def __init__(self, name: str, boundaries: Sequence[tuple[float, str]]):
         if not boundaries:
             raise ValueError("a switcher needs at least its initial layout")
         self.name = name
         self.times = [t for t, _ in boundaries]
         self.layouts = [lay for _, lay in boundaries]
-        self.covered = nodes or {}  # layout -> nodes it covers (others keep theirs)
+
+    def decide(self, now: float, nodes: Sequence[NodeState], pending: Sequence[Pending]) -> list[tuple[str, str]]:
+        """Switches to make now (demand-driven policies); the clock's make none here."""
+        return []
 
     def due(self, t: float) -> str:
         return self.layouts[max(0, bisect_right(self.times, t) - 1)]
@@ -136,6 +167,7 @@ class _Node:
     skipped: bool = False  # busy at the deadline: switched by the first cron run after its jobs
     requeued: bool = False  # its jobs were requeued at the deadline: switch as soon as they are gone
     out_until: float = -INF  # out of service (switching) until
+    since: float = -INF  # back from its last switch at
 
     def free_eq(self) -> float:
         f = sum(self.eq[t] * n for t, n in self.free.items())
@@ -235,6 +267,7 @@ class Engine:
         self.seq = self.live = 0
         self.queue: list[tuple[float, int, int]] = []  # (priority, job id, index), kept sorted
         self.queued: set[int] = set()
+        self.deferred: set[int] = set()  # refused for now, resubmitted when a later layout comes
         self.need_of_job: dict[int, Need] = {}
         self.job_nodes: dict[int, list[_Node]] = {}
         self.gen: dict[int, int] = {}  # a requeued job's earlier end events are stale
@@ -264,6 +297,8 @@ class Engine:
             self._push(t, _SWITCH, lay)
         if p.sample_s > 0:
             self._push(0.0, _SAMPLE, None)
+        if sw.tick_s > 0:
+            self._push(sw.tick_s, _TICK, None)
         self.open_jobs = len(jobs)  # not yet ended or rejected
         every = max(1, (2 * len(jobs)) // 100)
         handled = 0
@@ -333,6 +368,8 @@ class Engine:
             self._cron(payload)  # type: ignore[arg-type]
         elif kind == _REQUEUE:
             self._requeue(*payload)  # type: ignore[misc]
+        elif kind == _TICK:
+            self._tick()
         elif kind == _SAMPLE:
             self._sample()
             self._push(self.now + self.p.sample_s, _SAMPLE, None)
@@ -355,8 +392,10 @@ class Engine:
                 self.open_jobs -= 1
                 return
             rec.eligible_s = later[0]
+            self.deferred.add(i)
             self._push(later[0], _SUBMIT, i)  # refused now (exit 75, with when): resubmitted then
             return
+        self.deferred.discard(i)
         rec.need, rec.kind, rec.layout, rec.eq = need.label, need.demand.kind, due, need.eq
         self.need_of_job[i] = need
         self.typical[need] += 1
@@ -628,12 +667,7 @@ class Engine:
                 continue
             if n.target is None:
                 if n.layout != layout:
-                    n.target, n.switch_at, n.skipped, n.requeued = layout, self.now, False, False
-                    n.usable = False
-                    if self.p.requeue:
-                        self._push(self.now + self.p.deadline_s, _REQUEUE, (n.index, 0))
-                    if not n.running:
-                        self._node_idle(n)
+                    self._start_switch(n, layout)
             elif n.out_until > self.now:
                 continue  # applying now: once back, it goes on to what is due (_back)
             elif n.layout == layout:  # waiting to leave a layout that is due again
@@ -642,6 +676,44 @@ class Engine:
             else:
                 n.target, n.switch_at, n.skipped = layout, self.now, False
         self.dirty = self.changed = True
+
+    def _tick(self) -> None:
+        """Ask a demand-driven switcher what to change, and make it so."""
+        self._schedule_main()
+        nodes = [
+            NodeState(
+                n.name,
+                n.layout,
+                n.target,
+                not n.running,
+                n.usable,
+                max((e for e, _ in n.running.values()), default=self.now),
+                n.since,
+            )
+            for n in self.nodes
+        ]
+        queued = [i for _, _, i in self.queue if i in self.queued]
+        pending = [self._pending(i, self.need_of_job.get(i)) for i in queued]
+        pending += [self._pending(i, None) for i in sorted(self.deferred)]
+        by_name = {n.name: n for n in self.nodes}
+        for name, layout in self.sw.decide(self.now, nodes, pending):
+            n = by_name[name]
+            if n.target is None and n.layout != layout and self._covers(layout, n):
+                self._start_switch(n, layout)
+        self.dirty = self.changed = True
+        self._push(self.now + self.sw.tick_s, _TICK, None)
+
+    def _pending(self, i: int, need: Need | None) -> Pending:
+        return Pending(self.jobs[i].request, need, self.now - self.recs[i].submit_s, self.jobs[i].limit_s)
+
+    def _start_switch(self, n: _Node, layout: str) -> None:
+        """The node enters the run's reservation: no new job; it switches once idle."""
+        n.target, n.switch_at, n.skipped, n.requeued = layout, self.now, False, False
+        n.usable = False
+        if self.p.requeue:
+            self._push(self.now + self.p.deadline_s, _REQUEUE, (n.index, 0))
+        if not n.running:
+            self._node_idle(n)
 
     def _node_idle(self, n: _Node) -> None:
         """A reserved node's last job ended: switch now, or (skipped at the deadline) at the
@@ -709,6 +781,7 @@ class Engine:
         self._index_types()
         self._capacity(n, +1)
         n.target, n.switch_at, n.idle_since, n.skipped, n.requeued = None, INF, INF, False, False
+        n.since = self.now
         due = self.sw.due(self.now)
         if n.layout != due and self._covers(due, n):  # the schedule moved on while it switched
             n.target, n.switch_at = due, self.now

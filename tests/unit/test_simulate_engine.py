@@ -210,3 +210,37 @@ def test_shard_jobs_run_slower_by_the_slowdown_parameter(spec):
     assert r[1].end_s == 150
     _, r = run(spec, [job(1, 0, 100, milli=400, limit=120)], boundaries=(("day", 0.0),), shard_slowdown=1.5)
     assert r[1].end_s == 120 and r[1].timeout  # killed at its limit, as Slurm does
+
+
+def test_a_demand_driven_switcher_switches_the_nodes_it_names(spec):
+    """The hook an elastic policy uses: every tick it sees nodes and pending jobs and names
+    switches; the engine makes them as the repartitioner would (idle: at once)."""
+
+    class SliceWhenWaiting(Switcher):
+        tick_s = 60.0
+
+        def __init__(self):
+            super().__init__("toy", [(0.0, "whole")])
+            self.seen = []
+
+        def decide(self, now, nodes, pending):
+            self.seen.append((now, {n.name: (n.layout, n.idle) for n in nodes}, [p.waited_s for p in pending]))
+            idle = [n for n in nodes if n.idle and n.layout == "whole" and n.target is None]
+            return [(idle[0].name, "day")] if pending and idle else []
+
+    sw = SliceWhenWaiting()
+    # n1 and n2 full with 4-GPU jobs until 1000 and 100; a 4-GPU job waits
+    jobs = [job(1, 0, 1000, gpus=4), job(2, 0, 100, gpus=4), job(3, 10, 50, gpus=4)]
+    res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12)).run(jobs)
+    r = {x.job_id: x for x in res.jobs}
+    now, nodes, waits = sw.seen[0]
+    assert now == 60 and nodes == {"n1": ("whole", False), "n2": ("whole", False)} and waits == [50]
+    # job 3 starts on n2 when job 2 ends (100), before the next tick (120): no switch then;
+    # at 180 (job 3 ended at 150) n2 is idle but nothing waits: no switch either
+    assert r[3].start_s == 100 and res.switches == 0
+    # an 8-GPU job waits for both nodes while n2 is idle: the toy switches n2 at 60 (60 s out)
+    sw = SliceWhenWaiting()
+    jobs = [job(1, 0, 1000, gpus=4), job(2, 10, 50, gpus=8)]
+    res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12)).run(jobs)
+    assert res.switches == 1 and res.layout_seconds["day"] > 0
+    assert {x.job_id: x for x in res.jobs}[2].start_s == -1  # n2 now has no whole GPUs: it never starts
