@@ -783,7 +783,8 @@ class Engine:
         n.target, n.switch_at, n.idle_since, n.skipped, n.requeued = None, INF, INF, False, False
         n.since = self.now
         due = self.sw.due(self.now)
-        if n.layout != due and self._covers(due, n):  # the schedule moved on while it switched
+        # the clock moved on while it switched (a demand-driven switcher decides for itself)
+        if not self.sw.tick_s and n.layout != due and self._covers(due, n):
             n.target, n.switch_at = due, self.now
             self._node_idle(n)
             return
