@@ -21,6 +21,7 @@ Every rule is explicit here so a report can name it.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from datetime import datetime
@@ -226,9 +227,11 @@ def _request(g: pd.DataFrame) -> TraceRequest | None:
     r = g.iloc[0]
     mem = int(r["memory_mib"]) if r["memory_mib"] == r["memory_mib"] and r["memory_mib"] else 0
     if r["kind"] in ("mig", "shard", "shared") and float(r["eq"]) < 1:
-        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB)
+        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB);
+        # thousandths rounded down, so the profile or shards the job held still cover it (1/7 -> 142,
+        # not 143, which no 1g holds)
         mem = mem * max(1, int(r["gpus"])) if r["kind"] == "mig" else 0
-        return TraceRequest(1, max(1, min(999, round(float(r["eq"]) * 1000))), mem)
+        return TraceRequest(1, max(1, min(999, math.floor(float(r["eq"]) * 1000 + 1e-6))), mem)
     gpus = int(g["gpus"].sum()) or max(1, round(float(g["eq"].sum())))
     model = str(r["model"]) if r["kind"] == "whole" and r["model"] == r["model"] and len(g) == 1 else None
     return TraceRequest(gpus, 1000, 0, model)

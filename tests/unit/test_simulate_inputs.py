@@ -89,10 +89,18 @@ def test_accounting_jobs_become_requests(tmp_path):
     epoch, jobs, skipped = st.accounting_jobs(data)
     by = {j.job_id: j for j in jobs}
     assert set(by) == {1, 2, 3, 4, 7}
-    assert by[1].request == TraceRequest(1, 286, 2 * 4864)  # two 1g.5gb: 2/7 of an A100, their memory
+    assert by[1].request == TraceRequest(1, 285, 2 * 4864)  # two 1g.5gb: 2/7 of an A100 (down), their memory
     assert by[2].request.gpus == 1 and by[2].request.milli == 500  # 2 of v100n1's 4 shards
     assert by[3].request == TraceRequest(1, 1000, 0, "A100-SXM4-40GB")  # a whole A100, its model
-    assert by[4].request.milli == 429 and by[4].request.memory_mib > 40000  # 3g.40gb of an H100
+    assert by[4].request.milli == 428 and by[4].request.memory_mib > 40000  # 3g.40gb of an H100 (3/7, down)
+    # replayed, a job fits the device it held: a 1g.5gb job (1/7) maps to a 1g.5gb again
+    from slurm_gpupool.simulate.mapping import map_request
+    from slurm_gpupool.simulate.pool import pool_spec
+
+    offers = pool_spec(cfg, ["day"]).offers["day"]
+    one = TraceRequest(1, by[1].request.milli // 2, 4864)
+    assert map_request(one, offers, "day", cfg.slurm.type_naming).gres == "gpu:1g.5gb:1"
+    assert map_request(by[4].request, offers, "day", cfg.slurm.type_naming).gres == "gpu:3g.40gb:1"
     assert by[1].duration_s == 7200 and by[1].limit_s == 3600 * 2  # its 60 min limit < run time: run time
     assert skipped["never started or still running"] == 2
     assert epoch.isoformat().startswith("2026-11-10")
