@@ -21,6 +21,7 @@ from slurm_gpupool.core.catalog import GpuModel, get_model
 from slurm_gpupool.core.layouts import MIG, GpuTarget, Selector, parse_selector, spread
 from slurm_gpupool.core.planner import plan_gpu
 from slurm_gpupool.core.schedule import Rule, Schedule, parse_clock, parse_days
+from slurm_gpupool.elastic_config import ElasticSettings, parse_elastic
 from slurm_gpupool.errors import ConfigError, InfeasibleError
 from slurm_gpupool.machines import MachineSpec, find_machine
 from slurm_gpupool.tiers_config import Limits, Tier, parse_quotas, parse_tiers
@@ -173,6 +174,7 @@ class PoolConfig:
     reports: ReportSettings = field(default_factory=lambda: ReportSettings())
     tiers: tuple[Tier, ...] = ()  # service tiers (docs/tiers.md)
     quotas: dict[str, Limits] = field(default_factory=dict)  # account → GPU quota per GRES type
+    elastic: ElasticSettings | None = None  # schedule.mode elastic: its bounds (docs/elastic.md)
 
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -430,7 +432,7 @@ def _parse_schedule(raw: Any, top: Where, layouts: Iterable[str]) -> Schedule | 
         return None
     w = top.key("schedule")
     w.check_type(raw, dict)
-    w.only_keys(raw, {"timezone", "default", "rules"})
+    w.only_keys(raw, {"timezone", "default", "rules", "mode", "elastic"})  # mode, elastic: elastic_config.py
     names = set(layouts)
     default = w.require(raw, "default", str)
     if default not in names:
@@ -844,6 +846,7 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
         extra = layouts_from_mig_parted(raw["mig_parted"], top.key("mig_parted"), base, nodesets)
     layouts = _parse_layouts(raw.get("layouts") or {}, top, nodesets, extra)
     schedule = _parse_schedule(raw.get("schedule"), top, layouts)
+    elastic = parse_elastic(raw.get("schedule"), top, nodesets, layouts)
     slurm = _parse_slurm(raw.get("slurm"), top, base, nodesets)
     hooks = _parse_hooks(raw.get("hooks"), top)
     sim = top.optional(raw, "simulation", dict, {})
@@ -879,6 +882,7 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
         reports,
         tiers,
         quotas,
+        elastic,
     )
 
 
