@@ -72,7 +72,8 @@ class Progress:
     "policy_names",
     multiple=True,
     metavar="P",
-    help="static:LAYOUT, static:whole or schedule (repeatable; default: every layout static, and the schedule).",
+    help="static:LAYOUT, static:whole, schedule or elastic (repeatable; default: every layout static, the schedule,"
+    " and elastic if the schedule's mode is).",
 )
 @click.option(
     "--layouts",
@@ -196,13 +197,14 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     series: dict[str, list[tuple[float, float]]] = {}
     tty = sys.stderr.isatty()
     for spec in specs:
-        pool = pool_spec(cfg, spec.layouts, nodes, fallback)
+        pool = pol.pool_for(cfg, spec, nodes, fallback)
         sw = pol.switcher(cfg, spec, epoch, span)
-        lead = pol.lead_time_s(cfg, list(zip(sw.times, sw.layouts)), max_time_s) if spec.name == pol.SCHEDULE else 0.0
+        clock = spec.name in (pol.SCHEDULE, pol.ELASTIC)  # elastic: the clock's switches outside its periods
+        lead = pol.lead_time_s(cfg, list(zip(sw.times, sw.layouts)), max_time_s) if clock else 0.0
         for sd in slowdowns:
             params = Params(
                 bf_interval_s=bf_interval,
-                switch_s=switch_s,
+                switch_s=pol.elastic_switch_s(cfg, spec, switch_s, switch_time is None),
                 lead_time_s=lead,
                 deadline_s=cfg.repartition.deadline_s,
                 requeue=cfg.repartition.requeue,

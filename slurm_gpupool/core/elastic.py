@@ -28,7 +28,8 @@ The rules, in the order they apply:
    (``cooldown_s`` since their last switch).  For each, each layout it may take
    (``allowed``) that keeps every floor: the *expected gain* is the GPU-equivalents of
    unmet jobs that node in that layout would start (first fit, priority order).  The
-   best (node, layout) is taken if its gain is at least ``min_gain_eq``; the jobs it
+   best (node, layout) is taken if its gain is at least ``min_gain_eq`` (or it starts a
+   job that has waited ``starve_s``: no request is too small to ever be served); the jobs it
    serves leave the unmet demand; repeat while fewer than ``max_changing`` nodes are
    switching.
 
@@ -120,6 +121,7 @@ class Bounds:
     window_s: float = 300.0  # batching window (and how long a job waits before it counts)
     cooldown_s: float = 3600.0  # per node, between two switches
     min_gain_eq: float = 1.0  # GPU-equivalents of waiting jobs a switch must serve
+    starve_s: float = 3600.0  # a switch that starts a job waiting this long is made whatever its gain
 
 
 @dataclass(frozen=True)
@@ -461,7 +463,8 @@ def decide(
                 # ties: the first node in name order (deterministic), the first allowed layout
                 if best2 is None or gain > best2[0] + _EPS or (abs(gain - best2[0]) <= _EPS and n.name < best2[1]):
                     best2 = (gain, n.name, n, to, fitted, rest)
-        if best2 is None or best2[0] < bounds.min_gain_eq - _EPS:
+        starving = best2 is not None and any(p.waited_s >= bounds.starve_s for p, _ in best2[4])
+        if best2 is None or (best2[0] < bounds.min_gain_eq - _EPS and not starving):
             if best2 is None:
                 why = "no idle node past its cool-down may take a layout that serves the waiting jobs"
                 if refused:
@@ -480,6 +483,8 @@ def decide(
         cur = layouts[n.name] or ""
         served = tuple(sorted({p.job_id for p, _ in fitted}, key=_job_order))
         why = f"demand: {_describe_served(fitted)}; layout {to} on {n.name} starts them ({gain:g} GPU-eq)"
+        if gain < bounds.min_gain_eq - _EPS:
+            why += f"; below min_gain {bounds.min_gain_eq:g}, but a job has waited over {_fmt_wait(bounds.starve_s)}"
         actions.append(Action(n.name, cur, to, "demand", gain, served, why))
         layouts[n.name] = to
         unmet_parts = rest

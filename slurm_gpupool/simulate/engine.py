@@ -103,6 +103,7 @@ class NodeState:
     usable: bool
     expected_free_s: float  # when its last running job reaches its time limit (now if idle)
     since_s: float  # when it last came back from a switch (-inf: never switched)
+    free: tuple[tuple[str, int], ...] = ()  # idle records by type (time-sliced types: idle shards)
 
 
 @dataclass(frozen=True)
@@ -689,6 +690,7 @@ class Engine:
                 n.usable,
                 max((e for e, _ in n.running.values()), default=self.now),
                 n.since,
+                _free_records(n),
             )
             for n in self.nodes
         ]
@@ -861,6 +863,13 @@ class Engine:
             frag += sum(w * (f - max(_usable_eq(n, need, t) for t in need.types)) for need, w in typical)
         if self.now <= self.window:
             self.samples.append((self.now, total, idle, frag))
+
+
+def _free_records(n: _Node) -> tuple[tuple[str, int], ...]:
+    """Idle records by type (time-sliced types: idle shards of GPUs not given whole)."""
+    out = [(t, c) for t, c in n.free.items() if c > 0]
+    out += [(t, sum(n.shares[t] - u for u in gpus if u >= 0)) for t, gpus in n.shared.items()]
+    return tuple(out)
 
 
 def _describe(req: TraceRequest) -> str:

@@ -3,6 +3,8 @@
 * ``static:<layout>``: every node in one layout for the whole replay (``static:whole`` is
   every GPU whole, made here if the config has no such layout);
 * ``schedule``: the config's day/night schedule, switched as the repartitioner does;
+* ``elastic``: demand decides (``schedule.elastic`` of the config, or its defaults), the
+  clock's rules outside ``elastic.during`` (``simulate.elastic``);
 * ``schedule:<file>``-style alternatives come in as extra layouts merged into the config
   (``with_layouts``), then compared as ``static:`` policies.
 
@@ -14,20 +16,27 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.config import PoolConfig, parse_config
+from slurm_gpupool.core.elastic import Bounds
 from slurm_gpupool.core.switch_plan import Timings, estimate_switch_s
+from slurm_gpupool.elastic_config import ElasticSettings
 from slurm_gpupool.errors import UsageError
+from slurm_gpupool.ops.capacity import node_offers
+from slurm_gpupool.ops.submit_catalog import layout_offers
 from slurm_gpupool.ops.switch_rules import lead_time_default
+from slurm_gpupool.simulate.elastic import UNION, ElasticSwitcher, cron_interval_s, records
 from slurm_gpupool.simulate.engine import Switcher
+from slurm_gpupool.simulate.pool import PoolSpec, _merged, pool_spec
 
 WHOLE = "whole"
 SCHEDULE = "schedule"
+ELASTIC = "elastic"
 STATIC = "static:"
 
 # Phase medians of a switch measured by benchmarks/bench_repartition.py on the 22.05 sandbox
@@ -79,14 +88,23 @@ def with_layouts(cfg: PoolConfig, extra: Mapping[str, Any], source: str) -> Pool
 
 
 def policies(cfg: PoolConfig, names: list[str] | None, whole: str) -> list[PolicySpec]:
-    """The named policies (default: all-whole, each layout static, and the schedule)."""
+    """The named policies (default: all-whole, each layout static, the schedule, and elastic
+    when the schedule's mode is)."""
     if not names:
         names = [STATIC + whole] + [STATIC + lay for lay in cfg.layout_names() if lay != whole]
         if cfg.schedule is not None:
             names.append(SCHEDULE)
+        if cfg.elastic is not None:
+            names.append(ELASTIC)
     out = []
     for name in names:
-        if name == SCHEDULE:
+        if name == ELASTIC:
+            settings = elastic_settings(cfg)
+            lays = {lay for n in cfg.all_nodes() for lay in allowed_layouts(cfg, settings, n)}
+            if cfg.schedule is not None:
+                lays |= {cfg.schedule.default, *(r.layout for r in cfg.schedule.rules)}
+            out.append(PolicySpec(ELASTIC, tuple(sorted(lays))))
+        elif name == SCHEDULE:
             if cfg.schedule is None:
                 raise UsageError("--policy schedule", "the pool config has no schedule")
             lays = {cfg.schedule.default, *(r.layout for r in cfg.schedule.rules)}
@@ -99,7 +117,7 @@ def policies(cfg: PoolConfig, names: list[str] | None, whole: str) -> list[Polic
                 )
             out.append(PolicySpec(name, (lay,)))
         else:
-            raise UsageError(f"--policy {name}", "expected static:LAYOUT, static:whole or schedule")
+            raise UsageError(f"--policy {name}", "expected static:LAYOUT, static:whole, schedule or elastic")
     return out
 
 
@@ -118,7 +136,62 @@ def schedule_boundaries(cfg: PoolConfig, epoch: datetime, span_s: float) -> list
         out.append(((t - epoch).total_seconds(), layout))
 
 
+def elastic_settings(cfg: PoolConfig) -> ElasticSettings:
+    """The config's elastic bounds, or the defaults (demand decides at all times, no floor)."""
+    return cfg.elastic if cfg.elastic is not None else ElasticSettings(Bounds())
+
+
+def allowed_layouts(cfg: PoolConfig, settings: ElasticSettings, node: str) -> tuple[str, ...]:
+    """The layouts the elastic policy may put ``node`` in: its node set's list, else every
+    layout that covers it."""
+    ns = cfg.nodeset_of(node).name
+    if ns in settings.layouts:
+        return tuple(lay for lay in settings.layouts[ns] if cfg.covers(lay, node))
+    return tuple(lay for lay in cfg.layout_names() if cfg.covers(lay, node))
+
+
+def elastic_boundaries(
+    cfg: PoolConfig, settings: ElasticSettings, epoch: datetime, span_s: float
+) -> list[tuple[float, str]]:
+    """The clock's boundaries with ``UNION`` where an elastic period begins (merged runs)."""
+    base = schedule_boundaries(cfg, epoch, span_s) if cfg.schedule is not None else [(0.0, UNION)]
+    out: list[tuple[float, str]] = []
+    for t, lay in base:
+        lay = UNION if lay == UNION or settings.active(lay) else lay
+        if not out or out[-1][1] != lay:
+            out.append((t, lay))
+    return out
+
+
+def pool_for(cfg: PoolConfig, policy: PolicySpec, nodes: list[str], fallback: str) -> PoolSpec:
+    """The replay's pool for a policy; for ``elastic`` with the offers of every allowed
+    layout together (``UNION``), which jobs are mapped in during elastic periods."""
+    pool = pool_spec(cfg, policy.layouts, nodes, fallback)
+    if policy.name != ELASTIC:
+        return pool
+    settings = elastic_settings(cfg)
+    merged: list[dict[str, Any]] = []
+    for lay in policy.layouts:
+        holders = [n for n in nodes if lay in allowed_layouts(cfg, settings, n)]
+        if holders:
+            merged = _merged(merged, layout_offers(cfg, lay, holders))
+    return replace(pool, offers={**pool.offers, UNION: merged})
+
+
 def switcher(cfg: PoolConfig, policy: PolicySpec, epoch: datetime, span_s: float) -> Switcher:
+    if policy.name == ELASTIC:
+        settings = elastic_settings(cfg)
+        nodes = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
+        shapes = {n: {lay: records(node_offers(cfg, lay, n)) for lay in policy.layouts} for n in nodes}
+        allowed = {n: allowed_layouts(cfg, settings, n) for n in nodes}
+        return ElasticSwitcher(
+            ELASTIC,
+            elastic_boundaries(cfg, settings, epoch, span_s),
+            shapes,
+            allowed,
+            settings.bounds,
+            cron_interval_s(cfg.repartition.cron),
+        )
     if policy.name == SCHEDULE:
         return Switcher(SCHEDULE, schedule_boundaries(cfg, epoch, span_s))
     return Switcher(policy.name, [(0.0, policy.layouts[0])])
@@ -138,3 +211,16 @@ def switch_seconds(cfg: PoolConfig, nodes: int, timings: Timings = MEASURED) -> 
     repartition benchmark uses (apply waves of ``parallel``, restart batches)."""
     r = cfg.repartition
     return float(estimate_switch_s(nodes, r.parallel, r.restart_batch, timings)["worst_node_unavailable_s"])
+
+
+def elastic_switch_s(cfg: PoolConfig, policy: PolicySpec, switch_s: float, default: bool) -> float:
+    """A node's time out of service per switch: elastic decisions switch at most
+    ``max_changing`` nodes per run, so with the default timing model its runs are that
+    small, unless the policy also has clock periods, whose switches move every node (the
+    engine has one switch time: the larger, against elastic)."""
+    if policy.name != ELASTIC or not default:
+        return switch_s
+    settings = elastic_settings(cfg)
+    if settings.during and cfg.schedule is not None and cfg.schedule.rules:
+        return switch_s
+    return switch_seconds(cfg, settings.bounds.max_changing)

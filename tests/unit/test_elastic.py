@@ -145,6 +145,9 @@ def test_minimum_gain():
     assert d.actions == () and any("below min_gain 1" in w for _, w in d.held)
     d = decide(10_000, nodes, slices(3), Bounds(window_s=300, min_gain_eq=0.4))
     assert [a.node for a in d.actions] == ["n1"]
+    # no request is too small to be served ever: once a job has waited max_wait, it is
+    d = decide(10_000, nodes, slices(3, waited=3600), B)
+    assert [a.node for a in d.actions] == ["n1"] and "but a job has waited over 1.0h" in d.actions[0].why
 
 
 def test_multi_node_jobs_count_per_node_part_and_shards_fit_per_gpu():
