@@ -40,7 +40,12 @@ def _duration(text: str | None, what: str) -> int | None:
 
 @click.command()
 @click.option("--to", "target", metavar="LAYOUT", help="Switch to this layout.")
-@click.option("--scheduled", is_flag=True, help="Switch to the layout the schedule says is due; reserve ahead.")
+@click.option(
+    "--scheduled",
+    is_flag=True,
+    help="Switch to the layout the schedule says is due; reserve ahead (an elastic step in elastic periods).",
+)
+@click.option("--elastic", is_flag=True, help="One elastic step: switch idle nodes to what waiting jobs need.")
 @click.option("--nodes", "nodes_text", metavar="HOSTLIST", help="Only these nodes (default: all the layout covers).")
 @click.option("--dry-run", is_flag=True, help="Print the full plan; change nothing.")
 @click.option("--deadline", metavar="DURATION", help="How long to wait for running jobs (e.g. 30m).")
@@ -53,6 +58,7 @@ def repartition(
     app: AppContext,
     target: str | None,
     scheduled: bool,
+    elastic: bool,
     nodes_text: str | None,
     dry_run: bool,
     deadline: str | None,
@@ -70,8 +76,8 @@ def repartition(
     from slurm_gpupool.errors import UsageError
     from slurm_gpupool.ops.repartition import Repartitioner
 
-    if bool(target) == scheduled:
-        raise UsageError("repartition", "give exactly one of --to LAYOUT and --scheduled")
+    if sum((bool(target), scheduled, elastic)) != 1:
+        raise UsageError("repartition", "give exactly one of --to LAYOUT, --scheduled and --elastic")
     cfg = app.config()
     log = _syslog()
     shown = (lambda m: None) if quiet or as_json else (lambda m: click.echo(m, err=True))
@@ -96,7 +102,10 @@ def repartition(
         hold = read_hold(Path(cfg.paths.controller_dir))
         target = cfg.schedule.due(now)
         nxt = cfg.schedule.next_change(now)
-        if hold is not None and hold.active(now.astimezone()):
+        held = hold is not None and hold.active(now.astimezone())
+        if cfg.elastic is not None and not held and cfg.elastic.active(target):
+            elastic = True  # an elastic period: demand decides, not the clock
+        if held and hold is not None:
             if hold.layout is None:
                 say(f"nothing done: {hold.describe()}")
                 if as_json:
@@ -106,6 +115,10 @@ def repartition(
             say(hold.describe())
         if nxt and (nxt[0] - now).total_seconds() > rp.lead_time_s():
             nxt = None  # not yet time to reserve for it
+    if elastic:
+        if nodes:
+            raise UsageError("repartition --elastic --nodes", "the elastic step chooses the nodes itself")
+        return _elastic_step(cfg, rp, dry_run, as_json, quiet, deadline_s, requeue, log)
     assert target is not None
     if dry_run:
         plan = rp.plan(target, nodes, force)
@@ -177,6 +190,52 @@ def repartition(
     return report.exit_code
 
 
+def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s, requeue, log) -> int:
+    """Decide, show why, and (not --dry-run) switch the chosen nodes: one run per target layout."""
+    from slurm_gpupool.ops.elastic import step
+
+    codes: list[int] = []
+
+    def run_switch(target: str, nodes: list[str]) -> dict[str, str]:
+        report = rp.run(target, nodes, deadline_s, requeue)
+        codes.append(report.exit_code)
+        every = report.every_node()
+        return {n: every[n]["outcome"] for n in nodes if n in every}
+
+    decision, outcomes = step(cfg, rp.cluster, None if dry_run else run_switch)
+    for a in decision.actions:
+        log(
+            f"elastic: {a.node} {a.current} -> {a.target}: {a.why}"
+            + (f" ({outcomes[a.node]})" if a.node in outcomes else "")
+        )
+    if as_json:
+        emit_json({**decision.to_dict(), "dry_run": dry_run, "outcomes": outcomes})
+    elif not quiet or decision.actions:
+        rows = [
+            [
+                a.node,
+                a.current,
+                a.target,
+                a.reason,
+                f"{a.gain_eq:.2f}",
+                outcomes.get(a.node, "planned" if dry_run else ""),
+                a.why,
+            ]
+            for a in decision.actions
+        ]
+        if rows:
+            click.echo(table(["NODE", "FROM", "TO", "REASON", "GAIN (GPU-EQ)", "OUTCOME", "WHY"], rows))
+        else:
+            click.echo("no switch")
+        for u in decision.unmet:
+            click.echo(
+                f"waiting: {u.jobs} job(s) {u.label} ({u.eq:.2f} GPU-eq, longest {u.longest_wait_s / 60:.0f} min)"
+            )
+        for node, why in decision.held:
+            click.echo(f"held: {why}" if node == "-" else f"held: {node}: {why}")
+    return 1 if 1 in codes else max(codes, default=0)
+
+
 def _syslog():
     """The repartitioner's progress and outcomes in syslog, as the hooks log theirs
     (``journalctl -t gpupool-repartition``); a host without syslog loses nothing else."""
@@ -221,7 +280,10 @@ def status(app: AppContext, as_json: bool) -> None:
     cluster = SlurmCluster()
     now = datetime.now(cfg.schedule.tz) if cfg.schedule and cfg.schedule.tz else datetime.now().astimezone()
     ctl = Path(cfg.paths.controller_dir)
-    st = pool_status(cfg, cluster.nodes(), Journal(ctl).load().data, cluster.reservations(), now, read_hold(ctl))
+    from slurm_gpupool.ops.elastic import State
+
+    last = State.load(ctl).last if cfg.elastic is not None else None
+    st = pool_status(cfg, cluster.nodes(), Journal(ctl).load().data, cluster.reservations(), now, read_hold(ctl), last)
     if as_json:
         emit_json(st)
         return
@@ -240,6 +302,18 @@ def status(app: AppContext, as_json: bool) -> None:
     click.echo(table(["NODE", "ACTIVE", "DESIRED", "STATE", "SLURM", "SINCE", "REASON"], rows))
     if st["hold"]:
         click.echo(f"\n{st['hold']['text']}")
+    if st["mode"] == "elastic":
+        click.echo("\nelastic: demand decides now (schedule.elastic)")
+    if st["elastic"]:
+        e = st["elastic"]
+        click.echo(f"last elastic decision at {e.get('at')}:")
+        for a in e.get("actions", []):
+            outcome = e.get("outcomes", {}).get(a["node"], "planned")
+            click.echo(f"  {a['node']}: {a['from']} -> {a['to']} ({outcome}): {a['why']}")
+        for u in e.get("unmet", []):
+            click.echo(f"  waiting: {u['jobs']} job(s) {u['request']} ({u['gpu_eq']} GPU-eq)")
+        for h in e.get("held", []):
+            click.echo(f"  held: {h['why']}" if h["node"] == "-" else f"  held: {h['node']}: {h['why']}")
     if st["next_switch"]:
         click.echo(f"\nnext switch: layout {st['next_switch']['layout']} at {st['next_switch']['at']}")
     for r in st["reservations"]:

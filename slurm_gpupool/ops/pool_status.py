@@ -45,12 +45,18 @@ def pool_status(
     reservations: dict[str, Reservation],
     now: datetime,
     hold: Hold | None = None,
+    elastic: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``elastic``: the last elastic decision (``elastic.json``'s ``last``), shown as is."""
     run = journal.get("run") or {}
     running = bool(run) and jr.FINISHED not in run.get("steps", [])
     due = cfg.schedule.due(now) if cfg.schedule else None
+    demand = cfg.elastic is not None and cfg.elastic.active(due)
+    if demand:
+        due = None  # an elastic period: no layout is due, demand decides (the run's target is desired)
     if hold is not None and hold.active(now):
         due = hold.layout  # pinned (None: paused, nothing is due)
+        demand = False
     prefix = cfg.repartition.reservation_prefix + "_"
     naive_now = now.astimezone().replace(tzinfo=None)
     held_in = {
@@ -92,6 +98,8 @@ def pool_status(
         "hold": hold.to_dict() | {"text": hold.describe()} if hold is not None and hold.active(now) else None,
         "now": now.isoformat(timespec="seconds"),
         "due": due,
+        "mode": "elastic" if demand else "clock",
+        "elastic": elastic,
         "next_switch": {"layout": nxt[1], "at": nxt[0].isoformat(timespec="minutes")} if nxt else None,
         "run": {
             "id": run.get("id"),

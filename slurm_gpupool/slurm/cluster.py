@@ -168,6 +168,7 @@ class JobInfo:
     node_count: int = 1  # nodes it runs on, or asks for while pending
     tres_per_job: str = ""  # --gpus=...: gres/gpu:a100:2 (or gres:gpu:a100:2 on 22.05)
     qos: str = ""  # its QOS: a service tier's is gpupool_<tier> (docs/tiers.md)
+    submit_time: int = 0  # epoch seconds (how long a pending job has waited: the elastic policy)
 
     @property
     def finished(self) -> bool:
@@ -267,6 +268,7 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
                 node_count=jo.number(j.get("node_count")) or 1,
                 tres_per_job=jo.text(j.get("tres_per_job")),
                 qos=jo.text(j.get("qos")),
+                submit_time=jo.number(j.get("submit_time")) or 0,
             )
         )
     return out

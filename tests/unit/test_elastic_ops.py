@@ -1,0 +1,82 @@
+"""#17: the elastic step's reading of Slurm (ops/elastic.py) and squeue's submit time."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.config import load_config
+from slurm_gpupool.core.elastic import GPU, SHARD, Bounds, Decision
+from slurm_gpupool.elastic_config import ElasticSettings
+from slurm_gpupool.ops.elastic import State, cluster_view, free_records, pending_jobs, record
+from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, parse_squeue_json
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
+ETC = Path(__file__).parent.parent.parent / "etc" / "gpupool.yaml"
+
+
+def job(i, state="PENDING", gres="", nodes=frozenset(), priority=100, submit=1000, per_job="", count=1):
+    return JobInfo(i, state, nodes, "u", "j", 60, 0, True, "", gres, priority, "", count, per_job, "", submit)
+
+
+@pytest.mark.parametrize("series", ["22.05", "24.11", "26.05"])
+def test_squeue_gives_the_submit_time(series):
+    jobs = parse_squeue_json((FIXTURES / series / "squeue.json").read_text())
+    assert jobs and all(j.submit_time > 1_700_000_000 for j in jobs)
+
+
+def test_pending_jobs_read_each_release_s_gres_forms_in_priority_order():
+    kinds = {"a100": "whole", "h100": "whole", "1g.5gb": "mig", "a30_shared": "shared"}
+    jobs = [
+        job(1, gres="gres:gpu:1g.5gb:2", submit=900),  # 22.05
+        job(2, gres="gres/shard:3", priority=200),  # 23.11+, untyped: any shared type
+        job(3, gres="gres/gpu:2", count=2, submit=800),  # untyped GPUs: any whole type, on 2 nodes
+        job(4, per_job="gres/gpu:a100:8", count=2),  # --gpus=8 on 2 nodes: 4 per node
+        job(5, state="RUNNING", gres="gres/gpu:a100:1"),
+        job(6),  # no GPU
+    ]
+    out = pending_jobs(jobs, kinds, now=1600)
+    assert [j.job_id for j in out] == ["2", "3", "1", "4"]
+    by = {j.job_id: j for j in out}
+    assert (by["2"].kind, by["2"].types, by["2"].count) == (SHARD, ("a30_shared",), 3)
+    assert (by["3"].types, by["3"].count, by["3"].nodes, by["3"].waited_s) == (("a100", "h100"), 2, 2, 800)
+    assert (by["1"].kind, by["1"].types, by["1"].count) == (GPU, ("1g.5gb",), 2)
+    assert (by["4"].types, by["4"].count, by["4"].nodes) == (("a100",), 4, 2)
+
+
+def test_free_records_from_sinfo_gres_and_gres_used():
+    info = NodeInfo(
+        "n", "mixed", frozenset(), "gpu:1g.5gb:28(S:0-1),gpu:a100:2(S:0-1),shard:a100_shared:8", (), "",
+        "gpu:1g.5gb:3(IDX:0-2),gpu:a100:0,shard:a100_shared:1(IDX:4)", "cpu=2,gres/shard=3",
+    )  # fmt: skip
+    assert free_records(info) == {"1g.5gb": 25, "a100": 2, "a100_shared": 5}
+
+
+def test_cluster_view_and_the_recorded_decision(tmp_path):
+    cfg = load_config(ETC)
+    settings = ElasticSettings(Bounds(), {"dgx": ("day", "night")})
+    infos = {
+        n: NodeInfo(n, "idle", frozenset(), "", ("layout_night",), "")
+        for n in ("a100n1", "a100n2", "h100n1", "a30n1", "v100n1")
+    }
+    infos["a30n1"] = NodeInfo("a30n1", "idle", frozenset({"DRAIN"}), "", ("layout_night",), "x")
+    jobs = [job(7, "RUNNING", nodes=frozenset({"a100n2"}))]
+    journal = {
+        "run": {"target": "day", "nodes": ["h100n1"], "steps": ["reserved"]},
+        "nodes": {"h100n1": {"step": "waiting"}},
+    }
+    state = State(switched_at={"a100n1": 500.0})
+    nodes, _ = cluster_view(cfg, settings, infos, jobs, {}, journal, state, now=1000)
+    by = {n.name: n for n in nodes}
+    assert by["a100n1"].allowed == ("day", "night") and by["a100n1"].last_switch_s == 500
+    assert by["a100n1"].idle and by["a100n1"].usable and not by["a100n2"].idle
+    assert by["h100n1"].target == "day" and not by["h100n1"].usable
+    assert not by["a30n1"].usable  # drained by someone: never a candidate
+    assert by["v100n1"].last_switch_s == -math.inf
+    d = Decision(1000, (), (), (("-", "why"),), ())
+    record(tmp_path, state, d, {}, 1000, 1000)
+    again = State.load(tmp_path)
+    assert again.switched_at == {"a100n1": 500.0} and again.last["held"] == [{"node": "-", "why": "why"}]
+    assert '"elastic"' in (tmp_path / "journal.log").read_text()
