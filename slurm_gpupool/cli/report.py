@@ -170,7 +170,72 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
 BY_OF = {"utilization": ("day-night",), "efficiency": (), "advice": ()}  # the rest: all of BY
 
 
-def _run(name: str, data, spool, by: str | None, done: dict | None = None):
+def _sim_options(f: Any) -> Any:
+    """``report advice``/``all``: the simulator's part of the advice (#16)."""
+    options = [
+        click.option(
+            "--simulate/--no-simulate",
+            default=True,
+            show_default=True,
+            help="Replay the window's jobs under the current policy and candidate layouts and schedules "
+            "(skipped, with a note, under --min-jobs finished GPU jobs).",
+        ),
+        click.option(
+            "--slowdown",
+            default="1,2",
+            show_default=True,
+            help="The range of a time-shared job's slowdown (comma-separated; its ends are replayed).",
+        ),
+        click.option(
+            "--resamples",
+            type=click.IntRange(0, 20),
+            default=3,
+            show_default=True,
+            help="Bootstraps of the jobs by day.",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstraps."),
+        click.option("--min-jobs", type=click.IntRange(1), default=50, show_default=True, help="Fewer: no replay."),
+    ]
+    for o in reversed(options):
+        f = o(f)
+    return f
+
+
+def _sim_settings(kw: dict[str, Any]):
+    """The simulator's settings from (and out of) the command's options; None with --no-simulate."""
+    from slurm_gpupool.simulate.advise import Settings
+
+    on, slowdown, resamples, seed, min_jobs = (
+        kw.pop(k) for k in ("simulate", "slowdown", "resamples", "seed", "min_jobs")
+    )
+    if not on:
+        return None
+    try:
+        sds = tuple(float(x) for x in slowdown.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--slowdown {slowdown}", "expected numbers separated by commas") from None
+    if not sds or any(not 1 <= v < float("inf") for v in sds):
+        raise UsageError(f"--slowdown {slowdown}", "every value must be a finite number of at least 1")
+    return Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs)
+
+
+def _progress():
+    """``advice: replaying ...`` on a terminal's stderr, nothing otherwise."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return None
+    state = {"n": 0}
+
+    def show(label: str) -> None:
+        state["n"] += 1
+        sys.stderr.write(f"\radvice: replay {state['n']}: {label[:90]:<90}")
+        sys.stderr.flush()
+
+    return show
+
+
+def _run(name: str, data, spool, by: str | None, done: dict | None = None, sim=None):
     from slurm_gpupool.reports import compute
 
     allowed = BY_OF.get(name, BY)
@@ -193,7 +258,13 @@ def _run(name: str, data, spool, by: str | None, done: dict | None = None):
         return compute.efficiency(data, spool)
     from slurm_gpupool.reports.advice import advice
 
-    return advice(data, spool, done)
+    progress = _progress() if sim is not None else None
+    out = advice(data, spool, done, sim, progress)
+    if progress is not None:
+        import sys
+
+        sys.stderr.write("\r" + " " * 110 + "\r")
+    return out
 
 
 def _make(name: str) -> click.Command:
@@ -203,10 +274,12 @@ def _make(name: str) -> click.Command:
     @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
     @click.option("--table", help="With --format csv: which table (default: the main one).")
+    @(_sim_options if name == "advice" else (lambda f: f))
     @pass_app
     def cmd(app: AppContext, by: str | None, fmt: str, output: Path | None, table: str | None, **kw: Any) -> None:
+        sim = _sim_settings(kw) if name == "advice" else None
         data, stats, spool = _load(app, **kw)
-        _emit([_run(name, data, spool, by)], stats, data, fmt, output, table)
+        _emit([_run(name, data, spool, by, sim=sim)], stats, data, fmt, output, table)
 
     return cmd
 
@@ -219,13 +292,15 @@ for _name in REPORTS:
 @_common
 @click.option("--format", "fmt", type=click.Choice(("table", "json", "html")), default="html", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+@_sim_options
 @pass_app
 def all_reports(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
     """Every report in one document (HTML by default: charts included)."""
+    sim = _sim_settings(kw)
     data, stats, spool = _load(app, **kw)
     done: dict = {}
     for n in REPORTS:  # advice comes last and reuses what the others computed
-        done[n] = _run(n, data, spool, None, done)
+        done[n] = _run(n, data, spool, None, done, sim if n == "advice" else None)
     _emit(list(done.values()), stats, data, fmt, output, None)
 
 

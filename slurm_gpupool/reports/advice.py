@@ -1,6 +1,7 @@
 """Concrete recommendations, each with the numbers behind it.
 
-Three rules, with thresholds from ``reports.advice`` / ``reports.efficiency``:
+Three rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
+``simulate``) the simulator's recommendation (``simulated``):
 
 * **oversized slices**: most jobs on a MIG type peaked below the memory of a
   smaller profile of the same GPU → offer more of the smaller one;
@@ -14,8 +15,9 @@ A layout change is only suggested if the planner places it (the same check as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +30,7 @@ from slurm_gpupool.errors import InfeasibleError
 from slurm_gpupool.reports import compute
 from slurm_gpupool.reports.compute import Data, Report
 from slurm_gpupool.reports.output import human_s
+from slurm_gpupool.simulate.advise import Settings
 
 
 @dataclass(frozen=True)
@@ -105,9 +108,17 @@ def _gb(mib: float) -> str:
     return f"{mib / 1024:.1f} GB"
 
 
-def advice(data: Data, spool: pd.DataFrame, done: Mapping[str, Report] | None = None) -> Report:
+def advice(
+    data: Data,
+    spool: pd.DataFrame,
+    done: Mapping[str, Report] | None = None,
+    simulate: Settings | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
     """The recommendations, most valuable first (by the GPU-equivalent hours behind them).
-    ``done``: reports already computed for this data (``report all``), by name, reused."""
+    ``done``: reports already computed for this data (``report all``), by name, reused.
+    ``simulate``: also replay the window's jobs under the current policy and candidate
+    layouts and schedules (``simulated``), with these settings."""
     from slurm_gpupool.ops.capacity import type_table
 
     done = done or {}
@@ -202,7 +213,16 @@ def advice(data: Data, spool: pd.DataFrame, done: Mapping[str, Report] | None = 
     t = pd.DataFrame(rows, columns=["rule", "advice", "weight", "layout_change"])
     t = t.sort_values(["rule", "weight"], ascending=[True, False]).reset_index(drop=True)
     notes = [] if len(t) else ["nothing to change: no rule fired for this period"]
-    return Report("advice", "Advice", data.since, data.until, {"advice": t}, notes=notes)
+    tables = {"advice": t}
+    meta: dict[str, Any] = {}
+    text = ""
+    if simulate is not None:
+        table, text, sim_notes, sim = simulated(data, simulate, progress)
+        notes += sim_notes
+        if table is not None:
+            tables["simulated policies"] = table
+        meta["simulation"] = sim
+    return Report("advice", "Advice", data.since, data.until, tables, notes=notes, meta=meta, text=text)
 
 
 def _layout_of(data: Data, grp: pd.DataFrame) -> str | None:
@@ -210,3 +230,121 @@ def _layout_of(data: Data, grp: pd.DataFrame) -> str | None:
     ids = set(grp["job_id"].astype(str))
     lay = data.jobs.loc[data.jobs["job_id"].astype(str).isin(ids), "layout"].dropna().astype(str)
     return lay.mode().iloc[0] if len(lay) else None
+
+
+# -- the simulator's recommendation -----------------------------------------------------
+
+
+def simulated(
+    data: Data, settings: Settings, progress: Callable[[str], None] | None = None
+) -> tuple[pd.DataFrame | None, str, list[str], dict[str, Any] | None]:
+    """Replay the window's finished GPU jobs under the current policy and the candidate
+    layouts and schedules (``simulate.advise``): a table of the policies, the recommendation
+    with the YAML to paste, notes, and the whole result for JSON.  Skipped, with a note,
+    without a pool config or with fewer than ``settings.min_jobs`` jobs."""
+    from slurm_gpupool.errors import DataError
+    from slurm_gpupool.reports.sim_report import finite
+    from slurm_gpupool.reports.sim_traces import accounting_jobs
+    from slurm_gpupool.simulate.advise import advise
+
+    cfg = data.cfg
+    if cfg is None:
+        return None, "", ["simulation skipped: no pool config (files from elsewhere), no layout to replay"], None
+    if not any(ns.machine is not None for ns in cfg.nodesets.values()):
+        return None, "", ["simulation skipped: no node set has a machine description to replay"], None
+    try:
+        epoch, jobs, skipped = accounting_jobs(data)
+    except DataError:
+        jobs, skipped = [], {}
+    if len(jobs) < settings.min_jobs:
+        return (
+            None,
+            "",
+            [
+                f"simulation skipped: {len(jobs)} finished GPU jobs in the window, "
+                f"at least {settings.min_jobs} are needed for a replay to say anything"
+            ],
+            None,
+        )
+    sim = finite(advise(cfg, epoch, jobs, settings, progress))
+    notes = [f"simulation: {v:,} jobs left out ({k})" for k, v in skipped.items() if v]
+    return _policy_table(sim), _recommendation_text(sim), notes, sim
+
+
+def _pct(x: Any) -> float:
+    return 100 * x if isinstance(x, int | float) else float("nan")
+
+
+def _bound(rng: dict[str, Any], metric: str, i: int) -> Any:
+    return (rng.get(metric) or [None, None])[i]
+
+
+def _policy_table(sim: dict[str, Any]) -> pd.DataFrame:
+    """The current policy and every candidate at the point estimate, with the range where
+    it was replayed in every scenario."""
+    rows = []
+    for what, r in [("current", sim["current"]), *(("candidate", c) for c in sim["candidates"])]:
+        p, rng = r["point"], r.get("range") or {}
+        rows.append(
+            {
+                "policy": r["name"],
+                "p50_wait_s": p["p50_wait_s"],
+                "p90_wait_s": p["p90_wait_s"],
+                "p90_low_s": _bound(rng, "p90_wait_s", 0),
+                "p90_high_s": _bound(rng, "p90_wait_s", 1),
+                "utilisation_pct": _pct(p["utilisation"]),
+                "util_low_pct": _pct(_bound(rng, "utilisation", 0)),
+                "util_high_pct": _pct(_bound(rng, "utilisation", 1)),
+                "held_pct": _pct(p["held"]),
+                "not_started": p["not_started"],
+                "switches": p["switches"],
+                "verdict": "the policy now" if what == "current" else r["verdict"],
+            }
+        )
+    t = pd.DataFrame(rows)
+    for c in ("p90_low_s", "p90_high_s"):
+        t[c] = pd.to_numeric(t[c], errors="coerce")
+    return t
+
+
+def _recommendation_text(sim: dict[str, Any]) -> str:
+    """What to do, with the gain and its range, and the YAML to paste."""
+    import yaml
+
+    sds = sim["slowdowns"]
+    over = f"over slowdown {sds[0]:g}-{sds[-1]:g} and {sim['resamples']} resamples"
+    rec = sim.get("recommendation")
+    cur = sim["current"]
+    if rec is None:
+        best = next(iter(sim["candidates"]), None)
+        head = (
+            f"simulation ({sim['jobs']:,} jobs, {sim['gpus']} GPUs): no change recommended: "
+            f"no candidate beat {cur['name'].removeprefix('current: ')} in every scenario ({over})"
+        )
+        if best is not None:
+            head += (
+                f"; the closest, {best['name']}: p90 wait {human_s(cur['point']['p90_wait_s'])} -> "
+                f"{human_s(best['point']['p90_wait_s'])}, utilisation {_pct(cur['point']['utilisation']):.0f} % -> "
+                f"{_pct(best['point']['utilisation']):.0f} % ({best['verdict']})"
+            )
+        return head + "\n"
+    p, r = rec["point"], rec["range"]
+    cp = rec["current_point"]
+    lines = [
+        f"recommended by the simulator ({sim['jobs']:,} jobs replayed on {sim['gpus']} GPUs): {rec['name']}",
+        f"  p90 wait {human_s(cp['p90_wait_s'])} -> {human_s(p['p90_wait_s'])} "
+        f"(range {human_s(r['p90_wait_s'][0])}-{human_s(r['p90_wait_s'][1])} {over}); "
+        f"utilisation {_pct(cp['utilisation']):.0f} % -> {_pct(p['utilisation']):.0f} % "
+        f"(range {_pct(r['utilisation'][0]):.0f}-{_pct(r['utilisation'][1]):.0f} %) at equal capacity",
+        "  its MIG mixes are the planner's maximal combinations, placed again by the config parser; "
+        f"switches cost {human_s(sim['switch_s'])} out of service per node, lead time from a MaxTime "
+        f"of {human_s(sim['max_time_s'])} (the longest time limit)",
+        "",
+        "# paste into the pool config: add these layouts, replace the schedule",
+        yaml.safe_dump(
+            {**({"layouts": rec["layouts"]} if rec["layouts"] else {}), "schedule": rec["schedule"]},
+            sort_keys=False,
+            default_flow_style=None,
+        ).rstrip("\n"),
+    ]
+    return "\n".join(lines) + "\n"

@@ -41,6 +41,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # preformatted lines after the tables (advice's YAML to paste)
 
     @property
     def main(self) -> pd.DataFrame:

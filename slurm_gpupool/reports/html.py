@@ -63,6 +63,7 @@ figcaption{color:#555;font-size:.9em;margin-top:.3em}
 .headline dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em;font-size:1.1em;margin:.6em 0}
 .headline dt{color:#555}.headline dd{margin:0;font-weight:600}
 details.long summary{cursor:pointer;color:#0550ae;margin:.2em 0 .6em}
+pre.text{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em;overflow-x:auto}
 """
 
 
@@ -511,6 +512,8 @@ def _report_html(report: Report, index: int, charts: dict[str, Callable[[Report]
         if len(report.tables) > 1:
             parts.append(f"<h3>{_esc(name)}</h3>")
         parts.append(_table_html(df, f"t{index}-{j}-{_slug(str(name))}"))
+    if report.text:
+        parts.append(f'<pre class="text">{_esc(report.text)}</pre>')
     parts.append(_notes_html(report.notes))
     parts.append("</section>")
     return "\n".join(p for p in parts if p)

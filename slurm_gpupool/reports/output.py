@@ -65,6 +65,8 @@ def to_table(reports: list[Report], load: dict[str, Any], notes: list[str]) -> s
             if len(r.tables) > 1:
                 lines.append(f"\n-- {name}")
             lines.append(_fmt_table(df))
+        if r.text:
+            lines.append("\n" + r.text.rstrip("\n"))
         lines.extend(f"note: {n}" for n in r.notes)
         lines.append("")
     lines.append(load_summary(load))
@@ -101,6 +103,7 @@ def to_json(reports: list[Report], load: dict[str, Any], notes: list[str]) -> st
                 "until": r.until.isoformat(),
                 "tables": {k: _records(v) for k, v in r.tables.items()},
                 "notes": r.notes,
+                **({"text": r.text} if r.text else {}),
                 **r.meta,
             }
             for r in reports
