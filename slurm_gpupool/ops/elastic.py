@@ -12,7 +12,8 @@
    then record the decision (``elastic.json``, and one ``elastic`` line in
    ``journal.log``).  With ``--dry-run`` only the decision is shown.
 
-Reading pending jobs: ``tres_per_node`` (``--gres``) per node; ``tres_per_job``
+Reading pending jobs (not those held, or waiting for a dependency or a begin time):
+``tres_per_node`` (``--gres``) per node; ``tres_per_job``
 (``--gpus``) spread over the job's nodes; an untyped ``gpu:N`` may take any whole-GPU
 type, an untyped ``shard:N`` any time-sliced type.
 """
@@ -38,6 +39,8 @@ from slurm_gpupool.ops.switch_rules import BUSY_STATES
 from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation, requested_gres
 
 STATE_FILE = "elastic.json"
+# pending for a reason no layout change helps: not demand (yet)
+NOT_DEMAND = frozenset({"Dependency", "DependencyNeverSatisfied", "BeginTime", "JobHeldUser", "JobHeldAdmin"})
 
 
 def shapes_of(cfg: PoolConfig, node: str, layouts: Sequence[str]) -> dict[str, Shape]:
@@ -73,7 +76,7 @@ def pending_jobs(jobs: Sequence[JobInfo], types: Mapping[str, str], now: float) 
     shared = tuple(sorted(t for t, k in types.items() if k == SHARED))
     out: list[tuple[tuple[int, int, int], Job]] = []
     for j in jobs:
-        if j.state != "PENDING":
+        if j.state != "PENDING" or j.state_reason in NOT_DEMAND:
             continue
         nodes = max(1, j.node_count)
         per_node = requested_gres(j.gres)

@@ -17,8 +17,8 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
 ETC = Path(__file__).parent.parent.parent / "etc" / "gpupool.yaml"
 
 
-def job(i, state="PENDING", gres="", nodes=frozenset(), priority=100, submit=1000, per_job="", count=1):
-    return JobInfo(i, state, nodes, "u", "j", 60, 0, True, "", gres, priority, "", count, per_job, "", submit)
+def job(i, state="PENDING", gres="", nodes=frozenset(), priority=100, submit=1000, per_job="", count=1, why=""):
+    return JobInfo(i, state, nodes, "u", "j", 60, 0, True, "", gres, priority, why, count, per_job, "", submit)
 
 
 @pytest.mark.parametrize("series", ["22.05", "24.11", "26.05"])
@@ -36,6 +36,8 @@ def test_pending_jobs_read_each_release_s_gres_forms_in_priority_order():
         job(4, per_job="gres/gpu:a100:8", count=2),  # --gpus=8 on 2 nodes: 4 per node
         job(5, state="RUNNING", gres="gres/gpu:a100:1"),
         job(6),  # no GPU
+        job(8, gres="gres/gpu:a100:8", why="BeginTime"),  # not demand before its begin time
+        job(9, gres="gres/gpu:a100:8", why="Dependency"),
     ]
     out = pending_jobs(jobs, kinds, now=1600)
     assert [j.job_id for j in out] == ["2", "3", "1", "4"]

@@ -1,0 +1,154 @@
+"""#17 on the real sandbox Slurm: the elastic policy reshapes idle nodes to what the queue
+waits for, without killing a job, and does not thrash.
+
+The pool config of the test: the sandbox's, with ``schedule.mode: elastic``; only the two
+DGX nodes may change (day or night), a floor of one 1g.5gb GPU-equivalent keeps that type
+submittable (job_submit.lua refuses a GRES type no node has), batching window 10 s,
+cool-down 60 s.  Every step is one ``gpupool repartition --elastic`` run, as cron makes it.
+The test starts and ends with every node in the night layout.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import time
+
+import yaml
+
+from slurm_gpupool.config import load_config
+from slurm_gpupool.core.elastic import Bounds, max_switches_per_hour
+
+from .repartition_support import GPUPOOL, assert_converged, nodes_info, report_of, sacct_states, wait_jobs_done
+
+WINDOW_S, COOLDOWN_S = 10, 60
+
+
+def elastic_config(sb) -> str:
+    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
+    raw = copy.deepcopy(cfg.raw)
+    raw["schedule"] = {
+        **raw["schedule"],
+        "mode": "elastic",
+        "rules": [],  # demand decides at all hours
+        "elastic": {
+            "layouts": {"dgx": ["day", "night"], "hopper": ["night"], "a30": ["night"], "volta": ["night"]},
+            "floors": {"1g.5gb": 1},
+            "max_changing": 2,
+            "window": f"{WINDOW_S}s",
+            "cooldown": f"{COOLDOWN_S}s",
+            "min_gain": 1,
+        },
+    }
+    path = sb.root / "etc" / "gpupool-elastic.yaml"  # beside the sandbox's: its relative paths hold
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def step(sb, config: str, *args: str) -> dict:
+    proc = sb.run([*GPUPOOL, "--config", config, "repartition", "--elastic", "--json", *args], timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return report_of(proc)
+
+
+def submit(sb, gres: str, seconds: int, count: int, *extra: str) -> list[str]:
+    out = []
+    for _ in range(count):
+        proc = sb.run(["sbatch", "--parsable", f"--gres={gres}", "-t", "2", *extra, "--wrap", f"sleep {seconds}"])
+        out.append(proc.stdout.strip().split(";")[0])
+    return out
+
+
+def begin_of(sb, job: str) -> float:
+    from datetime import datetime
+
+    out = sb.run(["scontrol", "-o", "show", "job", job]).stdout
+    text = out.split("EligibleTime=")[1].split()[0]
+    return datetime.fromisoformat(text).timestamp()
+
+
+def layouts(sb) -> dict[str, str | None]:
+    return {n: i.layout for n, i in nodes_info(sb).items()}
+
+
+def wait_started(sb, jobs: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = sacct_states(sb, jobs)
+        if all(states.get(j) in ("RUNNING", "COMPLETED") for j in jobs):
+            return
+        time.sleep(1)
+    raise AssertionError(f"jobs not started: {sacct_states(sb, jobs)}")
+
+
+def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_thrashes(night):
+    sb = night
+    config = elastic_config(sb)
+    (sb.root / "controller" / "elastic.json").unlink(missing_ok=True)  # no cool-down from an earlier session
+    log_path = sb.root / "controller" / "journal.log"
+    log_from = len(log_path.read_text().splitlines()) if log_path.exists() else 0
+    # 1. every node whole: the floor makes gpu:1g.5gb submittable first (one DGX to day)
+    d = step(sb, config)
+    assert [(a["node"], a["to"], a["reason"]) for a in d["actions"]] == [("a100n1", "day", "floor")]
+    assert d["outcomes"] == {"a100n1": "done"} and layouts(sb)["a100n1"] == "day"
+    # 2. a burst of 8-GPU NVLink jobs is submitted now (a100n2 still has 8 whole A100: Slurm
+    # accepts them) to begin in a minute: until then they are not demand
+    burst = submit(sb, "gpu:a100:8", 5, 2, "--begin=now+50")
+    # a queue of slice jobs: 7 x 6 slices; a100n1 in day has 32 (5 jobs), 2 jobs wait
+    slices = submit(sb, "gpu:1g.5gb:6", 15, 7)
+    time.sleep(WINDOW_S + 2)  # the jobs count once they waited the batching window
+    dry = step(sb, config, "--dry-run")
+    assert [(a["node"], a["to"]) for a in dry["actions"]] == [("a100n2", "day")] and dry["outcomes"] == {}
+    assert layouts(sb)["a100n2"] == "night"  # a dry run changes nothing
+    d = step(sb, config)
+    # exactly enough: one node for the 12 slices of the two waiting jobs, not both
+    (a,) = d["actions"]
+    assert (a["node"], a["to"], a["reason"], sorted(a["jobs"])) == ("a100n2", "day", "demand", sorted(slices[5:]))
+    assert a["gain_eq"] == round(12 / 7, 3) and "2 jobs gpu:1g.5gb:6" in a["why"]
+    (u,) = d["unmet"]
+    assert (u["request"], u["jobs"], u["gpu_eq"]) == ("gpu:1g.5gb:6", 2, round(12 / 7, 3))
+    assert u["longest_wait_s"] >= WINDOW_S
+    wait_started(sb, slices)
+    states = wait_jobs_done(sb, slices, timeout=120)
+    assert set(states.values()) == {"COMPLETED"}, states
+    # 3. the burst is due: both DGX are in day (2 whole A100 each), nothing holds 8
+    while time.time() < begin_of(sb, burst[0]) + WINDOW_S + 2:
+        time.sleep(1)
+    d = step(sb, config)
+    back = [(a["node"], a["to"]) for a in d["actions"]]
+    # the floor keeps one DGX in day; a100n1 (switched first) is past its cool-down
+    assert back == [("a100n1", "night")], d
+    assert any("1g.5gb would drop" in h["why"] or "cool-down" in h["why"] for h in d["held"]), d["held"]
+    states = wait_jobs_done(sb, burst, timeout=120)
+    assert set(states.values()) == {"COMPLETED"}, states  # one after the other on a100n1
+    # 4. the load flips back to slices at once: a100n1 is cooling down, a100n2 holds 32
+    again = submit(sb, "gpu:1g.5gb:6", 15, 7)  # 5 start on a100n2, 2 wait for them
+    time.sleep(WINDOW_S + 2)
+    d = step(sb, config)
+    assert d["actions"] == [], d
+    assert any(h["node"] == "a100n1" and "cool-down" in h["why"] for h in d["held"]), d["held"]
+    states = wait_jobs_done(sb, again, timeout=120)
+    assert set(states.values()) == {"COMPLETED"}, states  # they ran on a100n2, in turn
+    # no job was killed, and the switches kept their bounds
+    everything = [*slices, *burst, *again]
+    assert set(sacct_states(sb, everything).values()) == {"COMPLETED"}
+    state = json.loads((sb.root / "controller" / "elastic.json").read_text())
+    lines = log_path.read_text().splitlines()[log_from:]  # this test's decisions
+    log = [json.loads(x)["elastic"] for x in lines if '"elastic"' in x]
+    switches = [
+        (e["now"], a["node"]) for e in log for a in e["actions"] if e.get("outcomes", {}).get(a["node"]) == "done"
+    ]
+    assert len(switches) == 3
+    per_node: dict[str, list[float]] = {}
+    for t, n in switches:
+        per_node.setdefault(n, []).append(t)
+    for ts in per_node.values():
+        assert all(b - a >= COOLDOWN_S for a, b in itertools.pairwise(ts)), per_node
+    bound = max_switches_per_hour(Bounds(max_changing=2, window_s=WINDOW_S, cooldown_s=COOLDOWN_S), 2)
+    assert bound == 120 and len(switches) <= bound  # 2 nodes x 60 per hour
+    assert set(state["switched_at"]) == {"a100n1", "a100n2"}
+    # gpupool status shows the last decision
+    status = json.loads(sb.run([*GPUPOOL, "--config", config, "status", "--json"]).stdout)
+    assert status["mode"] == "elastic" and status["elastic"]["held"]
+    assert_converged(sb, {"a100n1": "night", "a100n2": "day", "h100n1": "night", "a30n1": "night", "v100n1": "night"})
