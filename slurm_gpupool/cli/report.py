@@ -195,6 +195,11 @@ def _sim_options(f: Any) -> Any:
         ),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstraps."),
         click.option("--min-jobs", type=click.IntRange(1), default=50, show_default=True, help="Fewer: no replay."),
+        click.option(
+            "--workers",
+            type=click.IntRange(1, 64),
+            help="Processes replaying at once (default: the CPUs, at most 4).",
+        ),
     ]
     for o in reversed(options):
         f = o(f)
@@ -203,11 +208,12 @@ def _sim_options(f: Any) -> Any:
 
 def _sim_settings(kw: dict[str, Any]):
     """The simulator's settings from (and out of) the command's options; None with --no-simulate."""
+    import os
+
     from slurm_gpupool.simulate.advise import Settings
 
-    on, slowdown, resamples, seed, min_jobs = (
-        kw.pop(k) for k in ("simulate", "slowdown", "resamples", "seed", "min_jobs")
-    )
+    keys = ("simulate", "slowdown", "resamples", "seed", "min_jobs", "workers")
+    on, slowdown, resamples, seed, min_jobs, workers = (kw.pop(k) for k in keys)
     if not on:
         return None
     try:
@@ -216,7 +222,8 @@ def _sim_settings(kw: dict[str, Any]):
         raise UsageError(f"--slowdown {slowdown}", "expected numbers separated by commas") from None
     if not sds or any(not 1 <= v < float("inf") for v in sds):
         raise UsageError(f"--slowdown {slowdown}", "every value must be a finite number of at least 1")
-    return Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs)
+    workers = workers or min(4, os.cpu_count() or 1)
+    return Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
 
 
 def _progress():

@@ -15,7 +15,7 @@ A layout change is only suggested if the planner places it (the same check as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,9 +266,23 @@ def simulated(
             ],
             None,
         )
-    sim = finite(advise(cfg, epoch, jobs, settings, progress))
+    parallel = process_map(settings.workers) if settings.workers > 1 else None
+    sim = finite(advise(cfg, epoch, jobs, settings, progress, parallel))
     notes = [f"simulation: {v:,} jobs left out ({k})" for k, v in skipped.items() if v]
     return _policy_table(sim), _recommendation_text(sim), notes, sim
+
+
+def process_map(workers: int) -> Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]:
+    """A map over ``workers`` processes forked when it is called (they inherit the replays'
+    inputs), results in order."""
+
+    def run(fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
+            yield from pool.imap(fn, items)
+
+    return run
 
 
 def _pct(x: Any) -> float:

@@ -33,7 +33,7 @@ import copy
 import dataclasses
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -64,6 +64,7 @@ class Settings:
     util_margin: float = 0.02
     bf_interval_s: float = 30.0
     max_time_s: float | None = None  # the partition's MaxTime (lead time); None: the jobs' longest limit
+    workers: int = 1  # processes the caller may fork for replays (``parallel``); not used here
 
 
 @dataclass(frozen=True)
@@ -183,17 +184,47 @@ class _Run:
                 out.append((t, shapes))
         return tuple(out)
 
+    def key(self, p: Policy, k: int, slowdown: float) -> tuple[int, float]:
+        self.pool(p)
+        return (k, slowdown if p.shared else 0.0)  # without shards every slowdown gives the same replay
+
     def metrics(self, p: Policy, k: int, slowdown: float) -> dict[str, float]:
         """The policy's figures on job set ``k`` at ``slowdown`` (replayed once)."""
-        self.pool(p)
-        sd = slowdown if p.shared else 0.0  # without shards every slowdown gives the same replay
-        key = (k, sd)
+        key = self.key(p, k, slowdown)
         if key not in p.runs:
-            if self.progress is not None:
-                self.progress(f"{p.name} ({'jobs' if k == 0 else f'resample {k}'}, slowdown {slowdown:g})")
+            self._say(p, k, slowdown)
             p.runs[key] = self._replay(p, self.job_sets[k], slowdown)
             self.replays += 1
         return p.runs[key]
+
+    def prefetch(self, wanted: Sequence[tuple[Policy, int, float]], parallel: Parallel | None) -> None:
+        """Replay what ``wanted`` needs and is not known yet, through ``parallel`` when given
+        (a map over worker processes forked from this one: they find the replays' inputs in
+        ``_STATE``)."""
+        global _STATE
+        todo: dict[tuple[int, int, float], tuple[Policy, int, float]] = {}
+        policies = list({id(p): p for p, _, _ in wanted}.values())
+        for p, k, sd in wanted:
+            key = self.key(p, k, sd)
+            if key not in p.runs:
+                todo.setdefault((policies.index(p), *key), (p, k, sd))
+        if parallel is None or len(todo) < 2:
+            for p, k, sd in todo.values():
+                self.metrics(p, k, sd)
+            return
+        _STATE = (self, policies)
+        try:
+            items = [(i, k, sd) for (i, _, _), (_, k, sd) in todo.items()]
+            for (p, k, sd), out in zip(todo.values(), parallel(_task, items)):
+                self._say(p, k, sd)
+                p.runs[self.key(p, k, sd)] = out
+                self.replays += 1
+        finally:
+            _STATE = None
+
+    def _say(self, p: Policy, k: int, slowdown: float) -> None:
+        if self.progress is not None:
+            self.progress(f"{p.name} ({'jobs' if k == 0 else f'resample {k}'}, slowdown {slowdown:g})")
 
     def _replay(self, p: Policy, jobs: list[SimJob], slowdown: float) -> dict[str, float]:
         cfg = p.cfg
@@ -213,6 +244,21 @@ class _Run:
         )
         res = Engine(p.pool, sw, params).run(jobs)
         return figures(res, self.gpus, slowdown)
+
+
+Parallel = Callable[
+    [Callable[[tuple[int, int, float]], dict[str, float]], list[tuple[int, int, float]]], Iterable[dict[str, float]]
+]
+_STATE: tuple[_Run, list[Policy]] | None = None  # a parallel map's workers read their inputs here
+
+
+def _task(item: tuple[int, int, float]) -> dict[str, float]:
+    """One replay in a worker: (policy index, job set, slowdown) -> its figures."""
+    assert _STATE is not None, "the parallel map must fork its workers after _STATE is set"
+    run, policies = _STATE
+    p = policies[item[0]]
+    run.pool(p)
+    return run._replay(p, run.job_sets[item[1]], item[2])
 
 
 def figures(res: Result, gpus: int, slowdown: float) -> dict[str, float]:
@@ -282,8 +328,11 @@ def advise(
     jobs: Sequence[SimJob],
     settings: Settings | None = None,
     progress: Callable[[str], None] | None = None,
+    parallel: Parallel | None = None,
 ) -> dict[str, Any]:
-    """Replay the current policy and the candidates; what to recommend (JSON-ready)."""
+    """Replay the current policy and the candidates; what to recommend (JSON-ready).
+    ``parallel``: a map running replays in worker processes forked after it is called
+    (``reports.advice.process_map``); None: one after the other here."""
     s = settings or Settings()
     cands, _ = candidates(cfg, jobs, epoch, s.candidates)
     current = current_policy(cfg)
@@ -305,6 +354,7 @@ def advise(
             policies.append(p)
     point, grid = scenarios(s)
 
+    run.prefetch([(p, 0, point.slowdown) for p in [current, *policies]], parallel)
     cur_point = run.metrics(current, 0, point.slowdown)
     at_point = [run.metrics(p, 0, point.slowdown) for p in policies]
 
@@ -314,10 +364,14 @@ def advise(
 
     order = sorted(range(len(policies)), key=rank)
     promising = [i for i in order if gain(at_point[i], cur_point, s)][: s.confirm]
-    cur_runs = [run.metrics(current, sc.jobs, sc.slowdown) for sc in grid] if promising else []
     confirmed: dict[int, dict[str, Any]] = {}
     recommended = None
-    for i in promising:
+    cur_runs: list[dict[str, float]] = []
+    for i in promising:  # the most promising first, until one beats the current policy everywhere
+        if recommended is not None:
+            break
+        run.prefetch([(p, sc.jobs, sc.slowdown) for p in (current, policies[i]) for sc in grid], parallel)
+        cur_runs = [run.metrics(current, sc.jobs, sc.slowdown) for sc in grid]
         runs = [run.metrics(policies[i], sc.jobs, sc.slowdown) for sc in grid]
         gains = [gain(r, c, s) for r, c in zip(runs, cur_runs)]
         everywhere = all(gains) and gain(at_point[i], cur_point, s) is not None

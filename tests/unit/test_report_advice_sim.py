@@ -365,3 +365,16 @@ def test_no_simulate_and_too_few_jobs_skip_the_replay(tmp_path, monkeypatch, cap
     assert main([*args, "--slowdown", "0.5,2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpupool: --slowdown 0.5,2: ") and "at least 1" in err
+
+
+def test_forked_workers_give_the_same_advice_as_one_process(tmp_path):
+    from slurm_gpupool.reports.advice import process_map
+    from slurm_gpupool.reports.sim_traces import accounting_jobs
+
+    cfg, data, _ = _data(tmp_path, WHOLE_ONLY, history(3, 90, 6))
+    epoch, jobs, _ = accounting_jobs(data)
+    s = adv.Settings(resamples=1)
+    one = adv.advise(cfg, epoch, jobs, s)
+    two = adv.advise(cfg, epoch, jobs, s, parallel=process_map(2))
+    assert one == two and one["replays"] == two["replays"] > 4
+    assert adv._STATE is None  # nothing left behind for the next call
