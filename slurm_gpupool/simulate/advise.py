@@ -45,7 +45,7 @@ from slurm_gpupool.simulate.candidates import WEEKEND, Candidate, candidates
 from slurm_gpupool.simulate.engine import Engine, Params, Result
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.metrics import summarise
-from slurm_gpupool.simulate.pool import PoolSpec, Shape, pool_spec
+from slurm_gpupool.simulate.pool import PoolSpec, Shape
 
 DAY_S = 86400.0
 SOURCE = "report advice"
@@ -98,8 +98,10 @@ class Policy:
 
 
 def current_policy(cfg: PoolConfig) -> Policy:
-    """The config's schedule, or (without one) its first layout by name all the time, as the
-    reports take it."""
+    """The config's schedule (elastic in its elastic mode), or (without one) its first layout
+    by name all the time, as the reports take it."""
+    if cfg.elastic is not None:
+        return Policy("current: the config's elastic schedule", cfg, pol.policies(cfg, [pol.ELASTIC], "")[0])
     if cfg.schedule is not None:
         return Policy("current: the config's schedule", cfg, pol.policies(cfg, [pol.SCHEDULE], "")[0])
     first = cfg.layout_names()[0]
@@ -169,13 +171,15 @@ class _Run:
         if p.pool is None:
             cfg = p.cfg
             fallback = cfg.schedule.default if cfg.schedule is not None else p.spec.layouts[0]
-            p.pool = pool_spec(cfg, p.spec.layouts, self.nodes, fallback)
+            p.pool = pol.pool_for(cfg, p.spec, self.nodes, fallback)
         return p.pool
 
-    def signature(self, p: Policy) -> tuple[tuple[float, tuple[Shape, ...]], ...]:
+    def signature(self, p: Policy) -> tuple[Any, ...]:
         """What every node offers, and from when, over a week and a day: two policies with
-        the same signature are the same replay."""
+        the same signature are the same replay (an elastic one is like no other)."""
         pool = self.pool(p)
+        if p.spec.name == pol.ELASTIC:
+            return (pol.ELASTIC, id(p))
         sw = pol.switcher(p.cfg, p.spec, self.epoch, 8 * DAY_S)
         out: list[tuple[float, tuple[Shape, ...]]] = []
         for t, lay in zip(sw.times, sw.layouts):
@@ -231,11 +235,12 @@ class _Run:
         assert p.pool is not None
         sw = pol.switcher(cfg, p.spec, self.epoch, self.span_s)
         bounds = list(zip(sw.times, sw.layouts))
-        lead = pol.lead_time_s(cfg, bounds, self.max_time_s) if p.spec.name == pol.SCHEDULE else 0.0
+        clock = p.spec.name in (pol.SCHEDULE, pol.ELASTIC)  # elastic: the clock's switches outside its periods
+        lead = pol.lead_time_s(cfg, bounds, self.max_time_s) if clock else 0.0
         r = cfg.repartition
         params = Params(
             bf_interval_s=self.settings.bf_interval_s,
-            switch_s=pol.switch_seconds(cfg, len(self.nodes)),
+            switch_s=pol.elastic_switch_s(cfg, p.spec, pol.switch_seconds(cfg, len(self.nodes)), True),
             lead_time_s=lead,
             deadline_s=r.deadline_s,
             requeue=r.requeue,

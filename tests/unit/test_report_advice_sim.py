@@ -378,3 +378,29 @@ def test_forked_workers_give_the_same_advice_as_one_process(tmp_path):
     two = adv.advise(cfg, epoch, jobs, s, parallel=process_map(2))
     assert one == two and one["replays"] == two["replays"] > 4
     assert adv._STATE is None  # nothing left behind for the next call
+
+
+def test_an_elastic_config_is_replayed_as_its_elastic_policy(tmp_path):
+    """In elastic mode the current policy is the demand-driven one (#17): it switches a node
+    to slices for the waiting quarter-GPU jobs, so every GPU whole waits longer than it."""
+    raw = {
+        **WHOLE_ONLY,
+        "layouts": {
+            "day": {"a30": {"0-1": {"mig": {"1g.6gb": 4}}, "2-3": "whole"}},
+            "night": {"a30": {"all": "whole"}},
+        },
+        "schedule": {
+            "timezone": "UTC",
+            "default": "night",
+            "rules": [],
+            "mode": "elastic",
+            "elastic": {"max_changing": 1, "window": "5m", "cooldown": "1h", "min_gain": 1},
+        },
+    }
+    cfg, data, spool = _data(tmp_path, raw, history(3, 90, 6))
+    sim = advice(data, spool, simulate=adv.Settings(resamples=1)).meta["simulation"]
+    cur = sim["current"]
+    assert cur["name"] == "current: the config's elastic schedule" and cur["point"]["switches"] >= 1
+    whole = next(c for c in sim["candidates"] if c["name"] == "static: every GPU whole")
+    assert whole["point"]["p90_wait_s"] > cur["point"]["p90_wait_s"] + 3600
+    assert sim["recommendation"] is None or sim["recommendation"]["name"] != whole["name"]
