@@ -120,6 +120,9 @@ class Progress:
 )
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
+    "--exact-backfill", is_flag=True, help="Place every tested job's backfill reservation (slow on deep queues)."
+)
+@click.option(
     "--prefer",
     type=click.Choice(("mig", "shard")),
     default="mig",
@@ -136,8 +139,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, bf_interval, prefer, typed, fmt, output, since, until, files,
-             fields, delimiter, tz, journal, spools, window, sacct_format):  # fmt: skip
+             limit_factor, max_time, switch_time, bf_interval, exact_backfill, prefer, typed, fmt, output, since,
+             until, files, fields, delimiter, tz, journal, spools, window, sacct_format):  # fmt: skip
     """Replay jobs against the pool's layouts and schedule, side by side.
 
     \b
@@ -204,6 +207,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         for sd in slowdowns:
             params = Params(
                 bf_interval_s=bf_interval,
+                bf_exact=exact_backfill,
                 switch_s=pol.elastic_switch_s(cfg, spec, switch_s, switch_time is None),
                 lead_time_s=lead,
                 deadline_s=cfg.repartition.deadline_s,
@@ -236,7 +240,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + (f", at most {max_time}" if max_time else ""),
             "switch": f"{switch_s:.0f} s out of service per node; deadline {cfg.repartition.deadline_s} s; "
             + ("requeue" if cfg.repartition.requeue else "no requeue"),
-            "scheduler": f"priority order, backfill every {bf_interval:g} s (bf_max_job_test 500, bf_window 1 day)",
+            "scheduler": f"priority order, backfill every {bf_interval:g} s (bf_max_job_test 500, bf_window 1 day, "
+            + f"bf_resolution 60 s, whole-node reservations{', every one placed' if exact_backfill else ''})",
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
         },

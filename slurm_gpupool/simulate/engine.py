@@ -57,6 +57,12 @@ class Params:
     bf_interval_s: float = 30.0  # SchedulerParameters bf_interval
     bf_max_job_test: int = 500  # bf_max_job_test
     bf_window_s: float = 86400.0  # bf_window (1440 minutes)
+    bf_resolution_s: float = 60.0  # bf_resolution: reservation windows are rounded down to it
+    # True: every tested job places its reservation, as Slurm does (slow on deep queues); False:
+    # a job that needs at least what one that failed needed is passed over without placing it.
+    # Both agree with the real sandbox Slurm (tests/integration/test_simulate_slurm.py).
+    bf_exact: bool = False
+    release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
     switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
     lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)
     deadline_s: float = 1800.0  # repartition.deadline
@@ -423,7 +429,7 @@ class Engine:
         rec.gres_type = chosen[0][1][0][1]
         self.job_nodes[i] = [n for n, _ in chosen]
         self.gen[i] = self.gen.get(i, 0) + 1
-        self._push(rec.end_s, _END, (i, self.gen[i]))
+        self._push(rec.end_s + self.p.release_s, _END, (i, self.gen[i]))  # records free after the epilog
 
     def _end(self, i: int, gen: int) -> None:
         if self.gen.get(i) != gen:
@@ -502,20 +508,18 @@ class Engine:
         start its limit allows around running jobs and the reservations of the jobs before
         it; it starts now only if that delays none of them.
 
-        Reservations live for one pass, as in Slurm, so the pass only has to decide what
-        starts now: GRES types are separate records, so a job of one type never delays one of
-        another, and only types with idle records now can start anything.  A job that cannot
-        start now rules out every later job of the same types that needs at least as many
-        records, nodes and time: such a job is passed over (its reservation, which would lie
-        beyond the one that failed, is not placed: the one shortcut here); once that covers
-        all the rest, those types are done."""
+        As in Slurm (``backfill.c``: ``node_space`` holds node bitmaps), a reservation takes
+        the job's **whole nodes** for its planned window: a lower job may use such a node
+        only if it ends before the window.  Reservations live for one pass, so a pass that
+        has no idle record anywhere is skipped.  A job that cannot start now rules out every
+        later job of the same request that needs at least as many records, nodes and time:
+        such a job is passed over without placing its reservation (the one shortcut here)."""
         self._schedule_main()
         if not self.queued or not self.changed:
             return  # nothing was freed, submitted or switched since the last pass: it would start nothing
         self.changed = False
         started = self.started
-        idle = {t for t in self.by_type if self._idle_now(t)}
-        if not idle:
+        if not any(self._idle_now(t) for t in self.by_type):
             return
         p = self.p
         horizon = self.now + p.bf_window_s
@@ -524,22 +528,23 @@ class Engine:
         rank: dict[tuple[tuple[str, ...], str], int] = {}  # how many of each shape came so far
         done: set[tuple[tuple[str, ...], str]] = set()  # (types, kind) that can start nothing more
         failed: dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]] = {}
-        plans: dict[tuple[int, str], list[tuple[float, float, Part]]] = {}
+        plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
         lines: dict[tuple[int, str], list[tuple[float, list[Part]]]] = {}
         # per (type, count): nodes by the earliest time they could hold it ignoring this pass's
         # reservations; those only delay, so a job stops looking once that bound passes its best
         bounds: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
-        steps: dict[tuple[int, str], list[tuple[float, int]]] = {}  # plain records: availability changes
         for i in tested_jobs:
             need = self.need_of_job[i]
             shape = (need.types, need.kind)
             r = rank[shape] = rank.get(shape, -1) + 1
-            if shape in done or idle.isdisjoint(need.types) or not self._configured(need):
+            if shape in done or not self._configured(need):
                 continue
             limit = self.jobs[i].limit_s
-            if any(c <= need.count and k <= need.nodes and lim <= limit for c, k, lim in failed.get(shape, ())):
+            if not p.bf_exact and any(
+                c <= need.count and k <= need.nodes and lim <= limit for c, k, lim in failed.get(shape, ())
+            ):
                 continue
-            chosen = self._earliest_nodes(need, limit, horizon, plans, lines, bounds, steps)
+            chosen = self._earliest_nodes(need, limit, horizon, plans, lines, bounds)
             if chosen is None:
                 continue
             at = chosen[-1][0]
@@ -548,25 +553,18 @@ class Engine:
                 for _, _, n, parts in chosen:
                     typ = parts[0][1]
                     lines.pop((n.index, typ), None)
-                    steps.pop((n.index, typ), None)
                     for stale in [k for k in bounds if k[0] == typ]:
                         del bounds[stale]
-                    if not self._idle_now(typ):
-                        idle.discard(typ)
-                if not idle:
-                    break
                 continue
-            for _, _, n, parts in chosen:
-                key = (n.index, parts[0][1])
-                plans.setdefault(key, []).extend((at, at + limit, part) for part in parts)
-                if key in steps:
-                    held = sum(part[2] for part in parts)
-                    insort(steps[key], (at, -held))
-                    insort(steps[key], (at + limit, held))
+            window = _rounded(at, at + limit, p.bf_resolution_s)
+            for _, _, n, _ in chosen:
+                insort(plans.setdefault(n.index, []), window)
             failed.setdefault(shape, []).append((need.count, need.nodes, limit))
             later = rest[shape]
             following = later[r + 1] if r + 1 < len(later) else None
-            if following is None or all(a <= b for a, b in zip((need.count, need.nodes, limit), following)):
+            if not p.bf_exact and (
+                following is None or all(a <= b for a, b in zip((need.count, need.nodes, limit), following))
+            ):
                 done.add(shape)  # every later job of this shape needs at least as much: none starts now
         if len(self.queued) > p.bf_max_job_test and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
@@ -578,10 +576,9 @@ class Engine:
         need: Need,
         limit: float,
         horizon: float,
-        plans: dict[tuple[int, str], list[tuple[float, float, Part]]],
+        plans: dict[int, list[tuple[float, float]]],
         lines: dict[tuple[int, str], list[tuple[float, list[Part]]]],
         bounds: dict[tuple[str, int], list[tuple[float, int, str]]],
-        steps: dict[tuple[int, str], list[tuple[float, int]]],
     ) -> list[tuple[float, int, _Node, list[Part]]] | None:
         """The ``need.nodes`` nodes where the job starts soonest (start, node, records), or None."""
         found: dict[int, tuple[float, list[Part]]] = {}  # node -> its earliest start and records
@@ -592,15 +589,10 @@ class Engine:
             n = self.nodes[idx]
             if lb + limit > n.ahead_at:
                 continue  # its reservation ahead comes before this job could end there
-            key = (idx, typ)
-            if typ in n.free:
-                prof = steps.get(key)
-                if prof is None:
-                    prof = steps[key] = _steps(lines[key], plans.get(key, ()))
-                t = _earliest_count(n.free[typ], prof, need.count, limit, self.now, horizon, n.ahead_at)
-                parts = [(GPU, typ, need.count, -1)]
-            else:
-                t, parts = _earliest(n, need, typ, limit, self.now, horizon, plans.get(key, ()), lines[key])
+            windows = plans.get(idx, ())
+            t, parts = _earliest(
+                n, need, typ, limit, self.now, horizon, windows, lines[(idx, typ)], self.p.bf_resolution_s
+            )
             if t < found.get(idx, (INF,))[0]:
                 found[idx] = (t, parts)
                 if len(found) >= need.nodes:
@@ -969,55 +961,11 @@ def _suffix_minima(
     return out
 
 
-def _steps(
-    line: Sequence[tuple[float, list[Part]]], plans: Sequence[tuple[float, float, Part]]
-) -> list[tuple[float, int]]:
-    """How a node's idle records of one plain type change over time, sorted: + at each
-    running job's expected end, - / + over each reservation of this pass."""
-    out = [(end, sum(c for _, _, c, _ in parts)) for end, parts in line]
-    for a, b, part in plans:
-        out += [(a, -part[2]), (b, part[2])]
-    out.sort()
-    return out
-
-
-def _earliest_count(
-    free: int,
-    steps: Sequence[tuple[float, int]],
-    count: int,
-    limit: float,
-    now: float,
-    horizon: float,
-    ahead_at: float,
-) -> float:
-    """The earliest t >= now with at least ``count`` records idle over all of [t, t + limit):
-    availability is a step function of the sorted ``steps``; a start can only be ``now`` or a
-    step up, and it holds iff the first step that drops below ``count`` comes at or after
-    t + limit.  Exact (reservations that never overlap each other are not summed); INF if
-    no start before ``horizon`` ends before the node's reservation ahead."""
-    times = [now]
-    level = [free]
-    for t, d in steps:
-        if t <= now:
-            level[0] += d
-        elif t == times[-1]:
-            level[-1] += d
-        else:
-            times.append(t)
-            level.append(level[-1] + d)
-    k = len(times)
-    bad = k  # the first index >= i whose level is below count (scanning backwards)
-    first_bad = [k] * k
-    for i in range(k - 1, -1, -1):
-        if level[i] < count:
-            bad = i
-        first_bad[i] = bad
-    for i, t in enumerate(times):
-        if t > horizon or t + limit > ahead_at:
-            return INF
-        if level[i] >= count and (first_bad[i] == k or times[first_bad[i]] >= t + limit):
-            return t
-    return INF
+def _rounded(start: float, end: float, resolution: float) -> tuple[float, float]:
+    """A backfill window as Slurm keeps it: both ends rounded down to ``bf_resolution``."""
+    if resolution <= 0:
+        return start, end
+    return (start // resolution) * resolution, (end // resolution) * resolution
 
 
 def _lower_bound(n: _Node, typ: str, count: int, now: float, line: Sequence[tuple[float, list[Part]]]) -> float:
@@ -1042,43 +990,38 @@ def _earliest(
     limit: float,
     now: float,
     horizon: float,
-    plans: Sequence[tuple[float, float, Part]],
+    windows: Sequence[tuple[float, float]],
     line: Sequence[tuple[float, list[Part]]],
+    resolution: float = 0.0,
 ) -> tuple[float, list[Part]]:
-    """The earliest time ``need`` fits on ``n`` for ``limit`` seconds, around its running jobs
-    of that type (``line``) and this pass's reservations there, which it must not overlap;
-    with the records it would take.  (INF, []) if not before ``horizon`` or the node's
-    reservation ahead."""
-    if need.kind == GPU and typ in n.free:  # plain records: a count over time
-        free, k = n.free[typ], 0
-        for t in (now, *(e for e, _ in line)):
-            if t > horizon or t + limit > n.ahead_at:
-                break
-            while k < len(line) and line[k][0] <= t:
-                free += sum(c for _, _, c, _ in line[k][1])
-                k += 1
-            if free < need.count:
-                continue
-            held = sum(part[2] for a, b, part in plans if a < t + limit and b > t) if plans else 0
-            if free - held >= need.count:
-                return t, [(GPU, typ, need.count, -1)]
-        return INF, []
-    if typ not in n.shared:
-        return INF, []
-    shared = {typ: list(n.shared[typ])}
+    """The earliest time ``need`` fits on ``n`` as ``typ`` for ``limit`` seconds: its records
+    are free by then as running jobs reach their limits (``line``: the scheduler does not know
+    run times; records only come free, so free at the start is free throughout), and the
+    window overlaps no whole-node reservation of a higher job (``windows``, sorted); with the
+    records it would take.  (INF, []) if not before ``horizon`` or the node's reservation ahead."""
+    free = n.free.get(typ, 0)
+    shared = {typ: list(n.shared[typ])} if typ in n.shared else {}
+    times = sorted({now, *(e for e, _ in line if e > now), *(b for _, b in windows if b > now)})
     k = 0
-    for t in (now, *(e for e, _ in line)):
+    for t in times:
         if t > horizon or t + limit > n.ahead_at:
             break
         while k < len(line) and line[k][0] <= t:
-            _apply(n.free, shared, line[k][1], -1)
+            if shared:
+                _apply(n.free, shared, line[k][1], -1)
+            else:
+                free += sum(c for _, _, c, _ in line[k][1])
             k += 1
-        s2 = shared
-        overlapping = [part for a, b, part in plans if a < t + limit and b > t]
-        if overlapping:
-            s2 = {typ: list(shared[typ])}
-            _apply(n.free, s2, overlapping, +1)
-        parts = _take(n.free, s2, n.shares, need, typ)
-        if parts is not None:
-            return t, parts
+        if windows:
+            # reservations are kept rounded down to bf_resolution; a job tested to start now is
+            # checked with its exact window, one planned later with its rounded one (backfill.c)
+            lo, hi = (t, t + limit) if t <= now else _rounded(t, t + limit, resolution)
+            if any(a < hi and b > lo for a, b in windows):
+                continue
+        if shared:
+            parts = _take(n.free, shared, n.shares, need, typ)
+            if parts is not None:
+                return t, parts
+        elif free >= need.count and need.kind == GPU:
+            return t, [(GPU, typ, need.count, -1)]
     return INF, []

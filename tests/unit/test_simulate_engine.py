@@ -73,12 +73,35 @@ def test_backfill_starts_a_short_job_only_if_it_ends_before_the_head_s_reservati
         job(4, 2, 30, gpus=1, limit=60),  # would end by 90 < 100 on n1: backfilled at the next pass (30)
         job(5, 3, 30, gpus=1, limit=120),  # its limit crosses 100: it would delay job 3; waits
     ]
-    _, r = run(spec, jobs)
+    _, r = run(spec, jobs, bf_resolution_s=0)
     assert r[3].start_s == 100
     assert r[4].start_s == 30  # the first backfill pass (bf_interval 30)
     # job 5 starts after job 3 ends (200): n1 full 100-200, n2 full to 1000
     assert r[5].start_s == 200
     assert all(x.wait_s >= 0 for x in r.values())
+
+
+def test_backfill_reservations_take_whole_nodes_rounded_down_to_bf_resolution(spec):
+    """Slurm's backfill keeps reservations as node bitmaps (``backfill.c`` node_space), with
+    both ends rounded down to ``bf_resolution``: a reservation planned for 100-200 holds the
+    whole node from 60 to 180, whatever the job needs of it."""
+    jobs = [
+        job(1, 0, 100, gpus=2, limit=100),  # n1: 2 of 4 GPUs until 100
+        job(2, 0, 1000, gpus=4, limit=1000),  # n2 full
+        job(3, 1, 100, gpus=3, limit=100),  # head: 3 GPUs of n1 at 100 -> n1 held [60, 180)
+        job(4, 2, 30, gpus=1, limit=60),  # 1 GPU: n1 has 2 idle, but [30, 90) meets [60, 180)
+        job(5, 3, 10, gpus=1, limit=25),  # [30, 55) ends before 60: backfilled at 30
+    ]
+    _, r = run(spec, jobs, bf_resolution_s=60)
+    assert r[5].start_s == 30 and r[3].start_s == 100
+    assert r[4].start_s == 100  # with job 3 at 100: 3 + 1 GPUs of n1
+    _, r = run(spec, jobs, bf_resolution_s=0)
+    assert r[4].start_s == 30  # exact windows: [30, 90) ends before 100
+
+
+def test_completion_latency_delays_the_next_job(spec):
+    _, r = run(spec, [job(1, 0, 100, gpus=4), job(2, 0, 100, gpus=4), job(3, 1, 10, gpus=4)], release_s=0.5)
+    assert r[1].end_s == 100 and r[3].start_s == 100.5  # its records came free half a second later
 
 
 def test_a_time_sliced_gpu_is_given_whole_or_as_shards_never_both(spec):
