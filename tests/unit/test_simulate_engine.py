@@ -37,7 +37,7 @@ def job(i, submit, duration, gpus=1, milli=1000, limit=None, requeue=True):
 
 def run(spec, jobs, boundaries=(("whole", 0.0),), **params):
     sw = Switcher("test", [(t, lay) for lay, t in boundaries])
-    base = {"sample_s": 0, "bf_interval_s": 30, "switch_s": 60, "lead_time_s": 0, "window_s": 1e12}
+    base = {"sample_s": 0, "bf_interval_s": 30, "switch_s": 60, "lead_time_s": 0, "window_s": 1e12, "release_s": 0}
     res = Engine(spec, sw, Params(**{**base, **params})).run(jobs)
     return res, {r.job_id: r for r in res.jobs}
 
@@ -254,7 +254,7 @@ def test_a_demand_driven_switcher_switches_the_nodes_it_names(spec):
     sw = SliceWhenWaiting()
     # n1 and n2 full with 4-GPU jobs until 1000 and 100; a 4-GPU job waits
     jobs = [job(1, 0, 1000, gpus=4), job(2, 0, 100, gpus=4), job(3, 10, 50, gpus=4)]
-    res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12)).run(jobs)
+    res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12, release_s=0)).run(jobs)
     r = {x.job_id: x for x in res.jobs}
     now, nodes, waits = sw.seen[0]
     assert now == 60 and nodes == {"n1": ("whole", False), "n2": ("whole", False)} and waits == [50]
@@ -264,6 +264,6 @@ def test_a_demand_driven_switcher_switches_the_nodes_it_names(spec):
     # an 8-GPU job waits for both nodes while n2 is idle: the toy switches n2 at 60 (60 s out)
     sw = SliceWhenWaiting()
     jobs = [job(1, 0, 1000, gpus=4), job(2, 10, 50, gpus=8)]
-    res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12)).run(jobs)
+    res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12, release_s=0)).run(jobs)
     assert res.switches == 1 and res.layout_seconds["day"] > 0
     assert {x.job_id: x for x in res.jobs}[2].start_s == -1  # n2 now has no whole GPUs: it never starts
