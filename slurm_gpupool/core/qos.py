@@ -161,7 +161,11 @@ def diff(desired: Desired, current: Current, cluster: str) -> list[Change]:
     where = ("where", f"cluster={cluster}")
     # association QOS lists: our QOS granted where the config says, revoked elsewhere.  sacctmgr
     # passes an account's qos+= / qos-= on to its users (and sub-accounts), so the account
-    # association is changed whenever it or one of its users differs.
+    # association is changed whenever it or one of its users differs.  Every account is granted
+    # its own, even where root's grant already shows through: slurmdbd 24.11 tells slurmctld
+    # about the changed account and its direct children only, so the users of an account
+    # below root kept their old QOS list in slurmctld ("does not have access to qos") until
+    # it restarted (docs/slurm-versions.md).
     for acct in sorted(set(current.access) | set(desired.access)):
         if acct not in current.access:
             out.append(Change("!", f"account {acct}", "no such account in Slurm: its tiers wait for it"))
@@ -170,8 +174,6 @@ def diff(desired: Desired, current: Current, cluster: str) -> list[Change]:
         want = set(desired.access.get(acct, ())) | set(desired.all_accounts)
         mine = {q for q, spec in current.qos.items() if spec.ours}
         add = sorted({q for q in want for have in lists if q not in have})
-        if acct != "root" and "root" in current.access:  # root's qos+= reaches every account
-            add = [q for q in add if q not in desired.all_accounts]
         drop = sorted({q for have in lists for q in have if q in mine and q not in want})
         for sign, qs, verb, op in (("-", drop, "may no longer use", "-="), ("+", add, "may use", "+=")):
             for name in qs:

@@ -518,6 +518,7 @@ class Sandbox:
         import yaml
 
         from slurm_gpupool.sandbox.poolconfig import sandbox_config
+        from slurm_gpupool.slurm.runner import preempt_user_signal_setting
 
         p = self.paths
         changed: set[Path] = set()
@@ -546,6 +547,7 @@ class Sandbox:
             nodes_conf=str(p.nodes_conf),
             gres_types_conf=str(p.gres_types_conf),
             def_mem_per_cpu_mib=DEF_MEM_PER_CPU_MIB,
+            preempt_user_signal=preempt_user_signal_setting(self._slurm_version()),
         )
         if self._write_if_changed(p.slurm_conf, slurm_conf):
             changed.add(p.slurm_conf)
@@ -570,6 +572,16 @@ class Sandbox:
         if self._write_if_changed(p.my_cnf, my_cnf):
             changed.add(p.my_cnf)
         return changed
+
+    def _slurm_version(self) -> tuple[int, int, int]:
+        """The Slurm the sandbox runs (``slurmd -V`` before its slurm.conf exists); the oldest
+        release we support, as ``gres install`` assumes, where no Slurm answers."""
+        from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
+
+        try:
+            return slurm_version(SlurmRunner(env=self.daemon_env()))
+        except SlurmUnavailableError:
+            return (22, 5, 0)
 
     def initial_layout(self, cfg: Any) -> str:
         if self._requested_layout:

@@ -104,6 +104,24 @@ def tres_gres_prefix(version: tuple[int, int, int]) -> str:
     return "gres/" if version >= (23, 11, 0) else "gres:"
 
 
+def preempt_user_signal_setting(version: tuple[int, int, int]) -> str:
+    """The slurm.conf line that sends a preempted job its ``--signal`` at preemption (not
+    SIGTERM): ``SlurmctldParameters=preempt_send_user_signal`` in 22.05's slurm.conf(5),
+    ``PreemptParameters=send_user_signal`` in 24.11's and 26.05's (PreemptParameters came
+    in 23.02 and took the preempt options from SlurmctldParameters/SchedulerParameters)."""
+    if version >= (23, 2, 0):
+        return "PreemptParameters=send_user_signal"
+    return "SlurmctldParameters=preempt_send_user_signal"
+
+
+def requeues_again_after_grace_preemption(version: tuple[int, int, int]) -> bool:
+    """Slurm 24.11 (measured on Debian 13's 24.11.5): a job preempted with a GraceTime and
+    requeued is requeued once more when its next run ends ("_job_complete: requeue JobId=N
+    per user/system request"), so it runs a third time; without a GraceTime, and on 22.05
+    and 26.05.5, it is requeued once.  25.05 and 25.11 are not measured: counted as affected."""
+    return (24, 11, 0) <= version < (26, 5, 0)
+
+
 def restart_crashes_on_finished_shard_jobs(version: tuple[int, int, int]) -> bool:
     """Slurm 24.11 (measured on Debian 13's 24.11.5): restarted with new GRES while it still
     remembers a finished shard job on a changed node, slurmctld saves a job state that makes

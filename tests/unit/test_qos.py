@@ -92,6 +92,21 @@ def test_apply_then_diff_is_empty_and_a_change_shows_exactly(cfg):
     ]
 
 
+def test_every_account_is_granted_its_own_not_only_root(cfg):
+    """slurmdbd 24.11 passes root's qos+= on to root's direct children only: the users of
+    every other account keep their old QOS list in slurmctld, so each account gets its own."""
+    fresh = Current(
+        qos={},
+        assoc_tres={"root": (), "phys": ()},
+        access={"root": ("normal",), "phys": ("normal",)},
+        user_access={("root", "root"): ("normal",), ("phys", "alice"): ("normal",)},
+    )
+    grants = [c for c in diff(desired(cfg), fresh, "c") if c.target.startswith("account") and "QOS" in c.what]
+    tiers = ["gpupool_exclusive", "gpupool_guaranteed", "gpupool_shared"]
+    assert [str(c) for c in grants] == [f"+ account {a}: may use QOS {q}" for a in ("phys", "root") for q in tiers]
+    assert grants[0].commands == (("modify", "account", "where", "name=phys", "cluster=c", "set", "qos+=" + tiers[0]),)
+
+
 def test_never_touches_what_is_not_ours(cfg):
     now = applied(cfg)
     admins = QosSpec("gpupool_debug", priority=5, description="the admins' own")

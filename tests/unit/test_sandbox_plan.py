@@ -17,6 +17,7 @@ from slurm_gpupool.sandbox.plan import (
     validate_node_map,
 )
 from slurm_gpupool.sandbox.poolconfig import node_map
+from slurm_gpupool.slurm.runner import preempt_user_signal_setting
 
 DEFAULT_NODES = node_map(load_config(default_config_path()))
 
@@ -78,6 +79,7 @@ def test_configs_come_from_gres_install(tmp_path):
     conf = sb.paths.slurm_conf.read_text()
     assert f"Include {sb.paths.nodes_conf}\n" in conf and f"Include {sb.paths.gres_types_conf}\n" in conf
     assert "SlurmdParameters=config_overrides\n" in conf
+    assert preempt_user_signal_setting(sb._slurm_version()) + "\n" in conf  # named as this release names it
     nodes = sb.paths.nodes_conf.read_text()
     assert (
         "NodeName=a30n1 Sockets=2 CoresPerSocket=16 ThreadsPerCore=2 RealMemory=489250 NodeAddr=127.0.0.2 Port=16900"

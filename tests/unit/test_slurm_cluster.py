@@ -22,7 +22,12 @@ from slurm_gpupool.slurm.cluster import (
     parse_sinfo_json,
     parse_squeue_json,
 )
-from slurm_gpupool.slurm.runner import Result, SlurmRunner
+from slurm_gpupool.slurm.runner import (
+    Result,
+    SlurmRunner,
+    preempt_user_signal_setting,
+    requeues_again_after_grace_preemption,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 SERIES = ("22.05", "24.11", "26.05")
@@ -241,3 +246,17 @@ def test_a_query_is_asked_again_when_slurmctld_drops_the_connection(monkeypatch)
     with pytest.raises(SlurmUnavailableError):
         SlurmCluster(down).nodes()
     assert down.calls == 1
+
+
+def test_the_preemption_user_signal_setting_follows_each_releases_slurm_conf_man_page():
+    assert preempt_user_signal_setting((22, 5, 8)) == "SlurmctldParameters=preempt_send_user_signal"
+    assert preempt_user_signal_setting((24, 11, 5)) == "PreemptParameters=send_user_signal"
+    assert preempt_user_signal_setting((26, 5, 5)) == "PreemptParameters=send_user_signal"
+
+
+def test_only_24_11_requeues_a_grace_preempted_job_twice():
+    assert [requeues_again_after_grace_preemption(v) for v in ((22, 5, 8), (24, 11, 5), (26, 5, 5))] == [
+        False,
+        True,
+        False,
+    ]
