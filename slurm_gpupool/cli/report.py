@@ -17,7 +17,7 @@ import click
 from slurm_gpupool.cli.context import AppContext, pass_app
 from slurm_gpupool.errors import UsageError
 
-REPORTS = ("usage", "utilization", "waits", "cost", "efficiency", "advice")
+REPORTS = ("usage", "utilization", "waits", "cost", "efficiency", "quota", "advice")
 BY = ("account", "user", "partition", "gres-type", "layout", "day-night", "tier")
 FORMATS = ("table", "csv", "json", "html")
 
@@ -119,7 +119,7 @@ def _load(
 
 @click.group()
 def report() -> None:
-    """Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, advice.
+    """Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, quota, advice.
 
     GPU-equivalents count a MIG slice as its compute share (1g = 1/7) and a
     shard as its share of the GPU; capacity follows the layout each node had.
@@ -167,7 +167,7 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
         click.echo("gpupool: " + out.load_summary(load), err=True)
 
 
-BY_OF = {"utilization": ("day-night",), "efficiency": (), "advice": ()}  # the rest: all of BY
+BY_OF = {"utilization": ("day-night",), "efficiency": (), "quota": (), "advice": ()}  # the rest: all of BY
 
 
 def _sim_options(f: Any) -> Any:
@@ -263,6 +263,8 @@ def _run(name: str, data, spool, by: str | None, done: dict | None = None, sim=N
         return compute.cost(data, by or "account")
     if name == "efficiency":
         return compute.efficiency(data, spool)
+    if name == "quota":
+        return compute.quota(data)
     from slurm_gpupool.reports.advice import advice
 
     progress = _progress() if sim is not None else None

@@ -304,6 +304,103 @@ def cost(data: Data, by: str = "account") -> Report:
     )
 
 
+# -- quota ----------------------------------------------------------------------------
+
+
+def held_level(start: np.ndarray, end: np.ndarray, count: np.ndarray, lo: float, hi: float, limit: float):
+    """What an account held at once over [lo, hi): (peak, time-averaged, hours at or over
+    ``limit``) of the sum of ``count`` over the intervals [start, end) (epoch s, inside the window)."""
+    level = Level.from_intervals(start, end, count)
+    span = hi - lo
+    mean = float(level.between(np.array([lo]), np.array([hi]))[0]) / span if span > 0 else 0.0
+    # the level is constant from each event to the next; a job starting the second another
+    # ends makes a level of no duration (both events at one time): it was never held
+    held = np.diff(np.clip(np.append(level.times, hi), lo, hi))
+    peak = float(level.level[held > 0].max()) if (held > 0).any() else 0.0
+    at = float(held[level.level >= limit - 1e-9].sum()) if limit > 0 else 0.0
+    return peak, mean, at / 3600
+
+
+def quota(data: Data) -> Report:
+    """Each account's holdings of every GRES type it has a quota for, against the quota.
+
+    A quota is an association GrpTRES limit (docs/tiers.md): a cap on what the account's
+    running jobs hold *at once* (devices of a type, or shards), not a budget of hours.  So
+    it is measured by concurrent holdings: the peak, the time average over the window and
+    the hours spent at the quota (while there, the account's further jobs of that type
+    waited with AssocGrpGRES), each as a count and as a share of the quota; GPU-equivalent
+    hours held tie it to the usage and cost reports."""
+    from slurm_gpupool.ops.qos import pool_types, resolve, tres_of
+
+    cols = [
+        "account",
+        "type",
+        "quota",
+        "quota_eq",
+        "peak",
+        "peak_pct",
+        "mean",
+        "mean_pct",
+        "hours_at_quota",
+        "jobs",
+        "eq_hours",
+    ]
+    cfg = data.cfg
+    quotas = cfg.quotas if cfg is not None else {}
+    notes = []
+    if not quotas:
+        notes.append("no quotas in the pool config (quotas:, docs/tiers.md)")
+    lo, hi = data.since.timestamp(), data.until.timestamp()
+    g = _grants_with(data, ["account", "run_start", "run_end", "hours"])
+    g = g[g["hours"] > 0]
+    account = g["account"].astype(str)
+    is_shard = (g["kind"] == "shard").to_numpy()
+    typ = g["type"].astype(str).to_numpy()
+    start, end = epoch_s(g["run_start"]), epoch_s(g["run_end"])
+    rows = []
+    types = pool_types(cfg) if quotas else {}
+    for acct in sorted(quotas):
+        limits = resolve(cfg, quotas[acct], f"quotas.{acct}", types)
+        for name, _amount in quotas[acct]:
+            limit = limits[tres_of(name)]
+            mine = (account == acct).to_numpy() & (is_shard if name == "shard" else (~is_shard & (typ == name)))
+            counts = g["count"].to_numpy()[mine].astype(float)
+            peak, mean, at = held_level(start[mine], end[mine], counts, lo, hi, limit)
+            eq_each = types[name].eq_each
+            rows.append(
+                {
+                    "account": acct,
+                    "type": name,
+                    "quota": limit,
+                    "quota_eq": limit * eq_each if eq_each > 0 else np.nan,
+                    "peak": peak,
+                    "peak_pct": 100 * peak / limit,
+                    "mean": mean,
+                    "mean_pct": 100 * mean / limit,
+                    "hours_at_quota": at,
+                    "jobs": int(g.loc[mine, "job"].nunique()),
+                    "eq_hours": float((g["eq"].to_numpy()[mine] * g["hours"].to_numpy()[mine]).sum()),
+                }
+            )
+    t = pd.DataFrame(rows, columns=cols)
+    if len(t) and (t["peak"] > t["quota"]).any():
+        over = t[t["peak"] > t["quota"]]
+        notes.append(
+            "held more than the quota: "
+            + ", ".join(f"{a} {ty}" for a, ty in zip(over["account"], over["type"]))
+            + " (a quota set or lowered while jobs ran, or one Slurm does not enforce: `gpupool qos diff`)"
+        )
+    return Report(
+        "quota",
+        "Quotas: what each account held at once, against its quota",
+        data.since,
+        data.until,
+        {"quota": t},
+        notes=notes,
+        meta={"at_quota": int((t["hours_at_quota"] > 0).sum()) if len(t) else 0},
+    )
+
+
 # -- efficiency -----------------------------------------------------------------------
 
 

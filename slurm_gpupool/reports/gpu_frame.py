@@ -44,6 +44,7 @@ class Grant:
     gpus: int  # Slurm's count (a MIG slice is 1, a shard 0)
     eq: float  # GPU-equivalents
     memory_mib: float | None  # memory of one device; of a shard grant, its share of the GPU's (None: unknown)
+    count: int  # the TRES count a GrpTRES limit counts: devices (gres/gpu:<type>), or shards (gres/shard)
 
 
 def first_node(nodelist: str) -> str:
@@ -91,9 +92,10 @@ class Resolver:
         for typ, n in g.typed:
             i = self.info(typ)
             kind = i.kind
-            out.append(Grant(f"gpu:{typ}", typ, kind, i.model, n, n * i.fraction, i.memory_mib))
+            out.append(Grant(f"gpu:{typ}", typ, kind, i.model, n, n * i.fraction, i.memory_mib, n))
         if g.untyped_rest:
-            out.append(Grant(UNTYPED, UNTYPED, "untyped", None, g.untyped_rest, float(g.untyped_rest), None))
+            n = g.untyped_rest
+            out.append(Grant(UNTYPED, UNTYPED, "untyped", None, n, float(n), None, n))
         if g.shards:
             shares = node_shares(self.cfg, layout, node)
             stype = g.shard_types[0][0] if len(g.shard_types) == 1 else self._shared_type(node, layout)
@@ -101,7 +103,7 @@ class Resolver:
             mem = self.types[stype].memory_mib if stype in self.types else None
             eq = g.shards / shares if shares else float("nan")
             mem_held = mem * g.shards / shares if mem and shares else None  # its share of the GPU's memory
-            out.append(Grant(f"shard:{stype}", stype, "shard", model, 0, eq, mem_held))
+            out.append(Grant(f"shard:{stype}", stype, "shard", model, 0, eq, mem_held, g.shards))
         return tuple(out)
 
     def _shared_type(self, node: str, layout: str | None) -> str:
@@ -175,8 +177,8 @@ def enrich(
         bad = df["combo"].isin(bad_combos)
         notes["unreadable TRES (job ignored)"] += int(bad.sum())
     table = pd.DataFrame(
-        [(ci, g.gres, g.type, g.kind, g.model, g.gpus, g.eq, g.memory_mib) for ci, g in rows if g is not None],
-        columns=["combo", "gres", "type", "kind", "model", "gpus", "eq", "memory_mib"],
+        [(ci, g.gres, g.type, g.kind, g.model, g.gpus, g.eq, g.memory_mib, g.count) for ci, g in rows if g is not None],
+        columns=["combo", "gres", "type", "kind", "model", "gpus", "eq", "memory_mib", "count"],
     )
     grants = df[["combo"]].reset_index(names="job").merge(table, on="combo", how="inner")
     for col in ("gres", "type", "kind", "model"):

@@ -8,7 +8,8 @@
   checkpoint signal, has its grace time, is requeued and later completes; a shared-tier
   job on another node is not touched;
 * an account over its quota for a GPU type gets its job held with Slurm's reason
-  (AssocGrpGRES), which gpupool-sbatch explains; within the quota it runs.
+  (AssocGrpGRES), which gpupool-sbatch explains; within the quota it runs; the quota
+  report, from the accounting, shows one a100 held at a time, for as long as both jobs ran.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -218,14 +220,15 @@ def test_shared_job_is_checkpointed_preempted_requeued_and_completes(tiered, tmp
 
 
 def test_over_quota_jobs_wait_with_slurms_reason_and_the_wrapper_says_why(tiered):
-    sb, _conf = tiered
+    sb, conf = tiered
+    since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     first = sbatch(
         sb, "--tier=exclusive", "--gres=gpu:a100:1", "-o", "/dev/null", "--wrap", "sleep 300", tool=wrapper()
     )
     try:
         wait_state(sb, first, ("RUNNING",))  # within the quota (1 a100): it runs
         over = sb.run(
-            [wrapper(), "--parsable", "--tier=exclusive", "--gres=gpu:a100:1", "-o", "/dev/null", "--wrap", "true"]
+            [wrapper(), "--parsable", "--tier=exclusive", "--gres=gpu:a100:1", "-o", "/dev/null", "--wrap", "sleep 2"]
         )
         second = over.stdout.strip().split(";")[0]
         time.sleep(2)
@@ -234,5 +237,20 @@ def test_over_quota_jobs_wait_with_slurms_reason_and_the_wrapper_says_why(tiered
         assert f"job {second} waits (AssocGrpGRES)" in over.stderr and "at most 1 a100" in over.stderr, over.stderr
         sb.run(["scancel", first])
         wait_state(sb, second, ("RUNNING", "COMPLETING", "COMPLETED"), timeout=60)  # back within the quota
+        wait_state(sb, second, ("COMPLETED",), timeout=30)
     finally:
         sb.run(["scancel", first], check=False)
+    # the quota report, from the accounting of what Slurm enforced: one a100 at a time
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    out = sb.run(["sacct", "-X", "-n", "-P", "-o", "JobIDRaw,Start,End", "-j", f"{first},{second}"]).stdout
+    spans = {
+        j: [datetime.fromisoformat(t).astimezone(UTC) for t in ts] for j, *ts in (x.split("|") for x in out.split())
+    }
+    assert spans[second][0] >= spans[first][1]  # it started when the first ended
+    held_h = sum((end - start).total_seconds() for start, end in spans.values()) / 3600
+    window = ["--since", since.isoformat(), "--until", until.isoformat()]
+    doc = json.loads(sb.gpupool("--config", str(conf), "report", "quota", *window, "--format", "json").stdout)
+    q = {(r["account"], r["type"]): r for r in doc["reports"][0]["tables"]["quota"]}[("sandbox", "a100")]
+    assert (q["quota"], q["peak"], q["jobs"]) == (1, 1, 2)
+    assert q["hours_at_quota"] == pytest.approx(held_h)
+    assert q["mean"] == pytest.approx(held_h / ((until - since).total_seconds() / 3600))

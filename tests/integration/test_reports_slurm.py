@@ -34,6 +34,17 @@ EXPECT = {
 }
 
 
+# account → GRES type → quota (a count, or GPU-equivalents: 1 of 1g.10gb slices is 7 of them)
+QUOTAS = {"phys": {"a100": 2, "1g.10gb": {"gpu_eq": 1}}, "bio": {"shard": 4, "3g.20gb": 1}}
+# (account, quota type) → (job, the TRES count it held: devices, or shards), and the quota's count
+QUOTA_JOBS = {
+    ("phys", "a100"): ("night2", 2, 2),
+    ("phys", "1g.10gb"): ("mig", 1, 7),
+    ("bio", "shard"): ("shard", 2, 4),
+    ("bio", "3g.20gb"): ("held", 1, 1),
+}
+
+
 def sbatch(sb, *args: str) -> str:
     return sb.run(["sbatch", "--parsable", *args], timeout=120).stdout.strip().split(";")[0]
 
@@ -109,6 +120,7 @@ def history(_sandbox_session, tmp_path_factory):
     # the pool config with a price table, for the cost report
     cfg = yaml.safe_load((sb.root / "etc" / "gpupool.yaml").read_text())
     cfg["reports"] = {"prices": PRICES, "currency": "EUR"}
+    cfg["quotas"] = QUOTAS  # the quota report reads them from the config
     cfg_path = tmp / "gpupool.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     times = sacct_times(sb, list(ids.values()))
@@ -195,6 +207,22 @@ def test_efficiency_takes_the_mig_jobs_peak_memory_from_the_usage_spool(history)
     mig = got[ids["mig"]]
     assert mig["peak_mem_mib"] == 900 and mig["slice_mib"] == 9984  # H100 1g.10gb
     assert "peak memory" in mig["why"]
+
+
+def test_quota_report_gives_each_accounts_peak_mean_and_hours_at_its_quota(history):
+    _, _, _, since, until, *_ = history
+    window_h = (until - since).total_seconds() / 3600
+    got = {(r["account"], r["type"]): r for r in report(history, "quota")["reports"][0]["tables"]["quota"]}
+    assert set(got) == set(QUOTA_JOBS)
+    for key, (job, count, quota) in QUOTA_JOBS.items():
+        h = elapsed_h(history, job)
+        held = count if h > 0 else 0  # a job sacct shows as 0 s long held nothing
+        r = got[key]
+        assert (r["quota"], r["peak"], r["jobs"]) == (quota, held, 1 if h > 0 else 0), key
+        assert r["peak_pct"] == pytest.approx(100 * held / quota), key
+        assert r["mean"] == pytest.approx(count * h / window_h), key
+        assert r["hours_at_quota"] == pytest.approx(h if count >= quota else 0.0), key
+        assert r["eq_hours"] == pytest.approx(h * EXPECT[job][2]), key
 
 
 def test_every_report_renders_as_one_html_file_with_its_charts(history):

@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -616,3 +617,81 @@ def test_usage_and_cost_count_gpu_jobs_alike(data):
     c = compute.cost(d, "account")
     assert c.main.set_index("account")["gpu_jobs"].to_dict() == u.to_dict()
     assert "jobs" not in c.main.columns and c.meta["gpu_jobs"] == int(u.sum())
+
+
+QUOTA_HISTORY = "\n".join(
+    [
+        HEADER,
+        row(11, "physics", "a100n1", "COMPLETED", "08:00:00", "08:00:00", "12:00:00", "", "gres/gpu:a100=1,gres/gpu=1"),
+        row(12, "physics", "a100n2", "COMPLETED", "09:00:00", "10:00:00", "14:00:00", "", "gres/gpu:a100=1,gres/gpu=1"),
+        row(
+            13, "physics", "a100n1", "COMPLETED", "09:00:00", "09:00:00", "15:00:00", "", "gres/gpu:1g.5gb=3,gres/gpu=3"
+        ),
+        row(14, "bio", "v100n1", "COMPLETED", "10:00:00", "10:00:00", "13:00:00", "", "cpu=1,gres/shard=2"),
+        row(15, "bio", "v100n1", "COMPLETED", "11:00:00", "11:00:00", "12:00:00", "", "cpu=1,gres/shard=4"),
+        row(16, "chem", "a100n2", "COMPLETED", "20:00:00", "20:00:00", "22:00:00", "", "gres/gpu:a100=2,gres/gpu=2"),
+        row(17, "chem", "None assigned", "PENDING", "21:00:00", "Unknown", "Unknown", "gres/gpu:a100=1", ""),
+    ]
+)
+QUOTAS = {
+    "physics": {"a100": 2, "1g.5gb": {"gpu_eq": 1}},  # 1 GPU-eq of 1g.5gb slices: 7 of them
+    "bio": {"shard": 8, "a30": 1},
+    "chem": {"a100": 1},
+}
+
+
+def test_quota_report_measures_concurrent_holdings_against_each_quota(cfg, tmp_path):
+    f = tmp_path / "q.txt"
+    f.write_text(QUOTA_HISTORY + "\n")
+    c = parse_config({**cfg.raw, "quotas": QUOTAS}, cfg.source, ROOT / "etc")
+    d, _, _ = build(c, Source(files=(f,)), SINCE, UNTIL, now=UNTIL)
+    r = compute.quota(d)
+    q = r.main.set_index(["account", "type"])
+    day = 24.0
+    # physics a100: 1 held 08-10, 2 held 10-12 (at the quota), 1 held 12-14
+    a100 = q.loc[("physics", "a100")]
+    assert (a100["quota"], a100["quota_eq"], a100["peak"], a100["peak_pct"]) == (2, 2.0, 2.0, 100.0)
+    assert a100["mean"] == pytest.approx(8 / day) and a100["mean_pct"] == pytest.approx(100 * 8 / day / 2)
+    assert a100["hours_at_quota"] == pytest.approx(2.0) and a100["jobs"] == 2
+    assert a100["eq_hours"] == pytest.approx(8.0)
+    # physics 1g.5gb: a GPU-equivalent quota is 7 slices; 3 held for 6 h, never at the quota
+    mig = q.loc[("physics", "1g.5gb")]
+    assert (mig["quota"], mig["peak"], mig["hours_at_quota"]) == (7, 3.0, 0.0)
+    assert mig["quota_eq"] == pytest.approx(1.0) and mig["peak_pct"] == pytest.approx(300 / 7)
+    assert mig["mean"] == pytest.approx(18 / day) and mig["eq_hours"] == pytest.approx(18 / 7)
+    # bio shards: counted in shards, as GrpTRES gres/shard is: 2 (10-11), 6 (11-12), 2 (12-13)
+    shard = q.loc[("bio", "shard")]
+    assert (shard["quota"], shard["peak"], shard["hours_at_quota"]) == (8, 6.0, 0.0)
+    assert shard["mean"] == pytest.approx((2 * 3 + 4) / day) and shard["peak_pct"] == pytest.approx(75.0)
+    assert shard["quota_eq"] == pytest.approx(2.0) and shard["eq_hours"] == pytest.approx(2 / 4 * 3 + 4 / 4 * 1)
+    # a quota nothing used, and one exceeded (set after the job started): said in a note
+    assert tuple(q.loc[("bio", "a30"), ["peak", "mean", "hours_at_quota", "jobs"]]) == (0.0, 0.0, 0.0, 0)
+    chem = q.loc[("chem", "a100")]
+    assert (chem["peak"], chem["peak_pct"], chem["hours_at_quota"], chem["jobs"]) == (2.0, 200.0, 2.0, 1)
+    assert any("held more than the quota: chem a100" in n for n in r.notes)
+    assert list(r.main["account"]) == ["bio", "bio", "chem", "physics", "physics"]
+
+
+def test_quota_report_from_the_cli_takes_no_grouping_and_says_when_there_are_no_quotas(cfg, tmp_path):
+    f = tmp_path / "q.txt"
+    f.write_text(QUOTA_HISTORY + "\n")
+    conf = tmp_path / "pool.yaml"
+    mig_parted = {**cfg.raw["mig_parted"], "file": str(ROOT / "etc" / cfg.raw["mig_parted"]["file"])}
+    conf.write_text(yaml.safe_dump({**cfg.raw, "quotas": QUOTAS, "mig_parted": mig_parted}))
+    base = ["report", "quota", "--from", str(f), "--since", "2026-11-16", "--until", "2026-11-17", "--tz", "UTC"]
+    res = gpupool("--config", str(conf), *base, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["reports"][0]["tables"]["quota"]
+    assert {(x["account"], x["type"]): x["peak"] for x in rows}[("physics", "a100")] == 2
+    assert gpupool("--config", str(conf), *base, "--by", "account").returncode == 2
+    none = gpupool("--config", str(ROOT / "etc" / "gpupool.yaml"), *base)
+    assert none.returncode == 0 and "no quotas in the pool config" in none.stdout
+
+
+def test_a_job_starting_the_second_another_ends_is_not_held_with_it():
+    """Slurm starts a job waiting for a quota in the second the holder ends: one at a time."""
+    start, end = np.array([0.0, 3600.0]), np.array([3600.0, 7200.0])
+    peak, mean, at = compute.held_level(start, end, np.array([1.0, 1.0]), 0.0, 4 * 3600.0, 1)
+    assert (peak, mean, at) == (1.0, 0.5, 2.0)
+    peak, _, at = compute.held_level(np.array([0.0, 1800.0]), end, np.array([1.0, 1.0]), 0.0, 4 * 3600.0, 2)
+    assert (peak, at) == (2.0, 0.5)  # overlapping for half an hour
