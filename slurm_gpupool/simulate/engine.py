@@ -45,6 +45,7 @@ from slurm_gpupool.simulate.mapping import PREFER_MIG, Demand, RequestMapper, Tr
 from slurm_gpupool.simulate.pool import PoolSpec, Shape
 
 GPU, SHARD = "gpu", "shard"
+_JOIN = "\x00"  # joins a request's types into one key (no GRES type holds it)
 INF = math.inf
 # event kinds, in the order they are handled at one instant
 _END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _SAMPLE, _TICK = range(10)
@@ -453,10 +454,8 @@ class Engine:
         if not self.dirty:
             return
         self.dirty = False
-        dead = 0
         for _, _, i in self.queue:
             if i not in self.queued:
-                dead += 1
                 continue
             need = self.need_of_job[i]
             if not self._configured(need):
@@ -465,9 +464,8 @@ class Engine:
             if chosen is None:
                 break
             self._start(i, chosen)
-            dead += 1
-        if dead > 64 and dead > len(self.queue) // 2:
-            self.queue = [e for e in self.queue if e[2] in self.queued]
+        if len(self.queue) > 64 and len(self.queue) > 2 * len(self.queued):
+            self.queue = [e for e in self.queue if e[2] in self.queued]  # started jobs leave it
         if self.queued and self.changed and not self.bf_pending:
             self.bf_pending = True
             step = self.p.bf_interval_s
@@ -524,10 +522,9 @@ class Engine:
         p = self.p
         horizon = self.now + p.bf_window_s
         tested_jobs = list(islice((i for _, _, i in self.queue if i in self.queued), p.bf_max_job_test))
-        rest = _suffix_minima([(self.need_of_job[i], self.jobs[i].limit_s) for i in tested_jobs])
-        rank: dict[tuple[tuple[str, ...], str], int] = {}  # how many of each shape came so far
-        done: set[tuple[tuple[str, ...], str]] = set()  # (types, kind) that can start nothing more
-        failed: dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]] = {}
+        # per request shape, (count, nodes) -> the shortest limit that could not start now
+        failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]] = {}
+        configured: dict[tuple[tuple[str, ...], int], bool] = {}  # nodes do not change during a pass
         plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
         lines: dict[tuple[int, str], list[tuple[float, list[Part]]]] = {}
         # per (type, count): nodes by the earliest time they could hold it ignoring this pass's
@@ -536,36 +533,33 @@ class Engine:
         for i in tested_jobs:
             need = self.need_of_job[i]
             shape = (need.types, need.kind)
-            r = rank[shape] = rank.get(shape, -1) + 1
-            if shape in done or not self._configured(need):
+            ok = configured.get((need.types, need.nodes))
+            if ok is None:
+                ok = configured[(need.types, need.nodes)] = self._configured(need)
+            if not ok:
                 continue
             limit = self.jobs[i].limit_s
-            if not p.bf_exact and any(
-                c <= need.count and k <= need.nodes and lim <= limit for c, k, lim in failed.get(shape, ())
-            ):
+            worse = failed.get(shape) if not p.bf_exact else None
+            if worse and any(c <= need.count and k <= need.nodes and lim <= limit for (c, k), lim in worse.items()):
                 continue
             chosen = self._earliest_nodes(need, limit, horizon, plans, lines, bounds)
-            if chosen is None:
-                continue
-            at = chosen[-1][0]
-            if at <= self.now:
+            if chosen is not None and chosen[-1][0] <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
                 for _, _, n, parts in chosen:
                     typ = parts[0][1]
                     lines.pop((n.index, typ), None)
-                    for stale in [k for k in bounds if k[0] == typ]:
+                    for stale in [k for k in bounds if typ in k[0].split(_JOIN)]:
                         del bounds[stale]
                 continue
-            window = _rounded(at, at + limit, p.bf_resolution_s)
-            for _, _, n, _ in chosen:
-                insort(plans.setdefault(n.index, []), window)
-            failed.setdefault(shape, []).append((need.count, need.nodes, limit))
-            later = rest[shape]
-            following = later[r + 1] if r + 1 < len(later) else None
-            if not p.bf_exact and (
-                following is None or all(a <= b for a, b in zip((need.count, need.nodes, limit), following))
-            ):
-                done.add(shape)  # every later job of this shape needs at least as much: none starts now
+            if chosen is not None:  # a start later: its nodes are held for it from then
+                at = chosen[-1][0]
+                window = _rounded(at, at + limit, p.bf_resolution_s)
+                for _, _, n, _ in chosen:
+                    insort(plans.setdefault(n.index, []), window)
+            # it cannot start now (nor anywhere within the window, when chosen is None): neither
+            # can a later job of this request that needs as many records, nodes and time
+            marks = failed.setdefault(shape, {})
+            marks[(need.count, need.nodes)] = min(limit, marks.get((need.count, need.nodes), INF))
         if len(self.queued) > p.bf_max_job_test and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
@@ -583,23 +577,21 @@ class Engine:
         """The ``need.nodes`` nodes where the job starts soonest (start, node, records), or None."""
         found: dict[int, tuple[float, list[Part]]] = {}  # node -> its earliest start and records
         kth = INF  # the need.nodes-th best start found so far
+        now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
         for lb, idx, typ in self._by_bound(need, bounds, lines):
             if lb > kth or lb > horizon:
                 break
-            n = self.nodes[idx]
+            n = nodes[idx]
             if lb + limit > n.ahead_at:
                 continue  # its reservation ahead comes before this job could end there
-            windows = plans.get(idx, ())
-            t, parts = _earliest(
-                n, need, typ, limit, self.now, horizon, windows, lines[(idx, typ)], self.p.bf_resolution_s
-            )
-            if t < found.get(idx, (INF,))[0]:
+            t, parts = _earliest(n, need, typ, limit, now, horizon, plans.get(idx, ()), lines[(idx, typ)], res)
+            if t < INF and (idx not in found or t < found[idx][0]):
                 found[idx] = (t, parts)
                 if len(found) >= need.nodes:
-                    kth = sorted(v[0] for v in found.values())[need.nodes - 1]
+                    kth = min(kth, t) if need.nodes == 1 else sorted(v[0] for v in found.values())[need.nodes - 1]
         if len(found) < need.nodes:
             return None
-        return sorted((t, idx, self.nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
+        return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
 
     def _by_bound(
         self,
@@ -609,6 +601,10 @@ class Engine:
     ) -> Iterable[tuple[float, int, str]]:
         """(lower bound of the start, node, type) for every usable node offering ``need``,
         soonest first: the bound ignores reservations, which can only make it later."""
+        joined = _JOIN.join(need.types)  # several types: their lists merged, kept for the pass
+        merged = bounds.get((joined, need.count))
+        if merged is not None:
+            return merged
         per_type = []
         for typ in need.types:
             key = (typ, need.count)
@@ -625,7 +621,10 @@ class Engine:
                 lst.sort()
                 bounds[key] = lst
             per_type.append(lst)
-        return per_type[0] if len(per_type) == 1 else heapq.merge(*per_type)
+        if len(per_type) == 1:
+            return per_type[0]
+        merged = bounds[(joined, need.count)] = list(heapq.merge(*per_type))
+        return merged
 
     def _idle_now(self, typ: str) -> bool:
         """Does any usable node have an idle record (or shard) of ``typ``?"""
@@ -943,21 +942,6 @@ def _timeline(n: _Node, typ: str) -> list[tuple[float, list[Part]]]:
         if mine:
             out.append((end, mine))
     out.sort(key=lambda e: e[0])
-    return out
-
-
-def _suffix_minima(
-    jobs: Sequence[tuple[Need, float]],
-) -> dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]]:
-    """Per (types, kind), in queue order: at each of its jobs, the smallest count, nodes and
-    limit (each on its own) among it and the jobs of that shape after it."""
-    out: dict[tuple[tuple[str, ...], str], list[tuple[int, int, float]]] = {}
-    for need, limit in reversed(jobs):
-        lst = out.setdefault((need.types, need.kind), [])
-        c, k, lim = lst[-1] if lst else (need.count, need.nodes, limit)
-        lst.append((min(c, need.count), min(k, need.nodes), min(lim, limit)))
-    for lst in out.values():
-        lst.reverse()
     return out
 
 
