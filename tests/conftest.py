@@ -2,7 +2,7 @@
 
 ``scripts/test`` runs pytest-xdist with ``--dist loadfile --no-loadscope-reorder``,
 which hands out whole modules in collection order as workers free up; starting
-with the longest ones (about 5, 3, 5 and 2 minutes) keeps the two workers' loads
+with the longest ones (about 5, 3, 5, 3.5, 2.5 and 1-2 minutes) keeps the two workers' loads
 even, instead of one worker ending on a long module while the other idles.
 """
 
@@ -14,7 +14,10 @@ SLOW_FIRST = (
     "test_ansible.py",
     "test_repartition_kill_slurm.py",
     "test_repartition_slurm.py",
+    "test_simulate_slurm.py",
+    "test_elastic_slurm.py",
     "test_reports_slurm.py",
+    "test_qos_slurm.py",
 )
 
 

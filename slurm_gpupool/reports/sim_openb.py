@@ -25,11 +25,13 @@ KINDS = ("allo", "frag", "frag_ratio")
 
 
 def traces_dir() -> Path:
-    """``$SLURM_GPUPOOL_TRACES``, else ``../shared/traces`` beside the checkout."""
+    """``$SLURM_GPUPOOL_TRACES``, else ``../shared/traces`` beside the checkout, else the
+    workplace's ``/work/shared/traces`` (a clone elsewhere, as CI makes one)."""
     env = os.environ.get(TRACES_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    beside = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    return next((p for p in (beside, Path("/work/shared/traces")) if p.is_dir()), beside)
 
 
 def _read(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
