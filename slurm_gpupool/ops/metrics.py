@@ -273,6 +273,10 @@ class JournalStats:
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (node, outcome) → count
     out_of_service: list[float] = field(default_factory=list)  # per switched node: apply start → released
     out_of_service_by_node: dict[str, float] = field(default_factory=dict)
+    elastic_decisions: int = 0  # elastic steps recorded (``gpupool repartition --elastic``)
+    elastic_switches: dict[tuple[str, str], int] = field(default_factory=dict)  # (reason, to) → count
+    elastic_last: dict[str, Any] = field(default_factory=dict)  # the last elastic decision
+    elastic_last_at: float | None = None
 
 
 _JOURNAL_CACHE: dict[str, tuple[tuple[int, int], JournalStats]] = {}
@@ -308,7 +312,15 @@ def journal_stats(path: Path) -> JournalStats:
                 continue
             if not isinstance(ev, dict):
                 continue
-            if ev.get("run") == "start":
+            if isinstance(ev.get("elastic"), dict):  # one elastic decision (ops/elastic.record)
+                out.elastic_decisions += 1
+                out.elastic_last = ev["elastic"]
+                out.elastic_last_at = _when(ev.get("at"))
+                for a in ev["elastic"].get("actions") or ():
+                    if isinstance(a, dict):
+                        made = (str(a.get("reason")), str(a.get("to")))
+                        out.elastic_switches[made] = out.elastic_switches.get(made, 0) + 1
+            elif ev.get("run") == "start":
                 target = str(ev.get("target"))
                 out.runs[target] = out.runs.get(target, 0) + 1
                 started = _when(ev.get("at"))
@@ -367,6 +379,7 @@ def collect_journal(cfg: PoolConfig, exp: Exposition) -> None:
     )
     for node in sorted(set(stats.out_of_service_by_node) | set(cfg.all_nodes())):
         oos.set(stats.out_of_service_by_node.get(node, 0.0), node=node)
+    _elastic(stats, exp)
     try:
         journal = jr.Journal(ctl).load()
     except GpupoolError:
@@ -379,6 +392,41 @@ def collect_journal(cfg: PoolConfig, exp: Exposition) -> None:
         exp.family(
             "gpupool_repartition_last_run_start_timestamp_seconds", "gauge", "When the last repartition run started"
         ).set(float(run["started_epoch"]), target=str(run.get("target")))
+
+
+def _elastic(stats: JournalStats, exp: Exposition) -> None:
+    """The elastic policy's decisions (#17): how many, the switches they made by reason and
+    target layout, and what the last one saw waiting (per request: bounded, no job labels)."""
+    exp.family("gpupool_elastic_decisions_total", "counter", "Elastic decision steps recorded").set(
+        stats.elastic_decisions
+    )
+    switches = exp.family(
+        "gpupool_elastic_switches_total",
+        "counter",
+        "Node switches elastic decisions made, by reason (demand, floor) and target layout",
+    )
+    for (reason, to), n in sorted(stats.elastic_switches.items()):
+        switches.set(n, reason=reason, layout=to)
+    last = stats.elastic_last
+    if not last:
+        return
+    when = stats.elastic_last_at
+    if when is not None:
+        exp.family(
+            "gpupool_elastic_last_decision_timestamp_seconds", "gauge", "When the last elastic decision was made"
+        ).set(when)
+    unmet_jobs = exp.family(
+        "gpupool_elastic_unmet_jobs", "gauge", "Jobs waiting that no idle capacity held, at the last decision"
+    )
+    unmet_eq = exp.family(
+        "gpupool_elastic_unmet_gpu_equivalents",
+        "gauge",
+        "GPU-equivalents those waiting jobs would hold, at the last decision",
+    )
+    for u in last.get("unmet") or ():
+        if isinstance(u, dict) and u.get("request"):
+            unmet_jobs.set(float(u.get("jobs") or 0), request=str(u["request"]))
+            unmet_eq.set(float(u.get("gpu_eq") or 0), request=str(u["request"]))
 
 
 # -- the hooks' files on the nodes ----------------------------------------------------------------

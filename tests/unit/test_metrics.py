@@ -213,6 +213,32 @@ def test_repartition_runs_outcomes_and_out_of_service_from_the_journal(cfg, tmp_
     assert value(parse(collect(cfg, DownCluster(), scope="pool").text()), "gpupool_repartition_runs_total") == 2
 
 
+def test_elastic_decisions_from_the_journal(cfg, tmp_path: Path):
+    """#19 asks for elastic decisions once that mode exists (#17): ops/elastic.record writes
+    one ``elastic`` line per decision into journal.log."""
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    lines = [
+        {"at": "2026-11-25T08:00:00+0000", "elastic": {"actions": [
+            {"node": "a100n1", "from": "night", "to": "day", "reason": "demand", "gain_eq": 1.0, "jobs": ["7"]},
+            {"node": "a100n2", "from": "night", "to": "day", "reason": "floor", "gain_eq": 2.0, "jobs": []}],
+            "unmet": [{"request": "gpu:1g.5gb:1", "jobs": 9, "gpu_eq": 1.286, "longest_wait_s": 600}]}},
+        {"at": "2026-11-25T09:00:00+0000", "elastic": {"actions": [
+            {"node": "a100n1", "from": "day", "to": "night", "reason": "demand", "gain_eq": 8.0, "jobs": ["9"]}],
+            "unmet": [{"request": "gpu:a100:8", "jobs": 1, "gpu_eq": 8.0, "longest_wait_s": 60}]}},
+    ]  # fmt: skip
+    (ctl / "journal.log").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    m = parse(collect(cfg, DownCluster(), scope="pool").text())
+    assert value(m, "gpupool_elastic_decisions_total") == 2
+    assert value(m, "gpupool_elastic_switches_total", reason="demand", layout="day") == 1
+    assert value(m, "gpupool_elastic_switches_total", reason="floor", layout="day") == 1
+    assert value(m, "gpupool_elastic_switches_total", reason="demand", layout="night") == 1
+    assert value(m, "gpupool_elastic_last_decision_timestamp_seconds") == 1795597200  # 2026-11-25 09:00 UTC
+    assert value(m, "gpupool_elastic_unmet_jobs", request="gpu:a100:8") == 1
+    assert value(m, "gpupool_elastic_unmet_gpu_equivalents", request="gpu:a100:8") == 8
+    assert ("gpupool_elastic_unmet_jobs", frozenset({("request", "gpu:1g.5gb:1")})) not in m  # the last decision's only
+
+
 def test_hook_failures_health_drains_and_health_from_the_nodes_files(cfg, tmp_path: Path):
     st = tmp_path / "state" / "h100n1"
     st.mkdir(parents=True)
