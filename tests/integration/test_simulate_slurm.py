@@ -37,10 +37,12 @@ from .repartition_support import repartition, report_of, sacct_states, wait_jobs
 pytestmark = pytest.mark.integration
 
 LIMIT_MIN = 1  # every job's --time: Slurm plans with it (backfill), as the simulator does
-# Tolerances (the sandbox's Slurm has its own latencies: a job starts a few hundred ms after
-# the event that frees it, sacct times are whole seconds, backfill runs every 5 s):
+# Tolerances. The comparison's resolution: sacct times are whole seconds, and Slurm's backfill
+# runs every bf_interval (5 s) from its own start, a phase the simulator cannot know, so a
+# job backfilled in Slurm may start up to 5 s apart from the simulator's pass.
 ORDER = 0.90  # share of job pairs (starts > 2 s apart in Slurm) the simulator orders the same
-WAIT_REL, WAIT_ABS = 0.10, 2.0  # median wait: within 10 % or 2 s
+WAIT_REL, WAIT_ABS = 0.10, 5.0  # median wait: within 10 %, or one backfill interval
+MEAN_REL = 0.10  # mean wait: within 10 %
 P90_REL, P90_ABS = 0.20, 5.0
 UTIL_POINTS = 5.0
 
@@ -121,6 +123,7 @@ def _compare(ids, real, epoch, res, switch_at, out, exact) -> None:
     sim_wait = sorted(sim[j].wait_s for j in ids)
     concordant = _concordant(real_start, sim_start)
     med_r, med_s = percentile(real_wait, 50), percentile(sim_wait, 50)
+    mean_r, mean_s = sum(real_wait) / len(real_wait), sum(sim_wait) / len(sim_wait)
     p90_r, p90_s = percentile(real_wait, 90), percentile(sim_wait, 90)
     # utilisation over the same window (first submission to last), GPU-eq held / offered
     horizon = max(real[j][0] for j in ids) - epoch
@@ -130,11 +133,12 @@ def _compare(ids, real, epoch, res, switch_at, out, exact) -> None:
     util_real = 100 * held_real / (summary["capacity_eq_h"] * 3600)
     print(
         f"\n{'exact' if exact else 'fast'}: {len(ids)} jobs; order {concordant:.3f}; median wait real {med_r:.1f} s "
-        f"sim {med_s:.1f} s; p90 real {p90_r:.1f} s sim {p90_s:.1f} s; utilisation real {util_real:.1f} % sim "
+        f"sim {med_s:.1f} s; mean real {mean_r:.1f} s sim {mean_s:.1f} s; p90 real {p90_r:.1f} s sim {p90_s:.1f} s; utilisation real {util_real:.1f} % sim "
         f"{util_sim:.1f} %; switch at {switch_at:.0f} s, out of service median {percentile(out, 50):.1f} s"
     )
     assert concordant >= ORDER
     assert abs(med_s - med_r) <= max(WAIT_REL * med_r, WAIT_ABS), (med_r, med_s)
+    assert abs(mean_s - mean_r) <= MEAN_REL * mean_r, (mean_r, mean_s)
     assert abs(p90_s - p90_r) <= max(P90_REL * p90_r, P90_ABS), (p90_r, p90_s)
     assert abs(util_sim - util_real) <= UTIL_POINTS, (util_real, util_sim)
     assert med_r > 0 and p90_r > 10  # the trace did queue: the comparison says something
