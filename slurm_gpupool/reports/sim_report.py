@@ -34,6 +34,15 @@ COLUMNS = {
 }
 
 
+def _run(s: dict[str, Any]) -> dict[str, Any]:
+    """A row's first columns: the policy, and the parameter that varied if one did."""
+    return {"policy": s["policy"], **({"variant": s["variant"]} if s.get("variant") else {})}
+
+
+def _pct(v: float) -> float:
+    return 100 * v if v == v else math.nan
+
+
 def comparison(runs: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per run (policy, and the parameter that varied): the headline figures."""
     rows = []
@@ -41,8 +50,7 @@ def comparison(runs: list[dict[str, Any]]) -> pd.DataFrame:
         w = s["wait_s"]
         rows.append(
             {
-                "policy": s["policy"],
-                **({"variant": s["variant"]} if s.get("variant") else {}),
+                **_run(s),
                 COLUMNS["utilisation"]: 100 * s["utilisation"],
                 COLUMNS["p50"]: w["p50"],
                 COLUMNS["p90"]: w["p90"],
@@ -61,55 +69,41 @@ def comparison(runs: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def by_type(runs: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = []
-    for s in runs:
-        for typ, r in s["by_type"].items():
-            rows.append(
-                {
-                    "policy": s["policy"],
-                    **({"variant": s["variant"]} if s.get("variant") else {}),
-                    "type": typ,
-                    "kind": r.get("kind", ""),
-                    "capacity eq-h": r["capacity_eq_h"],
-                    "allocated eq-h": r["allocated_eq_h"],
-                    "util %": 100 * r["utilisation"] if r["utilisation"] == r["utilisation"] else math.nan,
-                }
-            )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        {
+            **_run(s),
+            "type": typ,
+            "kind": r.get("kind", ""),
+            "capacity eq-h": r["capacity_eq_h"],
+            "allocated eq-h": r["allocated_eq_h"],
+            "util %": _pct(r["utilisation"]),
+        }
+        for s in runs
+        for typ, r in s["by_type"].items()
+    )
 
 
 def by_period(runs: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = []
-    for s in runs:
-        for period, r in s["by_period"].items():
-            rows.append(
-                {
-                    "policy": s["policy"],
-                    **({"variant": s["variant"]} if s.get("variant") else {}),
-                    "period": period,
-                    "util %": 100 * r["utilisation"] if r["utilisation"] == r["utilisation"] else math.nan,
-                    "capacity eq-h": r["capacity_eq_h"],
-                }
-            )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        {**_run(s), "period": period, "util %": _pct(r["utilisation"]), "capacity eq-h": r["capacity_eq_h"]}
+        for s in runs
+        for period, r in s["by_period"].items()
+    )
 
 
 def waits_by_kind(runs: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = []
-    for s in runs:
-        for kind, w in s["wait_s_by_kind"].items():
-            rows.append(
-                {
-                    "policy": s["policy"],
-                    **({"variant": s["variant"]} if s.get("variant") else {}),
-                    "kind": kind,
-                    "jobs": int(w["count"]),
-                    "wait p50": w["p50"],
-                    "wait p90": w["p90"],
-                    "wait p99": w["p99"],
-                }
-            )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        {
+            **_run(s),
+            "kind": kind,
+            "jobs": int(w["count"]),
+            "wait p50": w["p50"],
+            "wait p90": w["p90"],
+            "wait p99": w["p99"],
+        }
+        for s in runs
+        for kind, w in s["wait_s_by_kind"].items()
+    )
 
 
 def _show(df: pd.DataFrame) -> str:
