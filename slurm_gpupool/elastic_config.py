@@ -15,6 +15,8 @@
         cooldown: 1h           # per node, between two switches
         min_gain: 1            # GPU-equivalents of waiting jobs a switch must serve
         max_wait: 1h           # ... unless it starts a job that has waited this long
+        drain_within: 2h       # for jobs waiting max_wait that no idle node serves, drain a busy node
+                               # whose jobs end within this (time limits; default 0: idle nodes only)
 
 Outside ``during`` the clock's rules switch every node as in ``mode: clock``.  The
 decision itself is :func:`slurm_gpupool.core.elastic.decide`; docs/elastic.md is the
@@ -60,7 +62,10 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
         return None
     we = w.key("elastic")
     el = we.check_type(el if el is not None else {}, dict)
-    we.only_keys(el, {"during", "layouts", "floors", "max_changing", "window", "cooldown", "min_gain", "max_wait"})
+    we.only_keys(
+        el,
+        {"during", "layouts", "floors", "max_changing", "window", "cooldown", "min_gain", "max_wait", "drain_within"},
+    )
     names, sets = set(layouts), set(nodesets)
     during = tuple(we.optional(el, "during", list, []))
     for i, lay in enumerate(during):
@@ -98,6 +103,7 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
         cooldown_s=float(_duration(we, el, "cooldown", 3600)),
         min_gain_eq=float(min_gain),
         starve_s=float(_duration(we, el, "max_wait", 3600)),
+        drain_within_s=float(_duration(we, el, "drain_within", 0)),
     )
     return ElasticSettings(bounds, allowed, during)
 

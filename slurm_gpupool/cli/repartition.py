@@ -193,16 +193,26 @@ def repartition(
 def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s, requeue, log) -> int:
     """Decide, show why, and (not --dry-run) switch the chosen nodes: one run per target layout."""
     from slurm_gpupool.ops.elastic import step
+    from slurm_gpupool.ops.switch_rules import run_exit_code
 
     codes: list[int] = []
 
-    def run_switch(target: str, nodes: list[str]) -> dict[str, str]:
-        report = rp.run(target, nodes, deadline_s, requeue)
-        codes.append(report.exit_code)
+    def run_switch(target: str, nodes: list[str], drain: bool) -> dict[str, str]:
+        # a drain: reserve now and skip at once (its jobs run to their end; a later step switches it)
+        report = rp.run(target, nodes, 0, False) if drain else rp.run(target, nodes, deadline_s, requeue)
         every = report.every_node()
-        return {n: every[n]["outcome"] for n in nodes if n in every}
+        outcomes = {n: every[n]["outcome"] for n in nodes if n in every}
+        # a drained node skipped while its jobs run is the plan, not a node left to switch
+        planned = {n: o for n, o in outcomes.items() if o != "skipped"}
+        codes.append(run_exit_code(planned) if drain else report.exit_code)
+        return outcomes
 
     decision, outcomes = step(cfg, rp.cluster, None if dry_run else run_switch)
+    acted = {a.node for a in decision.actions}
+    for node in sorted(set(outcomes) - acted):
+        log(f"elastic: {node}: drained node switched once its jobs ended ({outcomes[node]})")
+        if not as_json:
+            click.echo(f"drain finished: {node} ({outcomes[node]})")
     for a in decision.actions:
         log(
             f"elastic: {a.node} {a.current} -> {a.target}: {a.why}"

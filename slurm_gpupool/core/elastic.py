@@ -32,14 +32,22 @@ The rules, in the order they apply:
    job that has waited ``starve_s``: no request is too small to ever be served); the jobs it
    serves leave the unmet demand; repeat while fewer than ``max_changing`` nodes are
    switching.
+5. **Drain for starving demand** (``drain_within_s`` > 0).  When no idle node serves
+   jobs that have waited ``starve_s``, a busy node may be taken instead: usable, past
+   its cool-down, every job on it due to end (time limits) within ``drain_within_s``,
+   and a layout that starts a starving job.  The earliest to be free wins (then the
+   larger gain).  It is reserved now (no new job lands there; its jobs run to their
+   end, none is killed) and switches once idle.  Under a load that keeps every node
+   busy, idle nodes never come, and without this slice or shard jobs could wait for
+   ever.
 
 Thrash is bounded by construction: a node switches at most once per ``cooldown_s``, and
 at most ``max_changing`` nodes switch per ``window_s`` (:func:`max_switches_per_hour`).
 
 Multi-node jobs count per node part (a 2-node job is two parts of half its size): the
 gain of a node is what it alone would hold.  Nodes are whole units: a node's layout
-changes only when it is idle (per-GPU changes while other GPUs run jobs are not made;
-docs/elastic.md says which Slurm releases could allow it).
+changes only when it is idle, at once or after a drain (per-GPU changes while other GPUs
+run jobs are not made; docs/elastic.md says what each Slurm release allows).
 
 Time is seconds on any clock (epoch on the controller, replay seconds in simulation).
 """
@@ -89,6 +97,7 @@ class Node:
     target: str | None = None  # switching to this layout now
     last_switch_s: float = -math.inf  # when it last came back from a switch
     free: Mapping[str, int] = field(default_factory=dict)  # idle records now (shared types: idle shards)
+    free_at_s: float = math.inf  # busy: when its last job reaches its time limit (inf: no limit known)
 
     @property
     def effective(self) -> str | None:
@@ -122,6 +131,7 @@ class Bounds:
     cooldown_s: float = 3600.0  # per node, between two switches
     min_gain_eq: float = 1.0  # GPU-equivalents of waiting jobs a switch must serve
     starve_s: float = 3600.0  # a switch that starts a job waiting this long is made whatever its gain
+    drain_within_s: float = 0.0  # a busy node whose jobs end within this may be drained for starving jobs (0: never)
 
 
 @dataclass(frozen=True)
@@ -131,7 +141,7 @@ class Action:
     node: str
     current: str
     target: str
-    reason: str  # demand | floor
+    reason: str  # demand | floor | drain (a busy node, reserved now, switching once its jobs end)
     gain_eq: float  # GPU-equivalents of unmet jobs it serves (demand), or floor capacity added
     jobs: tuple[str, ...]  # the job ids it is expected to serve
     why: str
@@ -359,12 +369,13 @@ def decide(
     switching = sum(1 for n in nodes if n.target)
     actions: list[Action] = []
 
-    def candidates() -> list[Node]:
+    def candidates(busy: bool = False) -> list[Node]:
+        """Idle nodes free to switch; ``busy``: busy ones whose jobs end within the drain bound."""
         out = []
         for n in nodes:
-            if n.name in {a.node for a in actions} or n.target or n.layout is None:
+            if n.name in {a.node for a in actions} or n.target or n.layout is None or not n.usable:
                 continue
-            if not (n.usable and n.idle):
+            if n.idle == busy or (busy and n.free_at_s - now > bounds.drain_within_s):
                 continue
             if now - n.last_switch_s < bounds.cooldown_s:
                 left_s = n.last_switch_s + bounds.cooldown_s - now
@@ -444,6 +455,39 @@ def decide(
             )
             layouts[n.name] = to
 
+    def drain() -> tuple[Action, list[Job]] | None:
+        """Rule 5: the busy node, free soonest, whose new layout starts a starving job."""
+        if bounds.drain_within_s <= 0 or not any(p.waited_s >= bounds.starve_s for p in unmet_parts):
+            return None
+        best: tuple[tuple[float, float, str], Node, str, list[tuple[Job, float]], list[Job]] | None = None
+        for n in candidates(busy=True):
+            for to in n.allowed:
+                if to == layouts[n.name] or to not in n.shapes or breaks_floor(n, to):
+                    continue
+                rest, fitted = _fit_all(unmet_parts, [_Pool(n.shapes[to])])
+                if not any(p.waited_s >= bounds.starve_s for p, _ in fitted):
+                    continue
+                key = (n.free_at_s, -sum(eq for _, eq in fitted), n.name)
+                if best is None or key < best[0]:
+                    best = (key, n, to, fitted, rest)
+        if best is None:
+            held.append(
+                (
+                    "-",
+                    f"jobs have waited over {_fmt_wait(bounds.starve_s)}, and no busy node past its cool-down"
+                    f" whose jobs end within {_fmt_wait(bounds.drain_within_s)} may take a layout that starts them",
+                )
+            )
+            return None
+        (free_at, neg_gain, _), n, to, fitted, rest = best
+        served = tuple(sorted({p.job_id for p, _ in fitted}, key=_job_order))
+        why = (
+            f"drain: {_describe_served(fitted)}; no idle node starts them; {n.name}'s jobs end within"
+            f" {_fmt_wait(max(0.0, free_at - now))} (time limits): reserved now, layout {to} once idle"
+            f" ({-neg_gain:g} GPU-eq)"
+        )
+        return Action(n.name, layouts[n.name] or "", to, "drain", -neg_gain, served, why), rest
+
     # 2. demand: the (node, layout) that starts the most unmet work, while room is left
     while unmet_parts:
         if not room():
@@ -465,6 +509,12 @@ def decide(
                     best2 = (gain, n.name, n, to, fitted, rest)
         starving = best2 is not None and any(p.waited_s >= bounds.starve_s for p, _ in best2[4])
         if best2 is None or (best2[0] < bounds.min_gain_eq - _EPS and not starving):
+            drained = drain()
+            if drained is not None:
+                actions.append(drained[0])
+                layouts[drained[0].node] = drained[0].target
+                unmet_parts = drained[1]
+                continue
             if best2 is None:
                 why = "no idle node past its cool-down may take a layout that serves the waiting jobs"
                 if refused:

@@ -9,8 +9,12 @@
    node's last switch from ``<controller_dir>/elastic.json``.
 3. Act: per target layout of the decision, one repartitioner run on exactly its nodes
    (``repartition --to LAYOUT --nodes ...``: reservation, apply, GRES, restarts, verify);
-   then record the decision (``elastic.json``, and one ``elastic`` line in
-   ``journal.log``).  With ``--dry-run`` only the decision is shown.
+   a busy node drained for starving jobs gets a run with ``--deadline 0`` and no
+   requeue: it is reserved and skipped at once, its jobs run to their end, and it stays
+   in the run's reservation ``<prefix>_<layout>``, which is how later steps know it is
+   switching.  Each step first finishes those: a reserved node whose jobs have ended is
+   switched (``finish_drains``).  Then record the decision (``elastic.json``, and one
+   ``elastic`` line in ``journal.log``).  With ``--dry-run`` only the decision is shown.
 
 Reading pending jobs (not those held, or waiting for a dependency or a begin time):
 ``tres_per_node`` (``--gres``) per node; ``tres_per_job``
@@ -145,6 +149,12 @@ def cluster_view(
 ) -> tuple[list[Node], list[Job]]:
     """The decision's inputs from what Slurm and our files show (pure over them)."""
     busy = {n for j in jobs if j.state in BUSY_STATES for n in j.nodes}
+    free_at: dict[str, float] = {}
+    for j in jobs:
+        if j.state in BUSY_STATES:
+            end = j.start_time + j.time_limit_s if j.time_limit_s is not None else math.inf
+            for n in j.nodes:
+                free_at[n] = max(free_at.get(n, -math.inf), end)
     run = journal.get("run") or {}
     switching: dict[str, str] = {}
     if run and jr.FINISHED not in run.get("steps", []):
@@ -153,6 +163,7 @@ def cluster_view(
                 switching[n] = run["target"]
     prefix = cfg.repartition.reservation_prefix + "_"
     held = {n for r in reservations.values() if r.name.startswith(prefix) for n in r.nodes}
+    drains = draining(cfg, reservations)
     nodes: list[Node] = []
     kinds: dict[str, str] = {}
     for name in cfg.all_nodes():
@@ -174,16 +185,47 @@ def cluster_view(
                 allowed,
                 idle=name not in busy,
                 usable=usable and name not in switching,
-                target=switching.get(name),
+                target=switching.get(name) or (drains.get(name) if drains.get(name) != layout else None),
                 last_switch_s=(state.switched_at or {}).get(name, -math.inf),
                 free=free_records(info) if info is not None else {},
+                free_at_s=free_at.get(name, now),
             )
         )
     return nodes, pending_jobs(jobs, kinds, now)
 
 
+def draining(cfg: PoolConfig, reservations: Mapping[str, Reservation]) -> dict[str, str]:
+    """Nodes held in a run's reservation ``<prefix>_<layout>`` (skipped while busy: a drain,
+    or a clock switch past its deadline) -> that layout."""
+    out: dict[str, str] = {}
+    for lay in cfg.layout_names():
+        r = reservations.get(f"{cfg.repartition.reservation_prefix}_{lay}")
+        for n in r.nodes if r is not None else ():
+            out[n] = lay
+    return out
+
+
+def finish_drains(
+    cfg: PoolConfig, infos: Mapping[str, NodeInfo], jobs: Sequence[JobInfo], reservations: Mapping[str, Reservation]
+) -> dict[str, list[str]]:
+    """Target layout -> reserved nodes not yet in it whose jobs have all ended: to switch now."""
+    busy = {n for j in jobs if j.state in BUSY_STATES for n in j.nodes}
+    out: dict[str, list[str]] = {}
+    for node, lay in sorted(draining(cfg, reservations).items()):
+        info = infos.get(node)
+        if node not in busy and info is not None and info.layout != lay:
+            out.setdefault(lay, []).append(node)
+    return out
+
+
 def record(
-    directory: Path, state: State, decision: Decision, outcomes: Mapping[str, str], now: float, back: float
+    directory: Path,
+    state: State,
+    decision: Decision,
+    outcomes: Mapping[str, str],
+    now: float,
+    back: float,
+    finished: Mapping[str, str] | None = None,
 ) -> None:
     """Keep the decision: ``elastic.json`` (status, next decision's window and cool-downs from
     ``back``, when the switches ended) and one line in ``journal.log`` (the audit trail the
@@ -198,6 +240,8 @@ def record(
     state.last = {**decision.to_dict(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))}
     if outcomes:
         state.last["outcomes"] = dict(outcomes)
+    if finished:
+        state.last["drains_finished"] = dict(finished)  # reserved nodes switched once their jobs ended
     state.save(directory)
     line = json.dumps({"at": jr.now_iso(), "elastic": state.last}, sort_keys=True)
     directory.mkdir(parents=True, exist_ok=True)
@@ -209,18 +253,29 @@ def record(
 def step(
     cfg: PoolConfig,
     cluster: Any,
-    run_switch: Callable[[str, list[str]], dict[str, str]] | None,
+    run_switch: Callable[[str, list[str], bool], dict[str, str]] | None,
     now: float | None = None,
 ) -> tuple[Decision, dict[str, str]]:
-    """One elastic step: decide, and (``run_switch`` given) switch and record.  ``run_switch``
-    (target, nodes) -> node outcomes is the repartitioner's run.  Returns the decision and
-    the outcomes ({} for a dry run)."""
+    """One elastic step: finish the drains whose jobs have ended, decide, and (``run_switch``
+    given) switch and record.  ``run_switch`` (target, nodes, drain) -> node outcomes is the
+    repartitioner's run (``drain``: ``--deadline 0``, no requeue).  Returns the decision and
+    the outcomes of its actions and of the drains finished ({} for a dry run)."""
     from slurm_gpupool.ops.journal import Journal
 
     settings = cfg.elastic if cfg.elastic is not None else ElasticSettings(_default_bounds())
     directory = Path(cfg.paths.controller_dir)
     state = State.load(directory)
     now = time.time() if now is None else now
+    finished: dict[str, str] = {}
+    if run_switch is not None:
+        for target, targets in finish_drains(cfg, cluster.nodes(), cluster.jobs(), cluster.reservations()).items():
+            finished.update(run_switch(target, targets, True))
+        if finished:
+            back = time.time()
+            state.switched_at = {
+                **(state.switched_at or {}),
+                **{n: back for n, outcome in finished.items() if outcome == "done"},
+            }
     nodes, jobs = cluster_view(
         cfg,
         settings,
@@ -235,10 +290,14 @@ def step(
     if run_switch is None:
         return decision, {}
     outcomes: dict[str, str] = {}
+    drained = {a.node for a in decision.actions if a.reason == "drain"}
     for target, targets in decision.by_target().items():
-        outcomes.update(run_switch(target, targets))
-    record(directory, state, decision, outcomes, now, time.time() if decision.actions else now)
-    return decision, outcomes
+        for drain in (False, True):
+            chosen = [n for n in targets if (n in drained) == drain]
+            if chosen:
+                outcomes.update(run_switch(target, chosen, drain))
+    record(directory, state, decision, outcomes, now, time.time() if decision.actions else now, finished)
+    return decision, {**finished, **outcomes}
 
 
 def _default_bounds() -> Any:

@@ -44,6 +44,7 @@ class Stats:
     decisions: int = 0  # decisions that switched nodes
     demand: int = 0  # node switches for demand
     floor: int = 0  # node switches to restore a floor
+    drain: int = 0  # busy nodes reserved for starving jobs (switched once idle)
     log: list[Decision] = field(default_factory=list)  # the decisions that switched (keep_log)
 
 
@@ -63,9 +64,14 @@ class ElasticSwitcher(Switcher):
         super().__init__(name, boundaries)
         self.shapes, self.allowed, self.bounds = shapes, allowed, bounds
         self.tick_s = tick_s
+        self.settle_s = max(bounds.window_s, bounds.cooldown_s, bounds.starve_s) + 2 * tick_s
         self.last = -math.inf
         self.stats = Stats()
         self.keep_log = keep_log
+        self.draining: set[str] = set()
+
+    def drains(self, node: str) -> bool:
+        return node in self.draining
 
     def decide(self, now: float, nodes: Sequence[NodeState], pending: Sequence[Pending]) -> list[tuple[str, str]]:
         period = self.due(now)
@@ -82,6 +88,7 @@ class ElasticSwitcher(Switcher):
                 n.target,
                 n.since_s,
                 dict(n.free),
+                n.expected_free_s if not n.idle else now,
             )
             for n in nodes
         ]
@@ -96,6 +103,8 @@ class ElasticSwitcher(Switcher):
             self.stats.decisions += 1
             self.stats.demand += sum(1 for a in d.actions if a.reason == "demand")
             self.stats.floor += sum(1 for a in d.actions if a.reason == "floor")
+            self.stats.drain += sum(1 for a in d.actions if a.reason == "drain")
+            self.draining = {a.node for a in d.actions if a.reason == "drain"}
             if self.keep_log:
                 self.stats.log.append(d)
         return [(a.node, a.target) for a in d.actions]

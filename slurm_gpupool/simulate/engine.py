@@ -133,6 +133,10 @@ class Switcher:
     the repartitioner would (an idle node at once, a busy one once its jobs end)."""
 
     tick_s: float = 0.0
+    # how long a demand-driven switcher may stay quiet while jobs wait for a switch (its
+    # batching window, cool-downs, max_wait): with nothing else left, the replay ticks on
+    # that long before it leaves the waiting jobs unstarted
+    settle_s: float = 0.0
 
     def __init__(self, name: str, boundaries: Sequence[tuple[float, str]]):
         if not boundaries:
@@ -144,6 +148,11 @@ class Switcher:
     def decide(self, now: float, nodes: Sequence[NodeState], pending: Sequence[Pending]) -> list[tuple[str, str]]:
         """Switches to make now (demand-driven policies); the clock's make none here."""
         return []
+
+    def drains(self, node: str) -> bool:
+        """Was ``node``'s last switch a drain (reserved busy, switched by the first cron run
+        after its jobs end, never requeued: ``--deadline 0``)?"""
+        return False
 
     def due(self, t: float) -> str:
         return self.layouts[max(0, bisect_right(self.times, t) - 1)]
@@ -174,6 +183,7 @@ class _Node:
     idle_since: float = INF  # reserved and idle since
     skipped: bool = False  # busy at the deadline: switched by the first cron run after its jobs
     requeued: bool = False  # its jobs were requeued at the deadline: switch as soon as they are gone
+    drain: bool = False  # a drain for demand: no deadline wait, no requeue (``Switcher.drains``)
     out_until: float = -INF  # out of service (switching) until
     since: float = -INF  # back from its last switch at
 
@@ -308,6 +318,7 @@ class Engine:
         if sw.tick_s > 0:
             self._push(sw.tick_s, _TICK, None)
         self.open_jobs = len(jobs)  # not yet ended or rejected
+        self.quiet_since = INF  # since when only a demand-driven switcher's ticks are left
         every = max(1, (2 * len(jobs)) // 100)
         handled = 0
         while self.open_jobs > 0:
@@ -316,18 +327,17 @@ class Engine:
                 started = self.started
                 self._schedule_main()
                 if self.live == 0:
-                    if not self.bf_pending or not self.events:
-                        break
                     while self.events and self.bf_pending and self.live == 0:
                         t, kind, _, payload = heapq.heappop(self.events)
                         self.now = max(self.now, t)
                         self._handle(kind, payload)
-                    if self.started == started:
+                    if self.started == started and self.live == 0 and not self._quiet_ticks():
                         break
                     continue
             t, kind, _, payload = heapq.heappop(self.events)
             if kind in _LIVE:
                 self.live -= 1
+                self.quiet_since = INF
             if t != self.now:
                 self._schedule_main()  # everything at one instant first, then schedule
                 self.now = t
@@ -692,18 +702,35 @@ class Engine:
         for name, layout in self.sw.decide(self.now, nodes, pending):
             n = by_name[name]
             if n.target is None and n.layout != layout and self._covers(layout, n):
-                self._start_switch(n, layout)
+                self._start_switch(n, layout, drain=self.sw.drains(name))
         self.dirty = self.changed = True
         self._push(self.now + self.sw.tick_s, _TICK, None)
+
+    def _quiet_ticks(self) -> bool:
+        """Jobs wait and only a demand-driven switcher's ticks are left: run them until one
+        starts a switch (True), or ``settle_s`` passes without one (False: nothing will change;
+        the waiting jobs stay unstarted)."""
+        if self.sw.tick_s <= 0 or self.sw.settle_s <= 0 or not (self.queued or self.deferred):
+            return False
+        self.quiet_since = min(self.quiet_since, self.now)
+        while self.events and self.live == 0:
+            t, kind, _, payload = heapq.heappop(self.events)
+            if t > self.quiet_since + self.sw.settle_s:
+                return False
+            if t != self.now:
+                self._schedule_main()
+                self.now = t
+            self._handle(kind, payload)
+        return self.live > 0
 
     def _pending(self, i: int, need: Need | None) -> Pending:
         return Pending(self.jobs[i].request, need, self.now - self.recs[i].submit_s, self.jobs[i].limit_s)
 
-    def _start_switch(self, n: _Node, layout: str) -> None:
+    def _start_switch(self, n: _Node, layout: str, drain: bool = False) -> None:
         """The node enters the run's reservation: no new job; it switches once idle."""
-        n.target, n.switch_at, n.skipped, n.requeued = layout, self.now, False, False
+        n.target, n.switch_at, n.skipped, n.requeued, n.drain = layout, self.now, False, False, drain
         n.usable = False
-        if self.p.requeue:
+        if self.p.requeue and not drain:
             self._push(self.now + self.p.deadline_s, _REQUEUE, (n.index, 0))
         if not n.running:
             self._node_idle(n)
@@ -712,7 +739,7 @@ class Engine:
         """A reserved node's last job ended: switch now, or (skipped at the deadline) at the
         next cron run; requeued jobs gone: now."""
         n.idle_since = self.now
-        if n.requeued or self.now <= n.switch_at + self.p.deadline_s:
+        if n.requeued or self.now <= n.switch_at + (0.0 if n.drain else self.p.deadline_s):
             self._go(n)
         else:
             if not n.skipped:

@@ -1,5 +1,6 @@
 """#17 on the real sandbox Slurm: the elastic policy reshapes idle nodes to what the queue
-waits for, without killing a job, and does not thrash.
+waits for, without killing a job, and does not thrash; under a load that leaves no node
+idle, it drains a busy node for jobs that have waited ``max_wait``.
 
 The pool config of the test: the sandbox's, with ``schedule.mode: elastic``; only the two
 DGX nodes may change (day or night), a floor of one 1g.5gb GPU-equivalent keeps that type
@@ -25,7 +26,7 @@ from .repartition_support import GPUPOOL, assert_converged, nodes_info, report_o
 WINDOW_S, COOLDOWN_S = 10, 60
 
 
-def elastic_config(sb) -> str:
+def elastic_config(sb, **extra: str) -> str:
     cfg = load_config(sb.root / "etc" / "gpupool.yaml")
     raw = copy.deepcopy(cfg.raw)
     raw["schedule"] = {
@@ -39,6 +40,7 @@ def elastic_config(sb) -> str:
             "window": f"{WINDOW_S}s",
             "cooldown": f"{COOLDOWN_S}s",
             "min_gain": 1,
+            **extra,
         },
     }
     path = sb.root / "etc" / "gpupool-elastic.yaml"  # beside the sandbox's: its relative paths hold
@@ -152,3 +154,51 @@ def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_th
     status = json.loads(sb.run([*GPUPOOL, "--config", config, "status", "--json"]).stdout)
     assert status["mode"] == "elastic" and status["elastic"]["held"]
     assert_converged(sb, {"a100n1": "night", "a100n2": "day", "h100n1": "night", "a30n1": "night", "v100n1": "night"})
+
+
+def test_with_no_idle_node_a_busy_node_is_drained_for_starving_jobs_and_its_job_runs_to_its_end(night):
+    sb = night
+    config = elastic_config(sb, max_wait="20s", drain_within="3m")
+    (sb.root / "controller" / "elastic.json").unlink(missing_ok=True)
+    d = step(sb, config)  # the floor: a100n1 to day (32 slices), a100n2 stays whole
+    assert [(a["node"], a["to"], a["reason"]) for a in d["actions"]] == [("a100n1", "day", "floor")]
+    # every node busy: an 8-GPU job on a100n2 (75 s, limit 2 min), a100n1's slices held by 5
+    # long jobs (5 x 6 of 32); two more slice jobs wait, and no idle node can ever serve them
+    big = submit(sb, "gpu:a100:8", 75, 1)
+    fillers = submit(sb, "gpu:1g.5gb:6", 100, 5)
+    wait_started(sb, [*big, *fillers])
+    waiting = submit(sb, "gpu:1g.5gb:6", 10, 2)
+    time.sleep(WINDOW_S + 2)
+    d = step(sb, config)  # waited the window, not max_wait: nothing is drained yet
+    assert d["actions"] == [] and d["unmet"][0]["jobs"] == 2, d
+    time.sleep(20)
+    d = step(sb, config)
+    (a,) = d["actions"]
+    assert (a["node"], a["from"], a["to"], a["reason"], sorted(a["jobs"])) == (
+        "a100n2",
+        "night",
+        "day",
+        "drain",
+        sorted(waiting),
+    ), d
+    assert "no idle node starts them" in a["why"]
+    # reserved and skipped at once (--deadline 0): its job is not killed, no new job lands there
+    assert d["outcomes"] == {"a100n2": "skipped"}
+    assert sacct_states(sb, big) == {big[0]: "RUNNING"}
+    assert "a100n2" in sb.run(["scontrol", "show", "reservation", "gpupool_day"]).stdout
+    assert layouts(sb)["a100n2"] == "night"
+    again = step(sb, config)  # still busy: the drain is under way, the jobs are not demand again
+    assert again["actions"] == [] and again["outcomes"] == {} and again["unmet"] == [], again
+    assert wait_jobs_done(sb, big, timeout=120) == {big[0]: "COMPLETED"}  # ran to its end
+    d = step(sb, config)  # the next step finishes the drain (once Slurm no longer shows the job completing)
+    for _ in range(10):
+        if d["outcomes"]:
+            break
+        time.sleep(2)
+        d = step(sb, config)
+    assert d["outcomes"] == {"a100n2": "done"} and layouts(sb)["a100n2"] == "day", d
+    state = json.loads((sb.root / "controller" / "elastic.json").read_text())
+    assert state["last"]["drains_finished"] == {"a100n2": "done"} and "a100n2" in state["switched_at"]
+    states = wait_jobs_done(sb, [*fillers, *waiting], timeout=180)
+    assert set(states.values()) == {"COMPLETED"}, states
+    assert_converged(sb, {"a100n1": "day", "a100n2": "day", "h100n1": "night", "a30n1": "night", "v100n1": "night"})

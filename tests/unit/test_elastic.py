@@ -242,3 +242,44 @@ def test_shape_eq_by_kind_and_type():
     assert shape_eq(DAY_SHAPE) == pytest.approx(8.0)
     assert shape_eq(DAY_SHAPE, "mig") == pytest.approx(4.0)
     assert shape_eq(DAY_SHAPE, "shared") == 2.0 and shape_eq(DAY_SHAPE, "a100") == 2.0
+
+
+def busy(name, free_at, layout="whole", last=-math.inf):
+    return Node(name, layout, SHAPES, ("whole", "day"), False, True, None, last, {}, free_at)
+
+
+DRAIN = Bounds(max_changing=4, window_s=300, cooldown_s=HOUR, min_gain_eq=1.0, starve_s=HOUR, drain_within_s=2 * HOUR)
+
+
+def test_busy_nodes_are_drained_only_for_starving_jobs_when_no_idle_node_serves_them():
+    now = 100_000.0
+    nodes = [busy("n1", now + 90 * 60), busy("n2", now + 20 * 60), busy("n3", now + 5 * HOUR)]
+    # waited 30 min (below max_wait): no drain, whatever the bound
+    d = decide(now, nodes, slices(10, waited=1800), DRAIN)
+    assert d.actions == ()
+    # waited over max_wait: the busy node free soonest (n2: 20 min) is reserved for them; n3's jobs
+    # run 5 h, beyond drain_within
+    d = decide(now, nodes, slices(10, waited=2 * HOUR), DRAIN)
+    assert [(a.node, a.current, a.target, a.reason) for a in d.actions] == [("n2", "whole", "day", "drain")]
+    assert len(d.actions[0].jobs) == 10 and d.actions[0].gain_eq == pytest.approx(10 / 7)
+    assert "no idle node starts them" in d.actions[0].why and "end within 20m" in d.actions[0].why
+    # off by default (drain_within 0): busy nodes are never taken
+    assert decide(now, nodes, slices(10, waited=2 * HOUR), B).actions == ()
+    # an idle node that serves them is taken instead of any drain
+    d = decide(now, [*nodes, node("n4")], slices(10, waited=2 * HOUR), DRAIN)
+    assert [(a.node, a.reason) for a in d.actions] == [("n4", "demand")]
+
+
+def test_a_drain_keeps_floors_and_cool_downs_and_says_why_when_none_is_possible():
+    now = 100_000.0
+    starving = slices(5, waited=2 * HOUR)
+    cooling = [busy("n1", now + 600, last=now - 600)]
+    d = decide(now, cooling, starving, DRAIN)
+    assert d.actions == () and any("no busy node" in why for _, why in d.held)
+    floored = Bounds(**{**DRAIN.__dict__, "floors": {"whole": 8}})
+    d = decide(now, [busy("n1", now + 600), busy("n2", now + 600, layout="day")], starving, floored)
+    assert d.actions == ()  # n1 whole -> day would take whole GPUs from 10 to 4, below 8
+    # a node switching by drain is incoming capacity: the jobs it will take are not demand again
+    switching = [Node("n1", "whole", SHAPES, ("whole", "day"), False, False, "day", -math.inf, {}, now + 600)]
+    d = decide(now, [*switching, busy("n2", now + 600)], starving, DRAIN)
+    assert d.actions == () and d.unmet == ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 from slurm_gpupool.config import load_config
 from slurm_gpupool.core.elastic import GPU, SHARD, Bounds, Decision
 from slurm_gpupool.elastic_config import ElasticSettings
-from slurm_gpupool.ops.elastic import State, cluster_view, free_records, pending_jobs, record
-from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, parse_squeue_json
+from slurm_gpupool.ops.elastic import State, cluster_view, finish_drains, free_records, pending_jobs, record
+from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation, parse_squeue_json
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
 ETC = Path(__file__).parent.parent.parent / "etc" / "gpupool.yaml"
@@ -82,3 +83,31 @@ def test_cluster_view_and_the_recorded_decision(tmp_path):
     again = State.load(tmp_path)
     assert again.switched_at == {"a100n1": 500.0} and again.last["held"] == [{"node": "-", "why": "why"}]
     assert '"elastic"' in (tmp_path / "journal.log").read_text()
+
+
+def test_a_drained_node_is_switching_while_reserved_and_finished_once_its_jobs_end():
+    """A drain leaves the node skipped in the run's reservation ``gpupool_<layout>``: later
+    steps see it switching to that layout (its capacity is incoming), with when its jobs end,
+    and switch it at the first step after they have ended."""
+    cfg = load_config(ETC)
+    settings = ElasticSettings(Bounds(), {"dgx": ("day", "night")})
+    infos = {
+        n: NodeInfo(n, "idle", frozenset(), "", ("layout_night",), "")
+        for n in ("a100n1", "a100n2", "h100n1", "a30n1", "v100n1")
+    }
+    t = datetime(2026, 11, 25)
+    held = {
+        "gpupool_day": Reservation("gpupool_day", frozenset({"a100n1", "a100n2"}), t, t),
+        "gpupool_day_ahead": Reservation("gpupool_day_ahead", frozenset({"h100n1"}), t, t),
+    }
+    running = job(7, "RUNNING", nodes=frozenset({"a100n1"}))  # started at 0 with 60 s: ends at 60
+    nodes, _ = cluster_view(cfg, settings, infos, [running], held, {}, State(switched_at={}), now=30)
+    by = {n.name: n for n in nodes}
+    assert by["a100n1"].target == "day" and not by["a100n1"].usable and by["a100n1"].free_at_s == 60
+    assert by["a100n2"].target == "day" and by["a100n2"].free_at_s == 30  # idle: free now
+    assert by["h100n1"].target is None  # a reservation ahead of a clock switch: not switching yet
+    # a100n2 is idle: switched at this step; a100n1 when its job has ended
+    assert finish_drains(cfg, infos, [running], held) == {"day": ["a100n2"]}
+    assert finish_drains(cfg, infos, [], held) == {"day": ["a100n1", "a100n2"]}
+    infos["a100n2"] = NodeInfo("a100n2", "idle", frozenset(), "", ("layout_day",), "")
+    assert finish_drains(cfg, infos, [], held) == {"day": ["a100n1"]}  # already there: nothing to do

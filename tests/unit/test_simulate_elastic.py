@@ -103,3 +103,25 @@ def test_floors_hold_in_a_replay_and_every_policy_list_has_elastic():
 def test_cron_interval():
     assert cron_interval_s("*/5 * * * *") == 300 and cron_interval_s("*/1 * * * *") == 60
     assert cron_interval_s("7 * * * *") == 3600
+
+
+def test_under_a_load_that_keeps_every_node_busy_a_drain_serves_starving_slice_jobs():
+    # 30 four-GPU jobs of 30 min (limit 1 h) keep all three nodes busy for 5 h; 8 quarter-GPU
+    # jobs behind them wait for 1g.6gb, which no node has.  Idle nodes never come.
+    jobs = [whole4(i, 0) for i in range(30)] + [quarter(100 + i, 1) for i in range(8)]
+    res, sw = replay(RAW, jobs)
+    recs = {r.job_id: r for r in res.jobs}
+    slices_at = [recs[100 + i].start_s for i in range(8)]
+    assert sw.stats.drain == 0 and min(slices_at) >= 5 * 3600  # idle nodes only: after the whole queue
+    raw = copy.deepcopy(RAW)
+    raw["schedule"]["elastic"].update({"max_wait": "1h", "drain_within": "2h"})
+    res, sw = replay(raw, jobs)
+    recs = {r.job_id: r for r in res.jobs}
+    drains = [a for d in sw.stats.log for a in d.actions if a.reason == "drain"]
+    # after the jobs waited max_wait, one busy node is reserved: its job ends, it switches, they start
+    assert sw.stats.drain == 1 and drains[0].target == "day" and len(drains[0].jobs) == 8
+    first = next(d for d in sw.stats.log if any(a.reason == "drain" for a in d.actions))
+    assert 3600 <= first.now <= 3600 + 300
+    assert all(first.now < recs[100 + i].start_s <= first.now + 1800 + 300 + 60 for i in range(8))
+    assert res.requeued == 0  # no job is killed or requeued: the drained node's job ran to its end
+    assert all(recs[i].end_s - recs[i].start_s == 1800 for i in range(30))

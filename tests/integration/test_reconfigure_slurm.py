@@ -1,0 +1,192 @@
+"""#17: what `scontrol reconfigure` alone (no daemon restart) does with a node's new GRES,
+on each Slurm release, measured on the sandbox (docs/elastic.md, "What each Slurm release
+allows for a node's GRES change").
+
+The node's GPUs change as the repartitioner changes them (``gpupool --node N node apply``,
+then ``gpupool gres install`` writes gres.conf and the node lines), and then only
+``scontrol reconfigure`` runs:
+
+1. a100n2 night -> day (gpu:a100:8 -> 38 records: 32 1g.5gb, 2 3g.20gb, 2 2g.10gb and
+   GPUs 6-7 whole) while a job runs on another node (a100n1);
+2. a100n2 day -> night (38 -> 8 records) while a job runs on a100n2's GPU 6, which the
+   switch leaves whole (``node apply``: "GPU 6: unchanged"). The sandbox's layouts have no
+   pair in which a GPU keeps its GRES *record*: gres.conf lists records by type, so whole
+   GPU 6 is record 36 in day and record 6 in night. This is the closest case, and the one
+   an elastic per-GPU change would meet on these layouts.
+
+What each release did is asserted exactly (the measurements are cited where they are
+asserted). The test ends with the node back in night by the ordinary restart sequence.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from slurm_gpupool.config import load_config
+from slurm_gpupool.ops.gres_install import render
+from slurm_gpupool.slurm.cluster import gres_counts
+
+from .repartition_support import sacct_states, wait_jobs_done
+
+pytestmark = pytest.mark.integration
+
+NODE, OTHER = "a100n2", "a100n1"
+SETTLE_S = 12  # how long a reconfigure is given to show the new GRES (22.05 answers in ms)
+
+
+@dataclass
+class Observed:
+    gres: dict[str, int]
+    flags: frozenset[str]
+    state: str
+    reason: str
+    errors: list[str] = field(default_factory=list)  # slurmctld log errors since the reconfigure
+
+
+def layout_counts(sb, layout: str) -> dict[str, int]:
+    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
+    (expected,) = render(cfg, [NODE], layout, mig_ids="simulated").nodes
+    return gres_counts(expected.gres_value())
+
+
+def log_lines(sb) -> list[str]:
+    return (sb.root / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
+
+
+def ctld_errors(lines: list[str]) -> list[str]:
+    noise = ("pmix", "MPI:", "mpi/")  # the sandbox has no PMIx: every (re)start says so
+    return [x.split("] ", 1)[-1] for x in lines if "error:" in x and not any(n in x for n in noise)]
+
+
+def node_now(sb):
+    for _ in range(30):  # from 23.11 slurmctld re-execs on reconfigure: a moment without answers
+        proc = sb.run(["sinfo", "--json"], check=False)
+        if proc.returncode == 0:
+            from slurm_gpupool.slurm.cluster import parse_sinfo_json
+
+            return parse_sinfo_json(proc.stdout)[NODE]
+        time.sleep(1)
+    raise AssertionError(f"slurmctld does not answer after reconfigure: {proc.stderr}")
+
+
+def switch_by_reconfigure(sb, layout: str) -> Observed:
+    """The node's GPUs and the Slurm files to ``layout``, then ``scontrol reconfigure`` only."""
+    target = layout_counts(sb, layout)
+    sb.gpupool("--node", NODE, "node", "apply", layout)
+    sb.gpupool("gres", "install")
+    start = len(log_lines(sb))
+    sb.run(["scontrol", "reconfigure"])
+    deadline = time.monotonic() + SETTLE_S
+    info = node_now(sb)
+    while time.monotonic() < deadline and gres_counts(info.gres) != target:
+        time.sleep(1)
+        info = node_now(sb)
+    time.sleep(3)  # the node's registration after a reconfigure follows it
+    info = node_now(sb)
+    obs = Observed(gres_counts(info.gres), info.flags, info.state, info.reason, ctld_errors(log_lines(sb)[start:]))
+    print(f"\n[{'.'.join(map(str, sb.slurm_version))}] {NODE} to {layout} by reconfigure: {obs}")
+    return obs
+
+
+def submit(sb, node: str, gres: str, seconds: int) -> str:
+    proc = sb.run(["sbatch", "--parsable", "-w", node, f"--gres={gres}", "-t", "2", "--wrap", f"sleep {seconds}"])
+    return proc.stdout.strip().split(";")[0]
+
+
+def job_detail(sb, job: str) -> str:
+    return sb.run(["scontrol", "-d", "show", "job", job], check=False).stdout
+
+
+def wait_running(sb, job: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "JobState=RUNNING" in job_detail(sb, job):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} did not start: {job_detail(sb, job)}")
+
+
+def gres_idx(sb, job: str) -> str:
+    """The record indexes Slurm gave the job on NODE: ``GRES=gpu:a100:1(IDX:36)`` -> "36"."""
+    m = re.search(r"Nodes=" + NODE + r"\b.*?GRES=\S*?\(IDX:([^)]*)\)", job_detail(sb, job))
+    return m.group(1) if m else ""
+
+
+def restart_into_files(sb) -> None:
+    """The sequence that takes new GRES on every release (stop the node's slurmd, restart
+    slurmctld, start it; docs/repartition.md), then the node resumed."""
+    sb.gpupool("sandbox", "restart", "--root", str(sb.root), "--controller", "--nodes", NODE)
+    info = node_now(sb)
+    if info.drained or "INVALID" in info.flags or "INVALID_REG" in info.flags:
+        sb.run(["scontrol", "update", f"nodename={NODE}", "state=resume"])
+
+
+def test_reconfigure_alone_after_a_gres_change(night):
+    sb = night
+    version = sb.slurm_version
+    night_counts, day_counts = layout_counts(sb, "night"), layout_counts(sb, "day")
+    assert night_counts == {"gpu:a100": 8} and sum(day_counts.values()) == 38
+    try:
+        # 1 + 2: a100n2 night -> day while a job runs on a100n1
+        other = submit(sb, OTHER, "gpu:a100:1", 30)
+        wait_running(sb, other)
+        up = switch_by_reconfigure(sb, "day")
+        other_state = sacct_states(sb, [other])[other]
+        if version < (23, 11, 0):
+            # Measured 2026-11-25 on 22.05.8: slurmctld keeps the old count ("Attempt to change
+            # gres/gpu Count on node a100n2 from 8 to 38 invalid with File configuration");
+            # the node's slurmd, re-reading gres.conf, reports more than configured, which
+            # slurmctld accepts silently: the node stays idle with gpu:a100:8.
+            assert up.gres == night_counts, up
+            assert up.errors == [
+                f"error: Attempt to change gres/gpu Count on node {NODE} from 8 to 38 invalid with File configuration"
+            ], up.errors
+            assert up.state == "idle" and not up.flags & {"DRAIN", "INVALID", "INVALID_REG"}, up
+        else:
+            raise AssertionError(f"not yet measured on this release: {up}")
+        assert other_state == "RUNNING"  # a job on another node is untouched
+        if up.gres != day_counts:
+            restart_into_files(sb)
+            assert gres_counts(node_now(sb).gres) == day_counts
+
+        # 3: a job on a100n2's GPU 6 (whole in both layouts), the node day -> night
+        mine = submit(sb, NODE, "gpu:a100:1", 25)
+        wait_running(sb, mine)
+        assert gres_idx(sb, mine) == "36"  # GPU 6, after the 36 MIG records
+        down = switch_by_reconfigure(sb, "night")
+        # may the node's 8 whole GPUs now go to another job while `mine` holds GPU 6?
+        probe = submit(sb, NODE, "gpu:a100:8", 1)
+        time.sleep(6)  # sched_interval=5: a startable job starts within this
+        probe_state, mine_state = sacct_states(sb, [probe, mine])[probe], sacct_states(sb, [mine])[mine]
+        mine_idx = gres_idx(sb, mine)
+        print(f"job on GPU 6: {mine_state} IDX:{mine_idx}; gpu:a100:8 job on the node: {probe_state}")
+        if version < (23, 11, 0):
+            # Measured 2026-11-25 on 22.05.8: reconfigure refused ("from 38 to 8 invalid");
+            # the slurmd now reports fewer GPUs than configured, so slurmctld sets the node
+            # INVAL and drains it ("gres/gpu count reported lower than configured (8 < 38)");
+            # the job keeps running with its GRES and completes; nothing else starts there.
+            assert down.gres == day_counts, down
+            assert down.errors == [
+                f"error: Attempt to change gres/gpu Count on node {NODE} from 38 to 8 invalid with File configuration",
+                f"error: Setting node {NODE} state to INVAL with reason:gres/gpu count reported lower than"
+                " configured (8 < 38)",
+                f"error: _slurm_rpc_node_registration node={NODE}: Invalid argument",
+            ], down.errors
+            assert {"DRAIN", "INVALID_REG"} <= down.flags, down
+            assert down.reason.startswith("gres/gpu count reported lower than configured (8 < 38)"), down
+            assert (mine_state, mine_idx, probe_state) == ("RUNNING", "36", "PENDING")
+        else:
+            raise AssertionError(f"not yet measured on this release: {down}")
+        sb.run(["scancel", probe], check=False)
+        states = wait_jobs_done(sb, [other, mine], timeout=60)
+        assert states == {other: "COMPLETED", mine: "COMPLETED"}, states
+    finally:
+        sb.run(["scancel", "--full", "--user=root"], check=False)  # only what a failure left
+        info = node_now(sb)
+        if gres_counts(info.gres) != night_counts or info.drained or info.flags & {"INVALID", "INVALID_REG"}:
+            sb.gpupool("--node", NODE, "node", "apply", "night")
+            restart_into_files(sb)
