@@ -23,6 +23,7 @@ from slurm_gpupool.core.gres import (
 from slurm_gpupool.ops.gres_install import diff, install, render, restart_plan
 from slurm_gpupool.ops.gres_sources import IDS_SIMULATED
 from slurm_gpupool.ops.support_files import install_support_files
+from tests.unit.site import shipped_raw
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "gres"
 REGEN = os.environ.get("SLURM_GPUPOOL_REGEN_GOLDEN") == "1"
@@ -342,7 +343,6 @@ def test_a_site_template_overrides_one_file(tmp_path: Path):
 def test_planned_mig_files_come_from_the_node_or_the_render_says_it_cannot(tmp_path: Path):
     """#14: a planned render never guesses the GI/CI ids in MIG device files.  A node that
     has the planned instances lends its ids; one that does not is a clear error."""
-    import copy
 
     import yaml
 
@@ -352,11 +352,7 @@ def test_planned_mig_files_come_from_the_node_or_the_render_says_it_cannot(tmp_p
     from slurm_gpupool.hw.sim.state import create_node_state
     from slurm_gpupool.machines import find_machine
 
-    top = Path(__file__).resolve().parents[2]
-    raw = copy.deepcopy(yaml.safe_load((top / "etc" / "gpupool.yaml").read_text()))
-    raw.pop("mig_parted")
-    raw["paths"] = {k: str(tmp_path / k / "{node}") for k in ("state_dir", "run_dir", "spool_dir")}
-    raw["paths"]["controller_dir"] = str(tmp_path / "ctl")
+    raw = shipped_raw(tmp_path)
     raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "24.11.1"}
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -3,7 +3,6 @@ values, names and labels (promtool's lint where Prometheus is installed), textfi
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
@@ -31,6 +30,7 @@ from slurm_gpupool.slurm.cluster import (
     parse_squeue_json,
     requested_gres,
 )
+from tests.unit.site import shipped_raw
 
 TOP = Path(__file__).resolve().parents[2]
 FIXTURES = TOP / "tests" / "fixtures" / "slurm"
@@ -88,14 +88,7 @@ class DownCluster:
 
 @pytest.fixture
 def cfg(tmp_path: Path):
-    raw = copy.deepcopy(yaml.safe_load((TOP / "etc" / "gpupool.yaml").read_text()))
-    raw.pop("mig_parted")
-    raw["paths"] = {
-        "state_dir": str(tmp_path / "state" / "{node}"),
-        "run_dir": str(tmp_path / "run" / "{node}"),
-        "spool_dir": str(tmp_path / "spool" / "{node}"),
-        "controller_dir": str(tmp_path / "ctl"),
-    }
+    raw = shipped_raw(tmp_path)
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_config(path)

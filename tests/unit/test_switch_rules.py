@@ -8,7 +8,6 @@ executor does what is decided.
 
 from __future__ import annotations
 
-import copy
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from slurm_gpupool.config import load_config
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.ops import switch_rules as rules
 from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation
+from tests.unit.site import shipped_raw
 
 from .fake_slurm import FakeClock, FakeRestarter, FakeSlurm, Killed
 
@@ -174,14 +174,7 @@ def site(tmp_path: Path):
     from slurm_gpupool.machines import find_machine
     from slurm_gpupool.ops.gres_install import install, render
 
-    raw = copy.deepcopy(yaml.safe_load((TOP / "etc" / "gpupool.yaml").read_text()))
-    raw.pop("mig_parted")
-    raw["paths"] = {
-        "state_dir": str(tmp_path / "state" / "{node}"),
-        "run_dir": str(tmp_path / "run" / "{node}"),
-        "spool_dir": str(tmp_path / "spool" / "{node}"),
-        "controller_dir": str(tmp_path / "ctl"),
-    }
+    raw = shipped_raw(tmp_path)
     raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "22.05.8"}
     raw["repartition"] = {"verify_timeout": "10s", "deadline": "60s", "checkpoint_grace": "5s"}
     path = tmp_path / "pool.yaml"
