@@ -744,7 +744,7 @@ class Engine:
         else:
             if not n.skipped:
                 n.skipped = True
-                self.skipped += self.now <= self.window
+                self.skipped += self.now <= self.window and not n.drain  # a drain skips by design
             step = self.p.cron_s
             self._push(math.ceil(self.now / step) * step if step > 0 else self.now, _CRON, n.index)
 
