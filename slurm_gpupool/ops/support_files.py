@@ -36,6 +36,7 @@ def render_support_files(cfg: PoolConfig, installed: str | None = None) -> dict[
 def install_support_files(cfg: PoolConfig, installed: str | None = None) -> list[Path]:
     """Write them atomically (mode 644, root-owned when run as root); their paths."""
     from slurm_gpupool.oplog import log as syslog_line
+    from slurm_gpupool.ops import job_submit
     from slurm_gpupool.ops.gres_install import SYSLOG
 
     files = render_support_files(cfg, installed)
@@ -45,7 +46,30 @@ def install_support_files(cfg: PoolConfig, installed: str | None = None) -> list
             same = path.read_text() == text
         except OSError:
             same = False
+        before = _mtime(path)
         write_text_atomic(path, text, 0o644)
         if not same:
+            if path.name == job_submit.FILE_NAME:
+                _newer_than_any_load(path, before)
             syslog_line(SYSLOG, f"installed {path}")
     return list(files)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _newer_than_any_load(path: Path, before: float) -> None:
+    """slurmctld reloads job_submit.lua only when its mtime, in whole seconds, is later
+    than when it last loaded it (src/lua/slurm_lua.c: ``st_mtime <= *load_time``: skip).
+    A script rewritten in the second slurmctld loaded the previous one (a switch's
+    ``gres install`` then a config change, say) would never be read: date it one second
+    ahead, and after the previous one's mtime."""
+    import os
+    import time
+
+    stamp = float(max(int(time.time()), int(before)) + 1)
+    os.utime(path, (stamp, stamp))

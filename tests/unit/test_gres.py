@@ -6,6 +6,7 @@ Regenerate the golden files on purpose only: SLURM_GPUPOOL_REGEN_GOLDEN=1 pytest
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -431,3 +432,23 @@ def test_types_follow_the_name_the_nodes_gpu_reports_where_a_model_has_several()
     assert [t for _, _, t in device_order([gh, maxq], NAMING_MODEL_PROFILE)] == ["gh200_120gb", "rtx_pro_6000_1g.24gb"]
     plain = GresGpu(0, 0, "GH200-96GB", "whole")  # planned: the model's first name
     assert device_order([plain])[0][2] == "gh200_480gb"
+
+
+def test_a_rewritten_job_submit_lua_is_dated_after_any_load_slurmctld_made(tmp_path: Path):
+    """slurmctld skips a Lua script whose mtime (seconds) is not later than its last load:
+    two installs in one second must still leave the second one newer than that second."""
+    raw = {
+        "version": 1,
+        "nodesets": {"n": {"nodes": "node[01-02]", "machine": "hgx-h100"}},
+        "layouts": {v: {"n": spec} for v, spec in VARIANTS["hgx-h100"].items()},
+        "slurm": {"config_dir": str(tmp_path)},
+    }
+    cfg = parse_config(raw, "t.yaml", Path("."))
+    lua = tmp_path / "job_submit.lua"
+    install_support_files(cfg, "whole")
+    first = lua.stat().st_mtime
+    loaded = int(time.time())  # slurmctld reads it now, in this second
+    install_support_files(cfg, "mig")  # what the installed layout offers changes: a new script
+    assert int(lua.stat().st_mtime) > max(loaded, int(first) - 1) and lua.stat().st_mtime > first
+    hooks = (tmp_path / "gpupool-hooks.json").stat().st_mtime
+    assert hooks <= time.time()  # only the Lua script is dated ahead
