@@ -205,6 +205,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         clock = spec.name in (pol.SCHEDULE, pol.ELASTIC)  # elastic: the clock's switches outside its periods
         lead = pol.lead_time_s(cfg, list(zip(sw.times, sw.layouts)), max_time_s) if clock else 0.0
         for sd in slowdowns:
+            sw = pol.switcher(cfg, spec, epoch, span)  # each replay its own: an elastic one keeps state
             params = Params(
                 bf_interval_s=bf_interval,
                 bf_exact=exact_backfill,

@@ -170,3 +170,16 @@ def test_bad_arguments_are_usage_errors(args, expect, monkeypatch, capsys):
     code = main(["simulate", "--trace", "philly", "--days", "0.1", *args])
     err = capsys.readouterr().err
     assert code == 2 and expect in err and err.startswith("gpupool: ") and "Traceback" not in err
+
+
+@needs_traces
+def test_each_variant_of_a_sweep_is_its_own_replay():
+    """An elastic switcher keeps state (its last decision, cool-downs): a sweep's second
+    variant used to inherit the first's and, held by a batching window from the future,
+    made no switch at all.  The slowdown-2 run of a sweep is the lone slowdown-2 run."""
+    args = ["simulate", "--trace", "openb", "--days", "1", "--start", "2017-10-02", "--policy", "elastic"]
+    conf = ROOT / "etc" / "simulate" / "pool-512-elastic.yaml"
+    sweep = json.loads(_invoke([*args, "--slowdown", "1,2", "--format", "json"], conf).output)["runs"]
+    alone = json.loads(_invoke([*args, "--slowdown", "2", "--format", "json"], conf).output)["runs"]
+    assert sweep[1]["switches"] == alone[0]["switches"] > 0
+    assert sweep[1]["wait_s"] == alone[0]["wait_s"] and sweep[1]["utilisation"] == alone[0]["utilisation"]
