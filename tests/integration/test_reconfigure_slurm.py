@@ -44,6 +44,7 @@ class Observed:
     flags: frozenset[str]
     state: str
     reason: str
+    layout: str | None  # the node's layout_* feature
     errors: list[str] = field(default_factory=list)  # slurmctld log errors since the reconfigure
 
 
@@ -87,7 +88,9 @@ def switch_by_reconfigure(sb, layout: str) -> Observed:
         info = node_now(sb)
     time.sleep(3)  # the node's registration after a reconfigure follows it
     info = node_now(sb)
-    obs = Observed(gres_counts(info.gres), info.flags, info.state, info.reason, ctld_errors(log_lines(sb)[start:]))
+    obs = Observed(
+        gres_counts(info.gres), info.flags, info.state, info.reason, info.layout, ctld_errors(log_lines(sb)[start:])
+    )
     print(f"\n[{'.'.join(map(str, sb.slurm_version))}] {NODE} to {layout} by reconfigure: {obs}")
     return obs
 
@@ -136,6 +139,7 @@ def test_reconfigure_alone_after_a_gres_change(night):
         wait_running(sb, other)
         up = switch_by_reconfigure(sb, "day")
         other_state = sacct_states(sb, [other])[other]
+        assert up.layout == "day", up  # features follow a reconfigure on every release
         if version < (23, 11, 0):
             # Measured 2026-11-25 on 22.05.8: slurmctld keeps the old count ("Attempt to change
             # gres/gpu Count on node a100n2 from 8 to 38 invalid with File configuration");
@@ -147,7 +151,11 @@ def test_reconfigure_alone_after_a_gres_change(night):
             ], up.errors
             assert up.state == "idle" and not up.flags & {"DRAIN", "INVALID", "INVALID_REG"}, up
         else:
-            raise AssertionError(f"not yet measured on this release: {up}")
+            # Measured 2026-11-25 on 24.11.5 and 26.05.5: reconfigure alone takes the new counts
+            # (slurmctld and slurmd re-exec), no error in slurmctld's log, the node stays idle.
+            assert up.gres == day_counts, up
+            assert up.errors == [], up.errors
+            assert up.state == "idle" and not up.flags & {"DRAIN", "INVALID", "INVALID_REG"}, up
         assert other_state == "RUNNING"  # a job on another node is untouched
         if up.gres != day_counts:
             restart_into_files(sb)
@@ -163,7 +171,10 @@ def test_reconfigure_alone_after_a_gres_change(night):
         time.sleep(6)  # sched_interval=5: a startable job starts within this
         probe_state, mine_state = sacct_states(sb, [probe, mine])[probe], sacct_states(sb, [mine])[mine]
         mine_idx = gres_idx(sb, mine)
-        print(f"job on GPU 6: {mine_state} IDX:{mine_idx}; gpu:a100:8 job on the node: {probe_state}")
+        mine_detail = job_detail(sb, mine)
+        history = sb.run(["sacct", "-X", "-D", "-n", "-P", "-j", mine, "-o", "State,ExitCode"]).stdout.split()
+        assert down.layout == "night", down
+        print(f"job on GPU 6: {mine_state} IDX:{mine_idx} (accounting: {history}); gpu:a100:8 job: {probe_state}")
         if version < (23, 11, 0):
             # Measured 2026-11-25 on 22.05.8: reconfigure refused ("from 38 to 8 invalid");
             # the slurmd now reports fewer GPUs than configured, so slurmctld sets the node
@@ -179,11 +190,34 @@ def test_reconfigure_alone_after_a_gres_change(night):
             assert {"DRAIN", "INVALID_REG"} <= down.flags, down
             assert down.reason.startswith("gres/gpu count reported lower than configured (8 < 38)"), down
             assert (mine_state, mine_idx, probe_state) == ("RUNNING", "36", "PENDING")
+            assert history == ["RUNNING|0:0"], history
+            sb.run(["scancel", probe])
+            states = wait_jobs_done(sb, [other, mine], timeout=60)
+            assert states == {other: "COMPLETED", mine: "COMPLETED"}, states
         else:
-            raise AssertionError(f"not yet measured on this release: {down}")
-        sb.run(["scancel", probe], check=False)
-        states = wait_jobs_done(sb, [other, mine], timeout=60)
-        assert states == {other: "COMPLETED", mine: "COMPLETED"}, states
+            # Measured 2026-11-25 on 24.11.5 and 26.05.5: reconfigure takes the new counts, but the
+            # re-exec'd slurmctld, recovering its jobs, kills the job whose GRES record
+            # changed although its GPU did not ("_find_invalid_job_gres_on_node: Killing job
+            # N: gres/gpu count mismatch on node a100n2 (38 != 8)", "Aborting JobId=N due to
+            # use of invalid GRES configuration") and requeues it ("due to node failure"):
+            # pending again; the node is idle with 8 whole GPUs and
+            # the next 8-GPU job runs there.
+            assert down.gres == night_counts, down
+            assert down.errors == [
+                f"error: _find_invalid_job_gres_on_node: Killing job {mine}: gres/gpu count mismatch on node"
+                f" {NODE} (38 != 8)",
+                f"error: Aborting JobId={mine} due to use of invalid GRES configuration",
+            ], down.errors
+            assert down.state == "idle" and not down.flags & {"DRAIN", "INVALID", "INVALID_REG"}, down
+            assert (mine_state, mine_idx, probe_state) == ("PENDING", "", "COMPLETED")
+            assert "Restarts=1" in mine_detail, mine_detail
+            # accounting names the killed run differently: REQUEUED on 24.11.5, NODE_FAIL
+            # (exit 1) on 26.05.5 (measured 2026-11-25, twice each)
+            first = "REQUEUED|0:0" if version < (25, 0, 0) else "NODE_FAIL|1:0"
+            assert history == [first, "PENDING|0:0"], history
+            sb.run(["scancel", mine])
+            states = wait_jobs_done(sb, [other], timeout=60)
+            assert states == {other: "COMPLETED"}, states
     finally:
         sb.run(["scancel", "--full", "--user=root"], check=False)  # only what a failure left
         info = node_now(sb)
