@@ -207,6 +207,10 @@ def test_shared_job_is_checkpointed_preempted_requeued_and_completes(tiered, tmp
                 seen.append(state)
             assert time.monotonic() < deadline, seen
             if state == "PENDING BeginTime":
+                # not in the second of the requeue: slurmd revoked the job's credential then, and a
+                # run started in that second is refused ("Job credential revoked": the job FAILS).
+                # Slurm's own requeue delay exists for this; measured on 24.11.5's second requeue
+                time.sleep(2)
                 sb.run(["scontrol", "update", f"jobid={victim}", "StartTime=now"], check=False)
             time.sleep(0.5)
         assert wait_state(sb, victim, ("COMPLETED",), timeout=10), seen
