@@ -197,14 +197,15 @@ def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s
 
     codes: list[int] = []
 
-    def run_switch(target: str, nodes: list[str], drain: bool) -> dict[str, str]:
-        # a drain: reserve now and skip at once (its jobs run to their end; a later step switches it)
-        report = rp.run(target, nodes, 0, False) if drain else rp.run(target, nodes, deadline_s, requeue)
+    def run_switch(target: str, nodes: list[str], may_skip: set[str]) -> dict[str, str]:
+        # with drains: reserve now and skip the busy ones at once (their jobs run to their
+        # end; a later step switches them), never wait or requeue
+        report = rp.run(target, nodes, 0, False) if may_skip else rp.run(target, nodes, deadline_s, requeue)
         every = report.every_node()
         outcomes = {n: every[n]["outcome"] for n in nodes if n in every}
         # a drained node skipped while its jobs run is the plan, not a node left to switch
-        planned = {n: o for n, o in outcomes.items() if o != "skipped"}
-        codes.append(run_exit_code(planned) if drain else report.exit_code)
+        planned = {n: o for n, o in outcomes.items() if not (o == "skipped" and n in may_skip)}
+        codes.append(run_exit_code(planned) if may_skip else report.exit_code)
         return outcomes
 
     decision, outcomes = step(cfg, rp.cluster, None if dry_run else run_switch)

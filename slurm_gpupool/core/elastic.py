@@ -493,6 +493,7 @@ def decide(
         if not room():
             break
         best2: tuple[float, str, Node, str, list[tuple[Job, float]], list[Job]] | None = None
+        feeds: tuple[float, str, Node, str, list[tuple[Job, float]], list[Job]] | None = None  # serves a starving job
         refused: dict[str, str] = {}
         for n in candidates():
             for to in n.allowed:
@@ -507,6 +508,12 @@ def decide(
                 # ties: the first node in name order (deterministic), the first allowed layout
                 if best2 is None or gain > best2[0] + _EPS or (abs(gain - best2[0]) <= _EPS and n.name < best2[1]):
                     best2 = (gain, n.name, n, to, fitted, rest)
+                if any(p.waited_s >= bounds.starve_s for p, _ in fitted) and (
+                    feeds is None or gain > feeds[0] + _EPS or (abs(gain - feeds[0]) <= _EPS and n.name < feeds[1])
+                ):
+                    feeds = (gain, n.name, n, to, fitted, rest)
+        if best2 is not None and best2[0] < bounds.min_gain_eq - _EPS and feeds is not None:
+            best2 = feeds  # below min_gain either way: the switch that starts a starving job
         starving = best2 is not None and any(p.waited_s >= bounds.starve_s for p, _ in best2[4])
         if best2 is None or (best2[0] < bounds.min_gain_eq - _EPS and not starving):
             drained = drain()

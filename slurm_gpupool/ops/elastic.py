@@ -205,16 +205,31 @@ def draining(cfg: PoolConfig, reservations: Mapping[str, Reservation]) -> dict[s
     return out
 
 
-def finish_drains(
-    cfg: PoolConfig, infos: Mapping[str, NodeInfo], jobs: Sequence[JobInfo], reservations: Mapping[str, Reservation]
+def outstanding(
+    cfg: PoolConfig, infos: Mapping[str, NodeInfo], reservations: Mapping[str, Reservation]
 ) -> dict[str, list[str]]:
-    """Target layout -> reserved nodes not yet in it whose jobs have all ended: to switch now."""
-    busy = {n for j in jobs if j.state in BUSY_STATES for n in j.nodes}
+    """Target layout -> its reserved nodes not yet in it (drains under way).  Every run to
+    that layout must take them all: a run sets its reservation to its own nodes, and one
+    left out would be released, its switch forgotten."""
     out: dict[str, list[str]] = {}
     for node, lay in sorted(draining(cfg, reservations).items()):
         info = infos.get(node)
-        if node not in busy and info is not None and info.layout != lay:
+        if info is not None and info.layout != lay:
             out.setdefault(lay, []).append(node)
+    return out
+
+
+def finish_drains(
+    cfg: PoolConfig, infos: Mapping[str, NodeInfo], jobs: Sequence[JobInfo], reservations: Mapping[str, Reservation]
+) -> dict[str, tuple[list[str], set[str]]]:
+    """Target layout -> (its outstanding nodes, those still busy) where at least one has no
+    job left: one run switches the idle ones, and skips the busy ones again (they stay
+    reserved)."""
+    busy = {n for j in jobs if j.state in BUSY_STATES for n in j.nodes}
+    out: dict[str, tuple[list[str], set[str]]] = {}
+    for lay, nodes in outstanding(cfg, infos, reservations).items():
+        if any(n not in busy for n in nodes):
+            out[lay] = (nodes, {n for n in nodes if n in busy})
     return out
 
 
@@ -253,12 +268,13 @@ def record(
 def step(
     cfg: PoolConfig,
     cluster: Any,
-    run_switch: Callable[[str, list[str], bool], dict[str, str]] | None,
+    run_switch: Callable[[str, list[str], set[str]], dict[str, str]] | None,
     now: float | None = None,
 ) -> tuple[Decision, dict[str, str]]:
     """One elastic step: finish the drains whose jobs have ended, decide, and (``run_switch``
-    given) switch and record.  ``run_switch`` (target, nodes, drain) -> node outcomes is the
-    repartitioner's run (``drain``: ``--deadline 0``, no requeue).  Returns the decision and
+    given) switch and record.  ``run_switch`` (target, nodes, may_skip) -> node outcomes is
+    the repartitioner's run; with ``may_skip`` (busy nodes a drain reserves) it runs with
+    ``--deadline 0`` and no requeue, and their skip is the plan.  Returns the decision and
     the outcomes of its actions and of the drains finished ({} for a dry run)."""
     from slurm_gpupool.ops.journal import Journal
 
@@ -268,8 +284,10 @@ def step(
     now = time.time() if now is None else now
     finished: dict[str, str] = {}
     if run_switch is not None:
-        for target, targets in finish_drains(cfg, cluster.nodes(), cluster.jobs(), cluster.reservations()).items():
-            finished.update(run_switch(target, targets, True))
+        for target, (targets, busy) in finish_drains(
+            cfg, cluster.nodes(), cluster.jobs(), cluster.reservations()
+        ).items():
+            finished.update({n: o for n, o in run_switch(target, targets, busy).items() if n not in busy})
         if finished:
             back = time.time()
             state.switched_at = {
@@ -291,11 +309,12 @@ def step(
         return decision, {}
     outcomes: dict[str, str] = {}
     drained = {a.node for a in decision.actions if a.reason == "drain"}
+    pending = outstanding(cfg, cluster.nodes(), cluster.reservations()) if decision.actions else {}
     for target, targets in decision.by_target().items():
-        for drain in (False, True):
-            chosen = [n for n in targets if (n in drained) == drain]
-            if chosen:
-                outcomes.update(run_switch(target, chosen, drain))
+        held = [n for n in pending.get(target, []) if n not in targets]  # drains under way to it
+        may_skip = {n for n in targets if n in drained} | set(held)
+        got = run_switch(target, sorted({*targets, *held}), may_skip)
+        outcomes.update({n: o for n, o in got.items() if n in targets})
     record(directory, state, decision, outcomes, now, time.time() if decision.actions else now, finished)
     return decision, {**finished, **outcomes}
 

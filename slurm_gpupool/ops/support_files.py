@@ -46,6 +46,8 @@ def install_support_files(cfg: PoolConfig, installed: str | None = None) -> list
             same = path.read_text() == text
         except OSError:
             same = False
+        if same and path.name == job_submit.FILE_NAME:
+            continue  # rewritten, it would carry this second again: slurmctld could skip a newer one
         before = _mtime(path)
         write_text_atomic(path, text, 0o644)
         if not same:

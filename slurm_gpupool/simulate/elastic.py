@@ -75,6 +75,7 @@ class ElasticSwitcher(Switcher):
 
     def decide(self, now: float, nodes: Sequence[NodeState], pending: Sequence[Pending]) -> list[tuple[str, str]]:
         period = self.due(now)
+        self.draining = set()
         if period != UNION:  # a clock period: every node in the due layout (engine checks coverage)
             return [(n.name, period) for n in nodes if n.target is None and n.layout != period]
         view = [

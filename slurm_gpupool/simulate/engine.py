@@ -757,8 +757,8 @@ class Engine:
         """At the deadline: SIG<checkpoint_signal> to the requeueable jobs; after the grace,
         requeue those still running (the repartitioner's --requeue)."""
         n = self.nodes[index]
-        if n.target is None or not n.running or n.out_until > self.now:
-            return
+        if n.target is None or not n.running or n.out_until > self.now or n.drain:
+            return  # (a drain is never requeued: an earlier switch's event finds it)
         if stage == 0:
             if any(self.jobs[i].requeue for i in n.running):
                 self._push(self.now + self.p.grace_s, _REQUEUE, (index, 1))

@@ -283,3 +283,22 @@ def test_a_drain_keeps_floors_and_cool_downs_and_says_why_when_none_is_possible(
     switching = [Node("n1", "whole", SHAPES, ("whole", "day"), False, False, "day", -math.inf, {}, now + 600)]
     d = decide(now, [*switching, busy("n2", now + 600)], starving, DRAIN)
     assert d.actions == () and d.unmet == ()
+
+
+def test_an_idle_switch_that_starts_a_starving_job_comes_before_any_drain():
+    """Below min_gain, the idle switch that starts a job waiting max_wait is made, even when
+    another idle switch would serve more (of jobs not starving), and no busy node is drained."""
+    now = 100_000.0
+    shapes = {
+        "z": (Records("t0", "mig", 4, 0.1),),
+        "x": (Records("t1", "mig", 4, 0.1),),
+        "y": (Records("t2", "mig", 4, 0.1),),
+    }
+    a = Node("a", "z", shapes, ("z", "x"), True, True, None, -math.inf, {"t0": 4}, now)
+    b = Node("b", "z", shapes, ("z", "y"), True, True, None, -math.inf, {"t0": 4}, now)
+    c = Node("c", "z", shapes, ("z", "y"), False, True, None, -math.inf, {}, now + 600)  # busy, free soon
+    jobs = [Job(str(i), GPU, ("t1",), 1, 1, 600.0) for i in range(5)]  # fresh: a to x serves 0.4
+    jobs.append(Job("9", GPU, ("t2",), 1, 1, 2 * HOUR))  # starving: b (or a drained c) to y serves 0.1
+    d = decide(now, [a, b, c], jobs, DRAIN)  # min_gain 1: neither reaches it
+    assert [(x.node, x.target, x.reason, x.jobs) for x in d.actions] == [("b", "y", "demand", ("9",))]
+    assert "waited over 1.0h" in d.actions[0].why

@@ -106,8 +106,69 @@ def test_a_drained_node_is_switching_while_reserved_and_finished_once_its_jobs_e
     assert by["a100n1"].target == "day" and not by["a100n1"].usable and by["a100n1"].free_at_s == 60
     assert by["a100n2"].target == "day" and by["a100n2"].free_at_s == 30  # idle: free now
     assert by["h100n1"].target is None  # a reservation ahead of a clock switch: not switching yet
-    # a100n2 is idle: switched at this step; a100n1 when its job has ended
-    assert finish_drains(cfg, infos, [running], held) == {"day": ["a100n2"]}
-    assert finish_drains(cfg, infos, [], held) == {"day": ["a100n1", "a100n2"]}
+    # a100n2 is idle: switched at this step, in one run with a100n1, which is skipped again
+    # (busy) and stays reserved; once its job has ended, both go
+    assert finish_drains(cfg, infos, [running], held) == {"day": (["a100n1", "a100n2"], {"a100n1"})}
+    assert finish_drains(cfg, infos, [], held) == {"day": (["a100n1", "a100n2"], set())}
     infos["a100n2"] = NodeInfo("a100n2", "idle", frozenset(), "", ("layout_day",), "")
-    assert finish_drains(cfg, infos, [], held) == {"day": ["a100n1"]}  # already there: nothing to do
+    assert finish_drains(cfg, infos, [], held) == {"day": (["a100n1"], set())}  # a100n2 is there already
+    assert finish_drains(cfg, infos, [running], held) == {}  # only a busy one left: nothing to run
+
+
+class FakeCluster:
+    def __init__(self, infos, jobs, reservations):
+        self.infos, self.job_list, self.resv = infos, jobs, reservations
+
+    def nodes(self):
+        return self.infos
+
+    def jobs(self):
+        return self.job_list
+
+    def reservations(self):
+        return self.resv
+
+
+def test_every_run_to_a_layout_takes_the_drains_under_way_to_it(tmp_path, monkeypatch):
+    """A run sets its reservation to its own nodes: a drained node left out of a later run
+    to the same layout would be released and its switch forgotten.  So the finish run and
+    every decision's run to that layout carry all of its reserved nodes, and only their
+    skips (busy) are planned."""
+    import slurm_gpupool.ops.elastic as el
+    from slurm_gpupool.core.elastic import Action
+
+    cfg = load_config(ETC)
+    cfg = type(cfg)(
+        **{**cfg.__dict__, "paths": type(cfg.paths)(**{**cfg.paths.__dict__, "controller_dir": str(tmp_path)})}
+    )
+    infos = {n: NodeInfo(n, "idle", frozenset(), "", ("layout_night",), "") for n in ("a100n1", "a100n2", "h100n1")}
+    t = datetime(2026, 11, 25)
+    resv = {"gpupool_day": Reservation("gpupool_day", frozenset({"a100n1", "a100n2"}), t, t)}
+    busy = job(7, "RUNNING", nodes=frozenset({"a100n1"}))
+    runs = []
+    cluster = FakeCluster(infos, [busy], resv)
+
+    def run_switch(target, nodes, may_skip):
+        """The repartitioner as Slurm would show it after: switched nodes in the layout and
+        out of the reservation, which holds exactly the run's skipped nodes."""
+        runs.append((target, list(nodes), set(may_skip)))
+        out = {n: "skipped" if n in may_skip else "done" for n in nodes}
+        for n, o in out.items():
+            if o == "done":
+                cluster.infos[n] = NodeInfo(n, "idle", frozenset(), "", (f"layout_{target}",), "")
+        left = frozenset(n for n, o in out.items() if o == "skipped")
+        cluster.resv = {f"gpupool_{target}": Reservation(f"gpupool_{target}", left, t, t)} if left else {}
+        return out
+
+    act = Action("h100n1", "night", "day", "demand", 2.0, ("9",), "demand: ...")
+    monkeypatch.setattr(el, "decide", lambda *a, **k: Decision(1000, (act,), (), (), ()))
+    decision, outcomes = el.step(cfg, cluster, run_switch, now=1000)
+    # the finish run (a100n2 idle, a100n1 busy), then the decision's run to day with a100n1 still reserved
+    assert runs == [
+        ("day", ["a100n1", "a100n2"], {"a100n1"}),
+        ("day", ["a100n1", "h100n1"], {"a100n1"}),
+    ]
+    assert cluster.resv["gpupool_day"].nodes == {"a100n1"}  # still reserved: its drain goes on
+    assert outcomes == {"a100n2": "done", "h100n1": "done"}  # a busy drain's skip is not an outcome
+    state = State.load(tmp_path)
+    assert state.last["drains_finished"] == {"a100n2": "done"} and set(state.switched_at) == {"a100n2", "h100n1"}
