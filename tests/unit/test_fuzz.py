@@ -20,6 +20,7 @@ import yaml
 
 from slurm_gpupool.cli.main import main
 from tests import fuzzing
+from tests.shared_data import shared_dir
 
 TOP = Path(__file__).resolve().parents[2]
 CONFIGS = 600
@@ -149,7 +150,7 @@ def test_hundreds_of_hostile_accounting_files_end_in_a_report_or_exit_76(tmp_pat
     assert codes.get(0, 0) > ACCOUNTING // 2 and codes.get(76, 0) > 10, codes
 
 
-NVIDIA = TOP.parent / "shared" / "reference" / "nvidia-mig-configs"
+NVIDIA = shared_dir() / "reference" / "nvidia-mig-configs"
 OPERATOR = NVIDIA / "gpu-operator" / "assets_state-mig-manager_0400_configmap.yaml"
 MIG_PARTED = 400
 

@@ -20,9 +20,10 @@ from slurm_gpupool.core.layouts import GpuTarget
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.migparted import meaning, meanings, parse_mig_parted
 from slurm_gpupool.validate import Where
+from tests.shared_data import shared_dir
 
 TOP = Path(__file__).resolve().parents[2]
-NVIDIA = TOP.parent / "shared" / "reference" / "nvidia-mig-configs"
+NVIDIA = shared_dir() / "reference" / "nvidia-mig-configs"
 MACHINES = sorted(p.stem for p in (TOP / "etc" / "machines").glob("*.yaml"))
 OPERATOR = NVIDIA / "gpu-operator" / "assets_state-mig-manager_0400_configmap.yaml"
 DEFAULT = NVIDIA / "mig-parted" / "deployments_systemd_config-default.yaml"

@@ -7,7 +7,6 @@ its schedule pinned to UTC: day = Mon-Fri 08:00-20:00, night otherwise.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -28,13 +27,11 @@ from slurm_gpupool.reports.export import export_jobs
 from slurm_gpupool.reports.layout_history import read_journal_log
 from slurm_gpupool.reports.sacct_load import load_files
 from slurm_gpupool.reports.timeline import Level
+from tests.shared_data import shared_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "sacct"
-# ../shared beside the checkout (where the project's data lives), or $SLURM_GPUPOOL_SHARED
-# (a CI clone elsewhere points it at the same folder); never copied into the repository
-_SHARED = [Path(p) for p in (os.environ.get("SLURM_GPUPOOL_SHARED", ""), ROOT.parent / "shared", "/work/shared") if p]
-SAMPLES = next((p for p in _SHARED if (p / "traces").is_dir()), _SHARED[0]) / "traces" / "slurm-sacct-samples"
+SAMPLES = shared_dir() / "traces" / "slurm-sacct-samples"  # never copied into the repository
 SINCE = datetime(2026, 11, 16, tzinfo=UTC)
 UNTIL = datetime(2026, 11, 17, tzinfo=UTC)
 HB_FIELDS = (

@@ -13,9 +13,10 @@ import yaml
 from slurm_gpupool.config import parse_config
 from slurm_gpupool.ops.submit_catalog import layout_offers
 from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD, RequestMapper, TraceRequest, map_request
+from tests.shared_data import shared_dir
 
 TOP = Path(__file__).resolve().parents[2]
-OPENB = TOP.parent / "shared" / "traces" / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+OPENB = shared_dir() / "traces" / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 
 
 @pytest.fixture(scope="module")
