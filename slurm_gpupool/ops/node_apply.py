@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.catalog import GpuModel, get_model
+from slurm_gpupool.core.catalog import GpuModel, get_model, identify
 from slurm_gpupool.core.gpu_diff import (
     CREATE_CI,
     CREATE_GI,
@@ -142,10 +142,25 @@ def _rollback(backend: GpuBackend, gpu: GpuInfo, before: DesiredGpu, model: GpuM
         return f"rollback failed too: {e.message()}"
 
 
+def _models_and_targets(
+    cfg: PoolConfig, layout: str, inv: NodeInventory
+) -> tuple[list[GpuModel | None], tuple[GpuTarget, ...]]:
+    """Each GPU's catalog model and its target in ``layout``.
+
+    A GPU neither the catalog nor the config's ``gpu_models`` knows has no MIG geometry and
+    no GRES type: it is a clear error naming its NVML name and PCI id (exit 78) before any
+    GPU is touched, not a crash in the planner (MIG) or a failure after the changes, when
+    the node's state is written (whole)."""
+    models = _models(inv)
+    for g, m in zip(inv.gpus, models):
+        if m is None:
+            identify(g.name, g.pci_device_id, f"{inv.node}: GPU {g.index} ({g.pci_bus_id})")
+    return models, cfg.targets(layout, inv.node, models)
+
+
 def plan_node(cfg: PoolConfig, layout: str, inv: NodeInventory) -> list[tuple[GpuTarget, list[Op]]]:
     """Per GPU: the target and the operations that reach it (empty if it matches)."""
-    models = _models(inv)
-    targets = cfg.targets(layout, inv.node, models)
+    models, targets = _models_and_targets(cfg, layout, inv)
     out = []
     for g, t, m in zip(inv.gpus, targets, models):
         ops = [] if matches(g, t, m) else diff_ops(g, desired_state(g, t, m), m)
@@ -155,8 +170,7 @@ def plan_node(cfg: PoolConfig, layout: str, inv: NodeInventory) -> list[tuple[Gp
 
 def assert_node(cfg: PoolConfig, layout: str, inv: NodeInventory) -> list[str]:
     """Lines describing every GPU that differs from the layout (empty: it matches)."""
-    models = _models(inv)
-    targets = cfg.targets(layout, inv.node, models)
+    models, targets = _models_and_targets(cfg, layout, inv)
     return [mismatch(g, t, m) for g, t, m in zip(inv.gpus, targets, models) if not matches(g, t, m)]
 
 

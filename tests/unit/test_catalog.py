@@ -139,7 +139,7 @@ def test_h100_pcie_has_the_sxm_table_with_its_own_sm_counts():
     assert [p.sm_count for p in pcie.profiles] == [14, 14, 14, 30, 46, 62, 114]
 
 
-def test_node_gpus_are_identified_by_pci_id_then_name_and_unknown_ones_named():
+def test_node_gpus_are_identified_by_name_then_pci_id_and_unknown_ones_named():
     """#14: detection by PCI device id (NVIDIA's driver README table), else by name."""
     assert catalog.identify("NVIDIA B200", 0x2909, "GPU 0").key == "B200"  # the second B200 id
     assert catalog.identify("whatever the driver says", 0x26B9, "GPU 0").key == "L40S"

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from slurm_gpupool.config import parse_config
+from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.hw import open_backend
 from slurm_gpupool.hw.sim import inject
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
@@ -286,3 +287,35 @@ def test_assert_lists_differences(env):
     with open_backend("dgx1", sim) as b:
         diffs = assert_node(parse_config(CONFIG, "t.yaml", Path(".")), "day", b.inventory())
     assert len(diffs) == 6 and diffs[0] == "GPU 0: is whole (MIG off), wants mig {1g.5gb: 7}"
+
+
+def test_a_gpu_the_catalog_does_not_know_is_named_with_its_pci_id_before_anything_changes(env, monkeypatch, capsys):
+    """A GPU NVML reports that neither the catalog nor gpu_models knows (a newer product):
+    node apply refuses it with its name, PCI id and how to describe it (78) before touching
+    any GPU. A MIG layout used to end in an internal error in the planner; a whole one failed
+    only after the changes, when the node's state was written."""
+    sim, state = env
+    from slurm_gpupool.cli.main import main
+    from slurm_gpupool.core import catalog
+
+    do_apply(sim, state, "dgx1", "day")
+    real = catalog.detect
+    monkeypatch.setattr(catalog, "detect", lambda name, dev: None if dev == 0x20B0 else real(name, dev))
+    with open_backend("dgx1", sim) as b:
+        assert {g.model for g in b.inventory().gpus} == {None}
+    cfg_path = state.parent / "pool.yaml"
+    cfg_path.write_text(yaml.safe_dump(CONFIG))
+    monkeypatch.setenv("SLURM_GPUPOOL_SIM_DIR", str(sim))
+    monkeypatch.setenv("SLURM_GPUPOOL_STATE_DIR", str(state / "{node}"))
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(cfg_path))
+    before = calls(sim, "dgx1")
+    for layout in ("night", "day"):
+        capsys.readouterr()
+        code = main(["--node", "dgx1", "node", "apply", layout])
+        err = capsys.readouterr().err
+        assert code == 78, err
+        assert "dgx1: GPU 0 (00000000:07:00.0)" in err and "PCI device id 10de:20b0" in err, err
+        assert "hint:" in err and "gpu_models" in err and "Traceback" not in err
+        assert calls(sim, "dgx1") == before  # nothing touched
+    with pytest.raises(ConfigError, match="10de:20b0"), open_backend("dgx1", sim) as b:
+        assert_node(parse_config(CONFIG, "test.yaml", Path(".")), "day", b.inventory())
