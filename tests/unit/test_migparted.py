@@ -8,6 +8,7 @@ pkg/types, cmd/nvidia-mig-parted/apply) are checked one by one on small document
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,50 +51,50 @@ needs_nvidia = pytest.mark.skipif(not OPERATOR.exists(), reason=f"NVIDIA's files
 def test_nvidias_default_configs_import_unchanged_and_each_machine_gets_its_own(path: Path):
     found = judged(path)
     fits = {nodeset: {c for (c, n), m in found.items() if n == nodeset and m.targets} for nodeset in MACHINES}
-    # each MIG machine gets exactly the configs NVIDIA wrote for its GPU
-    assert fits["hgx-h100"] == {
-        "all-disabled",
-        "all-1g.10gb",
-        "all-1g.10gb.me",
-        "all-1g.20gb",
-        "all-2g.20gb",
-        "all-3g.40gb",
-        "all-4g.40gb",
-        "all-7g.80gb",
+    # each MIG machine gets exactly the configs NVIDIA wrote for its GPU (both files hold them all)
+    for machine, sizes in {
+        "dgx-a100": ("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+        "hgx-h100": ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        "h100-nvl-pair": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+        "hgx-h200": ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+        "hgx-h20": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+        "dgx-b200": ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+        "gb200-nvl": ("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+    }.items():
+        expected = {f"all-{x}" for x in sizes} | {f"all-{sizes[0]}.me", "all-balanced", "all-disabled"}
+        assert fits[machine] == expected, machine
+    # the A30 has no 7-slice or 3-slice instance, and a .me variant of its 2g too
+    assert fits["pcie-a30"] == {f"all-{x}" for x in ("1g.6gb", "1g.6gb.me", "2g.12gb", "2g.12gb.me", "4g.24gb")} | {
         "all-balanced",
+        "all-disabled",
     }
-    assert {"all-1g.5gb", "all-2g.10gb", "all-3g.20gb", "all-7g.40gb", "all-balanced"} <= fits["dgx-a100"]
-    assert {"all-1g.6gb", "all-2g.12gb.me", "all-4g.24gb", "all-balanced"} <= fits["pcie-a30"]
-    assert {"all-1g.12gb", "all-7g.94gb", "all-balanced"} <= fits["h100-nvl-pair"]
-    # the 2025-2026 families: exactly NVIDIA's configs for their GPU (the ConfigMap has them all)
-    if path == OPERATOR:
-        for machine, sizes in {
-            "hgx-h200": ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
-            "hgx-h20": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
-            "dgx-b200": ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
-            "gb200-nvl": ("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
-        }.items():
-            assert fits[machine] == {f"all-{x}" for x in sizes} | {
-                f"all-{sizes[0]}.me",
-                "all-balanced",
-                "all-disabled",
-            }, machine
-        rtx = {"1g.24gb", "1g.24gb-me", "1g.24gb.gfx", "1g.24gb.me", "1g.24gb.me.all", "2g.48gb", "2g.48gb-me"}
-        rtx |= {"2g.48gb.gfx", "2g.48gb.me.all", "4g.96gb", "4g.96gb.gfx"}
-        assert fits["rtx-pro-6000-server"] == {f"all-{x}" for x in rtx} | {"all-balanced", "all-disabled"}
-        assert found[("all-1g.24gb.me.all", "rtx-pro-6000-server")].targets[0][1] == GpuTarget.mig_counts(
-            {"1g.24gb+me.all": 1}
-        )
-        # L40S cannot do MIG: `devices: all` entries leave it whole (mig-parted skips it), filtered ones miss it
-        assert all(t == GpuTarget.whole() for _, t in found[("all-disabled", "l40s-server")].targets)
-        assert all(t == GpuTarget.whole() for _, t in found[("all-1g.18gb", "l40s-server")].targets)
-        assert not found[("all-1g.10gb", "l40s-server")].applies
+    rtx = {"1g.24gb", "1g.24gb-me", "1g.24gb.gfx", "1g.24gb.me", "1g.24gb.me.all", "2g.48gb", "2g.48gb-me"}
+    rtx |= {"2g.48gb.gfx", "2g.48gb.me.all", "4g.96gb", "4g.96gb.gfx"}
+    assert fits["rtx-pro-6000-server"] == {f"all-{x}" for x in rtx} | {"all-balanced", "all-disabled"}
+    assert found[("all-1g.24gb.me.all", "rtx-pro-6000-server")].targets[0][1] == GpuTarget.mig_counts(
+        {"1g.24gb+me.all": 1}
+    )
+    # every other config is refused on a MIG machine with mig-parted's reason (a profile the GPU lacks),
+    # or selects none of its GPUs; `all-enabled` (MIG on, no instance) is ours: Slurm would see no GPU
+    for machine in set(MACHINES) - {"dgx1-v100", "l40s-server"}:
+        for (config, nodeset), m in found.items():
+            if nodeset == machine and config not in fits[machine]:
+                assert m.targets is None and (not m.applies or m.why), (config, machine)
+                assert (
+                    not m.applies
+                    or re.search(r"has no MIG profile \S+$", m.why)
+                    or (config == "all-enabled" and "MIG enabled with no instances" in m.why)
+                ), (config, machine, m.why)
+    # GPUs that cannot do MIG (V100, L40S): `devices: all` entries leave them whole (mig-parted skips
+    # them), entries filtered to other GPUs miss them; no config cuts them
+    for machine in ("dgx1-v100", "l40s-server"):
+        assert fits[machine], machine
+        for config in fits[machine]:
+            assert all(t == GpuTarget.whole() for _, t in found[(config, machine)].targets), (config, machine)
+        assert not found[("all-1g.10gb", machine)].applies
     assert found[("all-balanced", "hgx-h100")].targets[0][1] == GpuTarget.mig_counts(
         {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     )
-    # V100s are not MIG-capable: `devices: all` skips them (they stay whole), filtered entries miss them
-    assert all(t == GpuTarget.whole() for _, t in found[("all-1g.5gb", "dgx1-v100")].targets)
-    assert not found[("all-1g.10gb", "dgx1-v100")].applies
     # what mig-parted would refuse on this hardware is refused, with its reason
     why = found[("all-1g.5gb", "hgx-h100")].why
     assert "has no MIG profile 1g.5gb" in why
