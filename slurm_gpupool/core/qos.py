@@ -3,7 +3,8 @@ between what Slurm has and what the config wants (pure).
 
 Ours are recognisable: a QOS is ours when its name starts with ``gpupool_`` *and* its
 Description is :data:`MARKER`; an association's GRES limit is ours when an earlier
-``qos apply`` recorded setting it; a QOS in an association's QOS list is ours when the
+``qos apply`` recorded setting it, with the limit it replaced (an admin's own, or none),
+which comes back when the quota goes; a QOS in an association's QOS list is ours when the
 QOS is.  A diff never removes or changes anything else (a ``gpupool_`` QOS without our
 Description is reported as a conflict, not touched).
 """
@@ -93,7 +94,8 @@ class Current:
     assoc_tres: Mapping[str, Tres]  # account → GrpTRES of its account association (all keys)
     access: Mapping[str, tuple[str, ...]]  # account → QOS list of its account association
     user_access: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (account, user) → QOS
-    recorded_tres: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # account → TRES keys we set
+    # account → TRES key we set → the limit it replaced (None: there was none)
+    recorded_tres: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,11 +193,14 @@ def diff(desired: Desired, current: Current, cluster: str) -> list[Change]:
         for k in sorted(want_t):
             if have_t.get(k) != want_t[k]:
                 sets.append((k, want_t[k], have_t.get(k)))
-        for k in sorted(set(current.recorded_tres.get(acct, ())) - set(want_t)):
-            if k in have_t:
-                sets.append((k, -1, have_t[k]))
+        ours = current.recorded_tres.get(acct, {})
+        for k in sorted(set(ours) - set(want_t)):
+            before = ours[k]
+            if k in have_t and have_t[k] != before:  # the quota goes: the limit it replaced comes back
+                sets.append((k, -1 if before is None else before, have_t[k]))
         for k, n, old in sets:
-            what = f"GrpTRES {k} {'(none)' if old is None else old} -> {'(none)' if n < 0 else n}"
+            back = " (the limit before gpupool's quota)" if n >= 0 and ours.get(k) == n and k not in want_t else ""
+            what = f"GrpTRES {k} {'(none)' if old is None else old} -> {'(none)' if n < 0 else n}{back}"
             limit = ("modify", "account", "where", f"name={acct}", *where[1:], "set", f"GrpTRES={k}={n}")
             out.append(Change("-" if n < 0 else ("+" if old is None else "~"), f"account {acct}", what, (limit,)))
     for name in stale:  # last: after no association lists it

@@ -6,8 +6,9 @@ shows (:func:`current`) and changed one ``sacctmgr -i`` command at a time
 (:func:`apply`).  GPU-equivalents become counts per GRES type here, with the
 capacity model of the reports (``ops/capacity``): a MIG slice counts its share of
 the GPU's compute slices, a shard 1/N of a GPU time-sliced N ways.  The association
-GRES limits gpupool set are recorded in ``<controller_dir>/qos-applied.json``, so
-a limit an admin set by hand is never removed.
+GRES limits gpupool set are recorded in ``<controller_dir>/qos-applied.json`` with the
+limit each replaced, so a limit an admin set by hand is never removed: it comes back
+when the quota that replaced it leaves the config.
 """
 
 from __future__ import annotations
@@ -142,14 +143,19 @@ def state_path(cfg: PoolConfig) -> Path:
     return Path(cfg.paths.controller_dir) / STATE_FILE
 
 
-def recorded(cfg: PoolConfig) -> dict[str, tuple[str, ...]]:
-    """Account → the association TRES limits an earlier apply set."""
+def recorded(cfg: PoolConfig) -> dict[str, dict[str, int | None]]:
+    """Account → the association TRES limits an earlier apply set → the limit each replaced
+    (a list of keys, as the first releases wrote it: they replaced none)."""
     try:
         data = json.loads(state_path(cfg).read_text())
-        return {str(a): tuple(str(k) for k in keys) for a, keys in data.get("assoc_tres", {}).items()}
+        out: dict[str, dict[str, int | None]] = {}
+        for a, keys in data.get("assoc_tres", {}).items():
+            items = keys.items() if isinstance(keys, dict) else ((k, None) for k in keys)
+            out[str(a)] = {str(k): None if v is None else int(v) for k, v in items}
+        return out
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, AttributeError) as e:
+    except (OSError, ValueError, TypeError, AttributeError) as e:
         raise ConfigError(str(state_path(cfg)), "", f"unreadable record of applied quotas: {e}") from None
 
 
@@ -168,6 +174,7 @@ def apply(cfg: PoolConfig, sacctmgr: Any, cluster: str, changes: list[Change]) -
     association limits are ours; returns the changes made."""
     from slurm_gpupool.atomic import write_text_atomic
 
+    before = current(cfg, sacctmgr, cluster)
     done = []
     for _round in range(3):  # a qos-= on an account reaches its users too: look again after
         todo = [c for c in changes if c.commands]
@@ -178,12 +185,23 @@ def apply(cfg: PoolConfig, sacctmgr: Any, cluster: str, changes: list[Change]) -
                 sacctmgr.run(argv)
             done.append(c)
         changes = plan_changes(cfg, sacctmgr, cluster)
-    want = desired(cfg)
-    keys = {a: tuple(k for k, _ in t) for a, t in want.assoc_tres.items() if t}
+    record = replaced_limits(desired(cfg), before)
     path = state_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps({"assoc_tres": keys}, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps({"assoc_tres": record}, indent=1, sort_keys=True) + "\n")
     return done
+
+
+def replaced_limits(want: Desired, before: Current) -> dict[str, dict[str, int | None]]:
+    """Account → each quota key we set → the limit it replaced: as recorded by an earlier
+    apply, else what Slurm had before this one (None: no limit)."""
+    out: dict[str, dict[str, int | None]] = {}
+    for acct, tres in want.assoc_tres.items():
+        if not tres:
+            continue
+        ours, had = before.recorded_tres.get(acct, {}), dict(before.assoc_tres.get(acct, ()))
+        out[acct] = {k: ours[k] if k in ours else had.get(k) for k, _ in tres}
+    return out
 
 
 def tier_of_qos(cfg: PoolConfig, qos: str | None) -> Tier | None:

@@ -57,7 +57,7 @@ def applied(cfg, cluster_accounts=("root", "phys")) -> Current:
         qos={q.name: q for q in want.qos},
         assoc_tres={a: want.assoc_tres.get(a, ()) for a in cluster_accounts},
         access={a: tuple(sorted({*grants, *want.access.get(a, ())})) for a in cluster_accounts},
-        recorded_tres={a: tuple(k for k, _ in t) for a, t in want.assoc_tres.items()},
+        recorded_tres={a: dict.fromkeys(k for k, _ in t) for a, t in want.assoc_tres.items()},
     )
 
 
@@ -127,6 +127,53 @@ def test_never_touches_what_is_not_ours(cfg):
     assert "- account phys: GrpTRES gres/gpu:a100 4 -> (none)" in text
     argv = next(c.commands for c in gone if "gres/gpu:a100" in c.what)
     assert argv == (("modify", "account", "where", "name=phys", "cluster=c", "set", "GrpTRES=gres/gpu:a100=-1"),)
+
+
+def test_an_admins_own_limit_replaced_by_a_quota_comes_back_when_the_quota_goes(cfg):
+    """An account limit the admin set before gpupool had a quota for it (GrpTRES a100=10)
+    is replaced by the quota (4); the record keeps the 10, and when the quota leaves the
+    config the 10 comes back (it used to be cleared: 'never removes what it did not create')."""
+    from slurm_gpupool.ops.qos import replaced_limits
+
+    admins = Current(
+        qos={}, assoc_tres={"phys": (("gres/gpu:a100", 10), ("gres/gpu:h100", 2))}, access={"phys": ("normal",)}
+    )
+    set_quota = [str(c) for c in diff(desired(cfg), admins, "c") if "GrpTRES" in c.what]
+    assert "~ account phys: GrpTRES gres/gpu:a100 10 -> 4" in set_quota
+    record = replaced_limits(desired(cfg), admins)
+    assert record == {"phys": {"gres/gpu:1g.5gb": None, "gres/gpu:a100": 10, "gres/shard": None}}
+    after = Current(
+        qos={q.name: q for q in desired(cfg).qos},
+        assoc_tres={"phys": (*desired(cfg).assoc_tres["phys"], ("gres/gpu:h100", 2))},
+        access={"phys": ("normal",)},
+        recorded_tres=record,
+    )
+    assert replaced_limits(desired(cfg), after) == record  # a second apply keeps what was replaced
+    gone = {c.what: c.commands for c in diff(desired(cfg_with()), after, "c") if "GrpTRES" in c.what}
+    assert gone == {
+        "GrpTRES gres/gpu:1g.5gb 14 -> (none)": (
+            ("modify", "account", "where", "name=phys", "cluster=c", "set", "GrpTRES=gres/gpu:1g.5gb=-1"),
+        ),
+        "GrpTRES gres/gpu:a100 4 -> 10 (the limit before gpupool's quota)": (
+            ("modify", "account", "where", "name=phys", "cluster=c", "set", "GrpTRES=gres/gpu:a100=10"),
+        ),
+        "GrpTRES gres/shard 8 -> (none)": (
+            ("modify", "account", "where", "name=phys", "cluster=c", "set", "GrpTRES=gres/shard=-1"),
+        ),
+    }
+
+
+def test_the_record_of_the_first_releases_still_reads(tmp_path):
+    from slurm_gpupool.ops.qos import recorded, state_path
+
+    raw = raw_config()
+    raw["paths"] = {"controller_dir": str(tmp_path)}
+    c = parse_config(raw, str(etc_dir() / "gpupool.yaml"))
+    state_path(c).write_text('{"assoc_tres": {"phys": ["gres/gpu:a100"]}}')
+    assert recorded(c) == {"phys": {"gres/gpu:a100": None}}
+    state_path(c).write_text('{"assoc_tres": {"phys": {"gres/gpu:a100": "x"}}}')
+    with pytest.raises(ConfigError, match="unreadable record"):
+        recorded(c)
 
 
 def test_a_foreign_qos_with_our_prefix_is_a_conflict_not_a_change(cfg):
