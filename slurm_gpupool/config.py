@@ -45,6 +45,7 @@ SUBMIT_DEFAULTS: dict[str, Any] = {
     "enforce_binding": False,  # add --gres-flags=enforce-binding to multi-GPU jobs
     "switches": None,  # e.g. 1: multi-node jobs get --switches=1 (needs a network topology plugin)
     "untyped_gpus": "auto",  # auto | reject | leave plain --gres=gpu:N / --gpus=N
+    "other_gpu_qos": [],  # with tiers: QOS outside the tiers that GPU jobs may still name
 }
 
 
@@ -691,6 +692,11 @@ def _parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     out["untyped_gpus"] = w.optional(raw, "untyped_gpus", str, "auto")
     if out["untyped_gpus"] not in ("auto", "reject", "leave"):
         raise w.key("untyped_gpus").error("must be auto, reject or leave")
+    other = w.optional(raw, "other_gpu_qos", list, [])
+    for i, q in enumerate(other):
+        if not isinstance(q, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", q):
+            raise w.key("other_gpu_qos").index(i).error(f"not a QOS name: {q!r:.40}")
+    out["other_gpu_qos"] = sorted({q.lower() for q in other})  # Slurm lower-cases QOS names
     return out
 
 

@@ -97,6 +97,7 @@ def repartition(
         from pathlib import Path
 
         from slurm_gpupool.ops.schedule_hold import read_hold
+        from slurm_gpupool.ops.switch_rules import clock_switch_ahead
 
         now = datetime.now(cfg.schedule.tz) if cfg.schedule.tz else datetime.now().astimezone()
         hold = read_hold(Path(cfg.paths.controller_dir))
@@ -113,8 +114,7 @@ def repartition(
                 return 0
             target, nxt = hold.layout, None  # pinned: no switch ahead either
             say(hold.describe())
-        if nxt and (nxt[0] - now).total_seconds() > rp.lead_time_s():
-            nxt = None  # not yet time to reserve for it
+        nxt = clock_switch_ahead(nxt, now, rp.lead_time_s(), cfg.elastic.active if cfg.elastic else None)
     if elastic:
         if nodes:
             raise UsageError("repartition --elastic --nodes", "the elastic step chooses the nodes itself")

@@ -307,7 +307,9 @@ def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> N
     """The job's service tier: ``--tier``, else the tier whose QOS ``--qos`` names, else the
     default tier for a GPU job; its QOS (``--qos=gpupool_<tier>``), the GRES it may use, and
     its checkpoint signal (``--signal=B:SIG@TIME``; the user's own ``--signal`` wins).
-    A ``--qos`` that is no tier's is left alone."""
+    A GPU job's ``--qos`` must be a tier's (or one of ``submit.other_gpu_qos``): the tiers'
+    priority, preemption and limits are not escaped by naming ``normal``; a job without
+    GPUs keeps its QOS."""
     tiers: dict[str, Any] = catalog.get("tiers") or {}
     name, sig, qos = ours.get("tier"), ours.get("checkpoint-signal"), eff("qos")
     if not tiers:
@@ -325,6 +327,12 @@ def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> N
         why = f"--tier={name}"
     elif qos:
         name = next((t for t, v in tiers.items() if v["qos"] == qos.lower()), None)
+        other = (catalog.get("rules") or {}).get("other_gpu_qos") or ()
+        if name is None and asks_for_gpus(eff("gres"), gpus) and qos.lower() not in other:
+            raise RequestError(
+                f"--qos={qos}: not a service tier's QOS, and GPU jobs run in a tier",
+                "use --tier=" + " or --tier=".join(sorted(tiers)) + " (the site may allow it: submit.other_gpu_qos)",
+            )
         why = f"--qos={qos}"
     else:
         name = next((t for t, v in sorted(tiers.items()) if v["default"]), None)

@@ -9,7 +9,7 @@ on made-up cluster views in milliseconds; the real-Slurm tests prove the executo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -181,3 +181,17 @@ def priorities_to_restore(recorded: Mapping[int, int], jobs: Iterable[JobInfo]) 
 
 def expected_counts(node_gres: str) -> dict[str, int]:
     return gres_counts(node_gres)
+
+
+def clock_switch_ahead(
+    nxt: tuple[datetime, str] | None, now: datetime, lead_time_s: float, elastic_during: Callable[[str], bool] | None
+) -> tuple[datetime, str] | None:
+    """The clock's next switch to reserve nodes for now (``--scheduled``): within the lead
+    time, and not the start of an elastic period (``elastic_during(layout)``): there demand
+    decides, the clock switches nothing, so a reservation ahead would only keep jobs off
+    nodes that never switch (the simulator's elastic policy makes no switch there either)."""
+    if nxt is None or (nxt[0] - now).total_seconds() > lead_time_s:
+        return None
+    if elastic_during is not None and elastic_during(nxt[1]):
+        return None
+    return nxt

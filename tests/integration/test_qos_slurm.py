@@ -141,6 +141,7 @@ def test_wrapper_and_lua_give_the_same_tier(tiered):
             (["--gres=gpu:v100:1"], ["--gres=gpu:v100:1"]),  # the default (shared) tier may not use whole GPUs
             (["--tier=exclusive", "--gres=shard:1"], ["--comment=gpupool: tier=exclusive", "--gres=shard:1"]),
             (["--tier=gold"], ["--comment=gpupool: tier=gold"]),
+            (["--qos=normal", "--gres=shard:1"], ["--qos=normal", "--gres=shard:1"]),  # no escape from the tiers
         ):
             w = sb.run([wrapper(), "--hold", *ours, "--wrap", "true"], check=False)
             s = sb.run(["sbatch", "--hold", *lua, "--wrap", "true"], check=False)
@@ -149,6 +150,27 @@ def test_wrapper_and_lua_give_the_same_tier(tiered):
     finally:
         if jobs:
             sb.run(["scancel", *jobs], check=False)
+
+
+def test_a_pending_jobs_changes_meet_the_submission_rules(tiered):
+    """scontrol update on a pending job goes through job_submit.lua's slurm_job_modify: a
+    shared-tier shard job cannot leave for `normal`, for a tier that may not use shards, or
+    take whole GPUs its tier may not use; a change within the rules is made."""
+    sb, _conf = tiered
+    job = sbatch(sb, "--hold", "--gres=shard:1", "--wrap", "true")
+    try:
+        assert field(sb, job, "QOS") == "gpupool_shared"
+        before = field(sb, job, "TresPerNode")
+        assert "shard:1" in before
+        for change in ("qos=normal", "qos=gpupool_exclusive", "TresPerNode=gres/gpu:v100:1"):
+            r = sb.run(["scontrol", "update", f"jobid={job}", change], check=False)
+            assert r.returncode != 0, (change, r.stdout, r.stderr)
+        assert (field(sb, job, "QOS"), field(sb, job, "TresPerNode")) == ("gpupool_shared", before)
+        ok = sb.run(["scontrol", "update", f"jobid={job}", "TresPerNode=gres/shard:2"], check=False)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert "shard:2" in field(sb, job, "TresPerNode")
+    finally:
+        sb.run(["scancel", job], check=False)
 
 
 CHECKPOINTING = """#!/bin/bash

@@ -215,6 +215,8 @@ def test_durations():
         ({"quotas": {"phys": {"a100": -1}}}, "quotas.phys.a100"),
         ({"quotas": {"phys": {"a100": {"gpus": 1}}}}, "quotas.phys.a100.gpus"),
         ({"quotas": {"phys": {"a100": 1}}, "submit": {"untyped_gpus": "leave"}}, "submit.untyped_gpus"),
+        ({"submit": {"other_gpu_qos": ["long", "a b"]}}, "submit.other_gpu_qos[1]"),
+        ({"submit": {"other_gpu_qos": "long"}}, "submit.other_gpu_qos"),
     ],
 )
 def test_invalid_tiers_and_quotas_name_the_key(extra, where):
@@ -258,7 +260,12 @@ def test_the_wrapper_picks_the_tier_qos_and_checkpoint_signal(cfg):
     p = _plan(cfg, "--tier=exclusive", "--gres=gpu:a100:1", "--checkpoint-signal=USR2@30")
     assert "--qos=gpupool_exclusive" in p.argv and "--signal=B:USR2@30" in p.argv
     assert _plan(cfg, "--signal=TERM@5", "--gres=shard:1").argv.count("--signal=TERM@5") == 1  # theirs wins
-    assert _plan(cfg, "--qos=long", "--gres=gpu:a100:1").argv[0] == "--qos=long"  # not a tier's: left alone
+    # a GPU job does not escape its tier by naming a QOS that is no tier's, unless the site allows it
+    with pytest.raises(RequestError, match="--qos=normal: not a service tier's QOS"):
+        _plan(cfg, "--qos=normal", "--gres=gpu:a100:1")
+    allowing = cfg_with(tiers=TIERS, quotas=QUOTAS, submit={"other_gpu_qos": ["Long"]})
+    assert _plan(allowing, "--qos=long", "--gres=gpu:a100:1").argv[0] == "--qos=long"
+    assert _plan(cfg, "--qos=normal").argv[0] == "--qos=normal"  # no GPU: its QOS is its own
     assert _plan(cfg).argv == ["--wrap", "x"]  # no GPU, no tier
     with pytest.raises(RequestError, match="tier shared may not use a100"):
         _plan(cfg, "--gres=gpu:a100:1")

@@ -85,6 +85,25 @@ def test_a_dry_run_reserves_ahead_on_the_layouts_the_due_switch_leaves():
     assert changing_after(plan_switch("night", "abc", views), plan_switch("night", "abc", views)) == []
 
 
+def test_no_reservation_ahead_for_a_period_where_demand_decides():
+    """A night run of ``--scheduled`` reserved the nodes that switch to day at 08:00, even
+    when day is an elastic period, where the clock switches nothing: the nodes stayed out
+    of long jobs' reach, and in the elastic step the reservation counted as a switch."""
+    from slurm_gpupool.core.elastic import Bounds
+    from slurm_gpupool.elastic_config import ElasticSettings
+    from slurm_gpupool.ops.switch_rules import clock_switch_ahead
+
+    now = datetime(2026, 11, 25, 7, 0)
+    nxt = (now + timedelta(hours=1), "day")
+    assert clock_switch_ahead(nxt, now, 7200, None) == nxt  # clock mode: reserve ahead
+    assert clock_switch_ahead(nxt, now, 1800, None) is None  # not yet within the lead time
+    assert clock_switch_ahead(None, now, 7200, None) is None
+    by_day = ElasticSettings(Bounds(), during=("day",))
+    assert clock_switch_ahead(nxt, now, 7200, by_day.active) is None
+    assert clock_switch_ahead((nxt[0], "night"), now, 7200, by_day.active) == (nxt[0], "night")
+    assert clock_switch_ahead(nxt, now, 7200, ElasticSettings(Bounds()).active) is None  # elastic always
+
+
 def test_only_our_reservations_active_now_hold_a_node():
     """The reservation table, not the node's lagging flags, says whether a job can start."""
     now = datetime(2026, 11, 25, 12, 0)
