@@ -54,6 +54,18 @@ def sacct_states(sb, jobs: list[str]) -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.splitlines() if line)
 
 
+def never_requeued(sb, jobs: list[str]) -> dict[str, list[str]]:
+    """Every run of each job (``sacct -D``: a requeued job shows each attempt, so a job
+    killed, requeued and then completed is not taken for one that ran through)."""
+    out = sb.run(["sacct", "-D", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,State"]).stdout
+    runs: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line:
+            job, state = line.split("|", 1)
+            runs.setdefault(job, []).append(state.split(" ")[0])
+    return runs
+
+
 def wait_jobs_done(sb, jobs: list[str], timeout: float = 240) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     states: dict[str, str] = {}
