@@ -268,7 +268,7 @@ def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_f
     files = accounting[2]
     if trace == "accounting":
         data, _, _ = _load(app, *accounting)
-        epoch, jobs, skipped = st.accounting_jobs(data, limit_factor)
+        epoch, jobs, skipped = st.accounting_jobs(data, limit_factor, max_time_s)
         notes += [f"{v:,} jobs left out: {k}" for k, v in skipped.items() if v]
         notes += list(data.notes)
         if days is not None:

@@ -177,12 +177,16 @@ def openb_mix(jobs: list[SimJob], milli: np.ndarray, seed: int = 0) -> list[SimJ
     return out
 
 
-def accounting_jobs(data: Data, limit_factor: float = 2.0) -> tuple[datetime, list[SimJob], dict[str, int]]:
+def accounting_jobs(
+    data: Data, limit_factor: float = 2.0, max_time_s: float | None = None
+) -> tuple[datetime, list[SimJob], dict[str, int]]:
     """A site's jobs (``gpupool report``'s loaded accounting) as requests, and what was
     left out and why.  A job's grants (``gpu_frame``) say what it held: one MIG device ->
     its compute share and memory; shards -> their share of the GPU; whole GPUs -> their
     count and model; its time limit is its own (``TimelimitRaw``), else ``limit_factor``
-    x its run time."""
+    x its run time, never below its run time (it did run that long), at most
+    ``max_time_s`` (a partition MaxTime to try: a longer job is then cut there, as Slurm
+    would kill it)."""
     jobs, grants = data.jobs, data.grants
     skipped: dict[str, int] = {}
     started = jobs["start"].notna() & jobs["end"].notna()
@@ -211,7 +215,7 @@ def accounting_jobs(data: Data, limit_factor: float = 2.0) -> tuple[datetime, li
                 int(getattr(row, "job_id", k + 1)) if str(getattr(row, "job_id", "")).isdigit() else k + 1,
                 (row.submit - epoch).total_seconds(),
                 run,
-                max(limit, run),
+                min(max(limit, run), max_time_s) if max_time_s else max(limit, run),
                 req,
                 str(getattr(row, "account", "")),
             )

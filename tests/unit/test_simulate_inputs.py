@@ -104,6 +104,9 @@ def test_accounting_jobs_become_requests(tmp_path):
     assert by[1].duration_s == 7200 and by[1].limit_s == 3600 * 2  # its 60 min limit < run time: run time
     assert skipped["never started or still running"] == 2
     assert epoch.isoformat().startswith("2026-11-10")
+    # --max-time: a partition MaxTime to try cuts the limit (it was ignored for accounting)
+    _, cut, _ = st.accounting_jobs(data, max_time_s=5400)
+    assert {j.job_id: j.limit_s for j in cut}[1] == 5400 and all(j.limit_s <= 5400 for j in cut)
 
 
 def test_percentiles_and_distribution():
