@@ -1,14 +1,18 @@
 """dcgm-exporter's HPC job mapping files, kept by the Prolog and the Epilog.
 
 dcgm-exporter started with ``--hpc-job-mapping-dir DIR`` (or
-``DCGM_HPC_JOB_MAPPING_DIR``) reads every file of DIR named after a GPU -- its
-index (``0``) or, for a MIG instance, ``<gpu>.<gpu instance id>`` (``3.0``) --
-and labels that GPU's (or instance's) metrics ``hpc_job=<id>``, one series per
-job id listed in the file, one id per line (NVIDIA/dcgm-exporter,
-``internal/pkg/transformation/hpc.go`` and its tests).  So:
+``DCGM_HPC_JOB_MAPPING_DIR``) reads every file of DIR named after a GPU index
+(``0``; ``strconv.Atoi`` of the name) and labels every metric whose ``gpu`` is that
+index ``hpc_job=<id>``, one series per job id listed in the file, one id per line
+(NVIDIA/dcgm-exporter ``internal/pkg/transformation/hpc.go`` and its tests).  It has
+no per-MIG-instance file (its issue #369; a fork reads ``<gpu>-<gi>``), and a MIG
+instance's metrics carry their GPU's index.  So:
 
-* a whole GPU's file lists its job; a MIG instance's file (``<gpu>.<gi>``) its
-  job; a time-shared GPU's file every shard job on it, one per line;
+* a whole GPU's file lists its job; a time-shared GPU's file every shard job on it;
+  a MIG GPU's file every job on any of its instances (what dcgm-exporter reads: each
+  instance's metrics get one series per job on that GPU), and each instance has its
+  own ``<gpu>.<gi>`` file listing its job alone, for tools that attribute per
+  instance (dcgm-exporter ignores that name);
 * the Prolog adds the job's id to the files of its devices, the Epilog removes
   it from every file (a file left empty is deleted);
 * both edit under an exclusive lock (``.gpupool.lock`` in DIR: dcgm-exporter
@@ -37,7 +41,9 @@ _JOB = re.compile(r"[0-9]{1,12}")
 
 
 def device_keys(state: dict[str, Any], devices: list[dict[str, Any]]) -> list[str]:
-    """dcgm-exporter's file names for the job's devices: ``<gpu>`` or ``<gpu>.<gi>``, in order."""
+    """The mapping files of the job's devices, in order: ``<gpu>`` for a whole or shared GPU;
+    ``<gpu>.<gi>`` and then ``<gpu>`` for a MIG instance (the GPU's file is the one
+    dcgm-exporter reads)."""
     gi_of = {
         i.get("uuid"): i.get("gi_id") for g in state.get("gpus", []) for i in g.get("instances", []) if i.get("uuid")
     }
@@ -51,7 +57,7 @@ def device_keys(state: dict[str, Any], devices: list[dict[str, Any]]) -> list[st
             gi = gi_of.get(d["mig_uuid"])
             if not isinstance(gi, int):
                 raise HookError(f"MIG device {d['mig_uuid']} is not in the node state's instances")
-            key = f"{gpu}.{gi}"
+            keys.extend(k for k in (f"{gpu}.{gi}",) if k not in keys)
         if key not in keys:
             keys.append(key)
     return keys

@@ -136,14 +136,14 @@ def mapping_files(sb, node: str) -> dict[str, list[str]]:
     return {p.name: p.read_text().split() for p in sorted(d.iterdir()) if re.fullmatch(r"\d+(\.\d+)?", p.name)}
 
 
-def mapping_key(sb, node: str, slurm_index: int) -> str:
-    """dcgm-exporter's file name for Slurm's GPU index on the node: <gpu> or <gpu>.<gi>."""
+def mapping_keys(sb, node: str, slurm_index: int) -> set[str]:
+    """The mapping files of Slurm's GPU index on the node: <gpu>; for a MIG device <gpu>.<gi> too."""
     state = sb.node_state(node)
     dev = state["slurm_devices"][slurm_index]
     if "mig_uuid" not in dev:
-        return str(dev["gpu"])
+        return {str(dev["gpu"])}
     (gi,) = [i["gi_id"] for g in state["gpus"] for i in g["instances"] if i["uuid"] == dev["mig_uuid"]]
-    return f"{dev['gpu']}.{gi}"
+    return {f"{dev['gpu']}.{gi}", str(dev["gpu"])}
 
 
 def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, tmp_path: Path):
@@ -182,9 +182,10 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
         # -- dcgm-exporter's mapping files while they run: <gpu>.<gi> for the MIG job, <gpu> for shards
         for k, node in (("mig", "h100n1"), ("shard", "v100n1")):
             (index,) = re.findall(r"SLURM_JOB_GPUS=(\d+)", outs[k].read_text())
-            key = mapping_key(sb, node, int(index))
-            assert mapping_files(sb, node) == {key: [ids[k]]}, (k, key)
-        assert "." in next(iter(mapping_files(sb, "h100n1")))  # a MIG instance's own file
+            keys = mapping_keys(sb, node, int(index))
+            assert mapping_files(sb, node) == {key: [ids[k]] for key in keys}, (k, keys)
+        # the MIG job: its GPU's file (what dcgm-exporter reads) and its instance's own
+        assert sorted("." in key for key in mapping_files(sb, "h100n1")) == [False, True]
 
         # -- Prometheus, once it scraped the running jobs
         total, used_gpu, layouts = sinfo_gres(sb)

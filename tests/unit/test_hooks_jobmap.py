@@ -53,11 +53,24 @@ def test_a_mig_job_and_two_shard_jobs_are_listed_while_they_run(mapped: dict):
     assert run(mapped, "prolog", SLURM_JOB_GPUS=str(mig)).returncode == 0
     assert run(mapped, "prolog", SLURM_JOB_ID="43", SLURM_JOB_GPUS=str(shared)).returncode == 0
     assert run(mapped, "prolog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(shared)).returncode == 0
-    assert listing(mapped["map"]) == {gi_of(mapped, mig): ["42"], gpu: ["43", "44"]}  # <gpu>.<gi> and <gpu>
+    mig_gpu = str(mapped["table"][mig]["gpu"])
+    assert mig_gpu != gpu
+    # the instance's own file, and its GPU's (what dcgm-exporter reads); the shared GPU's
+    assert listing(mapped["map"]) == {gi_of(mapped, mig): ["42"], mig_gpu: ["42"], gpu: ["43", "44"]}
     assert {p.stat().st_mode & 0o777 for p in mapped["map"].iterdir() if not p.name.startswith(".")} == {0o644}
     assert run(mapped, "epilog", SLURM_JOB_ID="43", SLURM_JOB_GPUS=str(shared)).returncode == 0
-    assert listing(mapped["map"]) == {gi_of(mapped, mig): ["42"], gpu: ["44"]}
+    assert listing(mapped["map"]) == {gi_of(mapped, mig): ["42"], mig_gpu: ["42"], gpu: ["44"]}
+    # a second MIG job on another instance of the same GPU: the GPU's file lists both
+    other = next(
+        d["index"]
+        for d in mapped["table"]
+        if str(d["gpu"]) == mig_gpu and d.get("mig_uuid") not in (None, mapped["table"][mig]["mig_uuid"])
+    )
+    assert run(mapped, "prolog", SLURM_JOB_ID="45", SLURM_JOB_GPUS=str(other)).returncode == 0
+    assert listing(mapped["map"])[mig_gpu] == ["42", "45"] and listing(mapped["map"])[gi_of(mapped, other)] == ["45"]
     assert run(mapped, "epilog", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert listing(mapped["map"])[mig_gpu] == ["45"] and gi_of(mapped, mig) not in listing(mapped["map"])
+    assert run(mapped, "epilog", SLURM_JOB_ID="45", SLURM_JOB_GPUS=str(other)).returncode == 0
     assert run(mapped, "epilog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(shared)).returncode == 0
     assert listing(mapped["map"]) == {}  # empty files are removed
     assert stats(mapped) == {}  # nothing failed
@@ -85,7 +98,7 @@ def test_a_job_whose_epilog_never_ran_is_dropped_at_the_next_write(mapped: dict)
     mapped["map"].mkdir(parents=True)
     (mapped["map"] / key).write_text("17\nnot-a-job\n")  # job 17: slurmd died, no Epilog
     assert run(mapped, "prolog", SLURM_JOB_GPUS=str(mig)).returncode == 0
-    assert listing(mapped["map"]) == {key: ["42"]}
+    assert listing(mapped["map"]) == {key: ["42"], key.split(".")[0]: ["42"]}
 
 
 def test_a_symlinked_mapping_directory_is_refused_and_the_job_goes_on(mapped: dict, tmp_path: Path):
@@ -125,6 +138,6 @@ def test_device_keys_name_whole_gpus_mig_instances_and_shared_gpus_once():
         {"index": 2, "gpu": 0},
         {"index": 3, "gpu": 0},  # two shards' worth of one shared GPU: one file
     ]
-    assert device_keys(state, devices) == ["3.1", "3.5", "0"]
+    assert device_keys(state, devices) == ["3.1", "3", "3.5", "0"]  # a MIG job is in its GPU's file too
     with pytest.raises(HookError, match="not in the node state"):
         device_keys(state, [{"index": 0, "gpu": 3, "mig_uuid": "MIG-gone"}])
