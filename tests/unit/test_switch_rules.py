@@ -19,6 +19,7 @@ from slurm_gpupool.config import load_config
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.ops import switch_rules as rules
 from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation
+from slurm_gpupool.slurm.runner import Result
 from tests.unit.site import shipped_raw
 
 from .fake_slurm import FakeClock, FakeRestarter, FakeSlurm, Killed
@@ -188,6 +189,10 @@ def test_held_jobs_get_their_priority_back():
 @pytest.fixture
 def site(tmp_path: Path):
     """The shipped pool (5 nodes) on simulated GPUs, in the night layout, and a fake Slurm."""
+    return make_site(tmp_path)
+
+
+def make_site(tmp_path: Path, **extra):
     from slurm_gpupool.cli.main import main
     from slurm_gpupool.hw.sim.state import create_node_state
     from slurm_gpupool.machines import find_machine
@@ -196,6 +201,7 @@ def site(tmp_path: Path):
     raw = shipped_raw(tmp_path)
     raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "22.05.8"}
     raw["repartition"] = {"verify_timeout": "10s", "deadline": "60s", "checkpoint_grace": "5s"}
+    raw.update(extra)
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
@@ -247,6 +253,31 @@ def test_a_switch_releases_each_node_as_it_is_verified_and_a_busy_one_stays_held
     name, held = rp.prepare("night", start)
     assert name == "gpupool_night_ahead" and slurm.resv[name].start == start and "v100n1" not in held
     assert "v100n1" not in slurm.resv[name].nodes and slurm.resv["gpupool_day"].nodes == {"v100n1"}
+
+
+def test_a_requeue_gives_each_job_its_tiers_checkpoint_signal_and_waits_the_longest_grace(tmp_path: Path):
+    """#18: at the deadline with --requeue, a shared-tier job gets its tier's signal, a job of
+    no tier the repartitioner's; the requeue comes after the longest of their graces."""
+    tiers = {
+        "exclusive": {"priority": 1000, "gres": ["whole"]},
+        "shared": {"priority": 10, "preempt_mode": "requeue", "grace": "90s", "checkpoint_signal": "USR2"},
+    }
+    site = make_site(tmp_path, tiers=tiers)
+    cfg, slurm, clock = site
+    slurm.jobs_ += [
+        job(41, "v100n1", requeue=True, limit_s=10**6, qos="gpupool_shared"),
+        job(42, "v100n1", requeue=True, limit_s=10**6, qos="normal"),
+    ]
+    when: list[tuple] = []
+    slurm.signal_job = lambda j, s: when.append(("signal", j, s, clock.time()))  # type: ignore[method-assign]
+    slurm.requeue = lambda j: when.append(("requeue", j, clock.time())) or Result(("scontrol",), 0, "", "")  # type: ignore[method-assign]
+    repartitioner(site).run("day", ["v100n1"], requeue=True)
+    signals = {w[1]: w[2] for w in when if w[0] == "signal"}
+    assert signals == {41: "USR2", 42: cfg.repartition.checkpoint_signal}
+    signalled = max(w[3] for w in when if w[0] == "signal")
+    requeued = [w for w in when if w[0] == "requeue"]
+    assert {w[1] for w in requeued} == {41, 42}
+    assert min(w[2] for w in requeued) - signalled >= 90  # the shared tier's grace, not the 5 s default
 
 
 def test_every_node_is_in_the_report_with_why(site):
