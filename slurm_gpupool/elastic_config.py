@@ -79,6 +79,8 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
         if ns not in sets:
             raise wl.key(ns).error(f"no node set named {ns!r}", hint="node sets: " + ", ".join(sorted(sets)))
         wl.key(ns).check_type(lays, list)
+        if not lays:
+            raise wl.key(ns).error("name at least one layout (leave the node set out: every layout covering it)")
         for i, lay in enumerate(lays):
             if lay not in names:
                 raise wl.key(ns).index(i).error(f"no layout named {lay!r}")

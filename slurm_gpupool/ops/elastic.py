@@ -35,8 +35,9 @@ from typing import Any
 
 from slurm_gpupool.atomic import write_json_atomic
 from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.elastic import GPU, SHARD, SHARED, WHOLE, Decision, Job, Node, Records, Shape, decide
-from slurm_gpupool.elastic_config import ElasticSettings
+from slurm_gpupool.core.elastic import GPU, KINDS, SHARD, SHARED, WHOLE, Decision, Job, Node, Records, Shape, decide
+from slurm_gpupool.elastic_config import ElasticSettings, floor_keys_known
+from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.ops import journal as jr
 from slurm_gpupool.ops.capacity import node_offers
 from slurm_gpupool.ops.switch_rules import BUSY_STATES
@@ -56,10 +57,30 @@ def shapes_of(cfg: PoolConfig, node: str, layouts: Sequence[str]) -> dict[str, S
     }
 
 
+def check_floors(cfg: PoolConfig, settings: ElasticSettings) -> None:
+    """Every floor names a kind or a GRES type some layout offers (exit 78): a misspelt
+    key kept nothing, silently."""
+    types = {
+        r.type
+        for node in cfg.all_nodes()
+        if cfg.nodeset_of(node).machine is not None
+        for shape in shapes_of(cfg, node, cfg.layout_names()).values()
+        for r in shape
+    }
+    for key in floor_keys_known(settings.bounds.floors, types):
+        raise ConfigError(
+            cfg.source,
+            f"schedule.elastic.floors.{key}",
+            f"{key!r} is neither a kind nor a GRES type the layouts offer",
+            hint="kinds: " + ", ".join(KINDS) + "; types: " + ", ".join(sorted(types)),
+        )
+
+
 def allowed_layouts(cfg: PoolConfig, settings: ElasticSettings, node: str) -> tuple[str, ...]:
-    """The layouts the policy may put ``node`` in: its node set's list, else every layout covering it."""
+    """The layouts the policy may put ``node`` in: its node set's list, else every layout
+    covering it (one function for the real step and the simulator's elastic policy)."""
     ns = cfg.nodeset_of(node).name
-    lays = settings.layouts.get(ns) or tuple(cfg.layout_names())
+    lays = settings.layouts[ns] if ns in settings.layouts else tuple(cfg.layout_names())
     return tuple(lay for lay in lays if cfg.covers(lay, node))
 
 
@@ -279,6 +300,7 @@ def step(
     from slurm_gpupool.ops.journal import Journal
 
     settings = cfg.elastic if cfg.elastic is not None else ElasticSettings(_default_bounds())
+    check_floors(cfg, settings)
     directory = Path(cfg.paths.controller_dir)
     state = State.load(directory)
     now = time.time() if now is None else now

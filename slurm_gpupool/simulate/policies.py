@@ -28,6 +28,7 @@ from slurm_gpupool.core.switch_plan import Timings, estimate_switch_s
 from slurm_gpupool.elastic_config import ElasticSettings
 from slurm_gpupool.errors import UsageError
 from slurm_gpupool.ops.capacity import node_offers
+from slurm_gpupool.ops.elastic import allowed_layouts, check_floors
 from slurm_gpupool.ops.submit_catalog import layout_offers
 from slurm_gpupool.ops.switch_rules import lead_time_default
 from slurm_gpupool.simulate.elastic import UNION, ElasticSwitcher, cron_interval_s, records
@@ -137,17 +138,11 @@ def schedule_boundaries(cfg: PoolConfig, epoch: datetime, span_s: float) -> list
 
 
 def elastic_settings(cfg: PoolConfig) -> ElasticSettings:
-    """The config's elastic bounds, or the defaults (demand decides at all times, no floor)."""
-    return cfg.elastic if cfg.elastic is not None else ElasticSettings(Bounds())
-
-
-def allowed_layouts(cfg: PoolConfig, settings: ElasticSettings, node: str) -> tuple[str, ...]:
-    """The layouts the elastic policy may put ``node`` in: its node set's list, else every
-    layout that covers it."""
-    ns = cfg.nodeset_of(node).name
-    if ns in settings.layouts:
-        return tuple(lay for lay in settings.layouts[ns] if cfg.covers(lay, node))
-    return tuple(lay for lay in cfg.layout_names() if cfg.covers(lay, node))
+    """The config's elastic bounds (floors checked against the layouts' types, as the real
+    step checks them), or the defaults (demand decides at all times, no floor)."""
+    settings = cfg.elastic if cfg.elastic is not None else ElasticSettings(Bounds())
+    check_floors(cfg, settings)
+    return settings
 
 
 def elastic_boundaries(

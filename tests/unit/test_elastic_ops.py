@@ -172,3 +172,62 @@ def test_every_run_to_a_layout_takes_the_drains_under_way_to_it(tmp_path, monkey
     assert outcomes == {"a100n2": "done", "h100n1": "done"}  # a busy drain's skip is not an outcome
     state = State.load(tmp_path)
     assert state.last["drains_finished"] == {"a100n2": "done"} and set(state.switched_at) == {"a100n2", "h100n1"}
+
+
+def _elastic_raw(**elastic):
+    import yaml
+
+    raw = yaml.safe_load(ETC.read_text())
+    raw.pop("mig_parted")
+    raw["schedule"]["mode"] = "elastic"
+    raw["schedule"]["elastic"] = elastic
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("schedule", "where", "why"),
+    [
+        ({"mode": "demand"}, "schedule.mode", "unknown mode 'demand'"),
+        ({"mode": "clock", "elastic": {}}, "schedule.elastic", "only with mode: elastic"),
+        ({"elastic": {"during": ["dusk"]}}, "schedule.elastic.during[0]", "no layout named 'dusk'"),
+        ({"elastic": {"layouts": {"dgxx": ["day"]}}}, "schedule.elastic.layouts.dgxx", "no node set named 'dgxx'"),
+        ({"elastic": {"layouts": {"dgx": []}}}, "schedule.elastic.layouts.dgx", "at least one layout"),
+        ({"elastic": {"layouts": {"dgx": ["dusk"]}}}, "schedule.elastic.layouts.dgx[0]", "no layout named"),
+        ({"elastic": {"floors": {"whole": -1}}}, "schedule.elastic.floors.whole", "cannot be negative"),
+        ({"elastic": {"max_changing": 0}}, "schedule.elastic.max_changing", "at least 1"),
+        ({"elastic": {"cooldown": "soon"}}, "schedule.elastic.cooldown", ""),
+        ({"elastic": {"flors": {}}}, "schedule.elastic", "flors"),
+    ],
+)
+def test_elastic_config_errors_name_the_key(schedule, where, why):
+    import yaml
+
+    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.errors import ConfigError
+
+    raw = yaml.safe_load(ETC.read_text())
+    raw.pop("mig_parted")
+    elastic = schedule.pop("elastic", None)
+    raw["schedule"].update({"mode": "elastic", **schedule})
+    if elastic is not None:
+        raw["schedule"]["elastic"] = elastic
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, str(ETC))
+    assert err.value.exit_code == 78
+    assert where in err.value.message() and why in err.value.message(), err.value.message()
+
+
+def test_a_misspelt_floor_is_refused_by_the_step_and_the_simulator(tmp_path):
+    """A floor key that is neither a kind nor a type kept nothing, silently."""
+    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.errors import ConfigError
+    from slurm_gpupool.ops.elastic import check_floors
+    from slurm_gpupool.simulate.policies import elastic_settings
+
+    good = parse_config(_elastic_raw(floors={"1g.5gb": 1, "whole": 8, "mig": 1}), str(ETC))
+    check_floors(good, good.elastic)
+    bad = parse_config(_elastic_raw(floors={"1g.5g": 1}), str(ETC))
+    for check in (lambda: check_floors(bad, bad.elastic), lambda: elastic_settings(bad)):
+        with pytest.raises(ConfigError) as err:
+            check()
+        assert "schedule.elastic.floors.1g.5g" in err.value.message() and "1g.5gb" in (err.value.hint or "")
