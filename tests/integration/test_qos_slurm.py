@@ -162,11 +162,11 @@ def test_a_pending_jobs_changes_meet_the_submission_rules(tiered):
         assert field(sb, job, "QOS") == "gpupool_shared"
         before = field(sb, job, "TresPerNode")
         assert "shard:1" in before
-        for change in ("qos=normal", "qos=gpupool_exclusive", "TresPerNode=gres/gpu:v100:1"):
+        for change in ("qos=normal", "qos=gpupool_exclusive", "gres=gpu:v100:1"):
             r = sb.run(["scontrol", "update", f"jobid={job}", change], check=False)
             assert r.returncode != 0, (change, r.stdout, r.stderr)
         assert (field(sb, job, "QOS"), field(sb, job, "TresPerNode")) == ("gpupool_shared", before)
-        ok = sb.run(["scontrol", "update", f"jobid={job}", "TresPerNode=gres/shard:2"], check=False)
+        ok = sb.run(["scontrol", "update", f"jobid={job}", "gres=shard:2"], check=False)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         assert "shard:2" in field(sb, job, "TresPerNode")
     finally:
