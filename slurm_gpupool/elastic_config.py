@@ -41,6 +41,8 @@ class ElasticSettings:
     bounds: Bounds
     layouts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node set -> allowed layouts
     during: tuple[str, ...] = ()  # due layouts (periods) in which demand decides; () = always
+    # gpupool-sbatch gives a slice or shares job an idle whole GPU when none of those is idle
+    idle_first: bool = True
 
     def active(self, due: str | None) -> bool:
         """Does demand decide while ``due`` is the clock's layout?"""
@@ -64,7 +66,8 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
     el = we.check_type(el if el is not None else {}, dict)
     we.only_keys(
         el,
-        {"during", "layouts", "floors", "max_changing", "window", "cooldown", "min_gain", "max_wait", "drain_within"},
+        {"during", "layouts", "floors", "max_changing", "window", "cooldown", "min_gain", "max_wait", "drain_within"}
+        | {"idle_first"},
     )
     names, sets = set(layouts), set(nodesets)
     during = tuple(we.optional(el, "during", list, []))
@@ -107,7 +110,7 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
         starve_s=float(_duration(we, el, "max_wait", 3600)),
         drain_within_s=float(_duration(we, el, "drain_within", 0)),
     )
-    return ElasticSettings(bounds, allowed, during)
+    return ElasticSettings(bounds, allowed, during, we.optional(el, "idle_first", bool, True))
 
 
 def _duration(w: Where, d: dict, key: str, default: int) -> int:

@@ -22,6 +22,7 @@ from slurm_gpupool.core.schedule import Rule, Schedule, parse_clock
 TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 NVLINK_SIZES = (2, 4, 8)
@@ -159,15 +160,88 @@ def choose(request: Request, offers: list[dict[str, Any]], layout: str) -> Choic
     return Choice(f"gpu:{o['type']}:{n}", feature, layout, o, why)
 
 
-def decide(catalog: dict[str, Any], request: Request, now: datetime) -> Decision:
+ELASTIC = "elastic"  # the layout a choice is made in during an elastic period: every layout's offers
+
+
+def elastic_now(catalog: dict[str, Any], now: datetime) -> bool:
+    """Is ``now`` in an elastic period (``schedule.mode: elastic``, within ``during``)?"""
+    el = catalog.get("elastic")
+    if not isinstance(el, dict):
+        return False
+    during = el.get("during") or []
+    sched = schedule_of(catalog)
+    return not during or (sched is not None and sched.due(now) in during)
+
+
+def union_offers(layouts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every layout's offers together, one per type (the most any layout offers of it): in an
+    elastic period nodes are in whichever layout demand put them."""
+    merged: dict[str, dict[str, Any]] = {}
+    for name in sorted(layouts):
+        for o in layouts[name]["offers"]:
+            have = merged.get(o["type"])
+            if have is None:
+                merged[o["type"]] = dict(o)
+                continue
+            for k in ("count", "nodes", "per_node", "nvlink_clique"):
+                if k in o:
+                    have[k] = max(have.get(k, 0), o[k])
+    return sorted(merged.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))
+
+
+def _idle_first(request: Request, c: Choice, offers: list[dict[str, Any]], idle: dict[str, int]) -> Choice:
+    """In an elastic period a slice or shares that nothing has idle now give way to an idle
+    whole GPU (with the memory asked for): the job starts now instead of waiting for the
+    pool to reshape (``gpupool simulate`` replays the same rule)."""
+    kind = c.offer["kind"]
+    if request.kind not in ("mem", "share") or kind == "whole":
+        return c
+    needed = 1 if kind == "mig" else int(c.gres.rsplit(":", 1)[1])
+    if idle.get(c.offer["type"], 0) >= needed:
+        return c
+    wholes = [
+        o
+        for o in offers
+        if o["kind"] == "whole"
+        and idle.get(o["type"], 0) >= 1
+        and (request.kind != "mem" or o["memory_mib"] >= request.amount)
+    ]
+    if not wholes:
+        return c
+    o = min(wholes, key=lambda o: (o["memory_mib"], -o["count"], o["type"]))
+    what = "MIG slice" if kind == "mig" else "shares"
+    option = "--gpu-mem" if request.kind == "mem" else "--gpu-share"
+    why = f"{option}={request.text}: no {c.offer['type']} {what} idle now, a whole {o['type']} GPU is (elastic period)"
+    return Choice(f"gpu:{o['type']}:1", None, ELASTIC, o, why)
+
+
+def decide(
+    catalog: dict[str, Any], request: Request, now: datetime, idle: Callable[[], dict[str, int] | None] | None = None
+) -> Decision:
     """Meet the request with what is offered now, else with what comes next, else refuse.
 
     "Now" is the layout Slurm's GRES were last installed from (``installed``), or
     the schedule's due layout where nodes are mixed or that is unknown.  "Next" is
     the due layout if the nodes are not in it yet (the repartitioner is on its way),
     then the schedule's next change.  No layout at all: RequestError (exit 2).
+
+    In an elastic period every layout's offers count (nodes are where demand put them),
+    and ``idle()`` (idle records by type, ``sinfo``; asked only for a slice or shares) may
+    turn the choice to an idle whole GPU (:func:`_idle_first`).
     """
     layouts: dict[str, Any] = catalog["layouts"]
+    if elastic_now(catalog, now):
+        offers = union_offers(layouts)
+        c = choose(request, offers, ELASTIC)
+        if c is None:
+            option = {"mem": "gpu-mem", "share": "gpu-share"}.get(request.kind, "gpus-nvlink")
+            raise RequestError(
+                f"--{option}={request.text}: no layout of this cluster can ever offer that",
+                largest_offer(request, layouts),
+            )
+        asks = catalog["elastic"].get("idle_first", True) and request.kind in ("mem", "share")
+        have = idle() if idle is not None and asks and c.offer["kind"] != "whole" else None
+        return Decision(_idle_first(request, c, offers, have) if have is not None else c)
     sched = schedule_of(catalog)
     installed: str | None = catalog.get("installed")
     if sched is None and installed is None:  # no schedule: any layout may be active
@@ -277,6 +351,13 @@ def catalog_problem(data: Any) -> str | None:
             return "the schedule names a layout the catalog lacks"
     if data.get("installed") not in (None, *layouts):
         return "installed names a layout the catalog lacks"
+    el = data.get("elastic")
+    if el is not None and not (
+        isinstance(el, dict)
+        and isinstance(el.get("during", []), list)
+        and all(d in layouts for d in el.get("during", []))
+    ):
+        return "elastic names a layout the catalog lacks"
     tiers = data.get("tiers", {})
     if not isinstance(tiers, dict) or not all(
         isinstance(t, dict)

@@ -26,6 +26,7 @@ from slurm_gpupool.core.submit import (
 TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
     from typing import Any
 
@@ -185,8 +186,15 @@ def _int(text: str | None, default: int) -> int:
         return default
 
 
-def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | None, now: datetime) -> Plan:
-    """The sbatch command line to run, with every change explained (RequestError: exit 2)."""
+def plan(
+    argv: list[str],
+    script_text: str | None,
+    catalog: dict[str, Any] | None,
+    now: datetime,
+    idle: Callable[[], dict[str, int] | None] | None = None,
+) -> Plan:
+    """The sbatch command line to run, with every change explained (RequestError: exit 2).
+    ``idle``: what is idle now by GRES type (asked only in an elastic period, ``decide``)."""
     rest, ours, flags = split_ours(argv)
     args = parse(rest)
     directives = parse(parse_directives(script_text)) if script_text else parse([])
@@ -232,7 +240,7 @@ def plan(argv: list[str], script_text: str | None, catalog: dict[str, Any] | Non
             if not _digits(text) or int(text) < 2:
                 raise RequestError(f"--gpus-nvlink={text}: expected a number of GPUs, 2 or more")
             req = Request("nvlink", int(text), text)
-        d: Decision = decide(catalog, req, now)
+        d: Decision = decide(catalog, req, now, idle)
         p.notes.extend(d.notes)
         p.later = d.later
         if d.choice is None:

@@ -80,6 +80,12 @@ def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, A
         "installed": installed if installed in cfg.layout_names() else None,
         "layouts": {name: {"offers": layout_offers(cfg, name)} for name in cfg.layout_names()},
         "rules": dict(cfg.submit),
+        # schedule.mode elastic: in these periods (all, if empty) choices span every layout
+        "elastic": (
+            {"during": list(cfg.elastic.during), "idle_first": cfg.elastic.idle_first}
+            if cfg.elastic is not None
+            else None
+        ),
         **tiers_section(cfg),
     }
 

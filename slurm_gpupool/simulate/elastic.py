@@ -60,8 +60,10 @@ class ElasticSwitcher(Switcher):
         bounds: Bounds,
         tick_s: float,
         keep_log: bool = False,
+        idle_first: bool = True,  # schedule.elastic.idle_first: submissions take an idle whole GPU
     ) -> None:
         super().__init__(name, boundaries)
+        self.idle_first = idle_first
         self.shapes, self.allowed, self.bounds = shapes, allowed, bounds
         self.tick_s = tick_s
         self.settle_s = max(bounds.window_s, bounds.cooldown_s, bounds.starve_s) + 2 * tick_s
@@ -72,6 +74,9 @@ class ElasticSwitcher(Switcher):
 
     def drains(self, node: str) -> bool:
         return node in self.draining
+
+    def idle_now(self, t: float) -> bool:
+        return self.idle_first and self.due(t) == UNION
 
     def decide(self, now: float, nodes: Sequence[NodeState], pending: Sequence[Pending]) -> list[tuple[str, str]]:
         period = self.due(now)

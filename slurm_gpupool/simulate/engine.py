@@ -149,6 +149,11 @@ class Switcher:
         """Switches to make now (demand-driven policies); the clock's make none here."""
         return []
 
+    def idle_now(self, t: float) -> bool:
+        """Do submissions at ``t`` take what is idle now (``gpupool-sbatch --gpu-mem`` in an
+        elastic period: a whole GPU when no slice of the chosen profile is idle)?"""
+        return False
+
     def drains(self, node: str) -> bool:
         """Was ``node``'s last switch a drain (reserved busy, switched by the first cron run
         after its jobs end, never requeued: ``--deadline 0``)?"""
@@ -414,6 +419,17 @@ class Engine:
             self._push(later[0], _SUBMIT, i)  # refused now (exit 75, with when): resubmitted then
             return
         self.deferred.discard(i)
+        if (
+            need.demand.kind in ("mig", "shard")
+            and self.sw.idle_now(self.now)
+            and self._fit_now(need, job.limit_s) is None
+        ):
+            # as gpupool-sbatch in an elastic period (core.submit._idle_first): nothing idle now
+            # holds the slice or shares it would ask for, an idle whole GPU does: it asks for that
+            req = job.request
+            whole = self.need(due, TraceRequest(req.gpus, 1000, req.memory_mib, req.model))
+            if whole is not None and whole.demand.kind == "whole" and self._fit_now(whole, job.limit_s) is not None:
+                need = whole
         rec.need, rec.kind, rec.layout, rec.eq = need.label, need.demand.kind, due, need.eq
         self.need_of_job[i] = need
         self.typical[need] += 1

@@ -186,6 +186,7 @@ def switcher(cfg: PoolConfig, policy: PolicySpec, epoch: datetime, span_s: float
             allowed,
             settings.bounds,
             cron_interval_s(cfg.repartition.cron),
+            idle_first=settings.idle_first,
         )
     if policy.name == SCHEDULE:
         return Switcher(SCHEDULE, schedule_boundaries(cfg, epoch, span_s))

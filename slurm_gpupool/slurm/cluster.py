@@ -22,6 +22,7 @@ from datetime import datetime
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.core.hostlist import slurm_hostlist
+from slurm_gpupool.core.node_gres import gres_by_type
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.slurm import json_output as jo
 from slurm_gpupool.slurm.runner import Result, SlurmRunner
@@ -102,32 +103,6 @@ def gres_counts(text: str) -> dict[str, int]:
             key = "shard"
         if count:
             out[key] = out.get(key, 0) + count
-    return out
-
-
-_GRES_ITEM = re.compile(r"([^,(]+)(?:\(([^)]*)\))?")
-_PER_GPU_USE = re.compile(r"\d+/\d+(?:,\d+/\d+)*")
-
-
-def gres_by_type(text: str) -> dict[tuple[str, str], int]:
-    """A node's GRES (``sinfo`` Gres or GresUsed) by (name, type), type "" when untyped.
-
-    ``gpu:1g.5gb:28(S:0-1),gpu:a100:1(IDX:36),shard:a30_shared:3(3/4,0/4)`` →
-    {("gpu", "1g.5gb"): 28, ("gpu", "a100"): 1, ("shard", "a30_shared"): 3}: a
-    ``(used/total,...)`` detail (shards per GPU, 23.11+) is summed."""
-    out: dict[tuple[str, str], int] = {}
-    for m in _GRES_ITEM.finditer(text or ""):
-        item, detail = m.group(1).strip(), m.group(2)
-        if not item or item in ("(null)", "N/A"):
-            continue
-        parts = item.split(":")
-        count = 1
-        if len(parts) > 1 and parts[-1].isdigit():
-            count, parts = int(parts[-1]), parts[:-1]
-        if detail and _PER_GPU_USE.fullmatch(detail):
-            count = sum(int(pair.split("/")[0]) for pair in detail.split(","))
-        key = (parts[0], ":".join(parts[1:]))
-        out[key] = out.get(key, 0) + count
     return out
 
 

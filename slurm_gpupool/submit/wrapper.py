@@ -78,6 +78,29 @@ def real_sbatch(env: dict[str, str]) -> str:
     return "sbatch"
 
 
+def idle_now(env: dict[str, str], catalog: dict) -> dict[str, int] | None:
+    """Idle GPU records by type on the nodes that take jobs now (``sinfo -h -N -O ...``),
+    for a choice in an elastic period; None when sinfo does not answer (then the choice
+    is made as if nothing were idle: the submission goes on)."""
+    import subprocess
+
+    from slurm_gpupool.core.node_gres import SINFO_IDLE_FORMAT, idle_records
+
+    sinfo = env.get("SLURM_GPUPOOL_SINFO", "sinfo")
+    try:
+        out = subprocess.run(
+            [sinfo, "-h", "-N", "-O", SINFO_IDLE_FORMAT], capture_output=True, text=True, timeout=10, env=env
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    shares = {
+        o["type"]: o["shares"] for lay in catalog.get("layouts", {}).values() for o in lay["offers"] if o.get("shares")
+    }
+    return idle_records(out.stdout, shares)
+
+
 def _when(t: datetime | None, now: datetime) -> str:
     if t is None:
         return "which the schedule does not bring next (an admin must apply it)"
@@ -115,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             script_text = stdin_script.decode(errors="replace")
         now = datetime.now().astimezone()
         catalog = load_catalog(env)
-        p = plan(args, script_text, catalog, now)
+        p = plan(args, script_text, catalog, now, lambda: idle_now(env, catalog or {}))
     except ArgError:
         return _exec(real_sbatch(env), args, stdin_script)  # sbatch explains its own syntax
     except RequestError as e:

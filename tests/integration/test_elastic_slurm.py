@@ -209,3 +209,37 @@ def test_with_no_idle_node_a_busy_node_is_drained_for_starving_jobs_and_its_job_
     every = [*big, *fillers, *waiting]
     assert never_requeued(sb, every) == {j: ["COMPLETED"] for j in every}  # the drain killed nothing
     assert_converged(sb, {"a100n1": "day", "a100n2": "day", "h100n1": "night", "a30n1": "night", "v100n1": "night"})
+
+
+def test_in_an_elastic_period_the_wrapper_takes_an_idle_whole_gpu_when_no_slice_is_idle(night):
+    """gpupool-sbatch --gpu-mem=4G in an elastic period: a 1g.5gb slice while one is idle;
+    with every slice busy, the smallest idle whole GPU with that memory (the A30, 24 GB)
+    instead of waiting for the pool to reshape: the job starts at once (#17, idle_first)."""
+    from .test_submit_slurm import wrapper
+
+    sb = night
+    config = elastic_config(sb)
+    (sb.root / "controller" / "elastic.json").unlink(missing_ok=True)
+    d = step(sb, config)  # the floor: a100n1 to day; the submit catalog now says elastic
+    assert [(a["node"], a["to"]) for a in d["actions"]] == [("a100n1", "day")]
+    jobs: list[str] = []
+    try:
+
+        def via_wrapper() -> tuple[str, str]:
+            out = sb.run([wrapper(), "--parsable", "--gpu-mem=4G", "-t", "2", "--wrap", "sleep 60"]).stdout
+            job = out.strip().split(";")[0]
+            jobs.append(job)
+            tres = sb.run(["scontrol", "-o", "show", "job", job]).stdout.split("TresPerNode=")[1].split()[0]
+            return job, tres
+
+        _, tres = via_wrapper()
+        assert tres.endswith("gpu:1g.5gb:1") or tres.endswith("gpu:1g.5gb"), tres  # a slice is idle
+        fillers = [*submit(sb, "gpu:1g.5gb:8", 120, 3), *submit(sb, "gpu:1g.5gb:7", 120, 1)]  # the other 31
+        jobs += fillers
+        wait_started(sb, fillers)
+        job, tres = via_wrapper()
+        assert "gpu:a30" in tres, tres  # no slice idle: the smallest idle whole GPU
+        wait_started(sb, [job])
+    finally:
+        if jobs:
+            sb.run(["scancel", *jobs], check=False)

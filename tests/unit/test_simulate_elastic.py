@@ -53,12 +53,15 @@ def whole4(i, submit, duration=1800):
 
 def test_slice_jobs_make_it_switch_exactly_enough_nodes_then_a_burst_of_whole_jobs_switches_back():
     # 20 quarter-GPU jobs at t=0: in elastic periods they map to 1g.6gb (UNION), which no
-    # node has: they wait; after the 5-minute window the decision switches 2 nodes
-    # (16 + 4 slices), not 3; they start once the nodes are back (switch 60 s)
+    # node has: they wait (idle_first off: they do not take the idle whole GPUs); after the
+    # 5-minute window the decision switches 2 nodes (16 + 4 slices), not 3; they start once
+    # the nodes are back (switch 60 s)
     jobs = [quarter(i, 0) for i in range(20)]
     # at 4 h: three 4-GPU jobs; the day nodes are idle again and past their cool-down
     jobs += [whole4(100 + i, 4 * 3600) for i in range(3)]
-    res, sw = replay(RAW, jobs)
+    raw = copy.deepcopy(RAW)
+    raw["schedule"]["elastic"]["idle_first"] = False
+    res, sw = replay(raw, jobs)
     recs = {r.job_id: r for r in res.jobs}
     assert all(recs[i].gres_type == "1g.6gb" and recs[i].layout == UNION for i in range(20))
     first = sw.stats.log[0]
@@ -72,6 +75,18 @@ def test_slice_jobs_make_it_switch_exactly_enough_nodes_then_a_burst_of_whole_jo
     assert res.switches == 4 and sw.stats.demand == 4 and sw.stats.floor == 0
 
 
+def test_a_slice_job_takes_an_idle_whole_gpu_when_no_slice_is_idle():
+    """idle_first (the default), as gpupool-sbatch in an elastic period: with every node
+    whole and idle, the first 12 quarter-GPU jobs ask for the 12 idle whole A30s and start at
+    once; the 8 after them find nothing idle and ask for a 1g.6gb, which the decision
+    brings (one node: 16 slices), after its window."""
+    res, sw = replay(RAW, [quarter(i, i) for i in range(20)])
+    recs = {r.job_id: r for r in res.jobs}
+    assert [recs[i].gres_type for i in range(20)] == ["a30"] * 12 + ["1g.6gb"] * 8
+    assert all(recs[i].start_s == i for i in range(12)) and all(recs[i].wait_s >= 300 for i in range(12, 20))
+    assert [(a.node, a.target) for a in sw.stats.log[0].actions] == [("n1", "day")]  # exactly enough: one node
+
+
 def test_clock_periods_outside_during_switch_as_the_schedule_does():
     raw = copy.deepcopy(RAW)
     raw["schedule"]["rules"] = [{"layout": "day", "days": "daily", "start": "08:00", "end": "20:00"}]
@@ -81,12 +96,18 @@ def test_clock_periods_outside_during_switch_as_the_schedule_does():
     sw = pol.switcher(cfg, spec, EPOCH, 2 * 86400)
     # from midnight: whole (clock), 08:00 elastic (UNION covers no node: nothing switches), 20:00 whole
     assert list(zip(sw.times, sw.layouts))[:3] == [(0.0, "whole"), (8 * 3600.0, UNION), (20 * 3600.0, "whole")]
-    # slice jobs at night are mapped in the clock's layout (whole GPUs), by day in UNION
+    # slice jobs at night are mapped in the clock's layout (whole GPUs), by day in UNION,
+    # where an idle whole GPU is taken at once (idle_first) ...
     res, _ = replay(raw, [quarter(1, 3600), quarter(2, 9 * 3600)])
     recs = {r.job_id: r for r in res.jobs}
     assert (recs[1].gres_type, recs[1].layout) == ("a30", "whole")
+    assert (recs[2].gres_type, recs[2].layout, recs[2].start_s) == ("a30", UNION, 9 * 3600)
+    # ... and without idle_first the slice is asked for: one quarter GPU is below min_gain
+    # (1), so it waits until max_wait (1 h), then a node switches
+    raw["schedule"]["elastic"]["idle_first"] = False
+    res, _ = replay(raw, [quarter(1, 3600), quarter(2, 9 * 3600)])
+    recs = {r.job_id: r for r in res.jobs}
     assert (recs[2].gres_type, recs[2].layout) == ("1g.6gb", UNION)
-    # one quarter GPU is below min_gain (1): it waits until max_wait (1 h), then a node switches
     assert 10 * 3600 + 60 <= recs[2].start_s <= 10 * 3600 + 60 + 300
 
 
