@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -109,13 +110,21 @@ def same_mount_namespace(pid: int) -> bool:
 
 def belongs_to(pid: int, root: Path) -> bool:
     """Whether the process carries this sandbox's mark (environment or command line),
-    and lives in our mount namespace."""
+    and lives in our mount namespace.  The root must appear as a whole path (followed by
+    ``/`` or the end of an argument): ``/var/tmp/sb`` is not ``/var/tmp/sb-gw0``, whose
+    daemons a ``down`` of the first one killed (a plain substring test)."""
     if not same_mount_namespace(pid):
         return False
     mark = f"{MARK_ENV}={root}".encode()
     if mark in _read_proc(pid, "environ").split(b"\0"):
         return True
-    return str(root).encode() in _read_proc(pid, "cmdline")
+    return _names_root(_read_proc(pid, "cmdline"), root)
+
+
+def _names_root(cmdline: bytes, root: Path) -> bool:
+    """Does a NUL-separated command line name ``root`` or a path under it?"""
+    pattern = re.escape(str(root).rstrip("/").encode()) + rb"(?:/|\x00|$)"
+    return re.search(pattern, cmdline) is not None
 
 
 def running_pid(pidfile: Path, root: Path, comm: str | tuple[str, ...] | None = None) -> int | None:
@@ -218,7 +227,7 @@ def sampler_processes(root: Path) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             cmd = _read_proc(int(entry), "cmdline")
-            ours = b"slurm_gpupool.hooks.sampler" in cmd and str(root).encode() in cmd
+            ours = b"slurm_gpupool.hooks.sampler" in cmd and _names_root(cmd, root)
             if ours and same_mount_namespace(int(entry)):
                 out.append(int(entry))
     return sorted(out)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -176,6 +177,33 @@ def test_a_containers_daemons_are_not_the_hosts_even_with_the_same_root_path(tmp
         assert procs.belongs_to(ours.pid, tmp_path) and not procs.belongs_to(theirs.pid, tmp_path)
     finally:
         for p in (ours, theirs):
+            p.kill()
+            p.wait()
+
+
+def test_a_sandbox_root_is_not_a_longer_root_it_is_a_prefix_of(tmp_path):
+    """`down` of /var/tmp/sb killed the daemons of /var/tmp/sb-gw0 (a test worker's
+    sandbox), whose command lines name '/var/tmp/sb-gw0/etc/slurm.conf': a substring test.
+    Found when a developer's test run next to CI's workers took both workers' slurmctld."""
+    from slurm_gpupool.sandbox import procs
+
+    short, long = tmp_path / "sb", tmp_path / "sb-gw0"
+    theirs = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "-f", f"{long}/etc/slurm.conf"], env=dict(os.environ)
+    )
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", f"--socket={short}/munge.socket"])
+    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(short)])
+    try:
+        deadline = time.monotonic() + 5
+        while b"slurm.conf" not in procs._read_proc(theirs.pid, "cmdline") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert procs.belongs_to(theirs.pid, long) and not procs.belongs_to(theirs.pid, short)
+        assert procs.belongs_to(ours.pid, short) and not procs.belongs_to(ours.pid, long)
+        assert procs.belongs_to(bare.pid, short)  # the root itself, as a whole argument
+        names = {pid for pid, _ in procs.sandbox_processes(short, [procs.proc_comm(theirs.pid)])}
+        assert theirs.pid not in names and ours.pid in names
+    finally:
+        for p in (ours, theirs, bare):
             p.kill()
             p.wait()
 
