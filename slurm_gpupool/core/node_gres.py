@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 _GRES_ITEM = re.compile(r"([^,(]+)(?:\(([^)]*)\))?")
 _PER_GPU_USE = re.compile(r"\d+/\d+(?:,\d+/\d+)*")
-# sinfo -N -O: node, state with its flags, configured GRES, GRES in use (no spaces inside)
-SINFO_IDLE_FORMAT = "NodeHost:100,StateComplete:100,Gres:4000,GresUsed:4000"
+# sinfo -N -O: node name, state with its flags, configured GRES, GRES in use (no spaces inside)
+SINFO_IDLE_FORMAT = "NodeList:100,StateComplete:100,Gres:4000,GresUsed:4000"
 TAKES_JOBS = frozenset({"idle", "mixed"})
 
 
@@ -26,34 +26,36 @@ def gres_by_type(text: str) -> dict[tuple[str, str], int]:
     return {k: n for k, (n, _) in _items(text).items()}
 
 
-def _items(text: str) -> dict[tuple[str, str], tuple[int, bool]]:
-    """(name, type) -> (count, whether the count came from a per-GPU ``used/total`` detail)."""
-    out: dict[tuple[str, str], tuple[int, bool]] = {}
+def _items(text: str) -> dict[tuple[str, str], tuple[int, list[tuple[int, int]]]]:
+    """(name, type) -> (count, each GPU's (used, total) where a ``used/total`` detail gives them)."""
+    out: dict[tuple[str, str], tuple[int, list[tuple[int, int]]]] = {}
     for m in _GRES_ITEM.finditer(text or ""):
         item, detail = m.group(1).strip(), m.group(2)
         if not item or item in ("(null)", "N/A"):
             continue
         parts = item.split(":")
-        count, per_gpu = 1, False
+        count, per_gpu = 1, []
         if len(parts) > 1 and parts[-1].isdigit():
             count, parts = int(parts[-1]), parts[:-1]
         if detail and _PER_GPU_USE.fullmatch(detail):
-            count, per_gpu = sum(int(pair.split("/")[0]) for pair in detail.split(",")), True
+            per_gpu = [(int(u), int(t)) for u, t in (pair.split("/") for pair in detail.split(","))]
+            count = sum(u for u, _ in per_gpu)
         key = (parts[0], ":".join(parts[1:]))
-        n, seen = out.get(key, (0, False))
-        out[key] = (n + count, seen or per_gpu)
+        n, gpus = out.get(key, (0, []))
+        out[key] = (n + count, gpus + per_gpu)
     return out
 
 
 def idle_records(sinfo_text: str, shares: Mapping[str, int]) -> dict[str, int]:
-    """Idle GPU records by type on the nodes that take jobs now (idle or mixed, no drain,
-    reservation or other flag), from ``sinfo -h -N -O`` :data:`SINFO_IDLE_FORMAT`: MIG and
-    whole types in devices, time-sliced types in shards (a time-sliced GPU is also a
-    ``gpu:<type>`` record, for a job taking it whole: its shards are what counts here).
+    """What is idle now on the nodes that take jobs (idle or mixed, no drain, reservation or
+    other flag), from ``sinfo -h -N -O`` :data:`SINFO_IDLE_FORMAT`, by GRES type: idle
+    devices of a MIG or whole type (summed over nodes); for a time-sliced type the most
+    free shards on one GPU (a job's shards on a node come from one GPU), ``shares`` being
+    the type's shards per GPU.
 
     Slurm 22.05 prints a shard type's use as the number of GPUs its shards are on
-    (``shard:v100_shared:1(IDX:0)`` for 3 shards of one GPU): each such GPU counts as
-    all its ``shares`` in use, so idle shards are never overstated.  Later releases print
+    (``shard:v100_shared:1(IDX:0)`` for 3 shards of one GPU), so there a GPU counts as free
+    only when none of its shards is in use and it is not given whole either; 23.11+ print
     each GPU's ``used/total``.  A node listed once per partition counts once."""
     out: dict[str, int] = {}
     seen: set[str] = set()
@@ -62,15 +64,22 @@ def idle_records(sinfo_text: str, shares: Mapping[str, int]) -> dict[str, int]:
         if len(fields) != 4 or fields[0] in seen:
             continue
         seen.add(fields[0])
-        if not set(fields[1].lower().rstrip("*~#!%$@^-").split("+")) <= TAKES_JOBS:
+        if not set(fields[1].lower().split("+")) <= TAKES_JOBS:
             continue
         total, used = _items(fields[2]), _items(fields[3])
-        sliced = {typ for name, typ in total if name == "shard"}
         for (name, typ), (n, _) in total.items():
-            if name not in ("gpu", "shard") or not typ or (name == "gpu" and typ in sliced):
+            if not typ or (name != "shard" and (name != "gpu" or ("shard", typ) in total)):
+                continue  # a time-sliced GPU is also a gpu:<type> record: its shards count here
+            u, per_gpu = used.get((name, typ), (0, []))
+            if name == "gpu":
+                out[typ] = out.get(typ, 0) + max(0, n - u)
                 continue
-            u, per_gpu = used.get((name, typ), (0, False))
-            if name == "shard" and not per_gpu:
-                u *= shares.get(typ, 1)
-            out[typ] = out.get(typ, 0) + max(0, n - u)
+            if per_gpu:
+                free = max(t - x for x, t in per_gpu)
+            else:
+                each = shares.get(typ, 0)
+                gpus = n // each if each else 0
+                busy = u + used.get(("gpu", typ), (0, []))[0]  # GPUs with shards in use, or given whole
+                free = each if gpus - busy > 0 else 0
+            out[typ] = max(out.get(typ, 0), free)
     return out

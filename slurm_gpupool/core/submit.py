@@ -173,50 +173,54 @@ def elastic_now(catalog: dict[str, Any], now: datetime) -> bool:
     return not during or (sched is not None and sched.due(now) in during)
 
 
-def union_offers(layouts: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every layout's offers together, one per type (the most any layout offers of it): in an
-    elastic period nodes are in whichever layout demand put them."""
-    merged: dict[str, dict[str, Any]] = {}
-    for name in sorted(layouts):
-        for o in layouts[name]["offers"]:
-            have = merged.get(o["type"])
-            if have is None:
-                merged[o["type"]] = dict(o)
-                continue
-            for k in ("count", "nodes", "per_node", "nvlink_clique"):
-                if k in o:
-                    have[k] = max(have.get(k, 0), o[k])
-    return sorted(merged.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))
-
-
-def _idle_first(request: Request, c: Choice, offers: list[dict[str, Any]], idle: dict[str, int]) -> Choice:
-    """In an elastic period a slice or shares that nothing has idle now give way to an idle
-    whole GPU (with the memory asked for): the job starts now instead of waiting for the
-    pool to reshape (``gpupool simulate`` replays the same rule)."""
+def _idle_first(
+    request: Request,
+    c: Choice,
+    offers: list[dict[str, Any]],
+    idle: dict[str, int],
+    may_use: Callable[[dict[str, Any]], bool],
+) -> Choice:
+    """In an elastic period, a slice or shares that nothing has idle now give way to what
+    is idle and holds the request, in the order the request would take it: for
+    ``--gpu-mem`` the smallest idle MIG slice or whole GPU with that memory, for
+    ``--gpu-share`` shares of another time-sliced type a GPU has free, then the smallest
+    idle whole GPU; only what ``may_use`` allows (the job's tier).  The job starts now
+    instead of waiting for the pool to reshape (``gpupool simulate`` replays this rule).
+    ``idle``: devices by type, for a time-sliced type the most shards free on one GPU."""
     kind = c.offer["kind"]
     if request.kind not in ("mem", "share") or kind == "whole":
         return c
-    needed = 1 if kind == "mig" else int(c.gres.rsplit(":", 1)[1])
-    if idle.get(c.offer["type"], 0) >= needed:
+
+    def shards(o: dict[str, Any]) -> int:
+        return max(1, math.ceil(request.amount * o["shares"] - 1e-9))
+
+    def free(o: dict[str, Any]) -> bool:
+        return idle.get(o["type"], 0) >= (shards(o) if o["kind"] == "shared" else 1)
+
+    if free(c.offer):
         return c
-    wholes = [
-        o
-        for o in offers
-        if o["kind"] == "whole"
-        and idle.get(o["type"], 0) >= 1
-        and (request.kind != "mem" or o["memory_mib"] >= request.amount)
-    ]
-    if not wholes:
-        return c
-    o = min(wholes, key=lambda o: (o["memory_mib"], -o["count"], o["type"]))
+    ready = [o for o in offers if free(o) and may_use(o)]
+    alt = choose(request, ready, ELASTIC)
+    if alt is None:  # shares: none free on any GPU; or no idle slice with that memory
+        mib = request.amount if request.kind == "mem" else 0
+        wholes = [o for o in ready if o["kind"] == "whole" and o["memory_mib"] >= mib]
+        if not wholes:
+            return c
+        o = min(wholes, key=lambda o: (o["memory_mib"], -o["count"], o["type"]))
+        alt = Choice(f"gpu:{o['type']}:1", None, ELASTIC, o, "")
     what = "MIG slice" if kind == "mig" else "shares"
     option = "--gpu-mem" if request.kind == "mem" else "--gpu-share"
-    why = f"{option}={request.text}: no {c.offer['type']} {what} idle now, a whole {o['type']} GPU is (elastic period)"
-    return Choice(f"gpu:{o['type']}:1", None, ELASTIC, o, why)
+    held = alt.gres.split(":", 1)[1].rsplit(":", 1)[0]
+    alt.why = f"{option}={request.text}: no {c.offer['type']} {what} idle now, {held} is (elastic period)"
+    return alt
 
 
 def decide(
-    catalog: dict[str, Any], request: Request, now: datetime, idle: Callable[[], dict[str, int] | None] | None = None
+    catalog: dict[str, Any],
+    request: Request,
+    now: datetime,
+    idle: Callable[[], dict[str, int] | None] | None = None,
+    may_use: Callable[[dict[str, Any]], bool] = lambda o: True,
 ) -> Decision:
     """Meet the request with what is offered now, else with what comes next, else refuse.
 
@@ -225,13 +229,14 @@ def decide(
     the due layout if the nodes are not in it yet (the repartitioner is on its way),
     then the schedule's next change.  No layout at all: RequestError (exit 2).
 
-    In an elastic period every layout's offers count (nodes are where demand put them),
-    and ``idle()`` (idle records by type, ``sinfo``; asked only for a slice or shares) may
-    turn the choice to an idle whole GPU (:func:`_idle_first`).
+    In an elastic period the catalog's ``elastic.offers`` count (every layout on the nodes
+    the policy may put in it: nodes are where demand put them), and ``idle()`` (``sinfo``;
+    asked only for a slice or shares) may turn the choice to what is idle now among the
+    offers ``may_use`` allows (:func:`_idle_first`).
     """
     layouts: dict[str, Any] = catalog["layouts"]
     if elastic_now(catalog, now):
-        offers = union_offers(layouts)
+        offers = catalog["elastic"]["offers"]
         c = choose(request, offers, ELASTIC)
         if c is None:
             option = {"mem": "gpu-mem", "share": "gpu-share"}.get(request.kind, "gpus-nvlink")
@@ -241,7 +246,7 @@ def decide(
             )
         asks = catalog["elastic"].get("idle_first", True) and request.kind in ("mem", "share")
         have = idle() if idle is not None and asks and c.offer["kind"] != "whole" else None
-        return Decision(_idle_first(request, c, offers, have) if have is not None else c)
+        return Decision(_idle_first(request, c, offers, have, may_use) if have is not None else c)
     sched = schedule_of(catalog)
     installed: str | None = catalog.get("installed")
     if sched is None and installed is None:  # no schedule: any layout may be active
@@ -315,6 +320,22 @@ def merge_constraint(user: str | None, ours: str) -> tuple[str, str | None]:
     return f"{user}&{ours}", None
 
 
+def _offers_problem(offers: Any, where: str) -> str | None:
+    if not isinstance(offers, list):
+        return f"{where} has no offers list"
+    for o in offers:
+        if not isinstance(o, dict) or o.get("kind") not in ("mig", "whole", "shared"):
+            return f"{where}: an offer of unknown kind"
+        if not isinstance(o.get("type"), str) or not all(
+            isinstance(o.get(k), int) and not isinstance(o.get(k), bool) and o[k] >= 0
+            for k in ("memory_mib", "count", "nodes")
+        ):
+            return f"{where}: offer {str(o.get('type'))[:40]!r} lacks its type, memory or counts"
+        if o["kind"] == "shared" and not (isinstance(o.get("shares"), int) and o["shares"] > 0):
+            return f"{where}: shared offer {o['type']!r} has no share count"
+    return None
+
+
 def catalog_problem(data: Any) -> str | None:
     """What is wrong with a submit catalog read from disk (None: fine).
 
@@ -326,19 +347,9 @@ def catalog_problem(data: Any) -> str | None:
     if not isinstance(layouts, dict) or not layouts:
         return "no layouts"
     for name, lay in layouts.items():
-        offers = lay.get("offers") if isinstance(lay, dict) else None
-        if not isinstance(offers, list):
-            return f"layout {name!r} has no offers list"
-        for o in offers:
-            if not isinstance(o, dict) or o.get("kind") not in ("mig", "whole", "shared"):
-                return f"layout {name!r}: an offer of unknown kind"
-            if not isinstance(o.get("type"), str) or not all(
-                isinstance(o.get(k), int) and not isinstance(o.get(k), bool) and o[k] >= 0
-                for k in ("memory_mib", "count", "nodes")
-            ):
-                return f"layout {name!r}: offer {str(o.get('type'))[:40]!r} lacks its type, memory or counts"
-            if o["kind"] == "shared" and not (isinstance(o.get("shares"), int) and o["shares"] > 0):
-                return f"layout {name!r}: shared offer {o['type']!r} has no share count"
+        problem = _offers_problem(lay.get("offers") if isinstance(lay, dict) else None, f"layout {name!r}")
+        if problem:
+            return problem
     if not isinstance(data.get("rules", {}), dict):
         return "rules is not a mapping"
     sched = data.get("schedule")
@@ -352,12 +363,17 @@ def catalog_problem(data: Any) -> str | None:
     if data.get("installed") not in (None, *layouts):
         return "installed names a layout the catalog lacks"
     el = data.get("elastic")
-    if el is not None and not (
-        isinstance(el, dict)
-        and isinstance(el.get("during", []), list)
-        and all(d in layouts for d in el.get("during", []))
-    ):
-        return "elastic names a layout the catalog lacks"
+    if el is not None:
+        if not (
+            isinstance(el, dict)
+            and isinstance(el.get("during", []), list)
+            and all(d in layouts for d in el.get("during", []))
+            and isinstance(el.get("idle_first", True), bool)
+        ):
+            return "elastic: its periods are not layouts of the catalog, or idle_first is not true/false"
+        problem = _offers_problem(el.get("offers"), "elastic")
+        if problem:
+            return problem
     tiers = data.get("tiers", {})
     if not isinstance(tiers, dict) or not all(
         isinstance(t, dict)

@@ -240,7 +240,14 @@ def plan(
             if not _digits(text) or int(text) < 2:
                 raise RequestError(f"--gpus-nvlink={text}: expected a number of GPUs, 2 or more")
             req = Request("nvlink", int(text), text)
-        d: Decision = decide(catalog, req, now, idle)
+        allowed = _tier_gres(catalog, ours, eff)
+        d: Decision = decide(
+            catalog,
+            req,
+            now,
+            idle,
+            lambda o: allowed is None or o["type"] in allowed or _TIER_KIND[o["kind"]] in allowed,
+        )
         p.notes.extend(d.notes)
         p.later = d.later
         if d.choice is None:
@@ -309,6 +316,22 @@ def signal_value(text: str, grace_s: int) -> str:
         raise RequestError(f"--checkpoint-signal={text}: expected SIGNAL[@SECONDS], e.g. USR1@120")
     when = m.group(2) if m.group(2) is not None else (str(grace_s) if grace_s else None)
     return f"B:{m.group(1)}" + (f"@{when}" if when else "")
+
+
+_TIER_KIND = {"mig": "mig", "whole": "whole", "shared": "shard"}  # an offer's kind as tiers name it
+
+
+def _tier_gres(catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> list[str] | None:
+    """What the job's tier may use (kinds or GRES types), the tier found as :func:`_tier`
+    finds it; None: anything (no tiers, no tier, or a QOS that is no tier's)."""
+    tiers: dict[str, Any] = catalog.get("tiers") or {}
+    name, qos = ours.get("tier"), eff("qos")
+    if name is None and qos:
+        name = next((t for t, v in tiers.items() if v["qos"] == qos.lower()), None)
+    elif name is None:
+        name = next((t for t, v in sorted(tiers.items()) if v["default"]), None)
+    tier = tiers.get(name) if name else None
+    return list(tier["gres"]) if tier and tier["gres"] else None
 
 
 def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> None:

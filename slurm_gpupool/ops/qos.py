@@ -175,6 +175,12 @@ def apply(cfg: PoolConfig, sacctmgr: Any, cluster: str, changes: list[Change]) -
     from slurm_gpupool.atomic import write_text_atomic
 
     before = current(cfg, sacctmgr, cluster)
+    record = replaced_limits(desired(cfg), before)
+    path = state_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # recorded before any command: a run that fails half-way must not leave a quota of ours
+    # that the next run would take for the admin's own limit (and later "restore")
+    write_text_atomic(path, json.dumps({"assoc_tres": _merge(recorded(cfg), record)}, indent=1, sort_keys=True) + "\n")
     done = []
     for _round in range(3):  # a qos-= on an account reaches its users too: look again after
         todo = [c for c in changes if c.commands]
@@ -185,11 +191,17 @@ def apply(cfg: PoolConfig, sacctmgr: Any, cluster: str, changes: list[Change]) -
                 sacctmgr.run(argv)
             done.append(c)
         changes = plan_changes(cfg, sacctmgr, cluster)
-    record = replaced_limits(desired(cfg), before)
-    path = state_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps({"assoc_tres": record}, indent=1, sort_keys=True) + "\n")
     return done
+
+
+def _merge(old: dict[str, dict[str, int | None]], new: dict[str, dict[str, int | None]]) -> dict:
+    """The record while a run is under way: every key of the earlier record (a quota
+    leaving the config is still ours until its limit is restored) and the new ones."""
+    out = {a: dict(keys) for a, keys in old.items()}
+    for a, keys in new.items():
+        out.setdefault(a, {}).update(keys)
+    return out
 
 
 def replaced_limits(want: Desired, before: Current) -> dict[str, dict[str, int | None]]:

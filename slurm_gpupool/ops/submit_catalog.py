@@ -15,6 +15,7 @@ from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.core.catalog import get_model
 from slurm_gpupool.core.gres import device_order, largest_nvlink_clique
 from slurm_gpupool.core.layouts import MIG, SHARED
+from slurm_gpupool.elastic_config import ElasticSettings
 from slurm_gpupool.ops.gres_sources import planned_node
 
 FILE_NAME = "gpupool-submit.json"
@@ -59,6 +60,45 @@ def layout_offers(cfg: PoolConfig, layout: str, nodes: Iterable[str] | None = No
     return sorted(agg.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))
 
 
+def merged_offers(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two offer lists as one (the same type on both sides: counts and nodes add up)."""
+    out = {(o["kind"], o["type"], o.get("shares", 0)): dict(o) for o in a}
+    for o in b:
+        key = (o["kind"], o["type"], o.get("shares", 0))
+        if key not in out:
+            out[key] = dict(o)
+            continue
+        m = out[key]
+        m["count"] += o["count"]
+        m["nodes"] += o["nodes"]
+        m["per_node"] = max(m.get("per_node", 0), o.get("per_node", 0))
+        if "nvlink_clique" in o:
+            m["nvlink_clique"] = max(m.get("nvlink_clique", 0), o["nvlink_clique"])
+    return sorted(out.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))
+
+
+def elastic_offers(
+    cfg: PoolConfig,
+    settings: ElasticSettings | None = None,
+    nodes: Iterable[str] | None = None,
+    layouts: Iterable[str] | None = None,
+) -> list[dict[str, Any]]:
+    """What an elastic period offers: each layout's offers on the nodes the elastic policy
+    may put in it (``schedule.elastic.layouts``), together.  The one list the wrapper, the
+    Lua and the simulator choose a request's GRES from in elastic periods."""
+    from slurm_gpupool.ops.elastic import allowed_layouts
+
+    settings = settings if settings is not None else cfg.elastic
+    assert settings is not None
+    names = [n for n in (cfg.all_nodes() if nodes is None else nodes) if cfg.nodeset_of(n).machine is not None]
+    merged: list[dict[str, Any]] = []
+    for lay in cfg.layout_names() if layouts is None else layouts:
+        holders = [n for n in names if lay in allowed_layouts(cfg, settings, n)]
+        if holders:
+            merged = merged_offers(merged, layout_offers(cfg, lay, holders))
+    return merged
+
+
 def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, Any]:
     """What the wrapper and the Lua read; ``installed`` is the layout Slurm's GRES are in
     now (None: mixed or unknown, and the schedule's due layout stands in for it)."""
@@ -82,7 +122,11 @@ def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, A
         "rules": dict(cfg.submit),
         # schedule.mode elastic: in these periods (all, if empty) choices span every layout
         "elastic": (
-            {"during": list(cfg.elastic.during), "idle_first": cfg.elastic.idle_first}
+            {
+                "during": list(cfg.elastic.during),
+                "idle_first": cfg.elastic.idle_first,
+                "offers": elastic_offers(cfg),
+            }
             if cfg.elastic is not None
             else None
         ),

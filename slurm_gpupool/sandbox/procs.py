@@ -122,8 +122,9 @@ def belongs_to(pid: int, root: Path) -> bool:
 
 
 def _names_root(cmdline: bytes, root: Path) -> bool:
-    """Does a NUL-separated command line name ``root`` or a path under it?"""
-    pattern = re.escape(str(root).rstrip("/").encode()) + rb"(?:/|\x00|$)"
+    """Does a NUL-separated command line name ``root`` or a path under it (as an argument or
+    an option's value: ``-f ROOT/...``, ``--socket=ROOT/...``)?"""
+    pattern = rb"(?:^|[\x00=:,])" + re.escape(str(root).rstrip("/").encode()) + rb"(?:/|\x00|$)"
     return re.search(pattern, cmdline) is not None
 
 

@@ -253,6 +253,7 @@ class Engine:
     def __init__(self, spec: PoolSpec, switcher: Switcher, params: Params | None = None) -> None:
         self.spec, self.sw, self.p = spec, switcher, params or Params()
         self.mappers: dict[str, RequestMapper] = {}
+        self.alternatives: dict[tuple[str, TraceRequest], list[Need]] = {}
         self.needs: dict[tuple[str, TraceRequest], Need | None] = {}
 
     # -- mapping --------------------------------------------------------------------------
@@ -275,6 +276,15 @@ class Engine:
             d = m(req)
             self.needs[key] = need_of(d) if d is not None else None
         return self.needs[key]
+
+    def idle_alternatives(self, layout: str, req: TraceRequest) -> list[Need]:
+        """What ``req`` may ask for instead of its slice or shares when they are not idle
+        (``RequestMapper.idle_alternatives``, memoised)."""
+        key = (layout, req)
+        if key not in self.alternatives:
+            self.need(layout, req)  # builds the layout's mapper
+            self.alternatives[key] = [need_of(d) for d in self.mappers[layout].idle_alternatives(req)]
+        return self.alternatives[key]
 
     # -- the replay ---------------------------------------------------------------------
     def run(self, jobs: Sequence[SimJob], progress: Callable[[float], None] | None = None) -> Result:
@@ -419,17 +429,10 @@ class Engine:
             self._push(later[0], _SUBMIT, i)  # refused now (exit 75, with when): resubmitted then
             return
         self.deferred.discard(i)
-        if (
-            need.demand.kind in ("mig", "shard")
-            and self.sw.idle_now(self.now)
-            and self._fit_now(need, job.limit_s) is None
-        ):
+        if need.demand.kind in ("mig", "shard") and self.sw.idle_now(self.now) and not self._fit_now(need, job.limit_s):
             # as gpupool-sbatch in an elastic period (core.submit._idle_first): nothing idle now
-            # holds the slice or shares it would ask for, an idle whole GPU does: it asks for that
-            req = job.request
-            whole = self.need(due, TraceRequest(req.gpus, 1000, req.memory_mib, req.model))
-            if whole is not None and whole.demand.kind == "whole" and self._fit_now(whole, job.limit_s) is not None:
-                need = whole
+            # holds the slice or shares it would ask for: the first alternative idle now
+            need = next((a for a in self.idle_alternatives(due, job.request) if self._fit_now(a, job.limit_s)), need)
         rec.need, rec.kind, rec.layout, rec.eq = need.label, need.demand.kind, due, need.eq
         self.need_of_job[i] = need
         self.typical[need] += 1

@@ -194,6 +194,30 @@ class RequestMapper:
                     return d
         return _whole(req, self.offers, self.multi_node, self.any_model)
 
+    def idle_alternatives(self, req: TraceRequest) -> list[Demand]:
+        """See :func:`_idle_alternatives` (empty unless ``req`` maps to a slice or shares)."""
+        primary = self(req)
+        if primary is None or primary.kind not in ("mig", "shard"):
+            return []
+        return _idle_alternatives(self, req, primary)
+
+
+def _idle_alternatives(mapper: RequestMapper, req: TraceRequest, primary: Demand) -> list[Demand]:
+    """What ``req`` may ask for instead when nothing idle holds ``primary`` (a slice or
+    shares), in the order ``gpupool-sbatch`` tries them in an elastic period
+    (``core.submit._idle_first``): larger MIG slices that cover it, then whole GPUs."""
+    out = []
+    if primary.kind == "mig":
+        want = req.milli / 1000
+        for share, mib, typ, what in mapper.candidates:
+            if share + _EPS >= want and mib >= req.memory_mib and f"gpu:{typ}:1" != primary.gres:
+                why = f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU), idle when its smaller slice was not"
+                out.append(Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, why))
+    whole = _whole(TraceRequest(req.gpus, 1000, req.memory_mib, req.model), mapper.offers, False, mapper.any_model)
+    if whole is not None:
+        out.append(whole)
+    return out
+
 
 def map_request(
     req: TraceRequest,

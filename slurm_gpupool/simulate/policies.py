@@ -29,11 +29,11 @@ from slurm_gpupool.elastic_config import ElasticSettings
 from slurm_gpupool.errors import UsageError
 from slurm_gpupool.ops.capacity import node_offers
 from slurm_gpupool.ops.elastic import allowed_layouts, check_floors
-from slurm_gpupool.ops.submit_catalog import layout_offers
+from slurm_gpupool.ops.submit_catalog import elastic_offers
 from slurm_gpupool.ops.switch_rules import lead_time_default
 from slurm_gpupool.simulate.elastic import UNION, ElasticSwitcher, cron_interval_s, records
 from slurm_gpupool.simulate.engine import Switcher
-from slurm_gpupool.simulate.pool import PoolSpec, _merged, pool_spec
+from slurm_gpupool.simulate.pool import PoolSpec, pool_spec
 
 WHOLE = "whole"
 SCHEDULE = "schedule"
@@ -164,12 +164,7 @@ def pool_for(cfg: PoolConfig, policy: PolicySpec, nodes: list[str], fallback: st
     pool = pool_spec(cfg, policy.layouts, nodes, fallback)
     if policy.name != ELASTIC:
         return pool
-    settings = elastic_settings(cfg)
-    merged: list[dict[str, Any]] = []
-    for lay in policy.layouts:
-        holders = [n for n in nodes if lay in allowed_layouts(cfg, settings, n)]
-        if holders:
-            merged = _merged(merged, layout_offers(cfg, lay, holders))
+    merged = elastic_offers(cfg, elastic_settings(cfg), nodes, policy.layouts)  # as gpupool-sbatch's
     return replace(pool, offers={**pool.offers, UNION: merged})
 
 

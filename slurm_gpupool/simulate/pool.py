@@ -15,7 +15,7 @@ from typing import Any
 
 from slurm_gpupool.config import PoolConfig
 from slurm_gpupool.ops.capacity import node_offers
-from slurm_gpupool.ops.submit_catalog import layout_offers
+from slurm_gpupool.ops.submit_catalog import layout_offers, merged_offers
 
 
 @dataclass(frozen=True)
@@ -82,22 +82,7 @@ def pool_spec(
     offers = {}
     for lay in wanted:  # what the nodes offer with ``lay`` applied: the others stay in the fallback
         left = [n for n in names if not cfg.covers(lay, n)]
-        offers[lay] = _merged(layout_offers(cfg, lay, names), layout_offers(cfg, fallback, left) if fallback else [])
+        offers[lay] = merged_offers(
+            layout_offers(cfg, lay, names), layout_offers(cfg, fallback, left) if fallback else []
+        )
     return PoolSpec(names, shapes, offers, cfg.slurm.type_naming, cfg.slurm.autodetect, fallback)
-
-
-def _merged(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Two offer lists as one (the same type on both sides: counts and nodes add up)."""
-    out = {(o["kind"], o["type"], o.get("shares", 0)): dict(o) for o in a}
-    for o in b:
-        key = (o["kind"], o["type"], o.get("shares", 0))
-        if key not in out:
-            out[key] = dict(o)
-            continue
-        m = out[key]
-        m["count"] += o["count"]
-        m["nodes"] += o["nodes"]
-        m["per_node"] = max(m.get("per_node", 0), o.get("per_node", 0))
-        if "nvlink_clique" in o:
-            m["nvlink_clique"] = max(m.get("nvlink_clique", 0), o["nvlink_clique"])
-    return sorted(out.values(), key=lambda o: (o["kind"], o["memory_mib"], o["type"]))

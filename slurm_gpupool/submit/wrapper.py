@@ -89,7 +89,12 @@ def idle_now(env: dict[str, str], catalog: dict) -> dict[str, int] | None:
     sinfo = env.get("SLURM_GPUPOOL_SINFO", "sinfo")
     try:
         out = subprocess.run(
-            [sinfo, "-h", "-N", "-O", SINFO_IDLE_FORMAT], capture_output=True, text=True, timeout=10, env=env
+            [sinfo, "-h", "-N", "-O", SINFO_IDLE_FORMAT],
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=10,
+            env=env,
         )
     except (OSError, subprocess.SubprocessError):
         return None

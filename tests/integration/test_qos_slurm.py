@@ -165,7 +165,12 @@ def test_a_pending_jobs_changes_meet_the_submission_rules(tiered):
         for change in ("qos=normal", "qos=gpupool_exclusive", "gres=gpu:v100:1"):
             r = sb.run(["scontrol", "update", f"jobid={job}", change], check=False)
             assert r.returncode != 0, (change, r.stdout, r.stderr)
+            if sb.slurm_version >= (23, 2, 0):  # 22.05 does not pass job_modify's message on
+                assert "gpupool:" in r.stderr, (change, r.stderr)
         assert (field(sb, job, "QOS"), field(sb, job, "TresPerNode")) == ("gpupool_shared", before)
+        # qos= (the association's default) keeps the job in its tier
+        sb.run(["scontrol", "update", f"jobid={job}", "qos="], check=False)
+        assert field(sb, job, "QOS") == "gpupool_shared"
         ok = sb.run(["scontrol", "update", f"jobid={job}", "gres=shard:2"], check=False)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         assert "shard:2" in field(sb, job, "TresPerNode")

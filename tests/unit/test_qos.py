@@ -313,3 +313,41 @@ def test_usage_and_cost_by_tier(tmp_path):
     cost = compute.cost(d, "tier").main.set_index("tier")
     assert cost.loc["exclusive", "cost"] == pytest.approx(6.0)  # 2 A100 GPU-hours at 3.0
     assert cost.loc["shared", "cost"] == pytest.approx(2.0)  # 2 V100-equivalent hours at 1.0
+
+
+def test_a_run_that_fails_half_way_keeps_the_admins_limit_on_record(tmp_path):
+    """The record was written only after every sacctmgr command: a run that failed once
+    the quota was set left it unrecorded, and the next run took gpupool's 4 for the
+    admin's own limit (which removing the quota would then have "restored")."""
+    from slurm_gpupool.errors import SlurmUnavailableError
+    from slurm_gpupool.ops.qos import apply, plan_changes, recorded
+
+    raw = raw_config(tiers=TIERS, quotas=QUOTAS)
+    raw["paths"] = {"controller_dir": str(tmp_path)}
+    c = parse_config(raw, str(etc_dir() / "gpupool.yaml"))
+
+    class Sacctmgr:
+        def __init__(self) -> None:
+            self.tres = {"phys": {"gres/gpu:a100": 10}}
+            self.fail_after = 1
+
+        def qos(self):
+            return {}
+
+        def assoc(self, cluster):
+            return ({a: tuple(sorted(t.items())) for a, t in self.tres.items()}, {"phys": ("normal",)}, {})
+
+        def run(self, argv):
+            if self.fail_after == 0:
+                raise SlurmUnavailableError("sacctmgr", "connection lost")
+            self.fail_after -= 1
+            if argv[-1].startswith("GrpTRES="):
+                key, n = argv[-1].removeprefix("GrpTRES=").rsplit("=", 1)
+                self.tres["phys"][key] = int(n)
+
+    s = Sacctmgr()
+    changes = [ch for ch in plan_changes(c, s, "c") if "GrpTRES gres/gpu:a100" in ch.what]
+    with pytest.raises(SlurmUnavailableError):
+        apply(c, s, "c", [*changes, *changes])  # the a100 quota set, then the connection lost
+    assert s.tres["phys"]["gres/gpu:a100"] == 4
+    assert recorded(c)["phys"]["gres/gpu:a100"] == 10  # the admin's, not ours

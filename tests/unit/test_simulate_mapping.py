@@ -95,3 +95,24 @@ def test_types_follow_the_configs_naming_and_autodetect():
     d = map_request(TraceRequest(1, 900), offers, "big", "model_profile", autodetect=True)
     assert d is not None and d.gres == "gpu:a100_7g.39gb:1" and d.loss_eq == pytest.approx(0.1)
     assert map_request(TraceRequest(1, 900), offers, "big", "model_profile") is None  # autodetect's names unknown
+
+
+def test_idle_alternatives_are_larger_slices_then_whole_gpus_as_the_wrapper_tries_them():
+    """What a job asks for instead when nothing idle holds its slice (an elastic period,
+    idle_first: core.submit._idle_first): the larger slices that cover it, then whole GPUs."""
+    from slurm_gpupool.ops.submit_catalog import merged_offers
+
+    raw = {
+        "version": 1,
+        "nodesets": {"a30": {"nodes": "n[1-2]", "machine": "pcie-a30"}},
+        "layouts": {"day": {"a30": {"all": {"mig": {"1g.6gb": 2, "2g.12gb": 1}}}}, "whole": {"a30": {"all": "whole"}}},
+        "paths": {"state_dir": "/tmp/x", "run_dir": "/tmp/x", "spool_dir": "/tmp/x"},
+    }
+    cfg = parse_config(raw, "t.yaml")
+    offers = merged_offers(layout_offers(cfg, "day"), layout_offers(cfg, "whole"))
+    mapper = RequestMapper(offers, "elastic", cfg.slurm.type_naming)
+    quarter = TraceRequest(1, 250)
+    assert mapper(quarter).gres == "gpu:1g.6gb:1"
+    assert [d.gres for d in mapper.idle_alternatives(quarter)] == ["gpu:2g.12gb:1", "gpu:a30:1"]
+    assert [d.gres for d in mapper.idle_alternatives(TraceRequest(1, 500))] == ["gpu:a30:1"]  # 2g.12gb is its own
+    assert mapper.idle_alternatives(TraceRequest(2)) == []  # whole GPUs: nothing to trade
