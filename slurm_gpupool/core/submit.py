@@ -181,12 +181,15 @@ def _idle_first(
     may_use: Callable[[dict[str, Any]], bool],
 ) -> Choice:
     """In an elastic period, a slice or shares that nothing has idle now give way to what
-    is idle and holds the request, in the order the request would take it: for
-    ``--gpu-mem`` the smallest idle MIG slice or whole GPU with that memory, for
-    ``--gpu-share`` shares of another time-sliced type a GPU has free, then the smallest
-    idle whole GPU; only what ``may_use`` allows (the job's tier).  The job starts now
-    instead of waiting for the pool to reshape (``gpupool simulate`` replays this rule).
-    ``idle``: devices by type, for a time-sliced type the most shards free on one GPU."""
+    is idle and holds the request, in this order: the same size elsewhere (a slice of the
+    same compute share on another model, shares of another time-sliced type), then the
+    smallest idle whole GPU with that memory, then (``--gpu-mem``) a larger idle slice;
+    only what ``may_use`` allows (the job's tier: a tier of slices and shards never gets a
+    whole GPU).  The job starts now instead of waiting for the pool to reshape; ``gpupool
+    simulate`` replays the same order (``RequestMapper.idle_alternatives``: whole GPUs
+    before larger slices, which bigger jobs need: on the openb mix the other order doubled
+    the p90 wait).  ``idle``: devices by type; for a time-sliced type the most shards
+    free on one GPU."""
     kind = c.offer["kind"]
     if request.kind not in ("mem", "share") or kind == "whole":
         return c
@@ -195,19 +198,24 @@ def _idle_first(
         return max(1, math.ceil(request.amount * o["shares"] - 1e-9))
 
     def free(o: dict[str, Any]) -> bool:
-        return idle.get(o["type"], 0) >= (shards(o) if o["kind"] == "shared" else 1)
+        return idle.get(o["type"], 0) >= (shards(o) if o["kind"] == "shared" else 1) and may_use(o)
 
-    if free(c.offer):
+    if idle.get(c.offer["type"], 0) >= (shards(c.offer) if kind == "shared" else 1):
         return c
-    ready = [o for o in offers if free(o) and may_use(o)]
-    alt = choose(request, ready, ELASTIC)
-    if alt is None:  # shares: none free on any GPU; or no idle slice with that memory
-        mib = request.amount if request.kind == "mem" else 0
-        wholes = [o for o in ready if o["kind"] == "whole" and o["memory_mib"] >= mib]
-        if not wholes:
-            return c
+    mib = request.amount if request.kind == "mem" else 0
+    ready = [o for o in offers if free(o)]  # choose() keeps to the memory asked for
+    share = c.offer.get("compute_share")
+    same = [o for o in ready if o["kind"] == kind and (kind == "shared" or o.get("compute_share") == share)]
+    wholes = [o for o in ready if o["kind"] == "whole" and o["memory_mib"] >= mib]
+    larger = [o for o in ready if o["kind"] == "mig"]
+    alt = choose(request, same, ELASTIC)
+    if alt is None and wholes:
         o = min(wholes, key=lambda o: (o["memory_mib"], -o["count"], o["type"]))
         alt = Choice(f"gpu:{o['type']}:1", None, ELASTIC, o, "")
+    if alt is None and request.kind == "mem":
+        alt = choose(request, larger, ELASTIC)
+    if alt is None:
+        return c
     what = "MIG slice" if kind == "mig" else "shares"
     option = "--gpu-mem" if request.kind == "mem" else "--gpu-share"
     held = alt.gres.split(":", 1)[1].rsplit(":", 1)[0]

@@ -33,6 +33,7 @@ def layout_offers(cfg: PoolConfig, layout: str, nodes: Iterable[str] | None = No
         here: dict[tuple[str, str, int], int] = {}  # this node's count per offer
         for g, inst, typ in devices:
             model = get_model(g.model)
+            prof = None
             if inst is not None:
                 assert model.mig is not None
                 prof = model.mig.by_name(inst.profile)
@@ -49,6 +50,8 @@ def layout_offers(cfg: PoolConfig, layout: str, nodes: Iterable[str] | None = No
             )
             if shares:
                 o["shares"] = shares
+            if kind == MIG and prof is not None and model.mig is not None:  # its share of the GPU's compute
+                o["compute_share"] = round(prof.compute_slices / model.mig.compute_slices, 6)
             o["count"] += 1
             here[key] = here.get(key, 0) + 1
             o["per_node"] = max(o.get("per_node", 0), here[key])

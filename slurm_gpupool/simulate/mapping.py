@@ -205,17 +205,18 @@ class RequestMapper:
 def _idle_alternatives(mapper: RequestMapper, req: TraceRequest, primary: Demand) -> list[Demand]:
     """What ``req`` may ask for instead when nothing idle holds ``primary`` (a slice or
     shares), in the order ``gpupool-sbatch`` tries them in an elastic period
-    (``core.submit._idle_first``): larger MIG slices that cover it, then whole GPUs."""
+    (``core.submit._idle_first``): whole GPUs, then larger MIG slices that cover it (for a
+    job whose tier may not use whole GPUs)."""
     out = []
+    whole = _whole(TraceRequest(req.gpus, 1000, req.memory_mib, req.model), mapper.offers, False, mapper.any_model)
+    if whole is not None:
+        out.append(whole)
     if primary.kind == "mig":
         want = req.milli / 1000
         for share, mib, typ, what in mapper.candidates:
             if share + _EPS >= want and mib >= req.memory_mib and f"gpu:{typ}:1" != primary.gres:
                 why = f"{req.milli}/1000 GPU -> {what} ({share:.3f} GPU), idle when its smaller slice was not"
                 out.append(Demand(f"gpu:{typ}:1", "mig", req.gpu_eq, share, why))
-    whole = _whole(TraceRequest(req.gpus, 1000, req.memory_mib, req.model), mapper.offers, False, mapper.any_model)
-    if whole is not None:
-        out.append(whole)
     return out
 
 

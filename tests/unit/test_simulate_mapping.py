@@ -99,7 +99,7 @@ def test_types_follow_the_configs_naming_and_autodetect():
 
 def test_idle_alternatives_are_larger_slices_then_whole_gpus_as_the_wrapper_tries_them():
     """What a job asks for instead when nothing idle holds its slice (an elastic period,
-    idle_first: core.submit._idle_first): the larger slices that cover it, then whole GPUs."""
+    idle_first: core.submit._idle_first): whole GPUs, then the larger slices that cover it."""
     from slurm_gpupool.ops.submit_catalog import merged_offers
 
     raw = {
@@ -113,6 +113,6 @@ def test_idle_alternatives_are_larger_slices_then_whole_gpus_as_the_wrapper_trie
     mapper = RequestMapper(offers, "elastic", cfg.slurm.type_naming)
     quarter = TraceRequest(1, 250)
     assert mapper(quarter).gres == "gpu:1g.6gb:1"
-    assert [d.gres for d in mapper.idle_alternatives(quarter)] == ["gpu:2g.12gb:1", "gpu:a30:1"]
+    assert [d.gres for d in mapper.idle_alternatives(quarter)] == ["gpu:a30:1", "gpu:2g.12gb:1"]
     assert [d.gres for d in mapper.idle_alternatives(TraceRequest(1, 500))] == ["gpu:a30:1"]  # 2g.12gb is its own
     assert mapper.idle_alternatives(TraceRequest(2)) == []  # whole GPUs: nothing to trade

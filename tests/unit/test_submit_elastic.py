@@ -70,8 +70,10 @@ def test_in_an_elastic_period_the_choice_spans_every_layout_and_takes_what_is_id
     assert decide(catalog, mem, NOW, lambda: {"1g.5gb": 1, "a100": 8}).choice.gres == "gpu:1g.5gb:1"
     c = decide(catalog, mem, NOW, lambda: {"1g.5gb": 0, "a100": 8, "v100": 2}).choice
     assert c.gres == "gpu:v100:1" and "no 1g.5gb MIG slice idle now, v100 is" in c.why  # the smallest idle
-    # a larger idle slice before any whole GPU
-    assert decide(catalog, mem, NOW, lambda: {"2g.10gb": 1, "a100": 8}).choice.gres == "gpu:2g.10gb:1"
+    # a slice of the same size on another model first, then a whole GPU, a larger slice last
+    assert decide(catalog, mem, NOW, lambda: {"1g.10gb": 1, "a100": 8}).choice.gres == "gpu:1g.10gb:1"
+    assert decide(catalog, mem, NOW, lambda: {"2g.10gb": 1, "a100": 8}).choice.gres == "gpu:a100:1"
+    assert decide(catalog, mem, NOW, lambda: {"2g.10gb": 1}).choice.gres == "gpu:2g.10gb:1"
     big = Request("mem", 36 * 1024, "36G")  # a 3g.40gb (H100) or more: the v100 (32G) is too small
     assert decide(catalog, big, NOW, lambda: {"v100": 2, "a100": 1}).choice.gres == "gpu:a100:1"
     assert decide(catalog, mem, NOW, lambda: {}).choice.gres == "gpu:1g.5gb:1"  # nothing idle: it waits for a slice
@@ -147,10 +149,11 @@ def test_the_wrapper_asks_sinfo_only_in_an_elastic_period_and_goes_on_without_it
     out.write_text(full)
     r = wrapper(site, "--gpu-mem=4G", "--explain", "--wrap", "true")
     assert r.returncode == 0, r.stderr
-    assert "--gres=gpu:2g.10gb:1" in given(site)["argv"] and "no 1g.5gb MIG slice idle now" in r.stderr
-    out.write_text(full.replace("gpu:3g.20gb:0", "gpu:3g.20gb:2").replace("gpu:2g.10gb:0", "gpu:2g.10gb:2"))
+    assert "--gres=gpu:v100:1" in given(site)["argv"] and "no 1g.5gb MIG slice idle now" in r.stderr
+    no_whole = full.replace("gpu:a100:0(IDX:N/A)", "gpu:a100:8(IDX:0-7)").replace("gpu:v100:0", "gpu:v100:4")
+    out.write_text(no_whole.replace("gpu:a100:1(IDX:38)", "gpu:a100:2(IDX:38-39)"))
     assert wrapper(site, "--gpu-mem=4G", "--wrap", "true").returncode == 0
-    assert "--gres=gpu:v100:1" in given(site)["argv"]  # no slice at all: the smallest idle whole GPU
+    assert "--gres=gpu:2g.10gb:1" in given(site)["argv"]  # no whole GPU idle either: a larger slice
     assert (tmp_path / "asked").read_text().split()[:3] == ["-h", "-N", "-O"]
     out.write_text(SINFO_2205)  # two slices idle
     assert wrapper(site, "--gpu-mem=4G", "--wrap", "true").returncode == 0
