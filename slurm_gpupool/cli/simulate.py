@@ -158,7 +158,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     from slurm_gpupool.simulate.pool import pool_spec
     from slurm_gpupool.validate import load_yaml
 
-    trace = trace or ("accounting" if files else "philly")
+    # --from or --since/--until name the site's accounting (files, or sacct); alone, the public
+    # Philly trace (--since without --trace replayed Philly, its window silently ignored)
+    trace = trace or ("accounting" if files or since or until else "philly")
     slowdowns = _floats(slowdown, "--slowdown")
     if limit_factor is None or not limit_factor >= 1 or limit_factor == float("inf"):
         raise UsageError(f"--limit-factor {limit_factor}", "must be at least 1 (a job ends within its limit)")
@@ -275,8 +277,9 @@ def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_f
             jobs = [j for j in jobs if j.submit_s < days * 86400]
         label = ", ".join(str(f) for f in files) if files else "sacct"
         return epoch, jobs, label
-    if files:
-        raise UsageError(f"--trace {trace} --from", "--from is for --trace accounting")
+    for given, option in ((files, "--from"), (accounting[0], "--since"), (accounting[1], "--until")):
+        if given:
+            raise UsageError(f"--trace {trace} {option}", f"{option} is for --trace accounting (this site's jobs)")
     curve = st.helios_curve() if retime else None
     epoch, jobs = st.philly_jobs(curve=curve, days=days, start=start, limit_factor=limit_factor, max_time_s=max_time_s)
     label = "Philly 2017" + (", re-timed to Helios Earth's daily curve" if retime else "")

@@ -186,3 +186,17 @@ def test_each_variant_of_a_sweep_is_its_own_replay():
     alone = json.loads(_invoke([*args, "--slowdown", "2", "--format", "json"], conf).output)["runs"]
     assert sweep[1]["switches"] == alone[0]["switches"] > 0
     assert sweep[1]["wait_s"] == alone[0]["wait_s"] and sweep[1]["utilisation"] == alone[0]["utilisation"]
+
+
+def test_since_without_a_trace_means_this_sites_accounting(tmp_path, monkeypatch, capsys):
+    """`gpupool simulate --since 1d` replayed the whole Philly trace (its window ignored):
+    the README demo's step 12 ran 82,247 jobs for a dozen of its own. --since/--until name
+    the site's accounting (sacct); with a public trace they are a usage error."""
+    from slurm_gpupool.cli.main import main
+
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(ROOT / "etc" / "gpupool.yaml"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sacct here: the accounting path says so
+    assert main(["simulate", "--since", "1d", "--format", "json"]) == 69
+    assert "slurm" in capsys.readouterr().err.lower()  # it asks Slurm, not the Philly trace
+    assert main(["simulate", "--trace", "philly", "--since", "1d"]) == 2
+    assert "--since is for --trace accounting" in capsys.readouterr().err
