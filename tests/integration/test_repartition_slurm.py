@@ -166,8 +166,9 @@ def test_slurmctld_refusing_the_new_config_is_reverted(night, tmp_path: Path):
 
 
 def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night):
+    # the job outlives the run by far (a loaded CI machine once took over 20 s for it)
     job = night.run(
-        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "3", "--wrap", "sleep 20"]
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "3", "--wrap", "sleep 60"]
     ).stdout.strip()
     deadline = time.monotonic() + 30
     while night.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
