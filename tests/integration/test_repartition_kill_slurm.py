@@ -1,7 +1,11 @@
 """The repartitioner killed (kill -9) after each journaled step in turn, and inside each
 restart (after each of the site's restart commands), in the real sandbox Slurm, with jobs
 running: the next run finishes the switch and no job is lost.  A module of its own
-(about 4 min) so that pytest-xdist runs it beside the other repartition tests.
+(about 7 min) so that pytest-xdist runs it beside the other repartition tests.
+
+The steps that leave Slurm itself half-way (a reservation made, nodes drained, slurmds or
+slurmctld stopped) are tried on every Slurm release; the others change only the journal and
+the simulated GPUs, which no release sees differently, so they run on the host's release.
 """
 
 from __future__ import annotations
@@ -10,32 +14,53 @@ import time
 
 import pytest
 
+from slurm_gpupool.ops import journal
+
 from .repartition_support import assert_converged, nodes_info, repartition, wait_jobs_done
 
 pytestmark = pytest.mark.integration
 
-KILL_STEPS = [
-    "waiting",
-    "reserved",
-    "applying",
-    "applied",
+SLURM_STEPS = [
+    "reserved",  # the MAINT reservation made, nothing drained
     "drained",
-    "gres_installing",
-    "gres_installed",
-    "restarting",
     "restart:0",  # the switching nodes' slurmds stopped, slurmctld not yet restarted
     "restart:1",  # slurmctld restarted, those slurmds not started again
     "restarted",
+    "others:0",  # the unswitched nodes' slurmds stopped (their jobs running), not started again
+]
+JOURNAL_STEPS = [
+    "waiting",
+    "applying",
+    "applied",
+    "gres_installing",
+    "gres_installed",
+    "restarting",
     "verifying",
     "done",
     "others_restarting",
-    "others:0",  # the unswitched nodes' slurmds stopped (their jobs running), not started again
     "others_restarted",
     "finished",
 ]
 
 
-def test_killed_at_each_step_the_next_run_converges(night):
+def test_killed_where_slurm_is_half_way_the_next_run_converges(night):
+    killed_at_each(night, SLURM_STEPS)
+
+
+@pytest.mark.release_independent
+def test_killed_at_each_other_step_the_next_run_converges(night):
+    killed_at_each(night, JOURNAL_STEPS)
+
+
+def test_the_two_lists_are_every_journaled_step_and_restart_once():
+    steps = SLURM_STEPS + JOURNAL_STEPS
+    failures = {journal.FAILED, journal.SKIPPED, journal.ROLLED_BACK}  # outcomes no switch reaches here
+    journaled = {*journal.NODE_STEPS, *journal.CLUSTER_STEPS} - failures
+    assert len(steps) == len(set(steps))
+    assert set(steps) == journaled | {"restart:0", "restart:1", "others:0"}
+
+
+def killed_at_each(night, steps: list[str]) -> None:
     """kill -9 right after each journaled step and restart command in turn; the next run
     finishes the switch.  The target alternates, so every step is also tried from the other
     layout.  A GPU job runs through it all on a node that does not switch (its slurmd is
@@ -46,7 +71,7 @@ def test_killed_at_each_step_the_next_run_converges(night):
     long = submit(night, "-w", "h100n1", gpu, "-t", "30", "--wrap", "sleep 1500")
     shorts = []
     try:
-        for i, step in enumerate(KILL_STEPS):
+        for i, step in enumerate(steps):
             shorts.append(submit(night, "-w", "a100n1", "-t", "2", "--wrap", "sleep 2"))
             target = "day" if i % 2 == 0 else "night"
             env = {"SLURM_GPUPOOL_KILL_AT": step}
