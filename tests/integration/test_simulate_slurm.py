@@ -102,7 +102,7 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
     return got  # type: ignore[return-value]
 
 
-def _handoff_s(real: dict[str, tuple[float, float, float, str]]) -> float:
+def _handoff_s(real: dict[str, tuple[float, float, float, str]], bf_interval_s: float) -> float:
     """How long after a job ends Slurm starts a waiting one in its place: the median, over
     jobs that waited, of their start less the last end on their node before it (whole
     seconds in sacct; a gap over one backfill interval is a start not caused by an end)."""
@@ -114,7 +114,7 @@ def _handoff_s(real: dict[str, tuple[float, float, float, str]]) -> float:
     for submit_t, start, _end, nodes in real.values():
         if start - submit_t < 1:
             continue
-        before = [e for node in NodeSet(nodes) for e in ends[node] if start - 5 <= e <= start]
+        before = [e for node in NodeSet(nodes) for e in ends[node] if start - bf_interval_s <= e <= start]
         if before:
             gaps.append(start - max(before))
     assert len(gaps) >= 20, gaps  # the day's queue hands GPUs over dozens of times
@@ -215,10 +215,10 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(s
         for j in order
     ]
     sw = Switcher("schedule", [(0.0, "day"), (wall0 + switch_at - epoch, "night")])
-    handoff = _handoff_s(real)
+    handoff = _handoff_s(real, params.bf_interval_s)
     print(f"\nhand-over after a job's end: median {handoff:.1f} s")
     for exact in (True, False):  # every reservation placed as Slurm does, and the fast shortcut
-        fields = {**params.__dict__, "switch_s": percentile(out, 50), "window_s": None, "bf_exact": exact}
-        fields["release_s"] = handoff
+        measured = {"switch_s": percentile(out, 50), "release_s": handoff}
+        fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}
         _compare(ids, real, epoch, Engine(spec, sw, Params(**fields)).run(jobs), switch_at, out, exact)
     assert sacct_states(sandbox, list(ids)) == states
