@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import PREFER_MIG, Demand, RequestMapper, TraceRequest
@@ -47,6 +46,7 @@ from slurm_gpupool.simulate.pool import PoolSpec, Shape
 GPU, SHARD = "gpu", "shard"
 _JOIN = "\x00"  # joins a request's types into one key (no GRES type holds it)
 INF = math.inf
+NOW = -math.inf  # a lower bound that is the present, whenever that is (kept across passes)
 # event kinds, in the order they are handled at one instant
 _END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _SAMPLE, _TICK = range(10)
 
@@ -191,6 +191,9 @@ class _Node:
     drain: bool = False  # a drain for demand: no deadline wait, no requeue (``Switcher.drains``)
     out_until: float = -INF  # out of service (switching) until
     since: float = -INF  # back from its last switch at
+    lines: dict[str, list[tuple[float, list[Part]]]] = field(default_factory=dict)  # type -> _timeline
+    bounds: dict[tuple[str, int], float] = field(default_factory=dict)  # its entry in Engine.bound_lists
+    bounds_epoch: int = 0  # the bound lists its entries are in (Engine.bounds_epoch)
 
     def free_eq(self) -> float:
         f = sum(self.eq[t] * n for t, n in self.free.items())
@@ -295,17 +298,23 @@ class Engine:
         ]
         self.kinds: dict[str, str] = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
+        self.bounds_epoch = 0
         self._index_types()
         self.events: list[tuple[float, int, int, object]] = []
         self.seq = self.live = 0
-        self.queue: list[tuple[float, int, int]] = []  # (priority, job id, index), kept sorted
+        self.queue: list[tuple[float, int, int]] = []  # (priority, job id, index) of queued jobs, sorted
         self.queued: set[int] = set()
+        # the last job the latest backfill pass tested when it could not test them all: a job
+        # queued behind it changes nothing that pass would do (None: the pass tested every job)
+        self.bf_cut: tuple[float, int, int] | None = None
+        self.in_pass = False
         self.deferred: set[int] = set()  # refused for now, resubmitted when a later layout comes
         self.need_of_job: dict[int, Need] = {}
         self.job_nodes: dict[int, list[_Node]] = {}
         self.gen: dict[int, int] = {}  # a requeued job's earlier end events are stale
         self.now = 0.0
         self.dirty = self.bf_pending = self.changed = False
+        self.last_pass_s = -INF
         self.typical: Counter[Need] = Counter()
         self.switches = self.skipped = self.requeued = self.started = 0
         self.oos_s = self.reserved_s = 0.0
@@ -349,13 +358,10 @@ class Engine:
                     if self.started == started and self.live == 0 and not self._quiet_ticks():
                         break
                     continue
-            t, kind, _, payload = heapq.heappop(self.events)
+            t, kind, payload = self._next_event()
             if kind in _LIVE:
                 self.live -= 1
                 self.quiet_since = INF
-            if t != self.now:
-                self._schedule_main()  # everything at one instant first, then schedule
-                self.now = t
             self._handle(kind, payload)
             handled += 1
             if progress is not None and handled % every == 0:
@@ -383,6 +389,17 @@ class Engine:
             nodes=len(self.nodes),
         )
 
+    def _next_event(self) -> tuple[float, int, object]:
+        """Take the next event.  Everything at one instant is handled first, then the main
+        scheduler runs, still at that instant; it may make a backfill pass due before the next
+        event, so it runs before that event is taken (not after: the pass would then run with
+        the clock gone back, on records a later event had already changed)."""
+        if self.events[0][0] != self.now:
+            self._schedule_main()
+        t, kind, _, payload = heapq.heappop(self.events)
+        self.now = t
+        return t, kind, payload
+
     def _handle(self, kind: int, payload: object) -> None:
         if kind == _END:
             self._end(*payload)  # type: ignore[misc]
@@ -390,6 +407,7 @@ class Engine:
             self._submit(payload)  # type: ignore[arg-type]
         elif kind == _BACKFILL:
             self.bf_pending = False
+            self.last_pass_s = self.now
             self._backfill()
         elif kind == _BACK:
             self._back(payload)  # type: ignore[arg-type]
@@ -404,6 +422,10 @@ class Engine:
         elif kind == _TICK:
             self._tick()
         elif kind == _SAMPLE:
+            self._schedule_main()
+            if self.bf_pending and self.events[0][:2] == (self.now, _BACKFILL):
+                self._push(self.now, _SAMPLE, None)  # measured after this instant's pass
+                return
             self._sample()
             self._push(self.now + self.p.sample_s, _SAMPLE, None)
 
@@ -438,14 +460,27 @@ class Engine:
         self.typical[need] += 1
         self._enqueue(i)
 
+    def _key(self, i: int) -> tuple[float, int, int]:
+        return (self.recs[i].submit_s, self.jobs[i].job_id, i)
+
     def _enqueue(self, i: int) -> None:
-        insort(self.queue, (self.recs[i].submit_s, self.jobs[i].job_id, i))
+        key = self._key(i)
+        insort(self.queue, key)
         self.queued.add(i)
-        self.dirty = self.changed = True
+        self.dirty = True
+        # a job queued behind the last one backfill tested is beyond bf_max_job_test: the next
+        # pass would test the same jobs on the same nodes and start nothing more (a requeued job
+        # keeps its place, ahead of the cut)
+        if self.bf_cut is None or key < self.bf_cut:
+            self.changed = True
 
     def _start(self, i: int, chosen: Sequence[tuple[_Node, list[Part]]]) -> None:
         job, rec, need = self.jobs[i], self.recs[i], self.need_of_job[i]
         self.queued.discard(i)
+        q = self.queue
+        del q[bisect_left(q, self._key(i))]
+        if not self.in_pass:
+            self.changed = True  # the main scheduler started it: backfill's reservations move
         self.started += 1
         run = job.duration_s * (self.p.shard_slowdown if need.kind == SHARD else 1.0)
         rec.timeout = run > job.limit_s
@@ -456,6 +491,7 @@ class Engine:
             _apply(n.free, n.shared, parts, +1)
             n.running[i] = (expected, parts)
             self._alloc(parts[0][1], need.eq / need.nodes)
+            self._records_changed(n, parts)
         rec.gres_type = chosen[0][1][0][1]
         self.job_nodes[i] = [n for n, _ in chosen]
         self.gen[i] = self.gen.get(i, 0) + 1
@@ -473,6 +509,7 @@ class Engine:
             _, parts = n.running.pop(i)
             _apply(n.free, n.shared, parts, -1)
             self._alloc(parts[0][1], -need.eq / need.nodes)
+            self._records_changed(n, parts)
             if n.target is not None and not n.running:
                 self._node_idle(n)
         self.dirty = self.changed = True
@@ -483,22 +520,30 @@ class Engine:
         if not self.dirty:
             return
         self.dirty = False
-        for _, _, i in self.queue:
-            if i not in self.queued:
-                continue
+        q, k = self.queue, 0
+        while k < len(q):
+            i = q[k][2]
             need = self.need_of_job[i]
             if not self._configured(need):
+                k += 1
                 continue  # no node has that GRES now (BadConstraints): it does not block
             chosen = self._fit_now(need, self.jobs[i].limit_s)
             if chosen is None:
                 break
-            self._start(i, chosen)
-        if len(self.queue) > 64 and len(self.queue) > 2 * len(self.queued):
-            self.queue = [e for e in self.queue if e[2] in self.queued]  # started jobs leave it
+            self._start(i, chosen)  # it leaves the queue: the next job is at k now
         if self.queued and self.changed and not self.bf_pending:
             self.bf_pending = True
-            step = self.p.bf_interval_s
-            self._push((math.floor(self.now / step) + 1) * step if step > 0 else self.now, _BACKFILL, None)
+            self._push(self._next_pass_at(), _BACKFILL, None)
+
+    def _next_pass_at(self) -> float:
+        """Backfill runs every ``bf_interval_s`` on a fixed grid: the next grid instant that has
+        not had its pass (this one's, if the change came at a grid instant before its pass:
+        events at one instant come before the pass)."""
+        step = self.p.bf_interval_s
+        if step <= 0:
+            return self.now
+        at = math.ceil(self.now / step) * step
+        return at if at > self.last_pass_s else self.last_pass_s + step
 
     def _configured(self, need: Need) -> bool:
         return len(self._offering(need.types)) >= need.nodes
@@ -545,54 +590,68 @@ class Engine:
         if not self.queued or not self.changed:
             return  # nothing was freed, submitted or switched since the last pass: it would start nothing
         self.changed = False
+        p, q = self.p, self.queue
+        self.bf_cut = q[p.bf_max_job_test - 1] if len(q) > p.bf_max_job_test else None
         started = self.started
         if not any(self._idle_now(t) for t in self.by_type):
             return
-        p = self.p
+        self.in_pass = True  # starts from here on are backfill's own (see the end)
         horizon = self.now + p.bf_window_s
-        tested_jobs = list(islice((i for _, _, i in self.queue if i in self.queued), p.bf_max_job_test))
+        tested_jobs = [i for _, _, i in q[: p.bf_max_job_test]]
+        jobs, need_of_job = self.jobs, self.need_of_job
         # per request shape, (count, nodes) -> the shortest limit that could not start now
         failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]] = {}
-        configured: dict[tuple[tuple[str, ...], int], bool] = {}  # nodes do not change during a pass
+        # per need (by identity: needs are memoised per request and layout), the shortest limit
+        # from which its jobs are passed over (INF: none is; -INF: no node offers its GRES now,
+        # and nodes do not change during a pass), kept up to date as marks are added
+        bar_of: dict[int, float] = {}
+        by_shape: dict[tuple[tuple[str, ...], str], list[Need]] = {}
         plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
-        lines: dict[tuple[int, str], list[tuple[float, list[Part]]]] = {}
-        # per (type, count): nodes by the earliest time they could hold it ignoring this pass's
-        # reservations; those only delay, so a job stops looking once that bound passes its best
-        bounds: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
+        merged: dict[tuple[str, int], list[tuple[float, int, str]]] = {}  # several types' bound_lists
         for i in tested_jobs:
-            need = self.need_of_job[i]
-            shape = (need.types, need.kind)
-            ok = configured.get((need.types, need.nodes))
-            if ok is None:
-                ok = configured[(need.types, need.nodes)] = self._configured(need)
-            if not ok:
+            need, limit = need_of_job[i], jobs[i].limit_s
+            bar = bar_of.get(id(need))
+            if bar is None:
+                bar = bar_of[id(need)] = self._bar(need, failed)
+                by_shape.setdefault((need.types, need.kind), []).append(need)
+            if limit >= bar:
                 continue
-            limit = self.jobs[i].limit_s
-            worse = failed.get(shape) if not p.bf_exact else None
-            if worse and any(c <= need.count and k <= need.nodes and lim <= limit for (c, k), lim in worse.items()):
-                continue
-            chosen = self._earliest_nodes(need, limit, horizon, plans, lines, bounds)
+            chosen = self._earliest_nodes(need, limit, horizon, plans, merged)
             if chosen is not None and chosen[-1][0] <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
-                for _, _, n, parts in chosen:
+                for _, _, _, parts in chosen:
                     typ = parts[0][1]
-                    lines.pop((n.index, typ), None)
-                    for stale in [k for k in bounds if typ in k[0].split(_JOIN)]:
-                        del bounds[stale]
+                    for stale in [k for k in merged if typ in k[0].split(_JOIN)]:
+                        del merged[stale]
                 continue
             if chosen is not None:  # a start later: its nodes are held for it from then
                 at = chosen[-1][0]
                 window = _rounded(at, at + limit, p.bf_resolution_s)
                 for _, _, n, _ in chosen:
                     insort(plans.setdefault(n.index, []), window)
+            if p.bf_exact:
+                continue
             # it cannot start now (nor anywhere within the window, when chosen is None): neither
             # can a later job of this request that needs as many records, nodes and time
-            marks = failed.setdefault(shape, {})
+            marks = failed.setdefault((need.types, need.kind), {})
             marks[(need.count, need.nodes)] = min(limit, marks.get((need.count, need.nodes), INF))
+            for other in by_shape[(need.types, need.kind)]:
+                if other.count >= need.count and other.nodes >= need.nodes and bar_of[id(other)] > limit:
+                    bar_of[id(other)] = limit
         if len(self.queued) > p.bf_max_job_test and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()
+        self.in_pass = False
+
+    def _bar(self, need: Need, failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]]) -> float:
+        """The shortest limit from which a job of ``need`` is passed over in this pass: that of
+        a failed job of its shape with no more records and nodes (INF: none; -INF: no node
+        offers its GRES now, ``BadConstraints``)."""
+        if not self._configured(need):
+            return -INF
+        marks = failed.get((need.types, need.kind), {})
+        return min((lim for (c, k), lim in marks.items() if c <= need.count and k <= need.nodes), default=INF)
 
     def _earliest_nodes(
         self,
@@ -600,20 +659,21 @@ class Engine:
         limit: float,
         horizon: float,
         plans: dict[int, list[tuple[float, float]]],
-        lines: dict[tuple[int, str], list[tuple[float, list[Part]]]],
-        bounds: dict[tuple[str, int], list[tuple[float, int, str]]],
+        merged: dict[tuple[str, int], list[tuple[float, int, str]]],
     ) -> list[tuple[float, int, _Node, list[Part]]] | None:
         """The ``need.nodes`` nodes where the job starts soonest (start, node, records), or None."""
         found: dict[int, tuple[float, list[Part]]] = {}  # node -> its earliest start and records
         kth = INF  # the need.nodes-th best start found so far
         now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
-        for lb, idx, typ in self._by_bound(need, bounds, lines):
-            if lb > kth or lb > horizon:
+        for lb, idx, typ in self._by_bound(need, merged):
+            if lb == NOW:
+                lb = now
+            elif lb > kth or lb > horizon:
                 break
             n = nodes[idx]
             if lb + limit > n.ahead_at:
                 continue  # its reservation ahead comes before this job could end there
-            t, parts = _earliest(n, need, typ, limit, now, horizon, plans.get(idx, ()), lines[(idx, typ)], res)
+            t, parts = _earliest(n, need, typ, limit, now, horizon, plans.get(idx, ()), self._line(n, typ), res)
             if t < INF and (idx not in found or t < found[idx][0]):
                 found[idx] = (t, parts)
                 if len(found) >= need.nodes:
@@ -623,37 +683,64 @@ class Engine:
         return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
 
     def _by_bound(
-        self,
-        need: Need,
-        bounds: dict[tuple[str, int], list[tuple[float, int, str]]],
-        lines: dict[tuple[int, str], list[tuple[float, list[Part]]]],
+        self, need: Need, merged: dict[tuple[str, int], list[tuple[float, int, str]]]
     ) -> Iterable[tuple[float, int, str]]:
         """(lower bound of the start, node, type) for every usable node offering ``need``,
-        soonest first: the bound ignores reservations, which can only make it later."""
-        joined = _JOIN.join(need.types)  # several types: their lists merged, kept for the pass
-        merged = bounds.get((joined, need.count))
-        if merged is not None:
-            return merged
-        per_type = []
-        for typ in need.types:
-            key = (typ, need.count)
-            lst = bounds.get(key)
-            if lst is None:
-                lst = []
-                for n in self.by_type.get(typ, ()):
-                    if not n.usable:
-                        continue
-                    line = lines.get((n.index, typ))
-                    if line is None:
-                        line = lines[(n.index, typ)] = _timeline(n, typ)
-                    lst.append((_lower_bound(n, typ, need.count, self.now, line), n.index, typ))
-                lst.sort()
-                bounds[key] = lst
-            per_type.append(lst)
-        if len(per_type) == 1:
-            return per_type[0]
-        merged = bounds[(joined, need.count)] = list(heapq.merge(*per_type))
-        return merged
+        soonest first (NOW: it could start now): the bound ignores reservations, which can
+        only make it later."""
+        if len(need.types) == 1:
+            return self._bound_list(need.types[0], need.count)
+        joined = (_JOIN.join(need.types), need.count)  # several types: their lists merged, kept for the pass
+        lst = merged.get(joined)
+        if lst is None:
+            lst = merged[joined] = list(heapq.merge(*(self._bound_list(t, need.count) for t in need.types)))
+        return lst
+
+    def _bound_list(self, typ: str, count: int) -> list[tuple[float, int, str]]:
+        """Usable nodes offering ``typ`` by when ``count`` records of it are first idle as
+        running jobs reach their limits (``_lower_bound``).  Kept across passes: a job's start
+        or end moves only its node's entry (``_records_changed``); a switch rebuilds them."""
+        key = (typ, count)
+        lst = self.bound_lists.get(key)
+        if lst is None:
+            lst = []
+            for n in self.by_type.get(typ, ()):
+                if n.bounds_epoch != self.bounds_epoch:
+                    n.bounds.clear()
+                    n.bounds_epoch = self.bounds_epoch
+                if n.usable:
+                    lb = n.bounds[key] = _lower_bound(n, typ, count, self._line(n, typ))
+                    lst.append((lb, n.index, typ))
+            lst.sort()
+            self.bound_lists[key] = lst
+        return lst
+
+    def _line(self, n: _Node, typ: str) -> list[tuple[float, list[Part]]]:
+        line = n.lines.get(typ)
+        if line is None:
+            line = n.lines[typ] = _timeline(n, typ)
+        return line
+
+    def _records_changed(self, n: _Node, parts: Sequence[Part]) -> None:
+        """A job started or ended on ``n``: its timeline and its entries in the bound lists
+        of those types are out of date."""
+        if n.bounds_epoch != self.bounds_epoch:
+            n.bounds.clear()  # entries of lists since forgotten
+            n.bounds_epoch = self.bounds_epoch
+        for typ in {part[1] for part in parts}:
+            n.lines.pop(typ, None)
+            for (t, count), old in list(n.bounds.items()):
+                if t != typ:
+                    continue
+                lst = self.bound_lists[(t, count)]
+                del lst[bisect_left(lst, (old, n.index, t))]
+                lb = n.bounds[(t, count)] = _lower_bound(n, t, count, self._line(n, t))
+                insort(lst, (lb, n.index, t))
+
+    def _forget_bounds(self) -> None:
+        """Nodes came or went (a switch): the bound lists are rebuilt when next asked for."""
+        self.bound_lists: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
+        self.bounds_epoch += 1  # each node's entries: cleared when next used
 
     def _idle_now(self, typ: str) -> bool:
         """Does any usable node have an idle record (or shard) of ``typ``?"""
@@ -694,6 +781,7 @@ class Engine:
             elif n.layout == layout:  # waiting to leave a layout that is due again
                 n.target, n.switch_at, n.idle_since, n.skipped = None, INF, INF, False
                 n.usable = True
+                self._forget_bounds()
             else:
                 n.target, n.switch_at, n.skipped = layout, self.now, False
         self.dirty = self.changed = True
@@ -714,7 +802,7 @@ class Engine:
             )
             for n in self.nodes
         ]
-        queued = [i for _, _, i in self.queue if i in self.queued]
+        queued = [i for _, _, i in self.queue]
         pending = [self._pending(i, self.need_of_job.get(i)) for i in queued]
         pending += [self._pending(i, None) for i in sorted(self.deferred)]
         by_name = {n.name: n for n in self.nodes}
@@ -733,12 +821,9 @@ class Engine:
             return False
         self.quiet_since = min(self.quiet_since, self.now)
         while self.events and self.live == 0:
-            t, kind, _, payload = heapq.heappop(self.events)
-            if t > self.quiet_since + self.sw.settle_s:
+            if self.events[0][0] > self.quiet_since + self.sw.settle_s:
                 return False
-            if t != self.now:
-                self._schedule_main()
-                self.now = t
+            _, kind, payload = self._next_event()
             self._handle(kind, payload)
         return self.live > 0
 
@@ -749,6 +834,7 @@ class Engine:
         """The node enters the run's reservation: no new job; it switches once idle."""
         n.target, n.switch_at, n.skipped, n.requeued, n.drain = layout, self.now, False, False, drain
         n.usable = False
+        self._forget_bounds()
         if self.p.requeue and not drain:
             self._push(self.now + self.p.deadline_s, _REQUEUE, (n.index, 0))
         if not n.running:
@@ -817,6 +903,7 @@ class Engine:
             fresh.eq,
         )
         self.layout_s[n.layout] = self.layout_s.get(n.layout, 0.0) - min(self.now, self.window)
+        n.lines.clear()
         self._index_types()
         self._capacity(n, +1)
         n.target, n.switch_at, n.idle_since, n.skipped, n.requeued = None, INF, INF, False, False
@@ -855,6 +942,7 @@ class Engine:
                 by.setdefault(t, []).append(n)
         self.by_type = by
         self.offering: dict[tuple[str, ...], list[_Node]] = {}
+        self._forget_bounds()  # usable nodes come back here (_back)
 
     # -- measurements ----------------------------------------------------------------------
     def _flush(self, typ: str, t: float) -> None:
@@ -998,14 +1086,14 @@ def _rounded(start: float, end: float, resolution: float) -> tuple[float, float]
     return (start // resolution) * resolution, (end // resolution) * resolution
 
 
-def _lower_bound(n: _Node, typ: str, count: int, now: float, line: Sequence[tuple[float, list[Part]]]) -> float:
-    """When ``count`` records of plain ``typ`` are first idle on ``n`` as its jobs end (now for
-    time-sliced GPUs, whose state is per GPU: no pruning there); INF if never."""
+def _lower_bound(n: _Node, typ: str, count: int, line: Sequence[tuple[float, list[Part]]]) -> float:
+    """When ``count`` records of plain ``typ`` are first idle on ``n`` as its jobs end (NOW:
+    already; also for time-sliced GPUs, whose state is per GPU: no pruning there); INF if never."""
     if typ not in n.free:
-        return now
+        return NOW
     free = n.free[typ]
     if free >= count:
-        return now
+        return NOW
     for end, parts in line:
         free += sum(c for _, _, c, _ in parts)
         if free >= count:
