@@ -44,7 +44,6 @@ from slurm_gpupool.simulate.mapping import PREFER_MIG, Demand, RequestMapper, Tr
 from slurm_gpupool.simulate.pool import PoolSpec, Shape
 
 GPU, SHARD = "gpu", "shard"
-_JOIN = "\x00"  # joins a request's types into one key (no GRES type holds it)
 INF = math.inf
 NOW = -math.inf  # a lower bound that is the present, whenever that is (kept across passes)
 # event kinds, in the order they are handled at one instant
@@ -192,7 +191,8 @@ class _Node:
     out_until: float = -INF  # out of service (switching) until
     since: float = -INF  # back from its last switch at
     lines: dict[str, list[tuple[float, list[Part]]]] = field(default_factory=dict)  # type -> _timeline
-    bounds: dict[tuple[str, int], float] = field(default_factory=dict)  # its entry in Engine.bound_lists
+    # its entries in Engine.bound_lists: (types, count, its type) -> lower bound
+    bounds: dict[tuple[tuple[str, ...], int, str], float] = field(default_factory=dict)
     bounds_epoch: int = 0  # the bound lists its entries are in (Engine.bounds_epoch)
 
     def free_eq(self) -> float:
@@ -302,7 +302,9 @@ class Engine:
         self._index_types()
         self.events: list[tuple[float, int, int, object]] = []
         self.seq = self.live = 0
-        self.queue: list[tuple[float, int, int]] = []  # (priority, job id, index) of queued jobs, sorted
+        # queued jobs in priority order: (priority, job id, index: the key), then what a backfill
+        # pass reads of each (the identity of its need, its limit)
+        self.queue: list[tuple[float, int, int, int, float]] = []
         self.queued: set[int] = set()
         # the last job the latest backfill pass tested when it could not test them all: a job
         # queued behind it changes nothing that pass would do (None: the pass tested every job)
@@ -465,7 +467,7 @@ class Engine:
 
     def _enqueue(self, i: int) -> None:
         key = self._key(i)
-        insort(self.queue, key)
+        insort(self.queue, (*key, id(self.need_of_job[i]), self.jobs[i].limit_s))
         self.queued.add(i)
         self.dirty = True
         # a job queued behind the last one backfill tested is beyond bf_max_job_test: the next
@@ -486,7 +488,9 @@ class Engine:
         rec.timeout = run > job.limit_s
         rec.start_s = self.now
         rec.end_s = self.now + min(run, job.limit_s)
-        expected = self.now + job.limit_s
+        # what backfill plans with: the time limit (it does not know run times); a job killed at
+        # its limit holds its records until its completion ends, release_s later
+        expected = max(self.now + job.limit_s, rec.end_s + self.p.release_s)
         for n, parts in chosen:
             _apply(n.free, n.shared, parts, +1)
             n.running[i] = (expected, parts)
@@ -591,14 +595,14 @@ class Engine:
             return  # nothing was freed, submitted or switched since the last pass: it would start nothing
         self.changed = False
         p, q = self.p, self.queue
-        self.bf_cut = q[p.bf_max_job_test - 1] if len(q) > p.bf_max_job_test else None
+        self.bf_cut = q[p.bf_max_job_test - 1][:3] if len(q) > p.bf_max_job_test else None
         started = self.started
         if not any(self._idle_now(t) for t in self.by_type):
             return
         self.in_pass = True  # starts from here on are backfill's own (see the end)
         horizon = self.now + p.bf_window_s
-        tested_jobs = [i for _, _, i in q[: p.bf_max_job_test]]
-        jobs, need_of_job = self.jobs, self.need_of_job
+        tested = q[: p.bf_max_job_test]
+        need_of_job = self.need_of_job
         # per request shape, (count, nodes) -> the shortest limit that could not start now
         failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]] = {}
         # per need (by identity: needs are memoised per request and layout), the shortest limit
@@ -607,22 +611,18 @@ class Engine:
         bar_of: dict[int, float] = {}
         by_shape: dict[tuple[tuple[str, ...], str], list[Need]] = {}
         plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
-        merged: dict[tuple[str, int], list[tuple[float, int, str]]] = {}  # several types' bound_lists
-        for i in tested_jobs:
-            need, limit = need_of_job[i], jobs[i].limit_s
-            bar = bar_of.get(id(need))
+        for _, _, i, nid, limit in tested:
+            bar = bar_of.get(nid)
             if bar is None:
-                bar = bar_of[id(need)] = self._bar(need, failed)
+                need = need_of_job[i]
+                bar = bar_of[nid] = self._bar(need, failed)
                 by_shape.setdefault((need.types, need.kind), []).append(need)
             if limit >= bar:
                 continue
-            chosen = self._earliest_nodes(need, limit, horizon, plans, merged)
+            need = need_of_job[i]
+            chosen = self._earliest_nodes(need, limit, horizon, plans)
             if chosen is not None and chosen[-1][0] <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
-                for _, _, _, parts in chosen:
-                    typ = parts[0][1]
-                    for stale in [k for k in merged if typ in k[0].split(_JOIN)]:
-                        del merged[stale]
                 continue
             if chosen is not None:  # a start later: its nodes are held for it from then
                 at = chosen[-1][0]
@@ -659,13 +659,14 @@ class Engine:
         limit: float,
         horizon: float,
         plans: dict[int, list[tuple[float, float]]],
-        merged: dict[tuple[str, int], list[tuple[float, int, str]]],
     ) -> list[tuple[float, int, _Node, list[Part]]] | None:
-        """The ``need.nodes`` nodes where the job starts soonest (start, node, records), or None."""
+        """The ``need.nodes`` nodes where the job starts soonest (start, node, records; ties to
+        the first node), or None."""
         found: dict[int, tuple[float, list[Part]]] = {}  # node -> its earliest start and records
         kth = INF  # the need.nodes-th best start found so far
-        now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
-        for lb, idx, typ in self._by_bound(need, merged):
+        now, res, nodes, single = self.now, self.p.bf_resolution_s, self.nodes, need.nodes == 1
+        best: tuple[float, int, _Node, list[Part]] | None = None  # single: the best so far
+        for lb, idx, typ in self._by_bound(need):
             if lb == NOW:
                 lb = now
             elif lb > kth or lb > horizon:
@@ -673,44 +674,50 @@ class Engine:
             n = nodes[idx]
             if lb + limit > n.ahead_at:
                 continue  # its reservation ahead comes before this job could end there
-            t, parts = _earliest(n, need, typ, limit, now, horizon, plans.get(idx, ()), self._line(n, typ), res)
-            if t < INF and (idx not in found or t < found[idx][0]):
+            windows = plans.get(idx, ())
+            if typ in n.free:  # plain records: idle from lb on, only the reservations decide
+                if need.kind != GPU:
+                    continue
+                t = _first_clear(lb, limit, now, horizon, n.ahead_at, windows, res) if windows else lb
+                if t == INF or (t > kth or (t == kth and best is not None and idx > best[1])):
+                    continue  # (a node's second type takes a start strictly sooner only)
+                parts = [(GPU, typ, need.count, -1)]
+            else:
+                t, parts = _earliest(n, need, typ, limit, now, horizon, windows, self._line(n, typ), res)
+                if t == INF:
+                    continue
+            if single:
+                if t < kth or (best is not None and t == kth and idx < best[1]):
+                    kth, best = t, (t, idx, n, parts)
+                continue
+            if idx not in found or t < found[idx][0]:
                 found[idx] = (t, parts)
                 if len(found) >= need.nodes:
-                    kth = min(kth, t) if need.nodes == 1 else sorted(v[0] for v in found.values())[need.nodes - 1]
+                    kth = sorted(v[0] for v in found.values())[need.nodes - 1]
+        if single:
+            return [best] if best is not None else None
         if len(found) < need.nodes:
             return None
         return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
 
-    def _by_bound(
-        self, need: Need, merged: dict[tuple[str, int], list[tuple[float, int, str]]]
-    ) -> Iterable[tuple[float, int, str]]:
-        """(lower bound of the start, node, type) for every usable node offering ``need``,
-        soonest first (NOW: it could start now): the bound ignores reservations, which can
-        only make it later."""
-        if len(need.types) == 1:
-            return self._bound_list(need.types[0], need.count)
-        joined = (_JOIN.join(need.types), need.count)  # several types: their lists merged, kept for the pass
-        lst = merged.get(joined)
-        if lst is None:
-            lst = merged[joined] = list(heapq.merge(*(self._bound_list(t, need.count) for t in need.types)))
-        return lst
-
-    def _bound_list(self, typ: str, count: int) -> list[tuple[float, int, str]]:
-        """Usable nodes offering ``typ`` by when ``count`` records of it are first idle as
-        running jobs reach their limits (``_lower_bound``).  Kept across passes: a job's start
-        or end moves only its node's entry (``_records_changed``); a switch rebuilds them."""
-        key = (typ, count)
+    def _by_bound(self, need: Need) -> list[tuple[float, int, str]]:
+        """(lower bound of the start, node, type) for every usable node offering one of
+        ``need.types``, soonest first (NOW: it could start now): when ``need.count`` records
+        are first idle as running jobs reach their limits (``_lower_bound``).  The bound
+        ignores reservations, which can only make it later.  Kept across passes: a job's start
+        or end moves only its node's entries (``_records_changed``); a switch rebuilds them."""
+        key = (need.types, need.count)
         lst = self.bound_lists.get(key)
         if lst is None:
             lst = []
-            for n in self.by_type.get(typ, ()):
-                if n.bounds_epoch != self.bounds_epoch:
-                    n.bounds.clear()
-                    n.bounds_epoch = self.bounds_epoch
-                if n.usable:
-                    lb = n.bounds[key] = _lower_bound(n, typ, count, self._line(n, typ))
-                    lst.append((lb, n.index, typ))
+            for typ in need.types:
+                for n in self.by_type.get(typ, ()):
+                    if n.bounds_epoch != self.bounds_epoch:
+                        n.bounds.clear()
+                        n.bounds_epoch = self.bounds_epoch
+                    if n.usable:
+                        lb = n.bounds[(*key, typ)] = _lower_bound(n, typ, need.count, self._line(n, typ))
+                        lst.append((lb, n.index, typ))
             lst.sort()
             self.bound_lists[key] = lst
         return lst
@@ -729,17 +736,17 @@ class Engine:
             n.bounds_epoch = self.bounds_epoch
         for typ in {part[1] for part in parts}:
             n.lines.pop(typ, None)
-            for (t, count), old in list(n.bounds.items()):
+            for (types, count, t), old in list(n.bounds.items()):
                 if t != typ:
                     continue
-                lst = self.bound_lists[(t, count)]
+                lst = self.bound_lists[(types, count)]
                 del lst[bisect_left(lst, (old, n.index, t))]
-                lb = n.bounds[(t, count)] = _lower_bound(n, t, count, self._line(n, t))
+                lb = n.bounds[(types, count, t)] = _lower_bound(n, t, count, self._line(n, t))
                 insort(lst, (lb, n.index, t))
 
     def _forget_bounds(self) -> None:
         """Nodes came or went (a switch): the bound lists are rebuilt when next asked for."""
-        self.bound_lists: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
+        self.bound_lists: dict[tuple[tuple[str, ...], int], list[tuple[float, int, str]]] = {}
         self.bounds_epoch += 1  # each node's entries: cleared when next used
 
     def _idle_now(self, typ: str) -> bool:
@@ -802,7 +809,7 @@ class Engine:
             )
             for n in self.nodes
         ]
-        queued = [i for _, _, i in self.queue]
+        queued = [e[2] for e in self.queue]
         pending = [self._pending(i, self.need_of_job.get(i)) for i in queued]
         pending += [self._pending(i, None) for i in sorted(self.deferred)]
         by_name = {n.name: n for n in self.nodes}
@@ -1098,6 +1105,29 @@ def _lower_bound(n: _Node, typ: str, count: int, line: Sequence[tuple[float, lis
         free += sum(c for _, _, c, _ in parts)
         if free >= count:
             return end
+    return INF
+
+
+def _first_clear(
+    lb: float,
+    limit: float,
+    now: float,
+    horizon: float,
+    ahead_at: float,
+    windows: Sequence[tuple[float, float]],
+    resolution: float,
+) -> float:
+    """The earliest start from ``lb`` on (when the records are idle, and stay so) whose
+    window overlaps none of ``windows`` (sorted, on the bf_resolution grid), before
+    ``horizon`` and the node's reservation ahead; INF if none.  Only ``lb`` or the end of a
+    window can be it: a start that overlaps a window keeps overlapping it until it ends.
+    (What ``_earliest`` finds for plain records, without walking the node's timeline.)"""
+    for t in (lb, *sorted(b for _, b in windows if b > lb)):
+        if t > horizon or t + limit > ahead_at:
+            return INF
+        lo, hi = (t, t + limit) if t <= now else _rounded(t, t + limit, resolution)
+        if not any(a < hi and b > lo for a, b in windows):
+            return t
     return INF
 
 

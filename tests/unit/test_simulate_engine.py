@@ -267,3 +267,97 @@ def test_a_demand_driven_switcher_switches_the_nodes_it_names(spec):
     res = Engine(spec, sw, Params(sample_s=0, switch_s=60, lead_time_s=0, window_s=1e12, release_s=0)).run(jobs)
     assert res.switches == 1 and res.layout_seconds["day"] > 0
     assert {x.job_id: x for x in res.jobs}[2].start_s == -1  # n2 now has no whole GPUs: it never starts
+
+
+def _head_and_candidate(job1_runs: float, submitted: float = 40) -> list[SimJob]:
+    """n1 and n2 full; a 4-GPU head reserved at 1000; a 1-GPU job that backfill can start on
+    n1 as soon as job 1's two GPUs come free (it ends long before 1000)."""
+    return [
+        job(1, 0, job1_runs, gpus=2, limit=70),  # n1: 2 of 4
+        job(2, 0, 1000, gpus=4, limit=1000),  # n2 full
+        job(3, 0, 1000, gpus=2, limit=1000),  # n1 full
+        job(4, submitted, 100, gpus=4, limit=100),  # the head: reserved at 1000
+        job(5, submitted, 10, gpus=1, limit=60),  # submitted with it
+    ]
+
+
+def test_a_backfill_pass_never_runs_with_the_clock_gone_back(spec):
+    """Found comparing two versions of the engine on Philly: the main scheduler ran after the
+    next event had been taken, so a pass it made due before that event (60) ran after it, with
+    the clock set back, on the GPUs the event (job 1's end at 61.5) had freed: job 5 started
+    at 60, 1.5 s before its GPU was free.  The pass at 60 runs first and finds n1 full.  (Job 5's
+    submission at 40 is the last event before job 1's end.)"""
+    _, r = run(spec, _head_and_candidate(61), release_s=0.5)
+    assert r[1].end_s == 61  # records free at 61.5
+    assert r[5].start_s == 90  # the first pass after 61.5
+    assert r[4].start_s == 1000.5
+
+
+def test_a_change_at_a_backfill_instant_is_seen_by_that_instant_s_pass(spec):
+    """Passes run on the bf_interval grid, after every other event of their instant.  Jobs 4 and
+    5 are queued at 10 and tested by the pass at 30; job 1's records come free at 60 exactly,
+    so the pass at 60 backfills job 5 (it waited for the pass at 90: a pass made due at a grid
+    instant went to the next one)."""
+    _, r = run(spec, _head_and_candidate(59.5, submitted=10), release_s=0.5)
+    assert r[5].start_s == 60
+
+
+def test_a_job_killed_at_its_limit_holds_its_gpus_until_its_completion_ends(spec):
+    """Job 1 reaches its limit at 60 and its records come free at 60.5 (release_s).  The pass
+    at 60 (made due by job 4's submission at 50) must not plan on them: it started job 3 on
+    GPUs job 1 still held."""
+    jobs = [
+        job(1, 0, 1000, gpus=4, limit=60),  # n1: killed at 60
+        job(2, 0, 1000, gpus=4, limit=1000),  # n2 full
+        job(3, 10, 100, gpus=8, limit=100),  # the head: both nodes, reserved at 1000
+        job(4, 10, 10, gpus=1, limit=60),  # backfill: fits on n1 once job 1's GPUs are free
+        job(5, 50, 10, gpus=1, limit=2000),  # would delay the head: waits; its submission makes a pass due
+    ]
+    _, r = run(spec, jobs, release_s=0.5)
+    assert r[1].timeout and r[1].end_s == 60
+    assert r[4].start_s == 90  # the pass after 60.5, not the one at 60
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_node_ever_holds_more_than_it_has(spec, seed):
+    """A random day/night replay with completion latency: at every instant, the jobs holding
+    records of a type on a node (from their start until their records come free) hold no more
+    than the node has of it, and no job starts before it is submitted."""
+    import random
+
+    rng = random.Random(seed)
+    jobs, t = [], 0.0
+    for i in range(300):
+        t += rng.expovariate(1 / 30)
+        gpus, milli = rng.choice([(1, 1000), (2, 1000), (4, 1000), (8, 1000), (1, 200), (1, 250)])
+        duration = rng.uniform(5, 300)
+        jobs.append(job(i, t, duration, gpus=gpus, milli=milli, limit=time_limit_s(duration, rng.choice([1, 2, 3]))))
+    release = 0.5
+    held: list[tuple[int, str, int, float]] = []  # (node, plain type, count, when its records come free)
+    over: list[str] = []
+
+    class Watched(Engine):
+        def _start(self, i, chosen):
+            super()._start(i, chosen)
+            free_at = self.recs[i].end_s + release
+            for n, parts in chosen:
+                typ = parts[0][1]
+                if typ not in n.cap:
+                    continue  # time-sliced: per-GPU shares (test_a_time_sliced_gpu_...)
+                held.append((n.index, typ, sum(p[2] for p in parts), free_at))
+                using = sum(c for x, t, c, f in held if x == n.index and t == typ and f > self.now)
+                if using > n.cap[typ]:
+                    over.append(f"{self.now}: {n.name} holds {using} {typ} of {n.cap[typ]}")
+
+    # day and night every 3000 s: a job mapped in one layout waits for the next period of it
+    sw = Switcher("test", [(3000.0 * k, ("whole", "day")[k % 2]) for k in range(60)])
+    params = Params(sample_s=0, bf_interval_s=30, switch_s=60, lead_time_s=600, window_s=1e12, release_s=release)
+    res = Watched(spec, sw, params).run(jobs)
+    assert not over, over[:5]
+    assert len(held) > 200  # most jobs held plain records (whole GPUs or MIG slices)
+    early = [
+        (r.job_id, r.submit_s, r.start_s, r.need, r.layout, r.eligible_s)
+        for r in res.jobs
+        if not r.start_s >= r.submit_s
+    ]
+    assert not early, early[:5]
