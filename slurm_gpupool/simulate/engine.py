@@ -638,7 +638,7 @@ class Engine:
             for other in by_shape[(need.types, need.kind)]:
                 if other.count >= need.count and other.nodes >= need.nodes and bar_of[id(other)] > limit:
                     bar_of[id(other)] = limit
-        if len(self.queued) > p.bf_max_job_test and self.started > started:
+        if self.bf_cut is not None and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()

@@ -318,6 +318,21 @@ def test_a_job_killed_at_its_limit_holds_its_gpus_until_its_completion_ends(spec
     assert r[4].start_s == 90  # the pass after 60.5, not the one at 60
 
 
+def test_jobs_a_pass_did_not_reach_are_tested_by_the_next_when_it_started_some(spec):
+    """bf_max_job_test 2: the pass at 30 tests the head and job 4 and starts job 4; job 5, not
+    tested, is within the limit now.  Nothing else changes until 1000, yet the pass at 60
+    tests it (it waited for 1000: the rule looked at the queue after the pass, 2 jobs)."""
+    jobs = [
+        job(1, 0, 1000, gpus=4, limit=1000),  # n1 full
+        job(2, 0, 1000, gpus=2, limit=1000),  # n2: 2 of 4
+        job(3, 1, 100, gpus=8, limit=100),  # the head: both nodes at 1000
+        job(4, 1, 10, gpus=1, limit=60),  # backfilled at 30 on n2
+        job(5, 1, 10, gpus=1, limit=60),  # third in the queue
+    ]
+    _, r = run(spec, jobs, bf_max_job_test=2)
+    assert r[4].start_s == 30 and r[5].start_s == 60
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_no_node_ever_holds_more_than_it_has(spec, seed):
     """A random day/night replay with completion latency: at every instant, the jobs holding
