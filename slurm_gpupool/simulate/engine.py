@@ -47,7 +47,8 @@ GPU, SHARD = "gpu", "shard"
 INF = math.inf
 NOW = -math.inf  # a lower bound that is the present, whenever that is (kept across passes)
 # event kinds, in the order they are handled at one instant
-_END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _SAMPLE, _TICK = range(10)
+# (samples last: what they measure, and whether they run at all, changes nothing before them)
+_END, _BACK, _SWITCH, _AHEAD, _CRON, _REQUEUE, _SUBMIT, _BACKFILL, _TICK, _SAMPLE = range(10)
 
 
 @dataclass(frozen=True)
@@ -678,7 +679,11 @@ class Engine:
             if typ in n.free:  # plain records: idle from lb on, only the reservations decide
                 if need.kind != GPU:
                     continue
-                t = _first_clear(lb, limit, now, horizon, n.ahead_at, windows, res) if windows else lb
+                if windows:
+                    line = self._line(n, typ) if lb == now else ()
+                    t = _first_clear(lb, limit, now, horizon, n.ahead_at, windows, res, line[0][0] if line else INF)
+                else:
+                    t = lb
                 if t == INF or (t > kth or (t == kth and best is not None and idx > best[1])):
                     continue  # (a node's second type takes a start strictly sooner only)
                 parts = [(GPU, typ, need.count, -1)]
@@ -1116,13 +1121,20 @@ def _first_clear(
     ahead_at: float,
     windows: Sequence[tuple[float, float]],
     resolution: float,
+    next_end: float = INF,
 ) -> float:
     """The earliest start from ``lb`` on (when the records are idle, and stay so) whose
     window overlaps none of ``windows`` (sorted, on the bf_resolution grid), before
-    ``horizon`` and the node's reservation ahead; INF if none.  Only ``lb`` or the end of a
-    window can be it: a start that overlaps a window keeps overlapping it until it ends.
-    (What ``_earliest`` finds for plain records, without walking the node's timeline.)"""
-    for t in (lb, *sorted(b for _, b in windows if b > lb)):
+    ``horizon`` and the node's reservation ahead; INF if none.  What ``_earliest`` finds for
+    plain records, without walking the node's timeline: a start later than now is checked
+    with its window rounded down, and from there one that overlaps a window keeps
+    overlapping it until that window ends, so only window ends can follow; but a start now
+    is checked exactly, and the first later time (``next_end``, the node's next job end,
+    or a window end) may clear what now did not, its rounded window ending sooner."""
+    later = {b for _, b in windows if b > lb}
+    if lb <= now and next_end < INF:
+        later.add(next_end)
+    for t in (lb, *sorted(later)):
         if t > horizon or t + limit > ahead_at:
             return INF
         lo, hi = (t, t + limit) if t <= now else _rounded(t, t + limit, resolution)

@@ -6,7 +6,23 @@ from __future__ import annotations
 import pytest
 
 from slurm_gpupool.config import parse_config
-from slurm_gpupool.simulate.engine import GPU, SHARD, Engine, Need, Params, Switcher, _take
+from slurm_gpupool.simulate.engine import (
+    GPU,
+    INF,
+    NOW,
+    SHARD,
+    Engine,
+    Need,
+    Params,
+    Switcher,
+    _earliest,
+    _first_clear,
+    _lower_bound,
+    _Node,
+    _rounded,
+    _take,
+    _timeline,
+)
 from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
@@ -333,11 +349,8 @@ def test_jobs_a_pass_did_not_reach_are_tested_by_the_next_when_it_started_some(s
     assert r[4].start_s == 30 and r[5].start_s == 60
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_no_node_ever_holds_more_than_it_has(spec, seed):
-    """A random day/night replay with completion latency: at every instant, the jobs holding
-    records of a type on a node (from their start until their records come free) hold no more
-    than the node has of it, and no job starts before it is submitted."""
+def _random_jobs(seed: int) -> list[SimJob]:
+    """300 jobs, one every 30 s on average: whole GPUs (1-8), MIG-sized and shard-sized fractions."""
     import random
 
     rng = random.Random(seed)
@@ -347,6 +360,51 @@ def test_no_node_ever_holds_more_than_it_has(spec, seed):
         gpus, milli = rng.choice([(1, 1000), (2, 1000), (4, 1000), (8, 1000), (1, 200), (1, 250)])
         duration = rng.uniform(5, 300)
         jobs.append(job(i, t, duration, gpus=gpus, milli=milli, limit=time_limit_s(duration, rng.choice([1, 2, 3]))))
+    return jobs
+
+
+def _day_and_night() -> Switcher:
+    """Day and night every 3000 s: a job mapped in one layout waits for the next period of it."""
+    return Switcher("test", [(3000.0 * k, ("whole", "day")[k % 2]) for k in range(60)])
+
+
+def _random_params(release: float = 0.5) -> Params:
+    return Params(sample_s=0, bf_interval_s=30, switch_s=60, lead_time_s=600, window_s=1e12, release_s=release)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_bound_lists_kept_across_passes_equal_fresh_ones(spec, seed):
+    """The lower-bound lists backfill keeps across passes (moved per node on a start or end,
+    rebuilt after a switch) equal, every time a pass reads one, the list built from scratch."""
+    stale: list[str] = []
+    reads = 0
+
+    class Checked(Engine):
+        def _by_bound(self, need):
+            nonlocal reads
+            kept = super()._by_bound(need)
+            fresh = sorted(
+                (_lower_bound(n, t, need.count, _timeline(n, t)), n.index, t)
+                for t in need.types
+                for n in self.by_type.get(t, ())
+                if n.usable
+            )
+            reads += 1
+            if kept != fresh:
+                stale.append(f"{self.now}: {need.label}: {kept} != {fresh}")
+            return kept
+
+    res = Checked(spec, _day_and_night(), _random_params()).run(_random_jobs(seed))
+    assert not stale, stale[:3]
+    assert reads > 100 and all(r.start_s >= 0 for r in res.jobs)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_node_ever_holds_more_than_it_has(spec, seed):
+    """A random day/night replay with completion latency: at every instant, the jobs holding
+    records of a type on a node (from their start until their records come free) hold no more
+    than the node has of it, and every job starts, none before it is submitted."""
+    jobs = _random_jobs(seed)
     release = 0.5
     held: list[tuple[int, str, int, float]] = []  # (node, plain type, count, when its records come free)
     over: list[str] = []
@@ -364,10 +422,7 @@ def test_no_node_ever_holds_more_than_it_has(spec, seed):
                 if using > n.cap[typ]:
                     over.append(f"{self.now}: {n.name} holds {using} {typ} of {n.cap[typ]}")
 
-    # day and night every 3000 s: a job mapped in one layout waits for the next period of it
-    sw = Switcher("test", [(3000.0 * k, ("whole", "day")[k % 2]) for k in range(60)])
-    params = Params(sample_s=0, bf_interval_s=30, switch_s=60, lead_time_s=600, window_s=1e12, release_s=release)
-    res = Watched(spec, sw, params).run(jobs)
+    res = Watched(spec, _day_and_night(), _random_params(release)).run(jobs)
     assert not over, over[:5]
     assert len(held) > 200  # most jobs held plain records (whole GPUs or MIG slices)
     early = [
@@ -376,3 +431,46 @@ def test_no_node_ever_holds_more_than_it_has(spec, seed):
         if not r.start_s >= r.submit_s
     ]
     assert not early, early[:5]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_short_search_for_whole_gpus_finds_what_the_timeline_walk_finds(seed):
+    """``_first_clear`` (lower bound, then the next job end if that bound is now, then the
+    reservations' ends) against ``_earliest`` (every job end and reservation end in turn) on
+    random nodes of 8 plain records: running jobs ending after now, reservations on the
+    bf_resolution grid, a horizon and a reservation ahead.  A review found the short search
+    missing a later start whose rounded window clears what the exact one at now did not."""
+    import random
+
+    rng = random.Random(seed)
+    res, typ, compared = 60.0, "a100", 0
+    for case in range(3000):
+        now = rng.choice([0.0, 60.0, 90.0, rng.uniform(0, 600)])
+        running = {}
+        for j in range(rng.randint(0, 6)):
+            running[j] = (
+                now + rng.choice([1.0, 30.0, 60.0, rng.uniform(0.5, 900)]),
+                [(GPU, typ, rng.randint(1, 3), -1)],
+            )
+        held = sum(p[0][2] for _, p in running.values())
+        if held > 8:
+            continue
+        node = _Node("n", 0, "x", {typ: 8 - held}, {typ: 8}, {}, {}, {typ: 1.0}, running=running)
+        node.ahead_at = rng.choice([INF, now + rng.uniform(100, 2000)])
+        windows = sorted(
+            _rounded(a, a + rng.uniform(10, 600), res)
+            for a in (now + rng.uniform(-100, 1200) for _ in range(rng.randint(0, 4)))
+        )
+        count, limit = rng.randint(1, 8), rng.choice([20.0, 60.0, 100.0, rng.uniform(5, 800)])
+        horizon = now + rng.choice([3600.0, 400.0])
+        line = _timeline(node, typ)
+        lb = _lower_bound(node, typ, count, line)
+        lb = now if lb == NOW else lb
+        if lb > horizon or lb + limit > node.ahead_at:
+            continue  # _earliest_nodes passes such a node over before searching it
+        need = Need(GPU, (typ,), count, 1, float(count), None)  # type: ignore[arg-type]
+        walk, _ = _earliest(node, need, typ, limit, now, horizon, windows, line, res)
+        short = _first_clear(lb, limit, now, horizon, node.ahead_at, windows, res, line[0][0] if line else INF)
+        assert short == walk, (case, now, lb, limit, windows, [e for e, _ in line])
+        compared += 1
+    assert compared > 1500
