@@ -307,10 +307,6 @@ class Engine:
         # pass reads of each (the identity of its need, its limit)
         self.queue: list[tuple[float, int, int, int, float]] = []
         self.queued: set[int] = set()
-        # the last job the latest backfill pass tested when it could not test them all: a job
-        # queued behind it changes nothing that pass would do (None: the pass tested every job)
-        self.bf_cut: tuple[float, int, int] | None = None
-        self.in_pass = False
         self.deferred: set[int] = set()  # refused for now, resubmitted when a later layout comes
         self.need_of_job: dict[int, Need] = {}
         self.job_nodes: dict[int, list[_Node]] = {}
@@ -467,23 +463,15 @@ class Engine:
         return (self.recs[i].submit_s, self.jobs[i].job_id, i)
 
     def _enqueue(self, i: int) -> None:
-        key = self._key(i)
-        insort(self.queue, (*key, id(self.need_of_job[i]), self.jobs[i].limit_s))
+        insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
         self.queued.add(i)
-        self.dirty = True
-        # a job queued behind the last one backfill tested is beyond bf_max_job_test: the next
-        # pass would test the same jobs on the same nodes and start nothing more (a requeued job
-        # keeps its place, ahead of the cut)
-        if self.bf_cut is None or key < self.bf_cut:
-            self.changed = True
+        self.dirty = self.changed = True
 
     def _start(self, i: int, chosen: Sequence[tuple[_Node, list[Part]]]) -> None:
         job, rec, need = self.jobs[i], self.recs[i], self.need_of_job[i]
         self.queued.discard(i)
         q = self.queue
         del q[bisect_left(q, self._key(i))]
-        if not self.in_pass:
-            self.changed = True  # the main scheduler started it: backfill's reservations move
         self.started += 1
         run = job.duration_s * (self.p.shard_slowdown if need.kind == SHARD else 1.0)
         rec.timeout = run > job.limit_s
@@ -596,11 +584,10 @@ class Engine:
             return  # nothing was freed, submitted or switched since the last pass: it would start nothing
         self.changed = False
         p, q = self.p, self.queue
-        self.bf_cut = q[p.bf_max_job_test - 1][:3] if len(q) > p.bf_max_job_test else None
+        untested = len(q) > p.bf_max_job_test
         started = self.started
         if not any(self._idle_now(t) for t in self.by_type):
             return
-        self.in_pass = True  # starts from here on are backfill's own (see the end)
         horizon = self.now + p.bf_window_s
         tested = q[: p.bf_max_job_test]
         need_of_job = self.need_of_job
@@ -639,11 +626,10 @@ class Engine:
             for other in by_shape[(need.types, need.kind)]:
                 if other.count >= need.count and other.nodes >= need.nodes and bar_of[id(other)] > limit:
                     bar_of[id(other)] = limit
-        if self.bf_cut is not None and self.started > started:
+        if untested and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()
-        self.in_pass = False
 
     def _bar(self, need: Need, failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]]) -> float:
         """The shortest limit from which a job of ``need`` is passed over in this pass: that of
