@@ -421,9 +421,12 @@ class Engine:
         elif kind == _TICK:
             self._tick()
         elif kind == _SAMPLE:
-            self._schedule_main()
-            if self.bf_pending and self.events[0][:2] == (self.now, _BACKFILL):
-                self._push(self.now, _SAMPLE, None)  # measured after this instant's pass
+            # measured once everything at this instant is done: its events (some pushed while
+            # it was handled), the main scheduler, and the pass that may make due now
+            if not (self.events and self.events[0][0] == self.now):
+                self._schedule_main()
+            if self.events and self.events[0][0] == self.now:
+                self._push(self.now, _SAMPLE, None)
                 return
             self._sample()
             self._push(self.now + self.p.sample_s, _SAMPLE, None)
