@@ -597,17 +597,13 @@ class Engine:
         # per request shape, (count, nodes) -> the shortest limit that could not start now
         failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]] = {}
         # per need (by identity: needs are memoised per request and layout), the shortest limit
-        # from which its jobs are passed over (INF: none is; -INF: no node offers its GRES now,
-        # and nodes do not change during a pass), kept up to date as marks are added
+        # from which its jobs are passed over (``_bar``), until the next mark
         bar_of: dict[int, float] = {}
-        by_shape: dict[tuple[tuple[str, ...], str], list[Need]] = {}
         plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
         for _, _, i, nid, limit in tested:
             bar = bar_of.get(nid)
             if bar is None:
-                need = need_of_job[i]
-                bar = bar_of[nid] = self._bar(need, failed)
-                by_shape.setdefault((need.types, need.kind), []).append(need)
+                bar = bar_of[nid] = self._bar(need_of_job[i], failed)
             if limit >= bar:
                 continue
             need = need_of_job[i]
@@ -626,9 +622,7 @@ class Engine:
             # can a later job of this request that needs as many records, nodes and time
             marks = failed.setdefault((need.types, need.kind), {})
             marks[(need.count, need.nodes)] = min(limit, marks.get((need.count, need.nodes), INF))
-            for other in by_shape[(need.types, need.kind)]:
-                if other.count >= need.count and other.nodes >= need.nodes and bar_of[id(other)] > limit:
-                    bar_of[id(other)] = limit
+            bar_of.clear()
         if untested and self.started > started:
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
@@ -673,8 +667,8 @@ class Engine:
                     t = _first_clear(lb, limit, now, horizon, n.ahead_at, windows, res, line[0][0] if line else INF)
                 else:
                     t = lb
-                if t == INF or (t > kth or (t == kth and best is not None and idx > best[1])):
-                    continue  # (a node's second type takes a start strictly sooner only)
+                if t == INF:
+                    continue
                 parts = [(GPU, typ, need.count, -1)]
             else:
                 t, parts = _earliest(n, need, typ, limit, now, horizon, windows, self._line(n, typ), res)
@@ -706,11 +700,8 @@ class Engine:
             lst = []
             for typ in need.types:
                 for n in self.by_type.get(typ, ()):
-                    if n.bounds_epoch != self.bounds_epoch:
-                        n.bounds.clear()
-                        n.bounds_epoch = self.bounds_epoch
                     if n.usable:
-                        lb = n.bounds[(*key, typ)] = _lower_bound(n, typ, need.count, self._line(n, typ))
+                        lb = self._bounds_of(n)[(*key, typ)] = _lower_bound(n, typ, need.count, self._line(n, typ))
                         lst.append((lb, n.index, typ))
             lst.sort()
             self.bound_lists[key] = lst
@@ -725,18 +716,28 @@ class Engine:
     def _records_changed(self, n: _Node, parts: Sequence[Part]) -> None:
         """A job started or ended on ``n``: its timeline and its entries in the bound lists
         of those types are out of date."""
-        if n.bounds_epoch != self.bounds_epoch:
-            n.bounds.clear()  # entries of lists since forgotten
-            n.bounds_epoch = self.bounds_epoch
+        bounds = self._bounds_of(n)
         for typ in {part[1] for part in parts}:
             n.lines.pop(typ, None)
-            for (types, count, t), old in list(n.bounds.items()):
+            for (types, count, t), old in list(bounds.items()):
                 if t != typ:
                     continue
                 lst = self.bound_lists[(types, count)]
                 del lst[bisect_left(lst, (old, n.index, t))]
-                lb = n.bounds[(types, count, t)] = _lower_bound(n, t, count, self._line(n, t))
+                lb = bounds[(types, count, t)] = _lower_bound(n, t, count, self._line(n, t))
                 insort(lst, (lb, n.index, t))
+
+    def _bounds_of(self, n: _Node) -> dict[tuple[tuple[str, ...], int, str], float]:
+        """``n``'s entries in the current bound lists (those of forgotten lists dropped)."""
+        if n.bounds_epoch != self.bounds_epoch:
+            n.bounds.clear()
+            n.bounds_epoch = self.bounds_epoch
+        return n.bounds
+
+    def _set_usable(self, n: _Node, usable: bool) -> None:
+        """A node takes jobs again, or stops (a switch): the bound lists hold usable nodes only."""
+        n.usable = usable
+        self._forget_bounds()
 
     def _forget_bounds(self) -> None:
         """Nodes came or went (a switch): the bound lists are rebuilt when next asked for."""
@@ -781,8 +782,7 @@ class Engine:
                 continue  # applying now: once back, it goes on to what is due (_back)
             elif n.layout == layout:  # waiting to leave a layout that is due again
                 n.target, n.switch_at, n.idle_since, n.skipped = None, INF, INF, False
-                n.usable = True
-                self._forget_bounds()
+                self._set_usable(n, True)
             else:
                 n.target, n.switch_at, n.skipped = layout, self.now, False
         self.dirty = self.changed = True
@@ -834,8 +834,7 @@ class Engine:
     def _start_switch(self, n: _Node, layout: str, drain: bool = False) -> None:
         """The node enters the run's reservation: no new job; it switches once idle."""
         n.target, n.switch_at, n.skipped, n.requeued, n.drain = layout, self.now, False, False, drain
-        n.usable = False
-        self._forget_bounds()
+        self._set_usable(n, False)
         if self.p.requeue and not drain:
             self._push(self.now + self.p.deadline_s, _REQUEUE, (n.index, 0))
         if not n.running:
@@ -915,7 +914,7 @@ class Engine:
             n.target, n.switch_at = due, self.now
             self._node_idle(n)
             return
-        n.usable = True
+        self._set_usable(n, True)
         self.dirty = self.changed = True
 
     # -- nodes -------------------------------------------------------------------------------
@@ -943,7 +942,7 @@ class Engine:
                 by.setdefault(t, []).append(n)
         self.by_type = by
         self.offering: dict[tuple[str, ...], list[_Node]] = {}
-        self._forget_bounds()  # usable nodes come back here (_back)
+        self._forget_bounds()  # the nodes offering each type changed
 
     # -- measurements ----------------------------------------------------------------------
     def _flush(self, typ: str, t: float) -> None:
