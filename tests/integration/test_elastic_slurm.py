@@ -16,6 +16,7 @@ import itertools
 import json
 import time
 
+import pytest
 import yaml
 
 from slurm_gpupool.config import load_config
@@ -29,6 +30,8 @@ from .repartition_support import (
     sacct_states,
     wait_jobs_done,
 )
+
+pytestmark = pytest.mark.integration
 
 WINDOW_S, COOLDOWN_S = 10, 60
 

@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 import yaml
 
 from .repartition_support import (
@@ -27,6 +28,8 @@ from .repartition_support import (
     sacct_states,
     wait_jobs_done,
 )
+
+pytestmark = pytest.mark.integration
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(night):
