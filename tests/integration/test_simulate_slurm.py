@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
 
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
-from .simulate_support import LIMIT_MIN, LOG_LINE, SANDBOX, handoff_s, replay_and_compare
+from .simulate_support import LIMIT_MIN, SANDBOX, handoff_s, replay_and_compare
 
 pytestmark = pytest.mark.integration
 
@@ -128,14 +129,12 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(s
     real = _times(sandbox, list(ids))
     epoch = min(v[0] for v in real.values())
     log = sandbox.root / "log" / "slurmctld.log"
-    handoff = handoff_s(log, real, wall0 - 1, params.bf_interval_s)
     if os.environ.get("SLURM_GPUPOOL_SIM_RECORD"):  # keep Slurm's run to study the model offline
         record = {"real": real, "ids": {j: [r.gpus, r.milli, r.memory_mib, r.model, s] for j, (r, s) in ids.items()}}
         record.update(switch_at=wall0 + switch_at - epoch, out=out, since=wall0 - 1)
         kept = Path(os.environ["SLURM_GPUPOOL_SIM_RECORD"])
         (kept / "simulate-validation.json").write_text(json.dumps(record))
-        with open(log, errors="replace") as lines:
-            mine = [line for line in lines if (m := LOG_LINE.match(line)) and m[3] in ids]
-        (kept / "simulate-validation-slurmctld.log").write_text("".join(mine))
+        shutil.copy(log, kept / "simulate-validation-slurmctld.log")  # all of it: a later run overwrites it
+    handoff = handoff_s(log, real, wall0 - 1, SANDBOX.bf_interval_s)
     replay_and_compare(spec, params, ids, real, wall0 + switch_at - epoch, out, handoff)
     assert sacct_states(sandbox, list(ids)) == states
