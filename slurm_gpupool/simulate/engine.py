@@ -667,13 +667,11 @@ class Engine:
                     t = _first_clear(lb, limit, now, horizon, n.ahead_at, windows, res, line[0][0] if line else INF)
                 else:
                     t = lb
-                if t == INF:
-                    continue
                 parts = [(GPU, typ, need.count, -1)]
             else:
                 t, parts = _earliest(n, need, typ, limit, now, horizon, windows, self._line(n, typ), res)
-                if t == INF:
-                    continue
+            if t == INF:
+                continue
             if single:
                 if t < kth or (best is not None and t == kth and idx < best[1]):
                     kth, best = t, (t, idx, n, parts)

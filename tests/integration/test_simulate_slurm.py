@@ -98,8 +98,7 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(s
     assert day.returncode == 0, day.stdout + day.stderr
     cfg = load_config(sandbox.root / "etc" / "gpupool.yaml")
     spec = pool_spec(cfg, ["day", "night"])
-    params = SANDBOX
-    mapper = Engine(spec, Switcher("map", [(0.0, "day")]), params)
+    mapper = Engine(spec, Switcher("map", [(0.0, "day")]), SANDBOX)
     rnd = random.Random(16)
     ids: dict[str, tuple[TraceRequest, int]] = {}
     t0 = time.monotonic()
@@ -136,5 +135,5 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(s
         (kept / "simulate-validation.json").write_text(json.dumps(record))
         shutil.copy(log, kept / "simulate-validation-slurmctld.log")  # all of it: a later run overwrites it
     handoff = handoff_s(log, real, wall0 - 1, SANDBOX.bf_interval_s)
-    replay_and_compare(spec, params, ids, real, wall0 + switch_at - epoch, out, handoff)
+    replay_and_compare(spec, SANDBOX, ids, real, wall0 + switch_at - epoch, out, handoff)
     assert sacct_states(sandbox, list(ids)) == states

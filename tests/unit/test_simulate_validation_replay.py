@@ -27,7 +27,8 @@ from slurm_gpupool.simulate.pool import pool_spec
 from tests.integration.simulate_support import SANDBOX, handoff_s, log_events, replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORD = ROOT / "tests" / "fixtures" / "slurm" / "24.11"
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
+RECORD = FIXTURES / "24.11"
 # per release, in its raw excerpt: submissions, main-scheduler starts, ends ("... done")
 LOGGED = {"22.05": (116, 9, 23), "24.11": (116, 9, 18), "26.05": (116, 8, 13)}
 
@@ -41,35 +42,34 @@ def run(monkeypatch):
     real = {j: tuple(v) for j, v in rec["real"].items()}
     ids = {j: (TraceRequest(*v[:4]), v[4]) for j, v in rec["ids"].items()}
     spec = pool_spec(load_config(ROOT / "etc" / "gpupool.yaml"), ["day", "night"])
-    yield rec, real, ids, spec
+    measured = handoff_s(RECORD / "simulate-validation-slurmctld.log", real, rec["since"], SANDBOX.bf_interval_s)
+    yield rec, real, ids, spec, measured
     monkeypatch.undo()
     time.tzset()
 
 
 def test_the_hand_over_is_the_main_schedulers_read_in_the_controllers_log(run):
-    rec, real, ids, _ = run
+    _, real, ids, _, measured = run
     assert len(real) == len(ids) == 210
-    measured = handoff_s(RECORD / "simulate-validation-slurmctld.log", real, rec["since"], SANDBOX.bf_interval_s)
     # sacct's whole seconds, backfill starts included, gave 2.0 s on this run
     assert 0.3 < measured < 0.6
 
 
 def test_the_failed_run_agrees_with_the_simulator_given_that_hand_over(run):
-    rec, real, ids, spec = run
-    measured = handoff_s(RECORD / "simulate-validation-slurmctld.log", real, rec["since"], SANDBOX.bf_interval_s)
+    rec, real, ids, spec, measured = run
     replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], measured)
 
 
 def test_handing_over_two_seconds_late_it_does_not_and_the_comparison_says_so(run):
     """sacct's median gap (whole seconds, backfill starts in) was 2.0 s on this run: the CI failure."""
-    rec, real, ids, spec = run
+    rec, real, ids, spec, _ = run
     with pytest.raises(AssertionError, match="wait"):
         replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], 2.0)
 
 
 @pytest.mark.parametrize("release", sorted(LOGGED))
 def test_each_release_logs_submissions_main_scheduler_starts_and_ends_as_read(release):
-    log = ROOT / "tests" / "fixtures" / "slurm" / release / "slurmctld-jobs.log"
+    log = FIXTURES / release / "slurmctld-jobs.log"
     text = log.read_text()
     jobs = {str(j) for j in range(1, 1000)}
     seen = log_events(log, jobs, since=0)
@@ -85,7 +85,7 @@ def test_each_release_logs_submissions_main_scheduler_starts_and_ends_as_read(re
 
 
 def test_lines_before_the_run_are_not_read_job_ids_start_again_with_a_fresh_state():
-    log = ROOT / "tests" / "fixtures" / "slurm" / "24.11" / "slurmctld-jobs.log"
+    log = RECORD / "slurmctld-jobs.log"
     stamps = [datetime.fromisoformat(line[1:24]).timestamp() for line in log.read_text().splitlines()]
     middle = stamps[len(stamps) // 2]
     jobs = {str(j) for j in range(1, 1000)}
