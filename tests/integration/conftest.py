@@ -19,6 +19,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,30 @@ def _sandbox_session() -> Iterator[SandboxHandle]:
     yield handle
     if not was_up and os.environ.get("SLURM_GPUPOOL_KEEP_SANDBOX") != "1":
         Sandbox(TEST_ROOT).down()
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the sandbox, a job it left (it failed, or timed out waiting) is
+    shown — its state and reason, and its nodes' — then cancelled and waited for: the next
+    test on this worker's sandbox starts from an empty queue, not on a node a stuck job holds."""
+    yield
+    if "_sandbox_session" not in request.fixturenames:
+        return
+    sb: SandboxHandle = request.getfixturevalue("_sandbox_session")
+    if sb.brought_down:
+        return
+    left = sb.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+    if not left:
+        return
+    print(f"\njobs left by {request.node.name}: {' '.join(left)}")
+    for job in left:
+        print(sb.run(["scontrol", "show", "job", job], check=False).stdout)
+    print(sb.run(["sinfo", "-N", "-h", "-o", "%N %T %E"], check=False).stdout)
+    sb.run(["scancel", "--full", "--user=root"], check=False)
+    deadline = time.monotonic() + 90
+    while sb.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split() and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 @pytest.fixture

@@ -166,8 +166,11 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     # day: 7 x 1g.5gb on each of GPUs 0-3; 3g.20gb + 2g.10gb + 2 x 1g.5gb on each of 4-5 (36 MIG devices)
     assert gres_counts(gres)[f"gpu:{MIG_TYPE}"] == 32
 
-    # A reboot loses the MIG instances; the installed boot unit's command brings them back.
+    # A reboot loses the MIG instances; the installed boot unit's command brings them back
+    # before slurmd starts (Before=slurmd.service). slurmd stays down meanwhile, as on a real
+    # boot: a running one's health check could find the instances gone and drain the node.
     before = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
+    assert sb.sandbox.stop_nodes([MIG_NODE]) == [MIG_NODE]
     sb.gpupool("--node", MIG_NODE, "sim", "reboot")
     assert sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT, check=False).returncode == 1
     unit = (sb.root / "ansible" / "nodes" / MIG_NODE / "systemd" / "gpupool-node-layout.service").read_text()
@@ -179,6 +182,7 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT)
     after = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
     assert len(after) == len(before) == 36 and after.isdisjoint(before)  # new instances, new UUIDs
+    assert sb.sandbox.start_nodes([MIG_NODE]).started == [f"slurmd-{MIG_NODE}"]
 
     out = tmp_path / "mig.out"
     sb.run(
