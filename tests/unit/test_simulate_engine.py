@@ -349,6 +349,25 @@ def test_jobs_a_pass_did_not_reach_are_tested_by_the_next_when_it_started_some(s
     assert r[4].start_s == 30 and r[5].start_s == 60
 
 
+@pytest.mark.parametrize(("exact", "hold", "fifth"), [(True, 8, 200), (False, 8, 200), (False, 2, 200), (False, 1, 30)])
+def test_a_queue_of_one_request_holds_node_after_node_with_or_without_the_shortcut(spec, exact, hold, fifth):
+    """Jobs 3 and 4 ask for the same (4 GPUs, 100 s): job 3 is held n1 from 100, job 4 n2
+    from 150.  Job 5 (1 GPU, 140 s) fits now on n2's idle GPU, but would end at 170, in job
+    4's window: it waits.  The shortcut used to pass job 4 over once job 3 failed, so n2 was
+    held by no one and job 5 started at 30; it now passes a job over only once its request
+    holds every node that offers it (here both), or ``bf_hold_nodes`` (1: as it used to)."""
+    jobs = [
+        job(1, 0, 100, gpus=4, limit=100),  # n1 full until 100
+        job(2, 0, 150, gpus=3, limit=150),  # n2: 3 of 4 until 150
+        job(3, 1, 100, gpus=4, limit=100),  # the head: n1 at 100 (main scheduler)
+        job(4, 2, 100, gpus=4, limit=100),  # n2 at 150
+        job(5, 3, 100, gpus=1, limit=140),  # [30, 170) meets [150, 250) on n2
+    ]
+    _, r = run(spec, jobs, bf_resolution_s=0, bf_exact=exact, bf_hold_nodes=hold)
+    assert (r[3].start_s, r[4].start_s) == (100, 150)
+    assert r[5].start_s == fifth  # 200: n1 once job 3 ends (n2 is job 4's until 250)
+
+
 def _random_jobs(seed: int) -> list[SimJob]:
     """300 jobs, one every 30 s on average: whole GPUs (1-8), MIG-sized and shard-sized fractions."""
     import random
