@@ -608,6 +608,7 @@ class Engine:
         bar_of: dict[int, float] = {}
         plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
         held: dict[tuple[tuple[str, ...], str], set[int]] = {}  # per request shape, the nodes it reserved
+        to_hold: dict[tuple[tuple[str, ...], str], int] = {}  # per request shape, how many it holds
         for _, _, i, nid, limit in tested:
             bar = bar_of.get(nid)
             if bar is None:
@@ -626,8 +627,13 @@ class Engine:
                 for _, _, n, _ in chosen:
                     insort(plans.setdefault(n.index, []), window)
                 held.setdefault(shape, set()).update(n.index for _, _, n, _ in chosen)
-            if p.bf_exact or (chosen is not None and self._more_to_hold(need, held[shape])):
+            if p.bf_exact:
                 continue
+            if chosen is not None:  # passed over only once its request holds enough nodes
+                if shape not in to_hold:
+                    to_hold[shape] = self._to_hold(need)
+                if len(held[shape]) < to_hold[shape]:
+                    continue
             # it cannot start now (nor anywhere within the window, when chosen is None): neither
             # can a later job of this request that needs as many records, nodes and time
             marks = failed.setdefault(shape, {})
@@ -638,12 +644,10 @@ class Engine:
         self.dirty = True
         self._schedule_main()
 
-    def _more_to_hold(self, need: Need, held: set[int]) -> bool:
-        """Whether a later job of ``need``'s request would still hold a node its jobs do not
-        (and fewer than ``bf_hold_nodes`` are held): its reservation is then placed."""
-        if len(held) >= self.p.bf_hold_nodes:
-            return False
-        return any(n.usable and n.index not in held for n in self._offering(need.types))
+    def _to_hold(self, need: Need) -> int:
+        """How many nodes a request's jobs hold before later ones are passed over: every
+        usable node offering it, at most ``bf_hold_nodes``."""
+        return min(self.p.bf_hold_nodes, sum(n.usable for n in self._offering(need.types)))
 
     def _bar(self, need: Need, failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]]) -> float:
         """The shortest limit from which a job of ``need`` is passed over in this pass: that of
@@ -1141,9 +1145,20 @@ def _first_clear(
         if t > horizon or t + limit > ahead_at:
             return INF
         lo, hi = (t, t + limit) if t <= now else _rounded(t, t + limit, resolution)
-        if not any(a < hi and b > lo for a, b in windows):
+        if not _overlaps(windows, lo, hi):
             return t
     return INF
+
+
+def _overlaps(windows: Sequence[tuple[float, float]], lo: float, hi: float) -> bool:
+    """Whether ``[lo, hi)`` meets one of ``windows`` (sorted by start: those starting at or
+    after ``hi`` end the search)."""
+    for a, b in windows:
+        if a >= hi:
+            return False
+        if b > lo:
+            return True
+    return False
 
 
 def _earliest(
@@ -1179,7 +1194,7 @@ def _earliest(
             # reservations are kept rounded down to bf_resolution; a job tested to start now is
             # checked with its exact window, one planned later with its rounded one (backfill.c)
             lo, hi = (t, t + limit) if t <= now else _rounded(t, t + limit, resolution)
-            if any(a < hi and b > lo for a, b in windows):
+            if _overlaps(windows, lo, hi):
                 continue
         if shared:
             parts = _take(n.free, shared, n.shares, need, typ)

@@ -57,6 +57,24 @@ def log_events(log: Path, jobs: Collection[str], since: float) -> dict[str, dict
     return out
 
 
+def backfill_yields(log: Path, since: float) -> tuple[int, int]:
+    """(yields, passes broken off) in the controller's log from ``since`` (``DebugFlags=Backfill``):
+    a pass yields its locks every ``bf_yield_interval`` (2 s); without ``bf_continue`` it then
+    stops at any job or node change, and the jobs after it wait for a pass that reaches them —
+    what a controller too loaded to finish a pass in 2 s does, and the simulator does not."""
+    yields = breaks = 0
+    with open(log, errors="replace") as lines:
+        for line in lines:
+            if "yielding locks after testing" not in line and "breaking out after testing" not in line:
+                continue
+            stamped = STAMPED.match(line)
+            if stamped is None or datetime.fromisoformat(stamped[1]).timestamp() < since:
+                continue
+            yields += "yielding locks" in line
+            breaks += "breaking out" in line
+    return yields, breaks
+
+
 def handoff_s(log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float) -> float:
     """How long after a job ends the **main scheduler** starts a waiting one in its place —
     what ``Params.release_s`` models (the epilog, the completion, the scheduler's next run;
