@@ -626,10 +626,10 @@ class Engine:
                 window = _rounded(at, at + limit, p.bf_resolution_s)
                 for _, _, n, _ in chosen:
                     insort(plans.setdefault(n.index, []), window)
-                held.setdefault(shape, set()).update(n.index for _, _, n, _ in chosen)
             if p.bf_exact:
                 continue
             if chosen is not None:  # passed over only once its request holds enough nodes
+                held.setdefault(shape, set()).update(n.index for _, _, n, _ in chosen)
                 if shape not in to_hold:
                     to_hold[shape] = self._to_hold(need)
                 if len(held[shape]) < to_hold[shape]:

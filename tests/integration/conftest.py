@@ -178,7 +178,17 @@ def _no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
     sb: SandboxHandle = request.getfixturevalue("_sandbox_session")
     if sb.brought_down:
         return
-    left = sb.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+
+    def queued(within_s: float) -> list[str]:
+        """The jobs still in the queue after waiting up to ``within_s`` for it to empty."""
+        deadline = time.monotonic() + within_s
+        while (jobs := sb.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(1)
+        return jobs
+
+    left = queued(15)  # a job the test cancelled may still be completing
     if not left:
         return
     print(f"\njobs left by {request.node.name}: {' '.join(left)}")
@@ -186,9 +196,8 @@ def _no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
         print(sb.run(["scontrol", "show", "job", job], check=False).stdout)
     print(sb.run(["sinfo", "-N", "-h", "-o", "%N %T %E"], check=False).stdout)
     sb.run(["scancel", "--full", "--user=root"], check=False)
-    deadline = time.monotonic() + 90
-    while sb.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split() and time.monotonic() < deadline:
-        time.sleep(1)
+    if stuck := queued(90):
+        print(f"warning: still queued 90 s after scancel: {' '.join(stuck)}")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -57,22 +58,46 @@ def log_events(log: Path, jobs: Collection[str], since: float) -> dict[str, dict
     return out
 
 
-def backfill_yields(log: Path, since: float) -> tuple[int, int]:
-    """(yields, passes broken off) in the controller's log from ``since`` (``DebugFlags=Backfill``):
-    a pass yields its locks every ``bf_yield_interval`` (2 s); without ``bf_continue`` it then
-    stops at any job or node change, and the jobs after it wait for a pass that reaches them —
-    what a controller too loaded to finish a pass in 2 s does, and the simulator does not."""
-    yields = breaks = 0
+@dataclass
+class BackfillPasses:
+    """What the controller logged of its backfill passes (``DebugFlags=Backfill``)."""
+
+    passes: int = 0
+    longest_s: float = 0.0
+    yields: int = 0  # a pass yields its locks every bf_yield_interval (2 s)
+    breaks: int = 0  # ... and without bf_continue stops there at any job or node change
+
+    def __str__(self) -> str:
+        return (
+            f"{self.passes} backfill passes, the longest {self.longest_s:.2f} s; "
+            f"{self.yields} yielded their locks, {self.breaks} broke off there"
+        )
+
+
+PASS_DONE = re.compile(r"completed testing \d+\(\d+\) jobs, usec=(\d+)")
+
+
+def backfill_passes(log: Path, since: float, until: float) -> BackfillPasses:
+    """The passes logged between ``since`` and ``until`` (epoch s).  The simulator's passes
+    test their jobs to the end: a Slurm pass stops early when it breaks off after a yield
+    (without ``bf_continue``: on a busy queue, at the first yield, ``backfill.c``
+    ``_yield_locks``) or runs past ``bf_max_time`` — what a controller too loaded to finish
+    a pass in 2 s does.  (24.11 spells one yield message "after testin".)"""
+    seen = BackfillPasses()
     with open(log, errors="replace") as lines:
         for line in lines:
-            if "yielding locks after testing" not in line and "breaking out after testing" not in line:
+            if "sched/backfill" not in line:
                 continue
             stamped = STAMPED.match(line)
-            if stamped is None or datetime.fromisoformat(stamped[1]).timestamp() < since:
+            if stamped is None or not since <= datetime.fromisoformat(stamped[1]).timestamp() <= until:
                 continue
-            yields += "yielding locks" in line
-            breaks += "breaking out" in line
-    return yields, breaks
+            done = PASS_DONE.search(stamped[2])
+            if done is not None:
+                seen.passes += 1
+                seen.longest_s = max(seen.longest_s, int(done[1]) / 1e6)
+            seen.yields += "yielding locks after" in stamped[2]
+            seen.breaks += "breaking out after testing" in stamped[2]
+    return seen
 
 
 def handoff_s(log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float) -> float:

@@ -36,7 +36,7 @@ from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
 
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
-from .simulate_support import LIMIT_MIN, SANDBOX, backfill_yields, handoff_s, replay_and_compare
+from .simulate_support import LIMIT_MIN, SANDBOX, backfill_passes, handoff_s, replay_and_compare
 
 pytestmark = pytest.mark.integration
 
@@ -93,11 +93,19 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
     return got  # type: ignore[return-value]
 
 
-def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(sandbox):
+@pytest.fixture
+def backfill_logged(sandbox):
+    """The sandbox with its backfill passes logged (``scontrol setdebugflags +Backfill``,
+    until slurmctld restarts: the night switch does); off again whatever happens."""
+    yield sandbox
+    sandbox.run(["scontrol", "setdebugflags", "-Backfill"], check=False)
+
+
+def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(backfill_logged):
+    sandbox = backfill_logged
     day = repartition(sandbox, "--to", "day", "--json")
     assert day.returncode == 0, day.stdout + day.stderr
-    # the day's passes logged (until the night switch restarts slurmctld): did any yield?
-    sandbox.run(["scontrol", "setdebugflags", "+Backfill"])
+    sandbox.run(["scontrol", "setdebugflags", "+Backfill"])  # the day's passes: did any stop early?
     cfg = load_config(sandbox.root / "etc" / "gpupool.yaml")
     spec = pool_spec(cfg, ["day", "night"])
     mapper = Engine(spec, Switcher("map", [(0.0, "day")]), SANDBOX)
@@ -137,8 +145,9 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(s
         (kept / "simulate-validation.json").write_text(json.dumps(record))
         shutil.copy(log, kept / "simulate-validation-slurmctld.log")  # all of it: a later run overwrites it
     handoff = handoff_s(log, real, wall0 - 1, SANDBOX.bf_interval_s)
-    yields, breaks = backfill_yields(log, wall0 - 1)
-    print(f"\nbackfill passes by day: {yields} yielded their locks, {breaks} broke off there (bf_continue)")
-    assert breaks == 0
+    passes = backfill_passes(log, wall0 - 1, wall0 + switch_at)
+    print(f"\nby day: {passes}")
     replay_and_compare(spec, SANDBOX, ids, real, wall0 + switch_at - epoch, out, handoff)
+    # the sandbox's bf_continue and bf_max_time (slurm.conf): every pass went to its end
+    assert passes.passes > 10 and passes.breaks == 0 and passes.longest_s < 30, str(passes)
     assert sacct_states(sandbox, list(ids)) == states
