@@ -24,7 +24,7 @@ import pytest
 from slurm_gpupool.config import load_config
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
-from tests.integration.simulate_support import SANDBOX, handoff_s, log_events, replay_and_compare
+from tests.integration.simulate_support import SANDBOX, backfill_passes, handoff_s, log_events, replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
@@ -93,3 +93,38 @@ def test_lines_before_the_run_are_not_read_job_ids_start_again_with_a_fresh_stat
     assert 0 < len(later["submit"]) < len(whole["submit"])
     assert all(at >= middle for kind in later.values() for at in kind.values())
     assert all(whole[kind][j] <= at for kind in later for j, at in later[kind].items())
+
+
+# what each release's controller logs of a backfill pass with DebugFlags=Backfill: pass lines
+# as 22.05, 24.11 and 26.05 wrote them (2026-11-27; the last two made longer); yield and
+# break-off lines in the formats of their sched_backfill.so (24.11 spells a yield "after testin")
+PASS_LOG = """\
+[2026-11-27T20:32:39.314] sched/backfill: _attempt_backfill: beginning
+[2026-11-27T20:32:39.324] sched/backfill: _attempt_backfill: completed testing 17(17) jobs, usec=10426
+[2026-11-27T20:32:44.351] sched/backfill: _attempt_backfill: completed testing 37(37) jobs, usec=26855
+[2026-11-27T20:32:46.000] sched/backfill: _attempt_backfill: yielding locks after testing 40(40) jobs, usec=2000105
+[2026-11-27T20:32:46.600] sched/backfill: _attempt_backfill: BACKFILL: yielding locks after testin 44(44) jobs tested, 12 time slots, usec=2000311
+[2026-11-27T20:32:47.100] sched/backfill: _attempt_backfill: BACKFILL: system state changed, breaking out after testing 44(44) jobs
+[2026-11-27T21:22:52.131] sched/backfill: _attempt_backfill: completed testing 30(30) jobs, usec=2589351
+[2026-11-27T21:23:23.843] sched/backfill: _attempt_backfill: completed testing 30(30) jobs, usec=9991473
+"""
+
+
+def test_backfill_passes_are_counted_with_their_longest_yields_and_break_offs_within_the_window(tmp_path, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        log = tmp_path / "slurmctld.log"
+        log.write_text(PASS_LOG)
+
+        def at(clock: str) -> float:
+            return datetime.fromisoformat(f"2026-11-27T{clock}").timestamp()
+
+        seen = backfill_passes(log, at("20:32:39"), at("21:23:00"))
+        assert (seen.passes, seen.yields, seen.breaks) == (3, 2, 1)
+        assert seen.longest_s == pytest.approx(2.589351)  # the pass after 21:23:00 is not in the window
+        assert str(seen) == "3 backfill passes, the longest 2.59 s; 2 yielded their locks, 1 broke off there"
+        assert backfill_passes(log, at("20:32:40"), at("20:32:45")).passes == 1
+    finally:
+        monkeypatch.undo()
+        time.tzset()
