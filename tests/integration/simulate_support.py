@@ -4,8 +4,9 @@ recorded run).  Tolerances and the measured hand-over time live here, once."""
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,22 +40,25 @@ LOG_EVENTS = (
 STAMPED = re.compile(r"^\[(\S+?)\] (.*)")
 
 
-def log_events(log: Path, jobs: Collection[str], since: float) -> dict[str, dict[str, float]]:
-    """kind -> job -> when (epoch s, milliseconds), from the controller's log from ``since``
-    on: the log spans the sandbox's life, and job IDs start again with a fresh state."""
-    out: dict[str, dict[str, float]] = {kind: {} for kind, _ in LOG_EVENTS}
+def stamped_lines(log: Path, since: float, until: float = math.inf) -> Iterator[tuple[float, str]]:
+    """(epoch s, text) of each line the controller wrote between ``since`` and ``until``: its
+    log spans the sandbox's life, and job IDs start again with a fresh state."""
     with open(log, errors="replace") as lines:
         for line in lines:
             stamped = STAMPED.match(line.rstrip("\n"))
-            if stamped is None:
-                continue
-            for kind, pattern in LOG_EVENTS:
-                m = pattern.match(stamped[2])
-                if m is not None and m[1] in jobs:
-                    at = datetime.fromisoformat(stamped[1]).timestamp()
-                    if at >= since:
-                        out[kind].setdefault(m[1], at)
-                    break
+            if stamped is not None and since <= (at := datetime.fromisoformat(stamped[1]).timestamp()) <= until:
+                yield at, stamped[2]
+
+
+def log_events(log: Path, jobs: Collection[str], since: float) -> dict[str, dict[str, float]]:
+    """kind -> job -> when (epoch s, milliseconds), from the controller's log from ``since`` on."""
+    out: dict[str, dict[str, float]] = {kind: {} for kind, _ in LOG_EVENTS}
+    for at, text in stamped_lines(log, since):
+        for kind, pattern in LOG_EVENTS:
+            m = pattern.match(text)
+            if m is not None and m[1] in jobs:
+                out[kind].setdefault(m[1], at)
+                break
     return out
 
 
@@ -84,19 +88,13 @@ def backfill_passes(log: Path, since: float, until: float) -> BackfillPasses:
     ``_yield_locks``) or runs past ``bf_max_time`` — what a controller too loaded to finish
     a pass in 2 s does.  (24.11 spells one yield message "after testin".)"""
     seen = BackfillPasses()
-    with open(log, errors="replace") as lines:
-        for line in lines:
-            if "sched/backfill" not in line:
-                continue
-            stamped = STAMPED.match(line)
-            if stamped is None or not since <= datetime.fromisoformat(stamped[1]).timestamp() <= until:
-                continue
-            done = PASS_DONE.search(stamped[2])
-            if done is not None:
-                seen.passes += 1
-                seen.longest_s = max(seen.longest_s, int(done[1]) / 1e6)
-            seen.yields += "yielding locks after" in stamped[2]
-            seen.breaks += "breaking out after testing" in stamped[2]
+    for _, text in stamped_lines(log, since, until):
+        done = PASS_DONE.search(text)
+        if done is not None:
+            seen.passes += 1
+            seen.longest_s = max(seen.longest_s, int(done[1]) / 1e6)
+        seen.yields += "yielding locks after" in text
+        seen.breaks += "breaking out after testing" in text
     return seen
 
 
