@@ -30,11 +30,11 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import median_seconds, table
-from slurm_gpupool.config import load_config, parse_config
-from slurm_gpupool.reports import sim_traces as st
+from slurm_gpupool.config.load import load_config, parse_config
 from slurm_gpupool.reports.advice import process_map
-from slurm_gpupool.reports.sim_openb import traces_dir
 from slurm_gpupool.simulate.advise import advise
+from slurm_gpupool.simulate.traces import philly as st
+from slurm_gpupool.simulate.traces.openb import traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL_512 = ROOT / "etc" / "simulate" / "pool-512.yaml"

@@ -54,8 +54,8 @@ def make_config(n_nodes: int) -> dict:
 def run_render(n_nodes: int, layout: str = "day"):
     from pathlib import Path
 
-    from slurm_gpupool.config import parse_config
-    from slurm_gpupool.ops.gres_install import render
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.controller.gres_install import render
 
     cfg = parse_config(make_config(n_nodes), "bench.yaml", Path("."))
     return render(cfg, cfg.all_nodes(), layout)
@@ -79,7 +79,7 @@ def main() -> None:
     peak, _ = child_peak_rss_mib(
         f"from benchmarks.bench_gres_render import run_render\nrun_render({args.nodes})\nout = {{}}"
     )
-    base_peak, _ = child_peak_rss_mib("import slurm_gpupool.ops.gres_install\nout = {}")
+    base_peak, _ = child_peak_rss_mib("import slurm_gpupool.controller.gres_install\nout = {}")
     rows = [
         [f"{small} nodes", f"{t_small:.2f} s", f"{t_small / small * 1e3:.3f} ms"],
         [f"{args.nodes} nodes", f"{t_big:.2f} s", f"{t_big / args.nodes * 1e3:.3f} ms"],

@@ -29,11 +29,11 @@ from benchmarks.common import table
 
 
 def setup(root: Path) -> tuple[dict[str, str], dict[str, int]]:
-    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.config.machines import find_machine
     from slurm_gpupool.hw import open_backend
     from slurm_gpupool.hw.sim.state import create_node_state
-    from slurm_gpupool.machines import find_machine
-    from slurm_gpupool.ops.node_apply import apply_node
+    from slurm_gpupool.node.apply import apply_node
 
     node = "bench1"
     cfg = {

@@ -16,8 +16,8 @@ import platform
 import sys
 
 from benchmarks.common import median_seconds, table
-from slurm_gpupool.reports.sim_openb import load_openb, traces_dir
 from slurm_gpupool.simulate import packing as P
+from slurm_gpupool.simulate.traces.openb import load_openb, traces_dir
 
 TABLES = {
     "milli (FGD)": P.milli_table,

@@ -30,10 +30,10 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=3, help="switches in each direction")
     args = ap.parse_args()
 
-    from slurm_gpupool.config import load_config
-    from slurm_gpupool.core.switch_plan import Timings, estimate_switch_s
-    from slurm_gpupool.ops.repartition import Repartitioner
-    from slurm_gpupool.ops.services import Restarter, run_command
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.core.policy.switch_plan import Timings, estimate_switch_s
+    from slurm_gpupool.repartition.executor import Repartitioner
+    from slurm_gpupool.repartition.restarts import Restarter, run_command
     from slurm_gpupool.sandbox.cluster import Sandbox
     from slurm_gpupool.slurm.cluster import SlurmCluster
     from slurm_gpupool.slurm.runner import SlurmRunner

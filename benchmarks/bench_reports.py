@@ -79,7 +79,7 @@ def run_phase(phase: str, path: str, config: str) -> dict[str, Any]:
         df = pd.read_csv(path, sep="|", dtype=str)
         return {"seconds": time.perf_counter() - t, "rows": len(df), "setup_s": t - t0, "peak_mib": _rss_mib()}
 
-    from slurm_gpupool.config import load_config
+    from slurm_gpupool.config.load import load_config
     from slurm_gpupool.reports import compute
     from slurm_gpupool.reports.dataset import Source, build
 

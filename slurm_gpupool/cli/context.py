@@ -37,7 +37,7 @@ class AppContext:
         return self.get("gpu")
 
     def config(self) -> Any:
-        """The validated pool config (slurm_gpupool.config.PoolConfig)."""
+        """The validated pool config (slurm_gpupool.config.model.PoolConfig)."""
         return self.get("config")
 
     def node_name(self) -> str:
@@ -49,7 +49,7 @@ class AppContext:
         """This node's state directory, from the config's paths (or its defaults)."""
         from pathlib import Path
 
-        from slurm_gpupool.config import DEFAULT_PATHS, PATH_ENV
+        from slurm_gpupool.config.model import DEFAULT_PATHS, PATH_ENV
         from slurm_gpupool.errors import ConfigError
 
         try:
@@ -80,7 +80,7 @@ def _gpu(ctx: AppContext) -> Any:
 
 
 def _config(ctx: AppContext) -> Any:
-    from slurm_gpupool.config import load_config
+    from slurm_gpupool.config.load import load_config
 
     return load_config(ctx.config_path)
 

@@ -44,9 +44,9 @@ def _render(
     (the files name it), to preview a config before it is installed."""
     import dataclasses
 
+    from slurm_gpupool.controller.gres_install import render
     from slurm_gpupool.errors import UsageError
-    from slurm_gpupool.ops.gres_install import render
-    from slurm_gpupool.ops.gres_sources import select_nodes
+    from slurm_gpupool.pool.planned import select_nodes
 
     if planned and live:
         raise UsageError("gres", "--planned and --live exclude each other")
@@ -61,7 +61,7 @@ def _render(
         )
     if as_installed:
         cfg = dataclasses.replace(cfg, source=as_installed)
-    from slurm_gpupool.ops.gres_sources import IDS_LIVE, IDS_SIMULATED
+    from slurm_gpupool.pool.planned import IDS_LIVE, IDS_SIMULATED
 
     ids = IDS_SIMULATED if simulated_ids else IDS_LIVE
     return cfg, render(cfg, select_nodes(cfg, nodes), planned, templates, ids)
@@ -79,7 +79,7 @@ def gres() -> None:
 def render_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, out: str | None) -> None:
     """Render gres.conf, the NodeName include and the GresTypes/TRES include."""
     cfg, r = _render(app, planned, live, nodes, templates, simulated_ids=simulated_ids)
-    from slurm_gpupool.ops.gres_install import ROLES
+    from slurm_gpupool.controller.gres_install import ROLES
 
     if out:
         d = Path(out)
@@ -105,7 +105,7 @@ def render_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, 
 @pass_app
 def diff_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, as_installed: str | None) -> int:
     """Show how the installed files differ from a fresh rendering (exit 1 if they do)."""
-    from slurm_gpupool.ops.gres_install import diff
+    from slurm_gpupool.controller.gres_install import diff
 
     cfg, r = _render(app, planned, live, nodes, templates, as_installed, simulated_ids)
     text = diff(cfg, r)
@@ -125,8 +125,9 @@ def install_cmd(
     app: AppContext, planned, live, nodes, simulated_ids, templates, no_backup: bool, as_json: bool
 ) -> None:
     """Validate, then write the files atomically and say which daemons must restart."""
-    from slurm_gpupool.ops.gres_install import install, installed_paths
-    from slurm_gpupool.slurm.runner import SlurmRunner, reconfigure_applies_gres, slurm_version
+    from slurm_gpupool.controller.gres_install import install, installed_paths
+    from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
+    from slurm_gpupool.slurm.versions import reconfigure_applies_gres
 
     cfg, r = _render(app, planned, live, nodes, templates, simulated_ids=simulated_ids)
     from slurm_gpupool.errors import SlurmUnavailableError
@@ -136,7 +137,7 @@ def install_cmd(
     except SlurmUnavailableError:  # no Slurm client here: assume the conservative 22.05 rule
         reconf = False
     plan = install(cfg, r, backup=not no_backup, reconfigure_ok=reconf)
-    from slurm_gpupool.ops.support_files import install_support_files
+    from slurm_gpupool.controller.support_files import install_support_files
 
     support = install_support_files(cfg, r.installed_layout())
     if as_json:

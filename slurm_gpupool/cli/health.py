@@ -33,11 +33,11 @@ def health(app: AppContext, show: bool, drain: bool, as_json: bool) -> int:
 
     Exit 0 if healthy, 1 if not.
     """
-    from slurm_gpupool.atomic import write_json_atomic
     from slurm_gpupool.hooks.health import check_gpus
     from slurm_gpupool.hooks.runtime import load_settings
-    from slurm_gpupool.ops.hook_settings import hook_settings
-    from slurm_gpupool.ops.node_state import read_node_state
+    from slurm_gpupool.node.state import read_node_state
+    from slurm_gpupool.pool.hook_settings import hook_settings
+    from slurm_gpupool.util.atomic import write_json_atomic
 
     state_dir = app.state_dir()
     path = state_dir / "health.json"

@@ -32,9 +32,9 @@ def check(app: AppContext, config: str | None, as_json: bool) -> None:
 
     Exit 0 if valid, 78 for an invalid config, 65 for an infeasible MIG layout.
     """
-    from slurm_gpupool.config import load_config
-    from slurm_gpupool.core.catalog import get_model
-    from slurm_gpupool.core.planner import plan_gpu
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.core.mig.catalog import get_model
+    from slurm_gpupool.core.mig.planner import plan_gpu
 
     cfg = load_config(config or app.config_path)
     out: dict = {"config": cfg.source, "valid": True, "layouts": {}}
@@ -63,7 +63,7 @@ def check(app: AppContext, config: str | None, as_json: bool) -> None:
                 extra = f"  [{detail[key]}]" if key in detail else ""
                 lines.append(f"    GPU {_ranges(idx)}: {key}{extra}")
             out["layouts"][name][ns.name] = {str(t): idx for t, idx in ((k, v) for k, v in groups.items())}
-    from slurm_gpupool.ops.gres_install import check_type_ids
+    from slurm_gpupool.controller.gres_install import check_type_ids
 
     check_type_ids(cfg)  # type names Slurm would confuse (exit 78)
     if cfg.schedule:
@@ -96,7 +96,7 @@ def import_mig_parted(app: AppContext, file: str, only: str | None, as_yaml: boo
 
     import yaml
 
-    from slurm_gpupool.migparted import meanings
+    from slurm_gpupool.config.migparted import meanings
 
     cfg = app.config()
     found = meanings(Path(file), cfg.nodesets, only)
@@ -155,8 +155,8 @@ def profiles(app: AppContext, model: str, all_profiles: bool, as_json: bool) -> 
     Like `nvidia-smi mig -lgip` and `-lgipp`, plus the planner's enumeration.
     """
     _site_models(app)
-    from slurm_gpupool.core.catalog import get_model
-    from slurm_gpupool.core.planner import default_profiles, maximal_layouts
+    from slurm_gpupool.core.mig.catalog import get_model
+    from slurm_gpupool.core.mig.planner import default_profiles, maximal_layouts
     from slurm_gpupool.errors import UsageError
 
     m = get_model(model)
@@ -218,7 +218,7 @@ def models(app: AppContext, as_json: bool) -> None:
 
     A node's GPU is recognised by its name (`nvidia-smi --query-gpu=name`), else by its
     PCI device id (`lspci -nn -d 10de:`) where that id is one product's."""
-    from slurm_gpupool.core.catalog import all_models
+    from slurm_gpupool.core.mig.catalog import all_models
 
     _site_models(app)
     rows = []

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
-from slurm_gpupool.ops.metrics import SCOPES
+from slurm_gpupool.observe.metrics import SCOPES
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -60,7 +60,7 @@ def metrics(app: AppContext, scope: str, textfile: str | None, listen: str | Non
     Prometheus text format, printed, written to a textfile, or served with --listen.
     """
     from slurm_gpupool.errors import UsageError
-    from slurm_gpupool.ops.metrics import collect, serve, write_textfile
+    from slurm_gpupool.observe.metrics import collect, serve, write_textfile
 
     if textfile and listen:
         raise UsageError("metrics", "give --textfile or --listen, not both")

@@ -43,7 +43,7 @@ def apply(
     GPUs alone (exit 0).
     """
     from slurm_gpupool.errors import UsageError
-    from slurm_gpupool.ops.node_apply import apply_node
+    from slurm_gpupool.node.apply import apply_node
 
     if bool(layout_name) == recorded:
         raise UsageError("node apply", "give exactly one of LAYOUT and --recorded")
@@ -58,9 +58,10 @@ def apply(
                 click.echo(why)
             return 0
         click.echo(why, err=True)
+    assert layout_name is not None  # one of LAYOUT and --recorded (checked above)
     report = apply_node(app.gpu_backend(), app.config(), layout_name, app.state_dir(), dry_run=dry_run, force=force)
     if as_json:
-        from slurm_gpupool.ops.node_state import read_node_state
+        from slurm_gpupool.node.state import read_node_state
 
         # the node state too: the repartitioner runs this through srun and keeps a copy on the controller
         emit_json({**report.to_dict(), "state": None if dry_run else read_node_state(app.state_dir())})
@@ -90,7 +91,7 @@ def _recorded_layout(app: AppContext, fallback: str | None) -> tuple[str | None,
     is corrupt or names a layout the config has since dropped: with ``--fallback``
     those fall back (with a warning); without, they are errors naming the file."""
     from slurm_gpupool.errors import ConfigError, StateError
-    from slurm_gpupool.ops.node_state import read_node_state, state_file
+    from slurm_gpupool.node.state import read_node_state, state_file
 
     path = state_file(app.state_dir())
     try:
@@ -123,7 +124,7 @@ def _recorded_layout(app: AppContext, fallback: str | None) -> tuple[str | None,
 @pass_app
 def assert_(app: AppContext, layout_name: str) -> int:
     """Exit 0 if the node matches LAYOUT, 1 (printing the differences) if not."""
-    from slurm_gpupool.ops.node_apply import assert_node
+    from slurm_gpupool.node.apply import assert_node
 
     diffs = assert_node(app.config(), layout_name, app.gpu_backend().inventory())
     for line in diffs:
@@ -140,8 +141,8 @@ def assert_(app: AppContext, layout_name: str) -> int:
 @pass_app
 def export(app: AppContext, layout_name: str | None, as_json: bool) -> None:
     """Print the node's current GPUs as a pool config; applying it back is a no-op."""
-    from slurm_gpupool.ops.node_apply import export_node
-    from slurm_gpupool.ops.node_state import read_node_state
+    from slurm_gpupool.node.apply import export_node
+    from slurm_gpupool.node.state import read_node_state
 
     previous = read_node_state(app.state_dir())
     name = layout_name or (previous or {}).get("layout") or "exported"
@@ -157,7 +158,7 @@ def export(app: AppContext, layout_name: str | None, as_json: bool) -> None:
 @pass_app
 def status(app: AppContext, as_json: bool) -> int:
     """Show the node state recorded by the last apply."""
-    from slurm_gpupool.ops.node_state import read_node_state, state_file
+    from slurm_gpupool.node.state import read_node_state, state_file
 
     st = read_node_state(app.state_dir())
     if st is None:

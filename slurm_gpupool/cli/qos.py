@@ -35,8 +35,8 @@ def _sacctmgr(app: AppContext):
 def plan_cmd(app: AppContext, as_json: bool) -> None:
     """What the config asks of Slurm: one QOS per tier, association limits per account
     (from the config alone; `qos diff` compares with Slurm)."""
-    from slurm_gpupool.core.qos import tres_text
-    from slurm_gpupool.ops.qos import desired
+    from slurm_gpupool.core.policy.qos import tres_text
+    from slurm_gpupool.pool.tiers import desired
 
     cfg = app.config()
     want = desired(cfg)
@@ -80,7 +80,7 @@ def plan_cmd(app: AppContext, as_json: bool) -> None:
 
 
 def _changes(app: AppContext):
-    from slurm_gpupool.ops.qos import plan_changes
+    from slurm_gpupool.controller.qos import plan_changes
 
     cfg = app.config()
     sacctmgr = _sacctmgr(app)
@@ -122,7 +122,7 @@ def apply_cmd(app: AppContext, dry_run: bool, as_json: bool) -> None:
     """Show the diff, then make it with sacctmgr (only gpupool's own QOS and limits change)."""
     import shlex
 
-    from slurm_gpupool.ops.qos import apply
+    from slurm_gpupool.controller.qos import apply
 
     cfg, sacctmgr, cluster, changes = _changes(app)
     if dry_run:

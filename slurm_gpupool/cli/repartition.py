@@ -29,7 +29,7 @@ def _nodes(text: str | None) -> list[str] | None:
 def _duration(text: str | None, what: str) -> int | None:
     if text is None:
         return None
-    from slurm_gpupool.core.durations import parse_duration_s
+    from slurm_gpupool.core.policy.durations import parse_duration_s
     from slurm_gpupool.errors import UsageError
 
     try:
@@ -74,7 +74,7 @@ def repartition(
     node failed (rolled back and drained with the reason).
     """
     from slurm_gpupool.errors import UsageError
-    from slurm_gpupool.ops.repartition import Repartitioner
+    from slurm_gpupool.repartition.executor import Repartitioner
 
     if sum((bool(target), scheduled, elastic)) != 1:
         raise UsageError("repartition", "give exactly one of --to LAYOUT, --scheduled and --elastic")
@@ -96,8 +96,8 @@ def repartition(
             raise UsageError("repartition --scheduled", "the pool config has no schedule")
         from pathlib import Path
 
-        from slurm_gpupool.ops.schedule_hold import read_hold
-        from slurm_gpupool.ops.switch_rules import clock_switch_ahead
+        from slurm_gpupool.repartition.hold import read_hold
+        from slurm_gpupool.repartition.rules import clock_switch_ahead
 
         now = datetime.now(cfg.schedule.tz) if cfg.schedule.tz else datetime.now().astimezone()
         hold = read_hold(Path(cfg.paths.controller_dir))
@@ -123,7 +123,7 @@ def repartition(
     if dry_run:
         plan = rp.plan(target, nodes, force)
         desc = rp.describe(plan, deadline_s or cfg.repartition.deadline_s, bool(requeue))
-        from slurm_gpupool.slurm.cluster import hostlist
+        from slurm_gpupool.slurm.types import hostlist
 
         ahead = rp.prepare(nxt[1], nxt[0], nodes, after=plan) if nxt else None
         desc["ahead"] = (
@@ -192,8 +192,8 @@ def repartition(
 
 def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s, requeue, log) -> int:
     """Decide, show why, and (not --dry-run) switch the chosen nodes: one run per target layout."""
-    from slurm_gpupool.ops.elastic import step
-    from slurm_gpupool.ops.switch_rules import run_exit_code
+    from slurm_gpupool.repartition.elastic import step
+    from slurm_gpupool.repartition.rules import run_exit_code
 
     codes: list[int] = []
 
@@ -263,7 +263,7 @@ def _syslog():
 
 
 def _jobs(jobs: list[dict]) -> str:
-    from slurm_gpupool.core.durations import format_duration
+    from slurm_gpupool.core.policy.durations import format_duration
 
     def left(j: dict) -> str:
         return f"{format_duration(j['ends_in_s'])} left" if j["ends_in_s"] is not None else "no limit"
@@ -282,16 +282,16 @@ def status(app: AppContext, as_json: bool) -> None:
     """Per node: active and desired layout, switch state, since when and why; the next switch."""
     from pathlib import Path
 
-    from slurm_gpupool.ops.journal import Journal
-    from slurm_gpupool.ops.pool_status import pool_status
-    from slurm_gpupool.ops.schedule_hold import read_hold
+    from slurm_gpupool.observe.status import pool_status
+    from slurm_gpupool.repartition.hold import read_hold
+    from slurm_gpupool.repartition.journal import Journal
     from slurm_gpupool.slurm.cluster import SlurmCluster
 
     cfg = app.config()
     cluster = SlurmCluster()
     now = datetime.now(cfg.schedule.tz) if cfg.schedule and cfg.schedule.tz else datetime.now().astimezone()
     ctl = Path(cfg.paths.controller_dir)
-    from slurm_gpupool.ops.elastic import State
+    from slurm_gpupool.repartition.elastic import State
 
     last = State.load(ctl).last if cfg.elastic is not None else None
     st = pool_status(cfg, cluster.nodes(), Journal(ctl).load().data, cluster.reservations(), now, read_hold(ctl), last)
@@ -356,7 +356,7 @@ def env_option(f):
 @pass_app
 def show(app: AppContext, systemd: bool, env_items: tuple[str, ...]) -> None:
     """Print what `schedule install` would write."""
-    from slurm_gpupool.ops.schedule_install import parse_env, render_schedule
+    from slurm_gpupool.controller.schedule_install import parse_env, render_schedule
 
     for name, text in render_schedule(app.config(), systemd, env_vars=parse_env(env_items)).items():
         click.echo(f"==> {name} <==")
@@ -372,7 +372,7 @@ def install(app: AppContext, systemd: bool, dest: str | None, env_items: tuple[s
     """Write /etc/cron.d/slurm-gpupool, or the systemd service and timer (--systemd)."""
     from pathlib import Path
 
-    from slurm_gpupool.ops.schedule_install import install_schedule, parse_env, render_schedule
+    from slurm_gpupool.controller.schedule_install import install_schedule, parse_env, render_schedule
 
     files = render_schedule(app.config(), systemd, env_vars=parse_env(env_items))
     for p in install_schedule(files, Path(dest) if dest else None):
@@ -390,7 +390,7 @@ def uninstall(app: AppContext, systemd: bool, dest: str | None) -> None:
     ahead of a switch are deleted too; switches by hand still work)."""
     from pathlib import Path
 
-    from slurm_gpupool.ops.schedule_install import uninstall_schedule
+    from slurm_gpupool.controller.schedule_install import uninstall_schedule
 
     cfg = app.config()
     for p in uninstall_schedule(cfg, systemd, Path(dest) if dest else None):
@@ -440,7 +440,7 @@ def pause(app: AppContext, until_text: str | None, why: str) -> None:
     made ahead of a switch are deleted."""
     from pathlib import Path
 
-    from slurm_gpupool.ops.schedule_hold import write_hold
+    from slurm_gpupool.repartition.hold import write_hold
 
     cfg = app.config()
     hold = write_hold(Path(cfg.paths.controller_dir), None, _until(until_text), why)
@@ -460,7 +460,7 @@ def pin(app: AppContext, layout: str, until_text: str | None, why: str) -> None:
     from pathlib import Path
 
     from slurm_gpupool.errors import UsageError
-    from slurm_gpupool.ops.schedule_hold import write_hold
+    from slurm_gpupool.repartition.hold import write_hold
 
     cfg = app.config()
     if layout not in cfg.layout_names():
@@ -476,7 +476,7 @@ def resume(app: AppContext) -> None:
     """Scheduled runs follow the schedule again (from the next run)."""
     from pathlib import Path
 
-    from slurm_gpupool.ops.schedule_hold import clear_hold
+    from slurm_gpupool.repartition.hold import clear_hold
 
     cfg = app.config()
     gone = clear_hold(Path(cfg.paths.controller_dir))

@@ -25,7 +25,7 @@ FORMATS = ("table", "csv", "json", "html")
 def parse_when(text: str, now: datetime, option: str, future: bool = False) -> datetime:
     """``2026-11-01``, ``2026-11-01T08:00`` (local time unless it has an offset), ``now``,
     or a duration before now (``7d``, ``36h``; after now with ``future``)."""
-    from slurm_gpupool.core.durations import parse_duration_s
+    from slurm_gpupool.core.policy.durations import parse_duration_s
 
     t = text.strip()
     if t == "now":
@@ -87,7 +87,7 @@ def _load(
     app: AppContext, since: str | None, until: str | None, files, fields, delimiter, tz, journal, spools, window,
     sacct_format,
 ):  # fmt: skip
-    from slurm_gpupool.core.durations import parse_duration_s
+    from slurm_gpupool.core.policy.durations import parse_duration_s
     from slurm_gpupool.errors import ConfigError
     from slurm_gpupool.reports.dataset import Source, build
 
@@ -131,7 +131,7 @@ def _write(text: str, output: Path | None, what: str) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from slurm_gpupool.atomic import write_text_atomic
+    from slurm_gpupool.util.atomic import write_text_atomic
 
     write_text_atomic(output, text)
     click.echo(f"wrote {what}", err=True)

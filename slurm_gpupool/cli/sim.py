@@ -50,9 +50,9 @@ def sim() -> None:
 @pass_app
 def init(app: AppContext, machine: str, force: bool, dev_root: str) -> None:
     """Create a simulated node of MACHINE (a description in etc/machines/)."""
+    from slurm_gpupool.config.machines import find_machine
     from slurm_gpupool.hw import node_name
     from slurm_gpupool.hw.sim.state import create_node_state
-    from slurm_gpupool.machines import find_machine
 
     store = _store(app)
     spec = find_machine(machine)

@@ -34,7 +34,7 @@ def _floats(text: str, option: str, low: float = 0.0) -> list[float]:
 
 
 def _seconds(text: str | None, option: str) -> float | None:
-    from slurm_gpupool.core.durations import parse_duration_s
+    from slurm_gpupool.core.policy.durations import parse_duration_s
 
     if text is None:
         return None
@@ -156,7 +156,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
     from slurm_gpupool.simulate.metrics import summarise
     from slurm_gpupool.simulate.pool import pool_spec
-    from slurm_gpupool.validate import load_yaml
+    from slurm_gpupool.util.validate import load_yaml
 
     # --from or --since/--until name the site's accounting (files, or sacct); alone, the public
     # Philly trace (--since without --trace replayed Philly, its window silently ignored)
@@ -265,12 +265,14 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
 
 def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes):  # fmt: skip
     """(epoch, jobs, where they come from); ``accounting``: the report options, in ``_load``'s order."""
-    from slurm_gpupool.reports import sim_traces as st
+    from slurm_gpupool.simulate.traces import philly as st
 
     files = accounting[2]
     if trace == "accounting":
         data, _, _ = _load(app, *accounting)
-        epoch, jobs, skipped = st.accounting_jobs(data, limit_factor, max_time_s)
+        from slurm_gpupool.reports.sim_accounting import accounting_jobs
+
+        epoch, jobs, skipped = accounting_jobs(data, limit_factor, max_time_s)
         notes += [f"{v:,} jobs left out: {k}" for k, v in skipped.items() if v]
         notes += list(data.notes)
         if days is not None:

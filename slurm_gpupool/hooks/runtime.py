@@ -23,7 +23,7 @@ import stat
 import sys
 import syslog
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 SETTINGS_NAME = "gpupool-hooks.json"
@@ -74,11 +74,11 @@ def log(hook: str, job: str | None, message: str, priority: int = syslog.LOG_INF
     sys.stderr.write(f"gpupool-{hook}: {text}\n")
 
 
-def load_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
+def load_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The hook settings; defaults where the file is missing or a key is absent."""
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     candidates = []
-    conf = env.get("SLURM_CONF") or DEFAULT_SLURM_CONF  # the HealthCheckProgram gets no SLURM_CONF
+    conf = environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF  # the HealthCheckProgram gets no SLURM_CONF
     if conf.startswith("/"):
         candidates.append(os.path.join(os.path.dirname(conf), SETTINGS_NAME))
     candidates.append(FALLBACK_SETTINGS)
@@ -234,7 +234,8 @@ def count_event(state_dir: str, group: str, name: str) -> None:
                 stats = {}  # a torn file cannot be: it is replaced atomically; start over if it is bad
             if not isinstance(stats, dict):
                 stats = {}
-            counts = stats.get(group) if isinstance(stats.get(group), dict) else {}
+            found = stats.get(group)
+            counts: dict[str, Any] = found if isinstance(found, dict) else {}
             counts[name] = int(counts.get(name, 0)) + 1
             stats.update({"schema": SCHEMA, group: counts, "updated_at": int(time.time())})
             write_in_dir(fd, STATS_NAME, (json.dumps(stats, sort_keys=True) + "\n").encode(), 0o644)

@@ -19,8 +19,8 @@ import pynvml
 if TYPE_CHECKING:
     from typing import Any
 
-from slurm_gpupool.core import catalog
-from slurm_gpupool.core.devices import gpu_device_file, mig_device_files
+from slurm_gpupool.core.gres.devices import gpu_device_file, mig_device_files
+from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.errors import (
     GpuBusyError,
     GpuOperationError,

@@ -22,15 +22,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.catalog import GpuModel, get_model
-from slurm_gpupool.core.layouts import MIG
-from slurm_gpupool.core.planner import plan_gpu
-from slurm_gpupool.errors import InfeasibleError
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.mig.catalog import GpuModel, get_model
+from slurm_gpupool.core.mig.layouts import MIG
+from slurm_gpupool.core.mig.planner import plan_gpu
+from slurm_gpupool.errors import DataError, InfeasibleError
+from slurm_gpupool.pool.capacity import type_table
 from slurm_gpupool.reports import compute
 from slurm_gpupool.reports.compute import Data, Report
 from slurm_gpupool.reports.output import human_s
-from slurm_gpupool.simulate.advise import Settings
+from slurm_gpupool.reports.sim_accounting import accounting_jobs
+from slurm_gpupool.reports.sim_report import finite
+from slurm_gpupool.simulate.advise import Settings, advise
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,6 @@ def advice(
     ``done``: reports already computed for this data (``report all``), by name, reused.
     ``simulate``: also replay the window's jobs under the current policy and candidate
     layouts and schedules (``simulated``), with these settings."""
-    from slurm_gpupool.ops.capacity import type_table
 
     done = done or {}
     s = data.settings
@@ -242,10 +244,6 @@ def simulated(
     layouts and schedules (``simulate.advise``): a table of the policies, the recommendation
     with the YAML to paste, notes, and the whole result for JSON.  Skipped, with a note,
     without a pool config or with fewer than ``settings.min_jobs`` jobs."""
-    from slurm_gpupool.errors import DataError
-    from slurm_gpupool.reports.sim_report import finite
-    from slurm_gpupool.reports.sim_traces import accounting_jobs
-    from slurm_gpupool.simulate.advise import advise
 
     cfg = data.cfg
     if cfg is None:

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig, ReportSettings
-from slurm_gpupool.reports.layout_history import epoch_s
+from slurm_gpupool.config.model import PoolConfig, ReportSettings
+from slurm_gpupool.pool.tiers import pool_types, resolve, tres_of
+from slurm_gpupool.reports.layout_history import epoch_s, lookup
 from slurm_gpupool.reports.timeline import Level
 
 _JOB_COLUMN = {
@@ -182,7 +183,6 @@ def utilization(data: Data) -> Report:
 
 
 def _period_of(data: Data, at: np.ndarray) -> np.ndarray:
-    from slurm_gpupool.reports.layout_history import lookup
 
     return lookup(data.periods[0], data.periods[1], at)
 
@@ -330,7 +330,6 @@ def quota(data: Data) -> Report:
     the hours spent at the quota (while there, the account's further jobs of that type
     waited with AssocGrpGRES), each as a count and as a share of the quota; GPU-equivalent
     hours held tie it to the usage and cost reports."""
-    from slurm_gpupool.ops.qos import pool_types, resolve, tres_of
 
     cols = [
         "account",
@@ -358,8 +357,9 @@ def quota(data: Data) -> Report:
     typ = g["type"].astype(str).to_numpy()
     start, end = epoch_s(g["run_start"]), epoch_s(g["run_end"])
     rows = []
-    types = pool_types(cfg) if quotas else {}
+    types = pool_types(cfg) if cfg is not None and quotas else {}
     for acct in sorted(quotas):
+        assert cfg is not None  # quotas come from it
         limits = resolve(cfg, quotas[acct], f"quotas.{acct}", types)
         for name, _amount in quotas[acct]:
             limit = limits[tres_of(name)]

@@ -6,16 +6,18 @@ import io
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig, ReportSettings
+from slurm_gpupool.config.model import PoolConfig, ReportSettings
 from slurm_gpupool.reports.compute import Data
 from slurm_gpupool.reports.gpu_frame import enrich
 from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, read_journal_log, schedule_segments
 from slurm_gpupool.reports.pool_capacity import capacity_intervals
 from slurm_gpupool.reports.sacct_load import LoadStats, Progress, finish, load_files, read_stream
 from slurm_gpupool.reports.usage_spool import read_records, spool_dirs
+from slurm_gpupool.slurm.accounting import sacct_windows, utc_runner
 
 
 @dataclass
@@ -34,11 +36,10 @@ def load_jobs(source: Source, since: datetime, until: datetime, progress: Progre
     """(jobs, stats) from files, or from sacct in windows."""
     if source.files:
         return load_files(source.files, source.tz, source.fields, source.delimiter, progress)
-    from slurm_gpupool.slurm.accounting import sacct_windows, utc_runner
 
     stats = LoadStats()
     progress = progress or Progress()
-    frames = []
+    frames: list[Any] = []
     for label, text in sacct_windows(utc_runner(), since, until, source.window, source.use_json):
         stats.sources.append(label)
         frames.extend(read_stream(io.StringIO(text), label, stats, "UTC", None, None, progress))

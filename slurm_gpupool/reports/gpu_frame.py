@@ -13,13 +13,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.tres import GpuTres, TresError, gpu_tres
-from slurm_gpupool.ops.capacity import TypeInfo, node_shares, type_table
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.gres.tres import GpuTres, TresError, gpu_tres
+from slurm_gpupool.pool.capacity import TypeInfo, node_offers, node_shares, type_table
 from slurm_gpupool.reports.layout_history import (
     LayoutHistory,
     assumed_layout,
@@ -109,7 +110,6 @@ class Resolver:
     def _shared_type(self, node: str, layout: str | None) -> str:
         if self.cfg is None or layout is None or node not in self.cfg.all_nodes():
             return "shared"
-        from slurm_gpupool.ops.capacity import node_offers
 
         shared = [o.type for o in node_offers(self.cfg, layout, node) if o.shares]
         return shared[0] if shared else "shared"
@@ -163,7 +163,7 @@ def enrich(
     key = pd.DataFrame({"tres": tres, "node": df["node"].astype(str), "layout": df["layout"].astype(object)})
     combos = key.drop_duplicates()
     res = Resolver(cfg)
-    rows = []
+    rows: list[tuple[int, Any]] = []
     for ci, (t, node, layout) in enumerate(combos.itertuples(index=False)):
         gs = res.grants(t, node, layout)
         if gs is None:

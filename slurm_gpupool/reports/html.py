@@ -132,7 +132,7 @@ def _plain_table(df: pd.DataFrame, table_id: str) -> str:
         border=0,
         classes="data",
         table_id=table_id,
-        formatters=formatters,  # type: ignore[arg-type]
+        formatters=formatters,
         float_format=_format_float,
         justify="left",
     )
@@ -318,7 +318,7 @@ def _usage_chart(report: Report) -> str:
     top = float(shown["eq_hours"].max())
     ax.set_xlim(0, top * 1.15)
     for yi, v in zip(y, shown["eq_hours"]):
-        ax.text(v + top * 0.01, yi, f"{v:,.1f}", va="center", fontsize=8)
+        ax.text(v + top * 0.01, float(yi), f"{v:,.1f}", va="center", fontsize=8)
     svg = _svg(fig, "usage")
     caption = f"GPU-equivalent hours per {group or 'group'}"
     if len(d) > USAGE_TOP:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.schedule import Schedule
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.policy.schedule import Schedule
 
 ALL = "all"  # the period label when there is no schedule
 

@@ -12,8 +12,8 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.ops.capacity import Offer, node_offers
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.pool.capacity import Offer, node_offers
 from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, schedule_segments
 
 

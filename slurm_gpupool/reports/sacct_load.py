@@ -32,7 +32,9 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from slurm_gpupool.core.gres.tres import usage_tres
 from slurm_gpupool.errors import DataError
+from slurm_gpupool.reports.sacct_json import job_rows
 
 # What `gpupool report` asks sacct for, in this order (also the export's columns).
 SACCT_FIELDS = (
@@ -207,8 +209,6 @@ def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.Da
     usage = steps[steps["TRESUsageInMax"].str.contains("gres/gpu", regex=False)]
     peaks = pd.DataFrame(columns=["job_id", "gpumem_mib", "gpuutil_pct"])
     if len(usage):
-        from slurm_gpupool.core.tres import usage_tres
-
         vals = [usage_tres(t) for t in usage["TRESUsageInMax"]]
         peaks = pd.DataFrame(
             {
@@ -363,7 +363,6 @@ def _sonar(f: IO[str], first: str, where: str, tz: str, stats: LoadStats, progre
 
 def json_rows(doc: Any, where: str, stats: LoadStats) -> list[dict[str, str]]:
     """``sacct --json`` → sacct-named string fields (steps as ``<id>.<step>`` rows)."""
-    from slurm_gpupool.reports.sacct_json import job_rows
 
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise DataError(where, 'not sacct --json output (no top-level "jobs" list)')
@@ -429,7 +428,7 @@ class _ChainIO(io.TextIOBase):
         data, self._buf = self._buf[:size], self._buf[size:]
         return data
 
-    def readline(self, size: int | None = -1) -> str:
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]  # typeshed: TextIOBase is bytes-typed
         if self._buf:
             line, sep, rest = self._buf.partition("\n")
             if sep:
@@ -439,10 +438,10 @@ class _ChainIO(io.TextIOBase):
             return line + self._f.readline()
         return self._f.readline()
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
         return self
 
-    def __next__(self) -> str:
+    def __next__(self) -> str:  # type: ignore[override]
         line = self.readline()
         if not line:
             raise StopIteration

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.config.model import PoolConfig
 
 COLUMNS = ["job_id", "node", "start_time", "types", "peak_mem_mib", "memory_mib", "mean_util_pct"]
 

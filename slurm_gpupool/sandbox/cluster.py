@@ -37,7 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.controller.gres_install import install, installed_paths, render
+from slurm_gpupool.controller.support_files import install_support_files
 from slurm_gpupool.errors import BusyError, SlurmUnavailableError, StateError, UsageError
+from slurm_gpupool.hw import open_backend
+from slurm_gpupool.hw.sim.state import create_node_state
+from slurm_gpupool.node.apply import apply_node
+from slurm_gpupool.node.state import state_file
 from slurm_gpupool.sandbox import devices, mariadb, procs
 from slurm_gpupool.sandbox.plan import (
     DEFAULT_BASE_PORT,
@@ -49,7 +56,12 @@ from slurm_gpupool.sandbox.plan import (
     plan_nodes,
     validate_node_map,
 )
+from slurm_gpupool.sandbox.poolconfig import node_map, sandbox_config
 from slurm_gpupool.sandbox.tools import PACKAGES, install_packages, missing_packages, program
+from slurm_gpupool.slurm.cluster import SlurmCluster
+from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
+from slurm_gpupool.slurm.versions import preempt_user_signal_setting
+from slurm_gpupool.util.resources import etc_dir, templates_dir
 
 DEFAULT_ROOT = Path("/var/tmp/slurm-gpupool-sandbox")
 CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
@@ -73,7 +85,6 @@ def hook_programs() -> dict[str, str]:
 
 def default_config_path() -> str:
     """The shipped example config: the sandbox's embedded default."""
-    from slurm_gpupool.resources import etc_dir
 
     return str((etc_dir() / "gpupool.yaml").resolve())
 
@@ -265,13 +276,11 @@ class Sandbox:
 
     def source_config(self) -> Any:
         """The user's pool config that the sandbox plays (validated)."""
-        from slurm_gpupool.config import load_config
 
         return load_config(self.state["config"])
 
     def pool_config(self) -> Any:
         """The sandbox's own pool config (``<root>/etc/gpupool.yaml``)."""
-        from slurm_gpupool.config import load_config
 
         return load_config(self.paths.pool_config)
 
@@ -347,8 +356,6 @@ class Sandbox:
 
     def _render(self, template: str, **context: Any) -> str:
         import jinja2
-
-        from slurm_gpupool.resources import templates_dir
 
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(templates_dir() / "sandbox")),
@@ -468,8 +475,6 @@ class Sandbox:
 
     def _decide_state(self) -> bool:
         """Merge the requested node map and port into the recorded state; True if they changed."""
-        from slurm_gpupool.config import load_config
-        from slurm_gpupool.sandbox.poolconfig import node_map
 
         old = self._read_state()
         new = dict(old) if old else dict(self.state)
@@ -490,7 +495,6 @@ class Sandbox:
 
     def _prepare_nodes(self, plans: list[NodePlan]) -> None:
         """Simulated GPU state, device files and mig-minors of each node."""
-        from slurm_gpupool.hw.sim.state import create_node_state
 
         for plan in plans:
             state_path = self.paths.sim_state(plan.name)
@@ -516,9 +520,6 @@ class Sandbox:
         (live node state), exactly as on a real cluster.  Returns changed files.
         """
         import yaml
-
-        from slurm_gpupool.sandbox.poolconfig import sandbox_config
-        from slurm_gpupool.slurm.runner import preempt_user_signal_setting
 
         p = self.paths
         changed: set[Path] = set()
@@ -576,7 +577,6 @@ class Sandbox:
     def _slurm_version(self) -> tuple[int, int, int]:
         """The Slurm the sandbox runs (``slurmd -V`` before its slurm.conf exists); the oldest
         release we support, as ``gres install`` assumes, where no Slurm answers."""
-        from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
 
         try:
             return slurm_version(SlurmRunner(env=self.daemon_env()))
@@ -592,9 +592,6 @@ class Sandbox:
 
     def _apply_initial_layout(self, cfg: Any, plans: list[NodePlan]) -> None:
         """`gpupool node apply` on nodes that have no node state yet (fresh GPUs)."""
-        from slurm_gpupool.hw import open_backend
-        from slurm_gpupool.ops.node_apply import apply_node
-        from slurm_gpupool.ops.node_state import state_file
 
         layout = self.initial_layout(cfg)
         for plan in plans:
@@ -611,8 +608,6 @@ class Sandbox:
 
     def _install_gres(self, cfg: Any) -> set[Path]:
         """`gpupool gres install --live` into <root>/etc; returns the files it changed."""
-        from slurm_gpupool.ops.gres_install import install, installed_paths, render
-        from slurm_gpupool.ops.support_files import install_support_files
 
         paths = installed_paths(cfg)
         before = {p: p.read_text() if p.exists() else None for p in paths.values()}
@@ -909,8 +904,6 @@ class Sandbox:
     def _before_controller_restart(self, nodes: list[str]) -> None:
         """What the repartitioner does before it restarts slurmctld with new GRES: on Slurm
         24.11, wait until it has forgotten the nodes' finished shard jobs (or it crashes)."""
-        from slurm_gpupool.slurm.cluster import SlurmCluster
-        from slurm_gpupool.slurm.runner import SlurmRunner
 
         with contextlib.suppress(SlurmUnavailableError):
             SlurmCluster(SlurmRunner(env=self.daemon_env())).await_forgotten_shard_jobs(nodes, self._progress)

@@ -38,10 +38,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import slurm_gpupool
 from slurm_gpupool.errors import SlurmUnavailableError, UsageError
 from slurm_gpupool.sandbox import procs
-from slurm_gpupool.sandbox.image import VENV, WHEELS, Image
+from slurm_gpupool.sandbox.image import VENV, WHEELS, Image, ensure_image, prune
 from slurm_gpupool.sandbox.versions import SlurmRelease
+from slurm_gpupool.sandbox.versions import release as release_of
 
 CONTAINERS_ENV = "SLURM_GPUPOOL_CONTAINERS"
 CONTAINER_ENV = "SLURM_GPUPOOL_CONTAINER"  # set inside: the release series
@@ -94,8 +96,6 @@ class PackageMount:
 def package_mount() -> PackageMount:
     """The running package: a source checkout (with setup.cfg) or an installed copy."""
     from importlib import metadata
-
-    import slurm_gpupool
 
     pkg = Path(slurm_gpupool.__file__).resolve().parent
     scripts = {
@@ -360,7 +360,6 @@ class RunningContainer:
 
 def running_containers() -> list[RunningContainer]:
     """The containers under :func:`containers_dir` that run now, with their images."""
-    from slurm_gpupool.sandbox.versions import release as release_of
 
     out = []
     for state in sorted(containers_dir().glob("*/container.json")):
@@ -415,7 +414,6 @@ def ensure_running(
     release: SlurmRelease, progress: Callable[[str], None] = lambda _m: None, install_tools: bool = True
 ) -> Container:
     """The release's container, running, with this package mounted in it."""
-    from slurm_gpupool.sandbox.image import ensure_image, prune
 
     container = Container(release)
     if not container.running():

@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from slurm_gpupool.core.devices import MAX_CIS, MAX_GIS, ci_cap_minor, gi_cap_minor, mig_minors_table
+from slurm_gpupool.core.gres.devices import MAX_CIS, MAX_GIS, ci_cap_minor, gi_cap_minor, mig_minors_table
 
 NVIDIA_MAJOR = 195  # /dev/nvidia<minor>, /dev/nvidiactl (195, 255)
 NVIDIACTL_MINOR = 255

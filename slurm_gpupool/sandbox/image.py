@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_gpupool.errors import SlurmUnavailableError, UsageError
+from slurm_gpupool.sandbox.tools import install_packages
 from slurm_gpupool.sandbox.versions import SlurmRelease
 
 CACHE_ENV = "SLURM_GPUPOOL_IMAGE_CACHE"
@@ -182,7 +183,6 @@ def ensure_image(
         if shutil.which("mmdebstrap") is None:
             if not install_tools:
                 raise SlurmUnavailableError("mmdebstrap", "not installed", hint="apt-get install -y mmdebstrap")
-            from slurm_gpupool.sandbox.tools import install_packages
 
             progress("installing mmdebstrap")
             install_packages(["mmdebstrap"])

@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from slurm_gpupool.config.machines import MachineSpec, find_machine
 from slurm_gpupool.errors import ConfigError, UsageError
-from slurm_gpupool.machines import MachineSpec, find_machine
 
 DEFAULT_BASE_PORT = 16800
 MAX_NODES = 200  # NodeAddr 127.0.0.2 .. 127.0.0.201

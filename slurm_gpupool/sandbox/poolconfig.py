@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.config import PoolConfig
+from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.errors import ConfigError
 
 

@@ -39,7 +39,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.config import PoolConfig, parse_config
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.simulate import policies as pol
 from slurm_gpupool.simulate.candidates import WEEKEND, Candidate, candidates
 from slurm_gpupool.simulate.engine import Engine, Params, Result

@@ -37,9 +37,9 @@ from datetime import datetime, timedelta, tzinfo
 from functools import cache
 from typing import Any
 
-from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.core.catalog import GpuModel, get_model
-from slurm_gpupool.core.planner import default_profiles, maximal_layouts
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.mig.catalog import GpuModel, get_model
+from slurm_gpupool.core.mig.planner import default_profiles, maximal_layouts
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 

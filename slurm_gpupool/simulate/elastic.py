@@ -1,5 +1,5 @@
 """The elastic policy in a replay: the engine's demand-driven hook calling the same
-:func:`slurm_gpupool.core.elastic.decide` as ``gpupool repartition --elastic`` (pure).
+:func:`slurm_gpupool.core.policy.elastic.decide` as ``gpupool repartition --elastic`` (pure).
 
 Every ``tick_s`` (the cron interval of ``repartition --scheduled``) the switcher turns the
 engine's nodes and queue into the decision's inputs and returns its actions.  In the
@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_gpupool.core.elastic import Bounds, Decision, Job, Node, Records, Shape, decide
+from slurm_gpupool.core.policy.elastic import Bounds, Decision, Job, Node, Records, Shape, decide
 from slurm_gpupool.simulate.engine import NodeState, Pending, Switcher
 
 UNION = "elastic"  # the mapping layout of elastic periods (covers no node: the clock switches nothing)
@@ -117,7 +117,7 @@ class ElasticSwitcher(Switcher):
 
 
 def records(offers: Sequence[object]) -> Shape:
-    """``ops.capacity.Offer``s as the decision's records."""
+    """``pool.capacity.Offer``s as the decision's records."""
     return tuple(
         Records(o.type, o.kind, o.count, o.eq_each, o.shares)  # type: ignore[attr-defined]
         for o in offers

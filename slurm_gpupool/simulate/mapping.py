@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpupool.core.catalog import get_model
-from slurm_gpupool.core.gres import slurm_type
-from slurm_gpupool.core.planner import default_profiles
-from slurm_gpupool.core.submit import Request, choose
+from slurm_gpupool.core.gres.records import slurm_type
+from slurm_gpupool.core.mig.catalog import get_model
+from slurm_gpupool.core.mig.planner import default_profiles
+from slurm_gpupool.core.submit.request import Request, choose
 
 PREFER_MIG = "mig"  # a fraction goes to the smallest MIG profile covering it, else to shards
 PREFER_SHARD = "shard"  # the other way round

@@ -16,7 +16,7 @@ catalog's profiles, placements and counts, nothing copied).  Filter, scores and 
 fragmentation measure then read the same tables, so the milli run is FGD's and the MIG
 run differs only by the rules of MIG.
 
-No file I/O here: ``slurm_gpupool.reports.sim_openb`` reads the CSVs.
+No file I/O here: ``slurm_gpupool.simulate.traces.openb`` reads the CSVs.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from functools import cache
 
 import numpy as np
 
-from slurm_gpupool.core.catalog import get_model
-from slurm_gpupool.core.planner import PlacedInstance, all_layouts, check_placements, default_profiles, plan_gpu
+from slurm_gpupool.core.mig.catalog import get_model
+from slurm_gpupool.core.mig.planner import PlacedInstance, all_layouts, check_placements, default_profiles, plan_gpu
 from slurm_gpupool.model import Placement
 
 MILLI = 1000  # one GPU (open-gpu-share utils/const.go)

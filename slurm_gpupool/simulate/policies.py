@@ -22,15 +22,16 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.config import PoolConfig, parse_config
-from slurm_gpupool.core.elastic import Bounds
-from slurm_gpupool.core.switch_plan import Timings, estimate_switch_s
-from slurm_gpupool.elastic_config import ElasticSettings
+from slurm_gpupool.config.elastic import ElasticSettings
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.policy.elastic import Bounds
+from slurm_gpupool.core.policy.switch_plan import Timings, estimate_switch_s
 from slurm_gpupool.errors import UsageError
-from slurm_gpupool.ops.capacity import node_offers
-from slurm_gpupool.ops.elastic import allowed_layouts, check_floors
-from slurm_gpupool.ops.submit_catalog import elastic_offers
-from slurm_gpupool.ops.switch_rules import lead_time_default
+from slurm_gpupool.pool.capacity import node_offers
+from slurm_gpupool.pool.elastic import allowed_layouts, check_floors
+from slurm_gpupool.pool.submit_catalog import elastic_offers
+from slurm_gpupool.repartition.rules import lead_time_default
 from slurm_gpupool.simulate.elastic import UNION, ElasticSwitcher, cron_interval_s, records
 from slurm_gpupool.simulate.engine import Switcher
 from slurm_gpupool.simulate.pool import PoolSpec, pool_spec

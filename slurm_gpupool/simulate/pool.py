@@ -1,6 +1,6 @@
 """What each node offers in each layout, as a replay needs it (pure over the config).
 
-Built from ``ops.capacity.node_offers`` (the planned view the reports and the submit
+Built from ``pool.capacity.node_offers`` (the planned view the reports and the submit
 catalog use), so a simulated node has exactly the GRES records ``gres render --planned``
 would write: one ``gpu`` record per whole GPU or MIG device, and per time-sliced GPU one
 ``gpu:<model>_shared`` record plus its shards (Slurm gives such a GPU either as a GPU or
@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpupool.config import PoolConfig
-from slurm_gpupool.ops.capacity import node_offers
-from slurm_gpupool.ops.submit_catalog import layout_offers, merged_offers
+from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.pool.capacity import node_offers
+from slurm_gpupool.pool.submit_catalog import layout_offers, merged_offers
 
 
 @dataclass(frozen=True)

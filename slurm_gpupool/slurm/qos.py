@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurm_gpupool.core.qos import QosSpec, parse_tres_limits
+from slurm_gpupool.core.policy.qos import QosSpec, parse_tres_limits
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.slurm.runner import SlurmRunner
 

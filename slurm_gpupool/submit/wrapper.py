@@ -1,7 +1,7 @@
 """``gpupool-sbatch``: sbatch with friendly GPU requests; everything else passes through.
 
 It reads the submit catalog (``gpupool-submit.json`` beside slurm.conf), plans
-the command line (``core/submit_plan.py``), and exec's the real sbatch, so
+the command line (``core/submit/plan.py``), and exec's the real sbatch, so
 sbatch's output and exit code are the user's.  A script on stdin is read once
 and handed to sbatch through an anonymous in-memory file.  No shell, ever.
 Imports: the standard library and ``slurm_gpupool.core`` only.
@@ -56,7 +56,7 @@ def load_catalog(env: dict[str, str]) -> dict | None:
         except (OSError, ValueError, RecursionError) as e:
             sys.stderr.write(f"gpupool-sbatch: ignoring unreadable {d}/{CATALOG}: {e}\n")
             return None
-        from slurm_gpupool.core.submit import catalog_problem
+        from slurm_gpupool.core.submit.request import catalog_problem
 
         problem = catalog_problem(data)
         if problem:
@@ -84,7 +84,7 @@ def idle_now(env: dict[str, str], catalog: dict) -> dict[str, int] | None:
     is made as if nothing were idle: the submission goes on)."""
     import subprocess
 
-    from slurm_gpupool.core.node_gres import SINFO_IDLE_FORMAT, idle_records
+    from slurm_gpupool.core.gres.node_gres import SINFO_IDLE_FORMAT, idle_records
 
     sinfo = env.get("SLURM_GPUPOOL_SINFO", "sinfo")
     try:
@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0
     env = dict(os.environ)
-    from slurm_gpupool.core.sbatch_args import ArgError, parse
-    from slurm_gpupool.core.submit import RequestError
-    from slurm_gpupool.core.submit_plan import plan, split_ours
+    from slurm_gpupool.core.submit.plan import plan, split_ours
+    from slurm_gpupool.core.submit.request import RequestError
+    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse
 
     stdin_script: bytes | None = None
     script_text: str | None = None
@@ -189,7 +189,7 @@ def _quota_tres(catalog: dict | None, argv: list[str], script: str | None) -> li
     such a job the wrapper looks whether a quota holds it, to say so."""
     if not catalog or not catalog.get("quotas"):
         return []
-    from slurm_gpupool.core.sbatch_args import ArgError, parse, parse_directives
+    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse, parse_directives
 
     try:
         sources = [parse(argv)] + ([parse(parse_directives(script))] if script else [])
@@ -297,7 +297,7 @@ def _hand_down_gres(argv: list[str], script: str | None) -> None:
     """Put the job's GRES request in the environment sbatch passes on (``--export=ALL``, its
     default), so the TaskProlog can narrow an ``--exclusive`` allocation to the requested
     types on Slurm releases whose jobs do not see their request (22.05)."""
-    from slurm_gpupool.core.sbatch_args import ArgError, parse, parse_directives
+    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse, parse_directives
 
     os.environ.pop(GRES_ENV, None)  # not one inherited from the job this is submitted from
     try:
@@ -316,8 +316,8 @@ def _without_our_directives(argv: list[str], script: str, stdin: bytes | None) -
     """Give sbatch the script without our options in its #SBATCH lines: on stdin if it came
     that way, else as an in-memory file in place of the path (the job keeps the script's
     name as its name unless it has one)."""
-    from slurm_gpupool.core.sbatch_args import parse, parse_directives
-    from slurm_gpupool.core.submit_plan import strip_our_directives
+    from slurm_gpupool.core.submit.plan import strip_our_directives
+    from slurm_gpupool.core.submit.sbatch_args import parse, parse_directives
 
     text = strip_our_directives(script).encode()
     if stdin is not None:

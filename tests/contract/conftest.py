@@ -18,9 +18,9 @@ from typing import Any
 import pynvml
 import pytest
 
+from slurm_gpupool.config.machines import find_machine
 from slurm_gpupool.hw.sim.lib import SimNvmlLibrary
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
-from slurm_gpupool.machines import find_machine
 
 MACHINE_FOR_MODEL = {
     "A100-SXM4-40GB": "dgx-a100",

@@ -17,11 +17,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from slurm_gpupool.core.catalog import GpuModel, all_models, get_model
-from slurm_gpupool.core.planner import all_layouts, default_profiles, maximal_layouts, plan_gpu
+from slurm_gpupool.config.machines import GpuSpec, MachineSpec
+from slurm_gpupool.core.mig.catalog import GpuModel, all_models, get_model
+from slurm_gpupool.core.mig.planner import all_layouts, default_profiles, maximal_layouts, plan_gpu
 from slurm_gpupool.errors import InfeasibleError
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
-from slurm_gpupool.machines import GpuSpec, MachineSpec
 
 from .conftest import install_sim, uninstall
 

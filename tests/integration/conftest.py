@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.poolconfig import node_map
 
@@ -95,13 +95,13 @@ class SandboxHandle:
     @property
     def slurm_version(self) -> tuple[int, int, int]:
         """The sandbox's Slurm (``sinfo -V``): tests read what each release prints its own way."""
-        from slurm_gpupool.slurm.runner import parse_version
+        from slurm_gpupool.slurm.versions import parse_version
 
         return parse_version(self.run(["sinfo", "-V"]).stdout)
 
     def tres(self, gres: str) -> str:
         """``gpu:a100:1`` as ``scontrol show job`` prints it in TresPerNode on this release."""
-        from slurm_gpupool.slurm.runner import tres_gres_prefix
+        from slurm_gpupool.slurm.versions import tres_gres_prefix
 
         return tres_gres_prefix(self.slurm_version) + gres
 
@@ -110,8 +110,8 @@ class SandboxHandle:
         """The submit catalog and job_submit.lua rendered with these ``submit:`` rules, then as installed."""
         import copy
 
-        from slurm_gpupool.config import parse_config
-        from slurm_gpupool.ops.support_files import install_support_files
+        from slurm_gpupool.config.load import parse_config
+        from slurm_gpupool.controller.support_files import install_support_files
 
         cfg = load_config(self.root / "etc" / "gpupool.yaml")
         raw = copy.deepcopy(cfg.raw)

@@ -7,9 +7,10 @@ import subprocess
 import sys
 import time
 
-from slurm_gpupool.config import load_config
-from slurm_gpupool.ops.gres_install import render
-from slurm_gpupool.slurm.cluster import gres_counts, parse_reservations, parse_sinfo_json
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.controller.gres_install import render
+from slurm_gpupool.slurm.parse import parse_reservations, parse_sinfo_json
+from slurm_gpupool.slurm.types import gres_counts
 
 GPUPOOL = [sys.executable, "-m", "slurm_gpupool.cli.main"]
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import load_config
-from slurm_gpupool.slurm.cluster import gres_counts, parse_sinfo_json
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.slurm.parse import parse_sinfo_json
+from slurm_gpupool.slurm.types import gres_counts
 
 from .conftest import SandboxHandle
 

@@ -19,7 +19,7 @@ import time
 import pytest
 import yaml
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
 
 from .repartition_support import (
     GPUPOOL,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.ops.gres_install import render
+from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.sandbox import devices
 from tests.unit.test_gres import CASES, config_for, golden_name
 
@@ -60,7 +60,7 @@ def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str
     dev = tmp_path / "dev"
     raw = dict(cfg.raw)
     raw["slurm"] = {**raw["slurm"], "dev_root": str(dev), "config_dir": str(tmp_path)}
-    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.config.load import parse_config
 
     cfg = parse_config(raw, cfg.source, Path("."))
     r = render(cfg, cfg.all_nodes(), variant, mig_ids="simulated")
@@ -130,7 +130,7 @@ def expected_tres(nodes_conf: str, node: str) -> dict[str, int]:
 def test_slurm_reads_every_hostlist_we_write(sandbox):
     """``Nodes=``, ``-w`` and NodeName get hostlists folded only where Slurm reads them:
     ClusterShell's ``a[30,100]n1`` made slurmctld refuse a reservation update."""
-    from slurm_gpupool.core.hostlist import slurm_hostlist
+    from slurm_gpupool.core.gres.hostlist import slurm_hostlist
 
     names = ["a100n1", "a100n2", "a30n1", "h100n1", "n1-ib", "n2-ib", "gpu01", "gpu02", "gpu10", "login", "7"]
     text = slurm_hostlist(names)

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import load_config, parse_config
-from slurm_gpupool.ops.support_files import install_support_files
-from slurm_gpupool.slurm.runner import requeues_again_after_grace_preemption
+from slurm_gpupool.config.load import load_config, parse_config
+from slurm_gpupool.controller.support_files import install_support_files
+from slurm_gpupool.slurm.versions import requeues_again_after_grace_preemption
 
 from .test_submit_slurm import wrapper
 

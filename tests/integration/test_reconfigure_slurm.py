@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from slurm_gpupool.config import load_config
-from slurm_gpupool.ops.gres_install import render
-from slurm_gpupool.slurm.cluster import gres_counts
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.controller.gres_install import render
+from slurm_gpupool.slurm.types import gres_counts
 
 from .repartition_support import sacct_states, wait_jobs_done
 
@@ -67,7 +67,7 @@ def node_now(sb):
     for _ in range(30):  # from 23.11 slurmctld re-execs on reconfigure: a moment without answers
         proc = sb.run(["sinfo", "--json"], check=False)
         if proc.returncode == 0:
-            from slurm_gpupool.slurm.cluster import parse_sinfo_json
+            from slurm_gpupool.slurm.parse import parse_sinfo_json
 
             return parse_sinfo_json(proc.stdout)[NODE]
         time.sleep(1)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from slurm_gpupool.ops import journal
+from slurm_gpupool.repartition import journal
 
 from .repartition_support import assert_converged, nodes_info, repartition, wait_jobs_done
 

@@ -148,7 +148,7 @@ def test_slurmctld_refusing_the_new_config_is_reverted(night, tmp_path: Path):
     """A site template that slurmctld cannot parse: the old files come back, the GPUs too."""
     site = tmp_path / "templates"
     site.mkdir()
-    from slurm_gpupool.resources import templates_dir
+    from slurm_gpupool.util.resources import templates_dir
 
     text = (templates_dir() / "nodes.conf.j2").read_text()
     site.joinpath("nodes.conf.j2").write_text(text.replace("NodeName=", "NodeName=", 1) + "BogusKey=1\n")

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from slurm_gpupool.core.catalog import get_model
-from slurm_gpupool.core.devices import ci_cap_minor, gi_cap_minor
-from slurm_gpupool.core.gres import slurm_type
-from slurm_gpupool.machines import find_machine
+from slurm_gpupool.config.machines import find_machine
+from slurm_gpupool.core.gres.devices import ci_cap_minor, gi_cap_minor
+from slurm_gpupool.core.gres.records import slurm_type
+from slurm_gpupool.core.mig.catalog import get_model
 from slurm_gpupool.sandbox.procs import is_alive, read_pid
 
 from .conftest import TEST_ROOT

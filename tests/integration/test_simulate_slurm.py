@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
 from slurm_gpupool.simulate.engine import Engine, Switcher
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec

@@ -206,8 +206,8 @@ def catalog_now(sandbox, layout: str, until_minutes: int = 90) -> datetime:
     other switches in ``until_minutes`` (what the wrapper and the Lua both read)."""
     import copy
 
-    from slurm_gpupool.config import load_config, parse_config
-    from slurm_gpupool.ops.support_files import install_support_files
+    from slurm_gpupool.config.load import load_config, parse_config
+    from slurm_gpupool.controller.support_files import install_support_files
 
     cfg = load_config(sandbox.root / "etc" / "gpupool.yaml")
     raw = copy.deepcopy(cfg.raw)
@@ -311,7 +311,7 @@ def test_nvlink_sets_on_a_cluster_mixing_dgx1_and_nvswitch(sandbox, tmp_path: Pa
     assert (tres, feats) == (sandbox.tres("gpu:v100:4"), "nvlink4")
     idx = out.read_text().strip().split(",")
     gpus = sorted(sandbox.node_state("v100n1")["slurm_devices"][int(i)]["gpu"] for i in idx)
-    from slurm_gpupool.machines import find_machine
+    from slurm_gpupool.config.machines import find_machine
 
     m = find_machine("dgx1-v100")
     assert len(gpus) == 4 and all(m.nvlink_connected(a, b) for a in gpus for b in gpus if a != b), gpus

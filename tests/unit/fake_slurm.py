@@ -23,9 +23,9 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.errors import SlurmUnavailableError
-from slurm_gpupool.ops.services import CommandResult
-from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation
+from slurm_gpupool.repartition.restarts import CommandResult
 from slurm_gpupool.slurm.runner import Result
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
 
 _SRUN = threading.Lock()
 

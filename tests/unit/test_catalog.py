@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from slurm_gpupool.core import catalog
-from slurm_gpupool.core.devices import ci_cap_minor, gi_cap_minor, mig_device_files, mig_minors_table
+from slurm_gpupool.core.gres.devices import ci_cap_minor, gi_cap_minor, mig_device_files, mig_minors_table
+from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.errors import ConfigError
 
 REQUIRED = {
@@ -191,8 +191,8 @@ def test_a_site_describes_a_gpu_the_catalog_does_not_know(tmp_path, capsys):
 
     import yaml
 
-    from slurm_gpupool.config import load_config
-    from slurm_gpupool.ops.gres_install import render
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.controller.gres_install import render
 
     with pytest.raises(ConfigError) as e:
         catalog.identify("NVIDIA L20", 0x26BA, "GPU 0 of n1")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpupool.config.machines import find_machine
 from slurm_gpupool.hw import open_backend
 from slurm_gpupool.hw.sim.state import create_node_state
-from slurm_gpupool.machines import find_machine
 from slurm_gpupool.model import Placement
 
 

@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
-from slurm_gpupool.config import load_config, parse_config
-from slurm_gpupool.core.layouts import GpuTarget
+from slurm_gpupool.config.load import load_config, parse_config
+from slurm_gpupool.core.mig.layouts import GpuTarget
 
 TOP = Path(__file__).resolve().parents[2]
 
@@ -229,7 +229,7 @@ def test_yaml_that_would_silently_lose_or_crash_is_refused(tmp_path: Path):
 def test_site_node_params_merge_with_ours():
     """Features are added to ours, a site's value replaces ours key by key, a CPU layout
     given by the site replaces ours whole, and RealMemory defaults to 95 % of the machine's."""
-    from slurm_gpupool.ops.gres_install import render
+    from slurm_gpupool.controller.gres_install import render
 
     cfg = parse_config(
         mutate(

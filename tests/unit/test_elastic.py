@@ -1,4 +1,4 @@
-"""#17: the elastic decision (core/elastic.py): bounds, cool-down, batching window, floors,
+"""#17: the elastic decision (core/policy/elastic.py): bounds, cool-down, batching window, floors,
 minimum gain, no thrash on oscillating demand, explanations.  Pools are built by hand:
 ``whole`` = 8 x a100; ``day`` = 28 x 1g.5gb (1/7 GPU each) + 2 shared a100 (4 shards) +
 2 x a100 whole."""
@@ -11,7 +11,17 @@ import math
 
 import pytest
 
-from slurm_gpupool.core.elastic import GPU, SHARD, Bounds, Job, Node, Records, decide, max_switches_per_hour, shape_eq
+from slurm_gpupool.core.policy.elastic import (
+    GPU,
+    SHARD,
+    Bounds,
+    Job,
+    Node,
+    Records,
+    decide,
+    max_switches_per_hour,
+    shape_eq,
+)
 
 WHOLE_SHAPE = (Records("a100", "whole", 8, 1.0),)
 DAY_SHAPE = (

@@ -1,4 +1,4 @@
-"""#17: the elastic step's reading of Slurm (ops/elastic.py) and squeue's submit time."""
+"""#17: the elastic step's reading of Slurm (repartition/elastic.py) and squeue's submit time."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import load_config
-from slurm_gpupool.core.elastic import GPU, SHARD, Bounds, Decision
-from slurm_gpupool.elastic_config import ElasticSettings
-from slurm_gpupool.ops.elastic import State, cluster_view, finish_drains, free_records, pending_jobs, record
-from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation, parse_squeue_json
+from slurm_gpupool.config.elastic import ElasticSettings
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.core.policy.elastic import GPU, SHARD, Bounds, Decision
+from slurm_gpupool.repartition.elastic import State, cluster_view, finish_drains, free_records, pending_jobs, record
+from slurm_gpupool.slurm.parse import parse_squeue_json
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
 ETC = Path(__file__).parent.parent.parent / "etc" / "gpupool.yaml"
@@ -134,8 +135,8 @@ def test_every_run_to_a_layout_takes_the_drains_under_way_to_it(tmp_path, monkey
     to the same layout would be released and its switch forgotten.  So the finish run and
     every decision's run to that layout carry all of its reserved nodes, and only their
     skips (busy) are planned."""
-    import slurm_gpupool.ops.elastic as el
-    from slurm_gpupool.core.elastic import Action
+    import slurm_gpupool.repartition.elastic as el
+    from slurm_gpupool.core.policy.elastic import Action
 
     cfg = load_config(ETC)
     cfg = type(cfg)(
@@ -202,7 +203,7 @@ def _elastic_raw(**elastic):
 def test_elastic_config_errors_name_the_key(schedule, where, why):
     import yaml
 
-    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.config.load import parse_config
     from slurm_gpupool.errors import ConfigError
 
     raw = yaml.safe_load(ETC.read_text())
@@ -219,9 +220,9 @@ def test_elastic_config_errors_name_the_key(schedule, where, why):
 
 def test_a_misspelt_floor_is_refused_by_the_step_and_the_simulator(tmp_path):
     """A floor key that is neither a kind nor a type kept nothing, silently."""
-    from slurm_gpupool.config import parse_config
+    from slurm_gpupool.config.load import parse_config
     from slurm_gpupool.errors import ConfigError
-    from slurm_gpupool.ops.elastic import check_floors
+    from slurm_gpupool.pool.elastic import check_floors
     from slurm_gpupool.simulate.policies import elastic_settings
 
     good = parse_config(_elastic_raw(floors={"1g.5gb": 1, "whole": 8, "mig": 1}), str(ETC))

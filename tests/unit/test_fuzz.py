@@ -59,8 +59,8 @@ def shipped() -> tuple[dict, str]:
 
 
 def test_hundreds_of_hostile_configs_end_in_clear_errors(tmp_path: Path, shipped: tuple[dict, str]):
-    from slurm_gpupool.config import load_config
-    from slurm_gpupool.ops.gres_install import render
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.controller.gres_install import render
 
     tree, text = shipped
     rng = random.Random(20261124)
@@ -93,11 +93,11 @@ def test_hundreds_of_hostile_sbatch_command_lines_plan_or_refuse(shipped: tuple[
     plan or a refusal (RequestError, exit 2; ArgError: sbatch explains), nothing else."""
     from datetime import UTC, datetime
 
-    from slurm_gpupool.config import parse_config
-    from slurm_gpupool.core.sbatch_args import ArgError, parse_directives
-    from slurm_gpupool.core.submit import RequestError
-    from slurm_gpupool.core.submit_plan import plan, split_ours, strip_our_directives
-    from slurm_gpupool.ops.submit_catalog import submit_catalog
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.core.submit.plan import plan, split_ours, strip_our_directives
+    from slurm_gpupool.core.submit.request import RequestError
+    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse_directives
+    from slurm_gpupool.pool.submit_catalog import submit_catalog
 
     tree, _ = shipped
     catalog = submit_catalog(parse_config(tree, str(TOP / "etc" / "gpupool.yaml")))
@@ -164,8 +164,8 @@ def test_hundreds_of_mutated_nvidia_mig_parted_files_import_or_end_in_clear_erro
     in the shipped pool config.  Each ends in exit 0 or a clear error with its code; what
     is accepted is accepted both ways, the layouts ``--yaml`` writes pass ``layout check``,
     and the layouts ``mig_parted:`` adds render to well-formed Slurm files."""
-    from slurm_gpupool.config import load_config
-    from slurm_gpupool.ops.gres_install import render
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.controller.gres_install import render
 
     sources = [(p.name, p.read_text()) for p in [*sorted((NVIDIA / "mig-parted").glob("*.yaml")), OPERATOR]]
     shipped = TOP / "etc" / "gpupool.yaml"

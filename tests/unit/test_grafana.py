@@ -8,8 +8,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from slurm_gpupool.ops import journal as jr
-from slurm_gpupool.ops.metrics import collect
+from slurm_gpupool.observe.metrics import collect
+from slurm_gpupool.repartition import journal as jr
 
 from .test_metrics import FakeCluster, cfg, pending  # noqa: F401  (cfg: the fixture)
 

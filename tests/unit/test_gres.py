@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.core.catalog import all_models, get_model
-from slurm_gpupool.core.gres import (
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.controller.gres_install import diff, install, render, restart_plan
+from slurm_gpupool.controller.support_files import install_support_files
+from slurm_gpupool.core.gres.records import (
     NAMING_AUTODETECT,
     NAMING_MODEL_PROFILE,
     NAMING_PROFILE,
@@ -21,9 +22,8 @@ from slurm_gpupool.core.gres import (
     autodetect_name,
     slurm_type,
 )
-from slurm_gpupool.ops.gres_install import diff, install, render, restart_plan
-from slurm_gpupool.ops.gres_sources import IDS_SIMULATED
-from slurm_gpupool.ops.support_files import install_support_files
+from slurm_gpupool.core.mig.catalog import all_models, get_model
+from slurm_gpupool.pool.planned import IDS_SIMULATED
 from tests.unit.site import shipped_raw
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "gres"
@@ -348,10 +348,10 @@ def test_planned_mig_files_come_from_the_node_or_the_render_says_it_cannot(tmp_p
     import yaml
 
     from slurm_gpupool.cli.main import main
-    from slurm_gpupool.config import load_config
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.config.machines import find_machine
     from slurm_gpupool.errors import StateError
     from slurm_gpupool.hw.sim.state import create_node_state
-    from slurm_gpupool.machines import find_machine
 
     raw = shipped_raw(tmp_path)
     raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "24.11.1"}
@@ -385,7 +385,7 @@ def test_type_names_slurm_would_confuse_are_refused_with_a_naming_that_works():
     """Slurm compares GRES types by gres_build_id, a weak hash of the name: B200's 2g.45gb and
     A100's 7g.40gb are one type to it (seen in the sandbox for 2g.48gb/3g.47gb: CfgTRES
     counted an H100 NVL's 3g.47gb devices as 2g.48gb)."""
-    from slurm_gpupool.core.gres import slurm_type_id, type_id_collisions
+    from slurm_gpupool.core.gres.records import slurm_type_id, type_id_collisions
     from slurm_gpupool.errors import ConfigError
 
     assert slurm_type_id("2g.45gb") == slurm_type_id("7g.40gb")
@@ -414,7 +414,7 @@ def test_type_names_slurm_would_confuse_are_refused_with_a_naming_that_works():
 def test_types_follow_the_name_the_nodes_gpu_reports_where_a_model_has_several():
     """The review: a GH200 120GB was typed gh200_480gb and a Max-Q RTX PRO 6000 by the Server
     Edition's name; Slurm's AutoDetect uses the GPU's own name (and cuts MIG names at '-')."""
-    from slurm_gpupool.core.gres import GresGpu, MigInstance, device_order
+    from slurm_gpupool.core.gres.records import GresGpu, MigInstance, device_order
 
     gh = GresGpu(0, 0, "GH200-96GB", "whole", nvml_name="NVIDIA GH200 120GB")
     maxq = GresGpu(

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import parse_config
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.config.machines import find_machine
 from slurm_gpupool.hw import open_backend
 from slurm_gpupool.hw.sim import inject
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
-from slurm_gpupool.machines import find_machine
-from slurm_gpupool.ops.node_apply import apply_node
+from slurm_gpupool.node.apply import apply_node
 
 NODE = "h1"
 CONFIG = {

@@ -7,8 +7,8 @@ import re
 
 from ClusterShell.NodeSet import NodeSet
 
-from slurm_gpupool.core.gres import fold
-from slurm_gpupool.core.hostlist import slurm_hostlist
+from slurm_gpupool.core.gres.hostlist import slurm_hostlist
+from slurm_gpupool.core.gres.records import fold
 
 # Slurm 22.05 reads brackets only at the end of a name: prefix[ranges]
 SLURM_PART = re.compile(r"^[^\[\],]*(\[[0-9,\-]+\])?$")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_gpupool.config.machines import builtin_machine_names, find_machine, parse_machine
 from slurm_gpupool.errors import ConfigError
-from slurm_gpupool.machines import builtin_machine_names, find_machine, parse_machine
 
 REQUIRED = {"dgx-a100", "hgx-h100", "pcie-a30", "dgx1-v100", "h100-nvl-pair", "hgx-h200", "hgx-h20", "dgx-b200"}
 REQUIRED |= {"gb200-nvl", "l40s-server", "rtx-pro-6000-server"}
@@ -80,7 +80,7 @@ def test_an_unknown_model_in_a_site_machine_file_names_the_file_key_and_model(tm
     """#14: it said 'unknown GPU model: l40s-4', naming the machine instead of the model."""
     from pathlib import Path
 
-    from slurm_gpupool.config import load_config
+    from slurm_gpupool.config.load import load_config
 
     top = Path(__file__).resolve().parents[2]
     (tmp_path / "machines").mkdir()

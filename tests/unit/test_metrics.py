@@ -18,18 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.core.gres.node_gres import gres_by_type
 from slurm_gpupool.errors import SlurmUnavailableError
-from slurm_gpupool.ops import journal as jr
-from slurm_gpupool.ops.metrics import Exposition, collect, serve, write_textfile
-from slurm_gpupool.slurm.cluster import (
-    NodeInfo,
-    gres_by_type,
-    parse_reservations,
-    parse_sinfo_json,
-    parse_squeue_json,
-    requested_gres,
-)
+from slurm_gpupool.observe.metrics import Exposition, collect, serve, write_textfile
+from slurm_gpupool.repartition import journal as jr
+from slurm_gpupool.slurm.parse import parse_reservations, parse_sinfo_json, parse_squeue_json
+from slurm_gpupool.slurm.types import NodeInfo, requested_gres
 from tests.unit.site import shipped_raw
 
 TOP = Path(__file__).resolve().parents[2]
@@ -207,7 +202,7 @@ def test_repartition_runs_outcomes_and_out_of_service_from_the_journal(cfg, tmp_
 
 
 def test_elastic_decisions_from_the_journal(cfg, tmp_path: Path):
-    """#19 asks for elastic decisions once that mode exists (#17): ops/elastic.record writes
+    """#19 asks for elastic decisions once that mode exists (#17): repartition/elastic.record writes
     one ``elastic`` line per decision into journal.log."""
     ctl = tmp_path / "ctl"
     ctl.mkdir()

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.core.layouts import GpuTarget
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.config.migparted import meaning, meanings, parse_mig_parted
+from slurm_gpupool.core.mig.layouts import GpuTarget
 from slurm_gpupool.errors import ConfigError
-from slurm_gpupool.migparted import meaning, meanings, parse_mig_parted
-from slurm_gpupool.validate import Where
+from slurm_gpupool.util.validate import Where
 from tests.shared_data import shared_dir
 
 TOP = Path(__file__).resolve().parents[2]
@@ -250,7 +250,7 @@ def test_the_import_command_shows_each_config_per_node_set_and_writes_layouts(tm
 
 
 def test_manifests_without_a_readable_configmap_are_a_clear_error(tmp_path: Path):
-    from slurm_gpupool.migparted import load_mig_parted
+    from slurm_gpupool.config.migparted import load_mig_parted
 
     path = tmp_path / "k8s.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\ndata: [config.yaml]\n---\nkind: DaemonSet\n")
@@ -311,7 +311,7 @@ def test_a_damaged_mig_parted_section_is_a_config_error_naming_the_key(tmp_path:
 def test_a_device_filter_matches_the_boards_own_device_id(tmp_path):
     """mig-parted compares the GPU's own id: a 0x2901 filter does not select a 0x2909 B200 (the
     review); a machine file says which board it has (`pci_device_id`), else the model's first id."""
-    from slurm_gpupool.migparted import DeviceFilter
+    from slurm_gpupool.config.migparted import DeviceFilter
 
     assert DeviceFilter(0x2909, 0x10DE, None).selects(0x2909) and not DeviceFilter(0x2901, 0x10DE, None).selects(0x2909)
     top = TOP / "etc" / "machines" / "dgx-b200.yaml"
@@ -334,7 +334,7 @@ def test_a_device_filter_matches_the_boards_own_device_id(tmp_path):
     assert meaning("c", specs, ns["old"]).targets and not meaning("c", specs, ns["new"]).applies
     bad = text.replace("{model: B200,", "{model: B200, pci_device_id: 0x2941,")
     (tmp_path / "machines" / "b200-2909.yaml").write_text(bad)
-    from slurm_gpupool.machines import load_machine_file
+    from slurm_gpupool.config.machines import load_machine_file
 
     with pytest.raises(ConfigError) as e:
         load_machine_file(tmp_path / "machines" / "b200-2909.yaml")

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.config.machines import find_machine
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.hw import open_backend
 from slurm_gpupool.hw.sim import inject
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
-from slurm_gpupool.machines import find_machine
-from slurm_gpupool.ops.node_apply import apply_node, assert_node
-from slurm_gpupool.ops.node_state import read_node_state
+from slurm_gpupool.node.apply import apply_node, assert_node
+from slurm_gpupool.node.state import read_node_state
 
 CONFIG = {
     "version": 1,
@@ -296,7 +296,7 @@ def test_a_gpu_the_catalog_does_not_know_is_named_with_its_pci_id_before_anythin
     only after the changes, when the node's state was written."""
     sim, state = env
     from slurm_gpupool.cli.main import main
-    from slurm_gpupool.core import catalog
+    from slurm_gpupool.core.mig import catalog
 
     do_apply(sim, state, "dgx1", "day")
     real = catalog.detect

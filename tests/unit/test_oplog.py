@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool import oplog
-from slurm_gpupool.config import parse_config
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.config.machines import find_machine
+from slurm_gpupool.controller.gres_install import install, render
+from slurm_gpupool.controller.support_files import install_support_files
 from slurm_gpupool.hw import open_backend
 from slurm_gpupool.hw.sim import inject
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
-from slurm_gpupool.machines import find_machine
-from slurm_gpupool.ops.gres_install import install, render
-from slurm_gpupool.ops.node_apply import apply_node
-from slurm_gpupool.ops.support_files import install_support_files
+from slurm_gpupool.node.apply import apply_node
+from slurm_gpupool.util import oplog
 
 from .test_node_apply import CONFIG
 from .test_switch_rules import repartitioner, site  # noqa: F401  (the fixture, by name)

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from slurm_gpupool.core.catalog import all_models, get_model
-from slurm_gpupool.core.planner import (
+from slurm_gpupool.core.mig.catalog import all_models, get_model
+from slurm_gpupool.core.mig.planner import (
     PlacedInstance,
     all_layouts,
     default_profiles,

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.core.qos import MARKER, Current, QosSpec, diff
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.core.policy.qos import MARKER, Current, QosSpec, diff
 from slurm_gpupool.errors import ConfigError
-from slurm_gpupool.ops.qos import desired, pool_types
-from slurm_gpupool.resources import etc_dir
+from slurm_gpupool.pool.tiers import desired, pool_types
 from slurm_gpupool.slurm.qos import parse_assoc, parse_duration, parse_qos
+from slurm_gpupool.util.resources import etc_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 TIERS = {
@@ -133,7 +133,7 @@ def test_an_admins_own_limit_replaced_by_a_quota_comes_back_when_the_quota_goes(
     """An account limit the admin set before gpupool had a quota for it (GrpTRES a100=10)
     is replaced by the quota (4); the record keeps the 10, and when the quota leaves the
     config the 10 comes back (it used to be cleared: 'never removes what it did not create')."""
-    from slurm_gpupool.ops.qos import replaced_limits
+    from slurm_gpupool.pool.tiers import replaced_limits
 
     admins = Current(
         qos={}, assoc_tres={"phys": (("gres/gpu:a100", 10), ("gres/gpu:h100", 2))}, access={"phys": ("normal",)}
@@ -164,7 +164,7 @@ def test_an_admins_own_limit_replaced_by_a_quota_comes_back_when_the_quota_goes(
 
 
 def test_the_record_of_the_first_releases_still_reads(tmp_path):
-    from slurm_gpupool.ops.qos import recorded, state_path
+    from slurm_gpupool.controller.qos import recorded, state_path
 
     raw = raw_config()
     raw["paths"] = {"controller_dir": str(tmp_path)}
@@ -246,14 +246,14 @@ def test_marker_is_the_description():
 def _plan(cfg, *argv):
     from datetime import datetime
 
-    from slurm_gpupool.core.submit_plan import plan
-    from slurm_gpupool.ops.submit_catalog import submit_catalog
+    from slurm_gpupool.core.submit.plan import plan
+    from slurm_gpupool.pool.submit_catalog import submit_catalog
 
     return plan([*argv, "--wrap", "x"], None, submit_catalog(cfg, "day"), datetime.now().astimezone())
 
 
 def test_the_wrapper_picks_the_tier_qos_and_checkpoint_signal(cfg):
-    from slurm_gpupool.core.submit import RequestError
+    from slurm_gpupool.core.submit.request import RequestError
 
     p = _plan(cfg, "--gres=shard:1")  # a GPU job: the default tier, its signal at its grace
     assert p.argv[:2] == ["--signal=B:USR1@90", "--qos=gpupool_shared"]
@@ -276,7 +276,7 @@ def test_the_wrapper_picks_the_tier_qos_and_checkpoint_signal(cfg):
 
 
 def test_repartition_requeue_uses_the_tiers_signal_and_grace(cfg):
-    from slurm_gpupool.ops.repartition import checkpoint_of
+    from slurm_gpupool.repartition.executor import checkpoint_of
 
     assert checkpoint_of(cfg, "gpupool_shared") == ("USR1", 90)
     assert checkpoint_of(cfg, "gpupool_guaranteed") == ("USR1", 300)  # its grace, the default signal
@@ -319,8 +319,8 @@ def test_a_run_that_fails_half_way_keeps_the_admins_limit_on_record(tmp_path):
     """The record was written only after every sacctmgr command: a run that failed once
     the quota was set left it unrecorded, and the next run took gpupool's 4 for the
     admin's own limit (which removing the quota would then have "restored")."""
+    from slurm_gpupool.controller.qos import apply, plan_changes, recorded
     from slurm_gpupool.errors import SlurmUnavailableError
-    from slurm_gpupool.ops.qos import apply, plan_changes, recorded
 
     raw = raw_config(tiers=TIERS, quotas=QUOTAS)
     raw["paths"] = {"controller_dir": str(tmp_path)}

@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import RepartitionSettings, load_config, parse_config
-from slurm_gpupool.core.switch_plan import CHANGE, KEEP, SKIP, NodeView, Timings, batches, estimate_switch_s
-from slurm_gpupool.core.switch_plan import plan_switch as plan
+from slurm_gpupool.config.load import load_config, parse_config
+from slurm_gpupool.config.model import RepartitionSettings
+from slurm_gpupool.controller.schedule_install import install_schedule, on_calendar, parse_env, render_schedule
+from slurm_gpupool.core.policy.switch_plan import CHANGE, KEEP, SKIP, NodeView, Timings, batches, estimate_switch_s
+from slurm_gpupool.core.policy.switch_plan import plan_switch as plan
 from slurm_gpupool.errors import BusyError, ConfigError, StateError, UsageError
-from slurm_gpupool.ops import journal as jr
-from slurm_gpupool.ops.journal import Journal, run_lock
-from slurm_gpupool.ops.pool_status import pool_status
-from slurm_gpupool.ops.repartition import restored_gres
-from slurm_gpupool.ops.schedule_install import install_schedule, on_calendar, parse_env, render_schedule
-from slurm_gpupool.ops.services import CommandResult, Restarter
-from slurm_gpupool.slurm.cluster import NodeInfo, Reservation
+from slurm_gpupool.observe.status import pool_status
+from slurm_gpupool.repartition import journal as jr
+from slurm_gpupool.repartition.executor import restored_gres
+from slurm_gpupool.repartition.journal import Journal, run_lock
+from slurm_gpupool.repartition.restarts import CommandResult, Restarter
+from slurm_gpupool.slurm.types import NodeInfo, Reservation
 
 TOP = Path(__file__).resolve().parents[2]
 EXAMPLE = TOP / "etc" / "gpupool.yaml"
@@ -203,7 +204,7 @@ def test_schedule_files_render_cron_and_systemd(tmp_path: Path):
     assert "SuccessExitStatus" not in service and "KillMode=process" in service
     written = install_schedule(units, tmp_path)
     assert sorted(p.name for p in written) == ["gpupool-repartition.service", "gpupool-repartition.timer"]
-    from slurm_gpupool.ops.schedule_install import uninstall_schedule
+    from slurm_gpupool.controller.schedule_install import uninstall_schedule
 
     assert sorted(p.name for p in uninstall_schedule(cfg, True, tmp_path)) == sorted(p.name for p in written)
     assert not any(p.exists() for p in written) and uninstall_schedule(cfg, True, tmp_path) == []
@@ -267,7 +268,7 @@ def test_restored_gres_reads_the_node_lines(tmp_path: Path):
 def test_a_pause_or_a_pin_holds_the_schedule_until_its_time(tmp_path: Path):
     from datetime import datetime, timedelta
 
-    from slurm_gpupool.ops.schedule_hold import clear_hold, read_hold, write_hold
+    from slurm_gpupool.repartition.hold import clear_hold, read_hold, write_hold
 
     now = datetime.now().astimezone()
     assert read_hold(tmp_path) is None

@@ -19,9 +19,9 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_gpupool.cli.main import cli
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.core.catalog import get_model
-from slurm_gpupool.core.planner import plan_gpu
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.core.mig.catalog import get_model
+from slurm_gpupool.core.mig.planner import plan_gpu
 from slurm_gpupool.reports.advice import advice
 from slurm_gpupool.reports.dataset import Source, build
 from slurm_gpupool.simulate import advise as adv
@@ -298,7 +298,7 @@ def test_the_slowdown_changes_only_policies_with_time_shared_gpus(tmp_path):
     """The whole-GPU current policy is replayed once per job set; a time-sliced candidate
     at each slowdown, its jobs running longer at 2 than at 1."""
     cfg, data, _ = _data(tmp_path, WHOLE_ONLY, history(3, 90, 6))
-    from slurm_gpupool.reports.sim_traces import accounting_jobs
+    from slurm_gpupool.reports.sim_accounting import accounting_jobs
 
     epoch, jobs, _ = accounting_jobs(data)
     shared = next(c for c in cand.candidates(cfg, jobs, epoch)[0] if "time-sliced" in c.name)
@@ -369,7 +369,7 @@ def test_no_simulate_and_too_few_jobs_skip_the_replay(tmp_path, monkeypatch, cap
 
 def test_forked_workers_give_the_same_advice_as_one_process(tmp_path):
     from slurm_gpupool.reports.advice import process_map
-    from slurm_gpupool.reports.sim_traces import accounting_jobs
+    from slurm_gpupool.reports.sim_accounting import accounting_jobs
 
     cfg, data, _ = _data(tmp_path, WHOLE_ONLY, history(3, 90, 6))
     epoch, jobs, _ = accounting_jobs(data)

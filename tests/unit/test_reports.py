@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.core.tres import gpu_tres
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.core.gres.tres import gpu_tres
 from slurm_gpupool.errors import EXIT_DATA, DataError
 from slurm_gpupool.reports import compute
 from slurm_gpupool.reports.advice import advice, feasible, more_of, smaller_instead
@@ -381,7 +381,7 @@ def test_journal_log_gives_each_nodes_layout_over_time(tmp_path):
 
 
 def test_layout_suggestions_are_placed_by_the_planner(cfg):
-    from slurm_gpupool.core.catalog import get_model
+    from slurm_gpupool.core.mig.catalog import get_model
 
     small = smaller_instead(cfg, "day", "3g.20gb", "1g.5gb", "A100-SXM4-40GB")
     assert small is not None and small.key == "layouts.day.dgx.4-5"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
 from slurm_gpupool.errors import ConfigError, UsageError
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.devices import device_plan, mig_minors_text
@@ -17,7 +17,7 @@ from slurm_gpupool.sandbox.plan import (
     validate_node_map,
 )
 from slurm_gpupool.sandbox.poolconfig import node_map
-from slurm_gpupool.slurm.runner import preempt_user_signal_setting
+from slurm_gpupool.slurm.versions import preempt_user_signal_setting
 
 DEFAULT_NODES = node_map(load_config(default_config_path()))
 

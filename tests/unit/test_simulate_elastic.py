@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
-from slurm_gpupool.config import parse_config
+from slurm_gpupool.config.load import parse_config
 from slurm_gpupool.simulate import policies as pol
 from slurm_gpupool.simulate.elastic import UNION, cron_interval_s
 from slurm_gpupool.simulate.engine import Engine, Params

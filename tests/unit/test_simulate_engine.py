@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpupool.config import parse_config
+from slurm_gpupool.config.load import parse_config
 from slurm_gpupool.simulate.engine import (
     GPU,
     INF,

@@ -13,13 +13,14 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_gpupool.cli.main import cli
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.reports import sim_traces as st
+from slurm_gpupool.config.load import parse_config
 from slurm_gpupool.reports.dataset import Source, build
-from slurm_gpupool.reports.sim_openb import traces_dir
+from slurm_gpupool.reports.sim_accounting import accounting_jobs
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import distribution, percentile
+from slurm_gpupool.simulate.traces import philly as st
+from slurm_gpupool.simulate.traces.openb import traces_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = traces_dir()
@@ -86,7 +87,7 @@ def test_accounting_jobs_become_requests(tmp_path):
     f = tmp_path / "sacct.txt"
     f.write_text(HISTORY)
     data, _, _ = build(cfg, Source(files=(f,), tz="UTC"), None, None)
-    epoch, jobs, skipped = st.accounting_jobs(data)
+    epoch, jobs, skipped = accounting_jobs(data)
     by = {j.job_id: j for j in jobs}
     assert set(by) == {1, 2, 3, 4, 7}
     assert by[1].request == TraceRequest(1, 285, 2 * 4864)  # two 1g.5gb: 2/7 of an A100 (down), their memory
@@ -105,7 +106,7 @@ def test_accounting_jobs_become_requests(tmp_path):
     assert skipped["never started or still running"] == 2
     assert epoch.isoformat().startswith("2026-11-10")
     # --max-time: a partition MaxTime to try cuts the limit (it was ignored for accounting)
-    _, cut, _ = st.accounting_jobs(data, max_time_s=5400)
+    _, cut, _ = accounting_jobs(data, max_time_s=5400)
     assert {j.job_id: j.limit_s for j in cut}[1] == 5400 and all(j.limit_s <= 5400 for j in cut)
 
 

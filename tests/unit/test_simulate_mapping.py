@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.ops.submit_catalog import layout_offers
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.pool.submit_catalog import layout_offers
 from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD, RequestMapper, TraceRequest, map_request
 from tests.shared_data import shared_dir
 
@@ -100,7 +100,7 @@ def test_types_follow_the_configs_naming_and_autodetect():
 def test_idle_alternatives_are_larger_slices_then_whole_gpus_as_the_wrapper_tries_them():
     """What a job asks for instead when nothing idle holds its slice (an elastic period,
     idle_first: core.submit._idle_first): whole GPUs, then the larger slices that cover it."""
-    from slurm_gpupool.ops.submit_catalog import merged_offers
+    from slurm_gpupool.pool.submit_catalog import merged_offers
 
     raw = {
         "version": 1,

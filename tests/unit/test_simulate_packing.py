@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slurm_gpupool.core import catalog, planner
+from slurm_gpupool.core.mig import catalog, planner
 from slurm_gpupool.errors import EXIT_DATA, DataError, InfeasibleError
-from slurm_gpupool.reports import sim_openb
 from slurm_gpupool.simulate import packing as P
+from slurm_gpupool.simulate.traces import openb as sim_openb
 
 A100 = "A100-SXM4-40GB"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
 from tests.integration.simulate_support import SANDBOX, backfill_passes, handoff_s, log_events, replay_and_compare

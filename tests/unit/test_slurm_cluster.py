@@ -12,22 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.core.durations import format_duration, parse_duration_s, parse_slurm_time_s
+from slurm_gpupool.core.policy.durations import format_duration, parse_duration_s, parse_slurm_time_s
 from slurm_gpupool.errors import SlurmUnavailableError
-from slurm_gpupool.slurm.cluster import (
-    SlurmCluster,
-    gres_counts,
-    parse_one_line,
-    parse_reservations,
-    parse_sinfo_json,
-    parse_squeue_json,
-)
-from slurm_gpupool.slurm.runner import (
-    Result,
-    SlurmRunner,
-    preempt_user_signal_setting,
-    requeues_again_after_grace_preemption,
-)
+from slurm_gpupool.slurm.cluster import SlurmCluster
+from slurm_gpupool.slurm.parse import parse_one_line, parse_reservations, parse_sinfo_json, parse_squeue_json
+from slurm_gpupool.slurm.runner import Result, SlurmRunner
+from slurm_gpupool.slurm.types import gres_counts
+from slurm_gpupool.slurm.versions import preempt_user_signal_setting, requeues_again_after_grace_preemption
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 SERIES = ("22.05", "24.11", "26.05")

@@ -9,11 +9,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from slurm_gpupool.config import load_config, parse_config
-from slurm_gpupool.core.sbatch_args import parse, parse_directives
-from slurm_gpupool.core.submit import RequestError, parse_fraction, parse_size_mib
-from slurm_gpupool.core.submit_plan import Change, plan
-from slurm_gpupool.ops.submit_catalog import submit_catalog
+from slurm_gpupool.config.load import load_config, parse_config
+from slurm_gpupool.core.submit.plan import Change, plan
+from slurm_gpupool.core.submit.request import RequestError, parse_fraction, parse_size_mib
+from slurm_gpupool.core.submit.sbatch_args import parse, parse_directives
+from slurm_gpupool.pool.submit_catalog import submit_catalog
 
 TOP = Path(__file__).resolve().parents[2]
 UTC = ZoneInfo("UTC")
@@ -180,7 +180,7 @@ def test_our_flags_are_removed_and_described(catalog):
 @pytest.mark.parametrize(("version", "prefix"), [("22.05.8", "gres:"), ("23.02.7", "gres:"), ("24.11.5", "gres/")])
 def test_job_submit_lua_names_gres_as_the_release_does(version, prefix):
     """23.11 and later refuse ``gres:`` in tres_per_node ("Invalid Trackable RESource")."""
-    from slurm_gpupool.ops.job_submit import render_job_submit
+    from slurm_gpupool.controller.job_submit import render_job_submit
 
     raw = copy.deepcopy(load_config(TOP / "etc" / "gpupool.yaml").raw)
     raw.pop("mig_parted")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.core.node_gres import idle_records
-from slurm_gpupool.core.submit import Request, decide
-from slurm_gpupool.ops.submit_catalog import submit_catalog
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.core.gres.node_gres import idle_records
+from slurm_gpupool.core.submit.request import Request, decide
+from slurm_gpupool.pool.submit_catalog import submit_catalog
 
 from .test_wrapper import FAKE, given, wrapper
 
@@ -94,7 +94,7 @@ def test_in_an_elastic_period_the_choice_spans_every_layout_and_takes_what_is_id
 def test_idle_first_keeps_to_what_the_jobs_tier_may_use(catalog: dict):
     """A tier that may use only shards and slices (docs/tiers.md's `shared`) gets a larger
     idle slice, never a whole GPU: that refused the job (exit 2) when the cluster was busy."""
-    from slurm_gpupool.core.submit_plan import plan
+    from slurm_gpupool.core.submit.plan import plan
 
     tiered = copy.deepcopy(catalog)
     tiered["tiers"] = {

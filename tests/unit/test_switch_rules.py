@@ -1,6 +1,6 @@
 """The repartitioner's rules on made-up cluster views, in milliseconds (#15, items 1-9).
 
-First the pure rules (ops/switch_rules.py), then the executor against a Slurm made of
+First the pure rules (repartition/rules.py), then the executor against a Slurm made of
 dictionaries (tests/unit/fake_slurm.py) with a clock that never waits: every defect
 found on the real sandbox gets its decision pinned here; the real-Slurm tests prove the
 executor does what is decided.
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import load_config
+from slurm_gpupool.config.load import load_config
 from slurm_gpupool.errors import SlurmUnavailableError
-from slurm_gpupool.ops import switch_rules as rules
-from slurm_gpupool.slurm.cluster import JobInfo, NodeInfo, Reservation
+from slurm_gpupool.repartition import rules as rules
 from slurm_gpupool.slurm.runner import Result
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
 from tests.unit.site import shipped_raw
 
 from .fake_slurm import FakeClock, FakeRestarter, FakeSlurm, Killed
@@ -70,7 +70,7 @@ def test_done_means_slurm_would_start_a_job_there_now():
 def test_a_dry_run_reserves_ahead_on_the_layouts_the_due_switch_leaves():
     """#15.3: ``--scheduled --dry-run`` said nothing would be reserved (every node was in the
     next layout already, before the due switch), and the real run reserved them all."""
-    from slurm_gpupool.core.switch_plan import NodeView, changing_after, plan_switch
+    from slurm_gpupool.core.policy.switch_plan import NodeView, changing_after, plan_switch
 
     views = {
         "a": NodeView("a", "night"),
@@ -90,9 +90,9 @@ def test_no_reservation_ahead_for_a_period_where_demand_decides():
     """A night run of ``--scheduled`` reserved the nodes that switch to day at 08:00, even
     when day is an elastic period, where the clock switches nothing: the nodes stayed out
     of long jobs' reach, and in the elastic step the reservation counted as a switch."""
-    from slurm_gpupool.core.elastic import Bounds
-    from slurm_gpupool.elastic_config import ElasticSettings
-    from slurm_gpupool.ops.switch_rules import clock_switch_ahead
+    from slurm_gpupool.config.elastic import ElasticSettings
+    from slurm_gpupool.core.policy.elastic import Bounds
+    from slurm_gpupool.repartition.rules import clock_switch_ahead
 
     now = datetime(2026, 11, 25, 7, 0)
     nxt = (now + timedelta(hours=1), "day")
@@ -194,9 +194,9 @@ def site(tmp_path: Path):
 
 def make_site(tmp_path: Path, **extra):
     from slurm_gpupool.cli.main import main
+    from slurm_gpupool.config.machines import find_machine
+    from slurm_gpupool.controller.gres_install import install, render
     from slurm_gpupool.hw.sim.state import create_node_state
-    from slurm_gpupool.machines import find_machine
-    from slurm_gpupool.ops.gres_install import install, render
 
     raw = shipped_raw(tmp_path)
     raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "22.05.8"}
@@ -217,7 +217,7 @@ def make_site(tmp_path: Path, **extra):
 
 
 def repartitioner(site):
-    from slurm_gpupool.ops.repartition import Repartitioner
+    from slurm_gpupool.repartition.executor import Repartitioner
 
     cfg, slurm, clock = site
     said: list[str] = []
@@ -366,7 +366,7 @@ def test_a_partial_switch_restarts_the_slurmds_that_did_not_switch(site):
     at each registration): they are restarted too, without slurmctld; a dead one is left."""
     from dataclasses import replace
 
-    from slurm_gpupool.ops.repartition import Repartitioner
+    from slurm_gpupool.repartition.executor import Repartitioner
 
     cfg, slurm, _ = site
     slurm.nodes_["h100n1"].state = "down"
@@ -400,7 +400,7 @@ def test_killed_between_stopping_and_starting_the_unswitched_slurmds_the_next_ru
 def test_slurmds_a_killed_run_stopped_are_started_even_with_the_restart_turned_off(site):
     from dataclasses import replace
 
-    from slurm_gpupool.ops.repartition import Repartitioner
+    from slurm_gpupool.repartition.executor import Repartitioner
 
     cfg, slurm, clock = site
     slurm.kill_at = "others"
@@ -426,7 +426,8 @@ def test_type_names_slurm_would_confuse_stop_a_switch_before_any_node_is_touched
     # as if the pool mixed A100 7g.40gb and B200 2g.45gb, one type to Slurm (gres_build_id)
     with (
         mock.patch(
-            "slurm_gpupool.ops.gres_install.cluster_accounting", return_value=["gres/gpu:7g.40gb", "gres/gpu:2g.45gb"]
+            "slurm_gpupool.controller.gres_install.cluster_accounting",
+            return_value=["gres/gpu:7g.40gb", "gres/gpu:2g.45gb"],
         ),
         pytest.raises(ConfigError) as e,
     ):

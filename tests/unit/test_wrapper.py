@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpupool.config import parse_config
-from slurm_gpupool.ops.submit_catalog import submit_catalog
+from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.pool.submit_catalog import submit_catalog
 
 TOP = Path(__file__).resolve().parents[2]
 

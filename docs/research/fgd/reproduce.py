@@ -101,7 +101,7 @@ def mig_compute_slices(model_key: str) -> tuple[int, tuple[int, ...]]:
     """Compute-slice sizes of a MIG model, read from the project's catalog (the one
     source of MIG facts; imported only when --mig-model is given)."""
     sys.path.insert(0, str(REPO))
-    from slurm_gpupool.core import catalog
+    from slurm_gpupool.core.mig import catalog
 
     geo = catalog.get_model(model_key).mig
     if geo is None:

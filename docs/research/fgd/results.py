@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from slurm_gpupool.reports.sim_openb import load_openb, published
+from slurm_gpupool.simulate.traces.openb import load_openb, published
 from slurm_gpupool.simulate import packing as P
 
 POINTS = (0, 10, 20, 30, 40, 50, 60, 70, 80, 85, 90, 95, 100, 105, 110, 120, 130)

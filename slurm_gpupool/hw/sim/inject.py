@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.core import catalog
+from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.errors import GpuBusyError, UsageError
 from slurm_gpupool.hw.sim.lib import process_start
 from slurm_gpupool.hw.sim.state import SimStore

@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from slurm_gpupool.core import catalog
+from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.hw.sim.state import SimStore, mig_uuid
 
 # NVML return codes: the C ABI, so this file needs no pynvml.
@@ -365,7 +365,7 @@ class SimNvmlLibrary:
 
     @c_api("nvmlDeviceGetHandleByPciBusId_v2")
     def _by_bus(self, bus: Any, ref: Any) -> None:
-        from slurm_gpupool.machines import normalise_bus_id
+        from slurm_gpupool.config.machines import normalise_bus_id
 
         raw = bus.value if hasattr(bus, "value") else bus
         try:

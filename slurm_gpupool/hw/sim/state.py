@@ -76,7 +76,7 @@ class SimStore:
     @contextlib.contextmanager
     def modify(self) -> Iterator[dict[str, Any]]:
         """Exclusive read-modify-write.  Nothing is written if the body raises."""
-        from slurm_gpupool.atomic import write_json_atomic
+        from slurm_gpupool.util.atomic import write_json_atomic
 
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -114,9 +114,9 @@ def new_node_state(
 ) -> dict[str, Any]:
     """The state of a freshly booted node of this machine type: MIG off everywhere.
 
-    ``machine`` is a :class:`slurm_gpupool.machines.MachineSpec`.
+    ``machine`` is a :class:`slurm_gpupool.config.machines.MachineSpec`.
     """
-    from slurm_gpupool.core.catalog import get_model
+    from slurm_gpupool.core.mig.catalog import get_model
 
     level_code = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
     switch_bus = [f"00000000:{0xC0 + k:02X}:00.0" for k in range(6)]  # NVSwitch PCI functions
@@ -182,7 +182,7 @@ def create_node_state(
     """Create the state file; returns False (and changes nothing) if it exists."""
     from pathlib import Path
 
-    from slurm_gpupool.atomic import write_json_atomic
+    from slurm_gpupool.util.atomic import write_json_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""The site's file: its model, sections and value schema, machine descriptions, mig-parted import."""

@@ -1,0 +1,1 @@
+"""GRES domain: records per node, node GRES strings, TRES names, hostlists, jinja2 rendering."""

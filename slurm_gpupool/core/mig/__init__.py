@@ -1,0 +1,1 @@
+"""MIG domain: the GPU catalog, layouts, the placement planner, GPU diffs."""

@@ -1,0 +1,1 @@
+"""Policy domain: schedules, durations, elastic decisions, switch plans, QOS."""

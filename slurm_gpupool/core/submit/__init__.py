@@ -1,0 +1,1 @@
+"""Submit domain: friendly requests to GRES decisions, the sbatch argument model."""

@@ -1,0 +1,511 @@
+"""From an sbatch command line (and its script's #SBATCH lines) to the one gpupool-sbatch runs (pure).
+
+Our own options (``--gpu-mem``, ``--gpu-share``, ``--gpus-nvlink``, ``--explain``,
+``--dry-run``, ``--submit-anyway``) are removed; every other token is passed on
+as typed.  Options we add go first; options we change are edited where the user
+wrote them, so sbatch's "last one wins" cannot undo them.  Each change carries the
+rule that made it, for ``--explain``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from slurm_gpupool.core.submit.request import (
+    NVLINK_SIZES,
+    Decision,
+    Request,
+    RequestError,
+    decide,
+    merge_constraint,
+    parse_fraction,
+    parse_size_mib,
+    typed_later,
+)
+from slurm_gpupool.core.submit.sbatch_args import LONG_WITH_VALUE, SHORT_WITH_VALUE, SbatchArgs, parse, parse_directives
+
+TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
+    from typing import Any
+
+OUR_VALUED = ("gpu-mem", "gpu-share", "gpus-nvlink")
+OUR_TIER = ("tier", "checkpoint-signal")  # service tiers (docs/tiers.md)
+OUR_FLAGS = ("explain", "dry-run", "submit-anyway")
+
+
+class Change:
+    __slots__ = ("option", "rule", "value")
+
+    def __init__(self, option: str, value: str, rule: str) -> None:
+        self.option, self.value, self.rule = option, value, rule
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Change) and (self.option, self.value, self.rule) == (
+            other.option,
+            other.value,
+            other.rule,
+        )
+
+    def __repr__(self) -> str:
+        return f"Change({self.option!r}, {self.value!r}, {self.rule!r})"
+
+
+class Plan:
+    __slots__ = ("argv", "changes", "dry_run", "explain", "later", "notes", "script_has_ours", "submit_anyway")
+
+    def __init__(self, argv: list[str], explain: bool = False, dry_run: bool = False, submit_anyway: bool = False):
+        self.argv = argv
+        self.changes: list[Change] = []
+        self.notes: list[str] = []
+        self.later: tuple[str, datetime | None] | None = None  # the request waits for this layout
+        self.explain, self.dry_run, self.submit_anyway = explain, dry_run, submit_anyway
+        self.script_has_ours = False  # the script's #SBATCH lines hold our options: strip them
+
+    def describe(self, sbatch: str = "sbatch") -> str:
+        lines = [shlex.join([sbatch, *self.argv])]
+        for c in self.changes:
+            lines.append(f"  --{c.option}={c.value}: {c.rule}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def split_ours(argv: list[str]) -> tuple[list[str], dict[str, str], set[str]]:
+    """Remove our options (before the script) from argv.
+
+    Walked as sbatch's getopt does: the value of an option that takes one is never
+    taken for an option (``-J --gpu-mem=18G`` names the job "--gpu-mem=18G"), and
+    nothing after ``--`` or after the script is ours."""
+
+    rest: list[str] = []
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--" or (not tok.startswith("-") and tok != ":") or tok == "-":
+            rest.extend(argv[i:])  # the script (or its marker) and its own arguments
+            break
+        if tok.startswith("--"):
+            name, eq, value = tok[2:].partition("=")
+            if name in OUR_VALUED or name in OUR_TIER:
+                if eq:
+                    values[name] = value
+                    i += 1
+                elif i + 1 < len(argv):
+                    values[name] = argv[i + 1]
+                    i += 2
+                else:
+                    raise RequestError(f"--{name} needs a value")
+                continue
+            if name in OUR_FLAGS and not eq:
+                flags.add(name)
+                i += 1
+                continue
+            takes = name in LONG_WITH_VALUE and not eq
+        else:  # a cluster of short options: the first that takes a value ends it
+            cluster = tok[1:]
+            k = next((j for j, ch in enumerate(cluster) if ch in SHORT_WITH_VALUE), None)
+            takes = k is not None and k == len(cluster) - 1
+        rest.append(tok)
+        if takes and i + 1 < len(argv):
+            rest.append(argv[i + 1])
+            i += 1
+        i += 1
+    return rest, values, flags
+
+
+def strip_our_directives(script: str) -> str:
+    """The script with our options taken out of its ``#SBATCH`` lines (sbatch stops at an
+    option it does not know); each changed line is kept as a ``#gpupool-sbatch:`` comment."""
+    import shlex
+
+    lines = script.splitlines(keepends=True)
+    for k, line in enumerate(lines):
+        s = line.strip()
+        if (k == 0 and s.startswith("#!")) or not s:
+            continue
+        if not s.startswith("#"):
+            break  # sbatch reads directives up to the first command
+        if not s.startswith("#SBATCH"):
+            continue
+        body, _, comment = s[len("#SBATCH") :].partition(" #")
+        try:
+            words = shlex.split(body)
+        except ValueError:
+            continue
+        try:
+            rest, values, flags = split_ours(words)
+        except RequestError:
+            continue
+        if values or flags:
+            end = "\n" if line.endswith("\n") else ""
+            kept = f"#SBATCH {shlex.join(rest)}{end}" if rest else ""
+            lines[k] = f"#gpupool-sbatch: {s}{end}{kept}"
+    return "".join(lines)
+
+
+def _set_option(argv: list[str], args: SbatchArgs, name: str, value: str) -> list[str]:
+    """Set ``--name=value`` for component 0: edit the user's own option, else add one first."""
+    opt = args.last(name)
+    if opt is not None:
+        return [*argv[: opt.start], f"--{name}={value}", *argv[opt.end :]]
+    return [f"--{name}={value}", *argv]
+
+
+def _gpu_request(gres: str | None, gpus: str | None) -> tuple[str | None, int]:
+    """(type or None, count) of a job's GPU request per node, from --gres or --gpus."""
+    for item in (gres or "").split(","):
+        parts = item.split(":")
+        if parts[0] == "gpu":
+            if len(parts) == 1:
+                return None, 1
+            if len(parts) == 2:
+                return (None, int(parts[1])) if _digits(parts[1]) else (parts[1], 1)
+            return parts[1], int(parts[2]) if _digits(parts[2]) else 1
+    if gpus:
+        parts = gpus.split(":")
+        if len(parts) == 1 and _digits(parts[0]):
+            return None, int(parts[0])
+        if len(parts) == 2 and _digits(parts[1]):
+            return parts[0], int(parts[1])
+    return None, 0
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: ``"²".isdigit()`` is True, and int("²") fails."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(str(text).split("-")[0]) if text else default
+    except ValueError:
+        return default
+
+
+def plan(
+    argv: list[str],
+    script_text: str | None,
+    catalog: dict[str, Any] | None,
+    now: datetime,
+    idle: Callable[[], dict[str, int] | None] | None = None,
+) -> Plan:
+    """The sbatch command line to run, with every change explained (RequestError: exit 2).
+    ``idle``: what is idle now by GRES type (asked only in an elastic period, ``decide``)."""
+    rest, ours, flags = split_ours(argv)
+    args = parse(rest)
+    directives = parse(parse_directives(script_text)) if script_text else parse([])
+    # Our options in #SBATCH lines count too (the command line wins); sbatch must then get
+    # the script without them (strip_our_directives), or it stops at an unknown option.
+    for k in (*OUR_VALUED, *OUR_TIER):
+        if directives.has(k) and directives.value(k) is None:
+            raise RequestError(f"#SBATCH --{k} needs a value (--{k}=VALUE)")
+    in_script = {k: v for k in (*OUR_VALUED, *OUR_TIER) if (v := directives.value(k)) is not None}
+    for k, v in in_script.items():
+        ours.setdefault(k, v)
+    flags |= {k for k in OUR_FLAGS if directives.has(k)}
+    p = Plan(rest, explain="explain" in flags, dry_run="dry-run" in flags, submit_anyway="submit-anyway" in flags)
+    p.script_has_ours = bool(in_script) or any(directives.has(k) for k in OUR_FLAGS)
+
+    def eff(name: str) -> str | None:
+        v = args.value(name)
+        return v if v is not None else directives.value(name)
+
+    requests = [k for k in OUR_VALUED if k in ours]
+    if len(requests) > 1:
+        raise RequestError(f"use one of --{', --'.join(OUR_VALUED)}, not {len(requests)}")
+    if catalog is None:
+        asked = requests or [k for k in OUR_TIER if k in ours]
+        if asked:
+            raise RequestError(
+                f"--{asked[0]}: this cluster has no gpupool submit catalog",
+                "ask your admins to run `gpupool gres install`",
+            )
+        return p
+    rules = catalog.get("rules", {})
+    gres, gpus = eff("gres"), eff("gpus")
+    if requests:
+        key = requests[0]
+        if _gpu_request(gres, gpus)[1] or any(i.split(":")[0] == "shard" for i in (gres or "").split(",")):
+            raise RequestError(f"--{key} replaces --gres=gpu/shard and --gpus; give only one of them")
+        text = ours[key]
+        if key == "gpu-mem":
+            req = Request("mem", parse_size_mib(text), text)
+        elif key == "gpu-share":
+            req = Request("share", parse_fraction(text), text)
+        else:
+            if not _digits(text) or int(text) < 2:
+                raise RequestError(f"--gpus-nvlink={text}: expected a number of GPUs, 2 or more")
+            req = Request("nvlink", int(text), text)
+        allowed = _tier_gres(catalog, ours, eff)
+        d: Decision = decide(
+            catalog,
+            req,
+            now,
+            idle,
+            lambda o: allowed is None or o["type"] in allowed or _TIER_KIND[o["kind"]] in allowed,
+        )
+        p.notes.extend(d.notes)
+        p.later = d.later
+        if d.choice is None:
+            return p
+        c = d.choice
+        others = [i for i in (gres or "").split(",") if i]
+        new_gres = ",".join([*others, c.gres])
+        p.argv = _set_option(p.argv, args, "gres", new_gres)
+        p.changes.append(Change("gres", new_gres, c.why))
+        args = parse(p.argv)
+        if c.constraint:
+            merged, note = merge_constraint(eff("constraint"), c.constraint)
+            if note:
+                p.notes.append(note)
+            elif merged != eff("constraint"):
+                p.argv = _set_option(p.argv, args, "constraint", merged)
+                why = f"only nodes that can give {int(req.amount)} NVLink-connected GPUs"
+                p.changes.append(Change("constraint", merged, why))
+                args = parse(p.argv)
+        gres, gpus = eff("gres"), eff("gpus")
+    else:
+        args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff)
+        typ, _ = _gpu_request(eff("gres"), eff("gpus"))
+        if typ is not None:
+            p.later = typed_later(catalog, typ, now)
+    _topology(p, catalog, rules, args, eff)
+    _tier(p, catalog, ours, eff)
+    return p
+
+
+def job_gres_kinds(catalog: dict[str, Any], gres: str | None, gpus: dict[str, str]) -> dict[str, str]:
+    """What a job asks for, name → kind: each GPU type (mig, whole, shared; unknown types
+    are not ours to judge and are left out) and ``shard`` → ``shard``."""
+    kinds = {o["type"]: o["kind"] for lay in catalog["layouts"].values() for o in lay["offers"]}
+    out: dict[str, str] = {}
+    for item in (gres or "").split(","):
+        if item.split(":")[0] == "shard":
+            out["shard"] = "shard"
+    for name, value in [*gpus.items(), *([("gres", gres)] if gres else [])]:
+        for t in _gpu_types(name, value):
+            if t in kinds:
+                out[t] = kinds[t]
+    return out
+
+
+def asks_for_gpus(gres: str | None, gpus: dict[str, str]) -> bool:
+    return any(i.split(":")[0] in ("gpu", "shard") for i in (gres or "").split(",")) or bool(gpus)
+
+
+def tier_refusal(tier: str, allowed: list[str], asked: dict[str, str]) -> str | None:
+    """Why a tier may not use what the job asks for (None: it may)."""
+    if not allowed:
+        return None
+    for name, kind in sorted(asked.items()):
+        if name not in allowed and ("whole" if kind == "whole" else kind) not in allowed:
+            return f"tier {tier} may not use {name} ({kind}); it may use {', '.join(allowed)}"
+    return None
+
+
+def signal_value(text: str, grace_s: int) -> str:
+    """``--checkpoint-signal=USR1@120`` → ``B:USR1@120`` (``@TIME`` defaults to the tier's grace)."""
+    m = re.fullmatch(r"(?:B:)?(?:SIG)?([A-Z0-9]{1,8}?)(?:@(\d{1,6}))?", text.strip().upper())
+    if not m or not m.group(1):
+        raise RequestError(f"--checkpoint-signal={text}: expected SIGNAL[@SECONDS], e.g. USR1@120")
+    when = m.group(2) if m.group(2) is not None else (str(grace_s) if grace_s else None)
+    return f"B:{m.group(1)}" + (f"@{when}" if when else "")
+
+
+_TIER_KIND = {"mig": "mig", "whole": "whole", "shared": "shard"}  # an offer's kind as tiers name it
+
+
+def _tier_gres(catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> list[str] | None:
+    """What the job's tier may use (kinds or GRES types), the tier found as :func:`_tier`
+    finds it; None: anything (no tiers, no tier, or a QOS that is no tier's)."""
+    tiers: dict[str, Any] = catalog.get("tiers") or {}
+    name, qos = ours.get("tier"), eff("qos")
+    if name is None and qos:
+        name = next((t for t, v in tiers.items() if v["qos"] == qos.lower()), None)
+    elif name is None:
+        name = next((t for t, v in sorted(tiers.items()) if v["default"]), None)
+    tier = tiers.get(name) if name else None
+    return list(tier["gres"]) if tier and tier["gres"] else None
+
+
+def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> None:
+    """The job's service tier: ``--tier``, else the tier whose QOS ``--qos`` names, else the
+    default tier for a GPU job; its QOS (``--qos=gpupool_<tier>``), the GRES it may use, and
+    its checkpoint signal (``--signal=B:SIG@TIME``; the user's own ``--signal`` wins).
+    A GPU job's ``--qos`` must be a tier's (or one of ``submit.other_gpu_qos``): the tiers'
+    priority, preemption and limits are not escaped by naming ``normal``; a job without
+    GPUs keeps its QOS."""
+    tiers: dict[str, Any] = catalog.get("tiers") or {}
+    name, sig, qos = ours.get("tier"), ours.get("checkpoint-signal"), eff("qos")
+    if not tiers:
+        if name is not None:
+            raise RequestError(f"--tier={name}: this cluster has no service tiers")
+        if sig is not None:
+            _set_signal(p, eff, signal_value(sig, 0), "--checkpoint-signal")
+        return
+    gpus = {n: v for n in GPU_OPTIONS[1:] if (v := eff(n))}
+    if name is not None:
+        if name not in tiers:
+            raise RequestError(f"--tier={name}: no such tier", "tiers: " + ", ".join(sorted(tiers)))
+        if qos and qos.lower() != tiers[name]["qos"]:
+            raise RequestError(f"--tier={name} and --qos={qos}: give one of them")
+        why = f"--tier={name}"
+    elif qos:
+        name = next((t for t, v in tiers.items() if v["qos"] == qos.lower()), None)
+        other = (catalog.get("rules") or {}).get("other_gpu_qos") or ()
+        if name is None and asks_for_gpus(eff("gres"), gpus) and qos.lower() not in other:
+            raise RequestError(
+                f"--qos={qos}: not a service tier's QOS, and GPU jobs run in a tier",
+                "use --tier=" + " or --tier=".join(sorted(tiers)) + " (the site may allow it: submit.other_gpu_qos)",
+            )
+        why = f"--qos={qos}"
+    else:
+        name = next((t for t, v in sorted(tiers.items()) if v["default"]), None)
+        if name is not None and not asks_for_gpus(eff("gres"), gpus):
+            name = None  # the default tier is for GPU jobs
+        why = f"a GPU job without a tier: the default tier {name}"
+    if name is None:
+        if sig is not None:
+            _set_signal(p, eff, signal_value(sig, 0), "--checkpoint-signal")
+        return
+    t = tiers[name]
+    refusal = tier_refusal(name, t["gres"], job_gres_kinds(catalog, eff("gres"), gpus))
+    if refusal:
+        others = [
+            n
+            for n, v in sorted(tiers.items())
+            if not tier_refusal(n, v["gres"], job_gres_kinds(catalog, eff("gres"), gpus))
+        ]
+        raise RequestError(refusal, ("use --tier=" + " or --tier=".join(others)) if others else None)
+    if not qos:
+        p.argv = _set_option(p.argv, parse(p.argv), "qos", t["qos"])
+        p.changes.append(Change("qos", t["qos"], why))
+    if sig is not None:
+        _set_signal(p, eff, signal_value(sig, t["grace_s"]), "--checkpoint-signal")
+    elif t["signal"] and eff("signal") is None:
+        _set_signal(
+            p, eff, t["signal"], f"tier {name}: its checkpoint signal, {t['grace_s']} s before preemption ends it"
+        )
+
+
+def _set_signal(p: Plan, eff: Any, value: str, why: str) -> None:
+    if eff("signal") is not None and why == "--checkpoint-signal":
+        raise RequestError("--checkpoint-signal and --signal: give one of them")
+    p.argv = _set_option(p.argv, parse(p.argv), "signal", value)
+    p.changes.append(Change("signal", value, why))
+
+
+GPU_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
+
+
+def whole_types(catalog: dict[str, Any], constraint: str | None = None) -> list[str]:
+    """The whole-GPU types of every layout; those the constraint names, if it names any."""
+    types = sorted(
+        {o["type"] for layout in catalog["layouts"].values() for o in layout["offers"] if o["kind"] == "whole"}
+    )
+    named = set(re.split(r"[&|,\[\]*()!:\s]+", constraint or ""))
+    return [t for t in types if t in named] or types
+
+
+def _untyped_value(name: str, value: str, typ: str) -> str | None:
+    """The value with ``typ`` put into its untyped GPU request; None if it has none."""
+    if name == "gres":
+        items = value.split(",")
+        for i, item in enumerate(items):
+            parts = item.split(":")
+            if parts[0] == "gpu" and (len(parts) == 1 or (len(parts) == 2 and _digits(parts[1]))):
+                items[i] = f"gpu:{typ}:{parts[1] if len(parts) == 2 else 1}"
+                return ",".join(items)
+        return None
+    return f"{typ}:{value}" if _digits(value) else None
+
+
+def _gpu_types(name: str, value: str) -> set[str]:
+    """GPU types a ``--gres`` or ``--gpus*`` value names."""
+    if name == "gres":
+        return {p[1] for p in (i.split(":") for i in value.split(",")) if p[0] == "gpu" and len(p) >= 2}
+    head = value.split(":")
+    return {head[0]} if len(head) == 2 else set()
+
+
+def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any) -> SbatchArgs:
+    """An untyped GPU request (``--gres=gpu:N``, ``--gpus=N``, ``--gpus-per-*=N``) may take a
+    GPU that carries shards or a MIG slice (Slurm 24.11 and later start it on a shared GPU
+    that runs shard jobs).  ``auto``: the cluster's one whole-GPU type (or the one the
+    constraint names), else refused; ``reject``: always refused; ``leave``: as typed.
+    Unless ``leave``, the time-sliced GPUs' own type is refused too: they are for shards."""
+    if policy == "leave":
+        return args
+    found = [(name, eff(name)) for name in GPU_OPTIONS if eff(name)]
+    shared = {o["type"] for layout in catalog["layouts"].values() for o in layout["offers"] if o["kind"] == "shared"}
+    for name, value in found:
+        for t in _gpu_types(name, value) & shared:
+            raise RequestError(
+                f"--{name}={value}: {t} GPUs are time-sliced, for shard jobs",
+                "ask for shares: --gres=shard:N or --gpu-share=FRACTION",
+            )
+    untyped = [(name, v) for name, v in found if _untyped_value(name, v, "T") is not None]
+    if not untyped:
+        return args
+    types = whole_types(catalog, eff("constraint"))
+    shown = ", ".join(f"--{n}={v}" for n, v in untyped)
+    if policy == "reject" or len(types) != 1:
+        why = (
+            "this site asks for typed GPU requests"
+            if policy == "reject"
+            else f"untyped GPU request ({shown}) on a cluster with "
+            + (f"several whole-GPU types ({', '.join(types)})" if types else "no whole GPUs")
+            + ", shared GPUs and MIG slices: it could land on any of them"
+        )
+        hint = "name one: --gres=gpu:<type>:N" + (f" with <type> one of {', '.join(types)}" if types else "")
+        raise RequestError(why, hint + "; or --gpu-mem / --gpus-nvlink")
+    for name, value in untyped:
+        new = _untyped_value(name, value, types[0])
+        assert new is not None
+        p.argv = _set_option(p.argv, args, name, new)
+        p.changes.append(Change(name, new, f"untyped GPU request: the cluster's whole-GPU type {types[0]}"))
+        args = parse(p.argv)
+    return args
+
+
+def _topology(p: Plan, catalog: dict[str, Any], rules: dict[str, Any], args: SbatchArgs, eff: Any) -> None:
+    """Multi-GPU jobs: NVLink features, GRES binding, switches; a warning for MIG per task."""
+
+    typ, n = _gpu_request(eff("gres"), eff("gpus"))
+    offers = [o for layout in catalog["layouts"].values() for o in layout["offers"]]
+    kinds = {o["type"]: o["kind"] for o in offers}
+    nodes = _int(eff("nodes"), 1)
+    if typ is not None and kinds.get(typ) == "whole" and n >= 2 and nodes == 1 and rules.get("nvlink_constraint", True):
+        best = max((o.get("nvlink_clique", 0) for o in offers if o["type"] == typ), default=0)
+        feature = next((f"nvlink{s}" for s in NVLINK_SIZES if s >= n), None)
+        if feature and best >= n:
+            merged, note = merge_constraint(eff("constraint"), feature)
+            if note:
+                p.notes.append(note)
+            elif merged != eff("constraint"):
+                p.argv = _set_option(p.argv, args, "constraint", merged)
+                p.changes.append(Change("constraint", merged, f"{n} {typ} GPUs on one node: NVLink-connected ones"))
+                args = parse(p.argv)
+        elif not any(c.option == "constraint" for c in p.changes):
+            p.notes.append(f"no node can give {n} NVLink-connected {typ} GPUs; the job gets PCIe-connected ones")
+    if n >= 2 and rules.get("enforce_binding") and eff("gres-flags") is None:
+        p.argv = _set_option(p.argv, args, "gres-flags", "enforce-binding")
+        p.changes.append(Change("gres-flags", "enforce-binding", "site rule: GPUs on the sockets of the job's cores"))
+        args = parse(p.argv)
+    if nodes > 1 and rules.get("switches") and eff("switches") is None:
+        p.argv = _set_option(p.argv, args, "switches", str(rules["switches"]))
+        why = "site rule: multi-node jobs stay under few leaf switches"
+        p.changes.append(Change("switches", str(rules["switches"]), why))
+        args = parse(p.argv)
+    if typ is not None and kinds.get(typ) == "mig" and n >= 2:
+        per_node = _int(eff("ntasks-per-node"), 0) or (_int(eff("ntasks"), 1) if nodes == 1 else 0)
+        if per_node < n:
+            p.notes.append(
+                f"{n} MIG devices but {per_node or 1} task(s) per node: a CUDA process sees only one MIG device; "
+                f"use --ntasks-per-node={n}"
+            )

@@ -1,0 +1,1 @@
+"""Reading the pool, never changing it: status and Prometheus metrics."""

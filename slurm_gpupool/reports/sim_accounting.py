@@ -1,0 +1,77 @@
+"""The site's own accounting as simulator jobs: report data (pandas) to ``SimJob``s with their GRES."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import pandas as pd
+
+from slurm_gpupool.errors import DataError
+from slurm_gpupool.reports.compute import Data
+from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
+from slurm_gpupool.simulate.mapping import TraceRequest
+
+
+def accounting_jobs(
+    data: Data, limit_factor: float = 2.0, max_time_s: float | None = None
+) -> tuple[datetime, list[SimJob], dict[str, int]]:
+    """A site's jobs (``gpupool report``'s loaded accounting) as requests, and what was
+    left out and why.  A job's grants (``gpu_frame``) say what it held: one MIG device ->
+    its compute share and memory; shards -> their share of the GPU; whole GPUs -> their
+    count and model; its time limit is its own (``TimelimitRaw``), else ``limit_factor``
+    x its run time, never below its run time (it did run that long), at most
+    ``max_time_s`` (a partition MaxTime to try: a longer job is then cut there, as Slurm
+    would kill it)."""
+    jobs, grants = data.jobs, data.grants
+    skipped: dict[str, int] = {}
+    started = jobs["start"].notna() & jobs["end"].notna()
+    skipped["never started or still running"] = int((~started).sum())
+    if not started.any():
+        raise DataError("accounting", "no finished job with a GPU in the window", hint="widen --since/--until")
+    epoch = jobs.loc[started, "submit"].min().normalize()
+    by_job = grants.groupby("job")
+    out: list[SimJob] = []
+    reqs: dict[tuple[int, int, int, str | None], TraceRequest] = {}
+    for k, row in enumerate(jobs.itertuples()):
+        if not started.iloc[k] or row.Index not in by_job.groups:
+            continue
+        g = by_job.get_group(row.Index)
+        req = _request(g)
+        if req is None:
+            why = "GRES we cannot map (several types in one job)"
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        req = reqs.setdefault((req.gpus, req.milli, req.memory_mib, req.model), req)
+        run = (row.end - row.start).total_seconds()
+        lim = getattr(row, "timelimit_min", float("nan"))
+        limit = float(lim) * 60 if lim == lim and lim and lim > 0 else time_limit_s(run, limit_factor)
+        out.append(
+            SimJob(
+                int(getattr(row, "job_id", k + 1)) if str(getattr(row, "job_id", "")).isdigit() else k + 1,
+                (row.submit - epoch).total_seconds(),
+                run,
+                min(max(limit, run), max_time_s) if max_time_s else max(limit, run),
+                req,
+                str(getattr(row, "account", "")),
+            )
+        )
+    out.sort(key=lambda j: (j.submit_s, j.job_id))
+    return epoch.to_pydatetime(), out, skipped
+
+
+def _request(g: pd.DataFrame) -> TraceRequest | None:
+    kinds = set(g["kind"].astype(str))
+    if len(g) != 1 and not kinds <= {"whole", "untyped"}:
+        return None
+    r = g.iloc[0]
+    mem = int(r["memory_mib"]) if r["memory_mib"] == r["memory_mib"] and r["memory_mib"] else 0
+    if r["kind"] in ("mig", "shard", "shared") and float(r["eq"]) < 1:
+        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB);
+        # thousandths rounded down, so the profile or shards the job held still cover it (1/7 -> 142,
+        # not 143, which no 1g holds)
+        mem = mem * max(1, int(r["gpus"])) if r["kind"] == "mig" else 0
+        return TraceRequest(1, max(1, min(999, math.floor(float(r["eq"]) * 1000 + 1e-6))), mem)
+    gpus = int(g["gpus"].sum()) or max(1, round(float(g["eq"].sum())))
+    model = str(r["model"]) if r["kind"] == "whole" and r["model"] == r["model"] and len(g) == 1 else None
+    return TraceRequest(gpus, 1000, 0, model)

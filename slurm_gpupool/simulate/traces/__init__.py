@@ -1,0 +1,1 @@
+"""Public traces the simulator replays (pandas lives here and in reports/)."""

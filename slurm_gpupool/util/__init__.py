@@ -1,0 +1,1 @@
+"""Ground helpers with no domain knowledge: atomic writes, syslog, package resources, strict YAML (Where)."""
