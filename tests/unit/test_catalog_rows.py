@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from slurm_gpupool.core import catalog
+from slurm_gpupool.core import catalog, catalog_data
 from slurm_gpupool.errors import ConfigError
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "catalog.json"
@@ -115,8 +115,50 @@ def catalog_dump() -> dict[str, Any]:
 
 
 def test_the_catalog_reads_as_it_did_before_the_rows_were_rewritten():
-    text = json.dumps(catalog_dump(), indent=1) + "\n"
+    dump = catalog_dump()
+    text = json.dumps(dump, indent=1) + "\n"
     if REGEN:
         GOLDEN.write_text(text)
     assert GOLDEN.exists(), f"missing golden file {GOLDEN}; regenerate with SLURM_GPUPOOL_REGEN_GOLDEN=1"
+    golden = json.loads(GOLDEN.read_text())
+    assert dump["keys"] == golden["keys"]
+    for key in dump["keys"]:  # the model that changed, before the whole file
+        assert json.loads(json.dumps(dump["models"][key])) == golden["models"][key], key
     assert text == GOLDEN.read_text(), f"{GOLDEN} differs (regenerate only on purpose)"
+
+
+def test_rows_are_the_models_in_catalog_order_one_per_key():
+    assert [row.key for row in catalog_data.ROWS] == list(catalog.all_models())
+    assert list(catalog_data.MODELS) == [row.key for row in catalog_data.ROWS]
+
+
+def test_a_profile_table_is_defined_once_and_shared_by_name():
+    """Boards with the same MIG table hold the same table object, not a copy of its rows."""
+    tables: dict[catalog_data.MigTable, list[catalog_data.ModelRow]] = {}
+    for row in catalog_data.ROWS:
+        if row.mig is not None:
+            tables.setdefault(row.mig, []).append(row)
+    for rows in tables.values():
+        assert all(r.mig is rows[0].mig for r in rows), [r.key for r in rows]
+    shared = {tuple(r.key for r in rows) for rows in tables.values() if len(rows) > 1}
+    assert ("A100-SXM4-40GB", "A100-PCIE-40GB", "A800-PCIE-40GB") in shared
+    assert ("H100-NVL", "H100-SXM5-94GB", "H800-NVL") in shared
+    # one table, one geometry: the typed models of those boards have equal MIG geometries
+    a100 = catalog.get_model("A100-SXM4-40GB").mig
+    assert a100 is not None and a100 == catalog.get_model("A800-PCIE-40GB").mig
+
+
+def test_rows_take_keywords_only_and_stay_frozen():
+    row = catalog_data.MODELS["A30"]
+    with pytest.raises(TypeError):
+        catalog_data.ModelRow("A30")  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        row.memory_mib = 1  # type: ignore[misc]
+
+
+def test_a_site_entry_is_a_row_without_its_key():
+    """A site's model goes through the same row type: a misspelt field fails loudly."""
+    entry = catalog.site_model_entry("NVIDIA L20", 0x26BA, 46068, (8, 9), 0, "site config x")
+    assert catalog.build_model("L20", entry).mig is None
+    with pytest.raises(TypeError):
+        catalog.build_model("L20", {**entry, "memory_gib": 45})
