@@ -1,4 +1,4 @@
-"""Typed view of the GPU model catalog (``catalog_data``).
+"""Typed view of the GPU model catalog (``catalog_data``: one keyword row per model).
 
 Pure: no I/O.  The planner, the simulator and the GRES generator all read MIG
 facts from here and nowhere else.
@@ -131,28 +131,51 @@ class GpuModel:
 
 
 def build_model(key: str, raw: dict) -> GpuModel:
-    mig = None
-    if raw["mig"] is not None:
-        m = raw["mig"]
-        mig = MigGeometry(
-            memory_slots=m["memory_slots"],
-            compute_slices=m["compute_slices"],
-            max_mig_devices=m["max_mig_devices"],
-            profiles=tuple(MigProfile(*row) for row in m["profiles"]),
-        )
+    """A site's model from its :func:`site_model_entry` (a catalog row's fields but the key)."""
+    return _model(catalog_data.ModelRow(key=key, **raw))
+
+
+def _model(row: catalog_data.ModelRow) -> GpuModel:
     return GpuModel(
-        key=key,
-        nvml_names=raw["nvml_names"],
-        pci_device_ids=raw["pci_device_ids"],
-        architecture=raw["architecture"],
-        compute_capability=raw["compute_capability"],
-        memory_mib=raw["memory_mib"],
-        nvlink_version=raw["nvlink_version"],
-        nvlinks=raw["nvlinks"],
-        temp_slowdown_c=raw["temp_slowdown_c"],
-        temp_shutdown_c=raw["temp_shutdown_c"],
-        mig=mig,
-        source=raw["source"],
+        key=row.key,
+        nvml_names=row.nvml_names,
+        pci_device_ids=row.pci_device_ids,
+        architecture=row.architecture,
+        compute_capability=row.compute_capability,
+        memory_mib=row.memory_mib,
+        nvlink_version=row.nvlink_version,
+        nvlinks=row.nvlinks,
+        temp_slowdown_c=row.temp_slowdown_c,
+        temp_shutdown_c=row.temp_shutdown_c,
+        mig=None if row.mig is None else _geometry(row.mig),
+        source=row.source,
+    )
+
+
+def _geometry(table: catalog_data.MigTable) -> MigGeometry:
+    return MigGeometry(
+        memory_slots=table.memory_slots,
+        compute_slices=table.compute_slices,
+        max_mig_devices=table.max_mig_devices,
+        profiles=tuple(_profile(p) for p in table.profiles),
+    )
+
+
+def _profile(row: catalog_data.ProfileRow) -> MigProfile:
+    return MigProfile(
+        name=row.name,
+        nvml_enum=row.nvml_enum,
+        profile_id=row.profile_id,
+        compute_slices=row.compute_slices,
+        memory_slices=row.memory_slices,
+        memory_mib=row.memory_mib,
+        max_count=row.max_count,
+        sm_count=row.sm_count,
+        copy_engines=row.copy_engines,
+        decoders=row.decoders,
+        jpegs=row.jpegs,
+        ofas=row.ofas,
+        placement_starts=row.placement_starts,
     )
 
 
@@ -181,15 +204,26 @@ def set_site_models(raw: dict[str, dict]) -> None:
 def site_model_entry(
     nvml_name: str, pci_device_id: int, memory_mib: int, cc: tuple[int, int], nvlinks: int, source: str
 ) -> dict:
-    """A whole-GPU catalog entry for a model a site describes (no MIG: its tables need research)."""
-    return catalog_data.model_entry(
-        nvml_name, pci_device_id, "site", cc, memory_mib, None, source, (4 if nvlinks else 0, nvlinks)
-    )
+    """A whole-GPU catalog entry for a model a site describes (no MIG: its tables need research):
+    the fields of a catalog row but its key, as the pool config keeps it."""
+    return {
+        "nvml_names": (nvml_name,),
+        "pci_device_ids": (pci_device_id,),
+        "architecture": "site",
+        "compute_capability": cc,
+        "memory_mib": memory_mib,
+        "nvlink_version": catalog_data.NVLINK3 if nvlinks else 0,
+        "nvlinks": nvlinks,
+        "temp_slowdown_c": 87,  # not the site's GPU's own thresholds: those of the Hopper boards
+        "temp_shutdown_c": 92,
+        "mig": None,
+        "source": source,
+    }
 
 
 @cache
 def all_models() -> dict[str, GpuModel]:
-    out = {k: build_model(k, v) for k, v in catalog_data.MODELS.items()}
+    out = {k: _model(row) for k, row in catalog_data.MODELS.items()}
     out.update((k, build_model(k, v)) for k, v in _site_models.items())
     return out
 

@@ -1,0 +1,318 @@
+"""Ampere boards with MIG (A100, A800, A30): their profile tables, then one row per model.
+
+Tables from ``reference/mig-nvml-facts.md`` §1.4 (MIG user guide and ``nvidia-smi mig
+-lgip`` / ``-lgipp`` transcripts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slurm_gpupool.core.mig.catalog_data.rows import (
+    ALL7,
+    AMPERE,
+    HALVES,
+    NVLINK3,
+    QUARTERS,
+    MigTable,
+    ModelRow,
+    ProfileRow,
+    ProfileSize,
+    seven_slice,
+)
+
+
+def a100_table(
+    *, g1: ProfileSize, g1_rev2: ProfileSize, g2: ProfileSize, g3: ProfileSize, g4: ProfileSize, g7: ProfileSize
+) -> MigTable:
+    """An A100-class 7-slice board: IDs 19/20/15/14/9/5/0 and the A100 engine counts; each
+    board gives its sizes (``g1_rev2``: one compute slice with two memory slices)."""
+    one = ProfileRow(
+        name=g1.name,
+        nvml_enum=0,
+        profile_id=19,
+        compute_slices=1,
+        memory_slices=1,
+        memory_mib=g1.memory_mib,
+        max_count=7,
+        sm_count=g1.sm_count,
+        copy_engines=1,
+        decoders=0,
+        jpegs=0,
+        ofas=0,
+        placement_starts=ALL7,
+    )
+    return seven_slice(
+        one,
+        replace(one, name=g1.name + "+me", nvml_enum=7, profile_id=20, max_count=1, decoders=1, jpegs=1, ofas=1),
+        ProfileRow(
+            name=g1_rev2.name,
+            nvml_enum=9,
+            profile_id=15,
+            compute_slices=1,
+            memory_slices=2,
+            memory_mib=g1_rev2.memory_mib,
+            max_count=4,
+            sm_count=g1_rev2.sm_count,
+            copy_engines=1,
+            decoders=1,
+            jpegs=0,
+            ofas=0,
+            placement_starts=QUARTERS,
+        ),
+        ProfileRow(
+            name=g2.name,
+            nvml_enum=1,
+            profile_id=14,
+            compute_slices=2,
+            memory_slices=2,
+            memory_mib=g2.memory_mib,
+            max_count=3,
+            sm_count=g2.sm_count,
+            copy_engines=2,
+            decoders=1,
+            jpegs=0,
+            ofas=0,
+            placement_starts=(0, 2, 4),
+        ),
+        ProfileRow(
+            name=g3.name,
+            nvml_enum=2,
+            profile_id=9,
+            compute_slices=3,
+            memory_slices=4,
+            memory_mib=g3.memory_mib,
+            max_count=2,
+            sm_count=g3.sm_count,
+            copy_engines=3,
+            decoders=2,
+            jpegs=0,
+            ofas=0,
+            placement_starts=HALVES,
+        ),
+        ProfileRow(
+            name=g4.name,
+            nvml_enum=3,
+            profile_id=5,
+            compute_slices=4,
+            memory_slices=4,
+            memory_mib=g4.memory_mib,
+            max_count=1,
+            sm_count=g4.sm_count,
+            copy_engines=4,
+            decoders=2,
+            jpegs=0,
+            ofas=0,
+            placement_starts=(0,),
+        ),
+        ProfileRow(
+            name=g7.name,
+            nvml_enum=4,
+            profile_id=0,
+            compute_slices=7,
+            memory_slices=8,
+            memory_mib=g7.memory_mib,
+            max_count=1,
+            sm_count=g7.sm_count,
+            copy_engines=7,
+            decoders=5,
+            jpegs=1,
+            ofas=1,
+            placement_starts=(0,),
+        ),
+    )
+
+
+A100_40GB = a100_table(
+    g1=ProfileSize(name="1g.5gb", memory_mib=4864, sm_count=14),
+    g1_rev2=ProfileSize(name="1g.10gb", memory_mib=9856, sm_count=14),
+    g2=ProfileSize(name="2g.10gb", memory_mib=9856, sm_count=28),
+    g3=ProfileSize(name="3g.20gb", memory_mib=19968, sm_count=42),
+    g4=ProfileSize(name="4g.20gb", memory_mib=19968, sm_count=56),
+    g7=ProfileSize(name="7g.40gb", memory_mib=40192, sm_count=98),
+)
+A100_80GB = a100_table(
+    g1=ProfileSize(name="1g.10gb", memory_mib=9728, sm_count=14),
+    g1_rev2=ProfileSize(name="1g.20gb", memory_mib=19968, sm_count=14),  # memory unverified (~19.50 GiB)
+    g2=ProfileSize(name="2g.20gb", memory_mib=19968, sm_count=28),
+    g3=ProfileSize(name="3g.40gb", memory_mib=40192, sm_count=42),
+    g4=ProfileSize(name="4g.40gb", memory_mib=40192, sm_count=56),
+    g7=ProfileSize(name="7g.80gb", memory_mib=80896, sm_count=98),
+)
+
+# A30: 4 compute slices on 4 memory slots.
+_A30_1G = ProfileRow(
+    name="1g.6gb",
+    nvml_enum=0,
+    profile_id=14,
+    compute_slices=1,
+    memory_slices=1,
+    memory_mib=5952,
+    max_count=4,
+    sm_count=14,
+    copy_engines=1,
+    decoders=1,
+    jpegs=0,
+    ofas=0,
+    placement_starts=(0, 1, 2, 3),
+)
+_A30_2G = ProfileRow(
+    name="2g.12gb",
+    nvml_enum=1,
+    profile_id=5,
+    compute_slices=2,
+    memory_slices=2,
+    memory_mib=11968,
+    max_count=2,
+    sm_count=28,
+    copy_engines=2,
+    decoders=2,
+    jpegs=0,
+    ofas=0,
+    placement_starts=(0, 2),
+)
+A30_24GB = MigTable(
+    memory_slots=4,
+    compute_slices=4,
+    max_mig_devices=4,
+    profiles=(
+        _A30_1G,
+        replace(_A30_1G, name="1g.6gb+me", nvml_enum=7, profile_id=21, max_count=1, jpegs=1, ofas=1),
+        _A30_2G,
+        # 2g.12gb+me: profile ID 6 and placements are unverified
+        replace(_A30_2G, name="2g.12gb+me", nvml_enum=8, profile_id=6, max_count=1, jpegs=1, ofas=1),
+        ProfileRow(
+            name="4g.24gb",
+            nvml_enum=3,
+            profile_id=0,
+            compute_slices=4,
+            memory_slices=4,
+            memory_mib=24000,  # 23.44 GiB on R525+ drivers (-lgip transcripts with 2g.12gb+me); 23.50 on older
+            max_count=1,
+            sm_count=56,
+            copy_engines=4,
+            decoders=4,
+            jpegs=1,
+            ofas=1,
+            placement_starts=(0,),
+        ),
+    ),
+)
+
+
+ROWS = (
+    ModelRow(
+        key="A100-SXM4-40GB",
+        nvml_names=("NVIDIA A100-SXM4-40GB",),
+        pci_device_ids=(0x20B0,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=40537,
+        nvlink_version=NVLINK3,
+        nvlinks=12,
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_40GB,
+        source="MIG-UG A100-40GB table [V]; -lgip/-lgipp transcripts (reference §1.4)",
+    ),
+    ModelRow(
+        key="A100-SXM4-80GB",
+        nvml_names=("NVIDIA A100-SXM4-80GB",),
+        pci_device_ids=(0x20B2,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=81920,
+        nvlink_version=NVLINK3,
+        nvlinks=12,
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_80GB,
+        source="MIG-UG [V]; -lgip transcripts S58/S59 [O]; placements as 40GB (unverified)",
+    ),
+    ModelRow(
+        key="A100-PCIE-40GB",
+        nvml_names=("NVIDIA A100-PCIE-40GB",),
+        pci_device_ids=(0x20F1, 0x20B1),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=40960,
+        nvlink_version=NVLINK3,
+        nvlinks=12,
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_40GB,
+        source="driver README ids [V S3, S5]; MIG-UG covers A100-PCIE 40GB [V S1]; 1g.5gb 4.75 GiB on a real card "
+        "[O S56]; other columns as SXM4 (unverified for PCIe)",
+    ),
+    ModelRow(
+        key="A100-PCIE-80GB",
+        nvml_names=("NVIDIA A100 80GB PCIe",),
+        pci_device_ids=(0x20B5,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=81920,
+        nvlink_version=NVLINK3,
+        nvlinks=12,
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_80GB,
+        source="driver README [V S3]; A100 80GB -lgip transcripts (form factor not stated) [O S58, S59]",
+    ),
+    ModelRow(
+        key="A800-SXM4-80GB",
+        nvml_names=("NVIDIA A800-SXM4-80GB",),
+        pci_device_ids=(0x20F3,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=81920,
+        nvlink_version=NVLINK3,
+        nvlinks=8,
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_80GB,
+        source="driver README [V S3]; 81920 MiB [O S42]; MIG table as A100 80GB from mig-parted's config [S S6] "
+        "(unverified: A800 is not in the MIG-UG list)",
+    ),
+    ModelRow(
+        key="A800-PCIE-80GB",
+        nvml_names=("NVIDIA A800 80GB PCIe", "NVIDIA A800 80GB PCIe LC"),
+        pci_device_ids=(0x20F5,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=81920,
+        nvlink_version=NVLINK3,
+        nvlinks=8,  # A800: NVLink cut to 400 GB/s (8 links)
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_80GB,
+        source="driver README [V S3]; 81920 MiB [O S44]; MIG as A100 80GB [S S6] (unverified)",
+    ),
+    ModelRow(
+        key="A800-PCIE-40GB",
+        nvml_names=("NVIDIA A800 40GB Active",),
+        pci_device_ids=(0x20F6,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=40960,
+        nvlink_version=NVLINK3,
+        nvlinks=8,
+        temp_slowdown_c=90,
+        temp_shutdown_c=92,
+        mig=A100_40GB,
+        source="driver README [V S3]; MIG as A100 40GB [S S6] (unverified); memory as A100-PCIE-40GB (unverified)",
+    ),
+    ModelRow(
+        key="A30",
+        nvml_names=("NVIDIA A30",),
+        pci_device_ids=(0x20B7,),
+        architecture=AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=24576,
+        nvlink_version=NVLINK3,
+        nvlinks=4,
+        temp_slowdown_c=90,
+        temp_shutdown_c=95,
+        mig=A30_24GB,
+        source="MIG-UG A30 table [V]; -lgip/-lgipp transcripts (reference §1.4)",
+    ),
+)
