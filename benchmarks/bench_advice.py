@@ -8,7 +8,7 @@ current policy and every candidate at the point, the promising ones over slowdow
 etc/simulate/pool-512.yaml (512 GPUs, ~30 % busy) and a 192-GPU pool of the same DGX
 day/night layouts (~85 % busy).  Then the whole command on saved
 accounting: ``gpupool report advice --from`` a 5,000-job sacct file of the tests' kind.
-Needs ``../shared/traces`` (or ``$SLURM_GPUPOOL_TRACES``).
+Reads the traces shipped in the package (or ``$SLURM_GPUPOOL_TRACES``).
 
     python -m benchmarks.bench_advice [--repeats 1]
 """
@@ -34,7 +34,6 @@ from slurm_gpupool.config.load import load_config, parse_config
 from slurm_gpupool.reports.advice import process_map
 from slurm_gpupool.simulate.advise import advise
 from slurm_gpupool.simulate.traces import philly as st
-from slurm_gpupool.simulate.traces.openb import traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL_512 = ROOT / "etc" / "simulate" / "pool-512.yaml"
@@ -60,9 +59,6 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2, help="processes of the parallel rows")
     a = ap.parse_args()
-    if not (traces_dir() / st.PHILLY).exists():
-        print(f"Philly trace not present at {traces_dir()}", file=sys.stderr)
-        return 1
     epoch, jobs = week(0.45)
     rows: list[list[object]] = []
     for name, cfg in (("pool-512 (512 GPUs)", load_config(POOL_512)), ("192 GPUs", pool_192())):

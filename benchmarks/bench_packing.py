@@ -3,7 +3,7 @@
 A run places the ~10,800 pods of openb_pod_list_default (inflated to 130 % of 6,212 GPUs)
 on 1,213 nodes.  Reports the median wall time over repeats, pods per second, and each
 table's time as a ratio to FGD's milli GPUs measured in the same run (machines are noisy).
-Needs ``../shared/traces`` (or ``$SLURM_GPUPOOL_TRACES``).
+Reads FGD's inputs from the test fixtures (``tests/fixtures/traces``) or ``--traces DIR``.
 
     python -m benchmarks.bench_packing [--repeats 3]
 """
@@ -14,11 +14,13 @@ import argparse
 import datetime
 import platform
 import sys
+from pathlib import Path
 
 from benchmarks.common import median_seconds, table
 from slurm_gpupool.simulate import packing as P
-from slurm_gpupool.simulate.traces.openb import load_openb, traces_dir
+from slurm_gpupool.simulate.traces.openb import load_openb
 
+FIXTURE_TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces"
 TABLES = {
     "milli (FGD)": P.milli_table,
     "MIG A100-SXM4-40GB": lambda: P.mig_table("A100-SXM4-40GB"),
@@ -29,13 +31,10 @@ TABLES = {
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--traces", type=Path, default=FIXTURE_TRACES, help="a folder laid out like the fixtures'")
     a = ap.parse_args()
-    path = traces_dir() / "alibaba-gpu-v2023"
-    if not path.is_dir():
-        print(f"openb trace not present at {path}", file=sys.stderr)
-        return 1
-    nodes, pods = load_openb()
-    load, _ = median_seconds(lambda: load_openb(), a.repeats)
+    nodes, pods = load_openb(traces=a.traces)
+    load, _ = median_seconds(lambda: load_openb(traces=a.traces), a.repeats)
     rows: list[list[object]] = [["load CSVs (pandas)", "", f"{load:.2f} s", "", ""]]
     for policy in P.POLICIES:
         base = None

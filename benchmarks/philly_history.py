@@ -5,14 +5,17 @@ UTC without an offset) of ``n`` top-level jobs submitted over 2025 on a pool
 shaped like ``etc/gpupool.yaml``, and the scaled-up pool config it ran on.
 Deterministic for a given (jobs, seed).
 
-Shape, from ``../shared/traces/philly/`` (see its SOURCE.md) when present:
+Shape, from the Philly jobs shipped in the package (``slurm_gpupool/data/traces/philly``, or
+``$SLURM_GPUPOOL_TRACES``/``--trace``) and the waits of ``tests/fixtures/traces/philly``
+(see their SOURCE.md):
 
 * GPU count, run time and VC (→ Slurm account) are drawn *jointly* from the
   rows of ``philly.csv`` (82,247 jobs; 15 VCs); ~500 users, each in one account,
   with Zipf-like activity.
 * Submission: the weekday from Philly's weekday mix, the time of day from
   Philly's submissions on that weekday (±15 min jitter), a day of 2025 at random.
-* Queue wait (start − submit): the real first-attempt waits of ``jobs.json``
+* Queue wait (start − submit): the real first-attempt waits of ``jobs.json`` (packed:
+  ``first_attempt_waits.csv.gz``)
   (jobs with ≥ 4 GPUs) for the nearest size bucket (≤ 4, ≤ 8, > 8 GPUs; 2-GPU
   jobs use the 4-GPU waits); 1-GPU jobs, which it has no data for: lognormal,
   median 35 s (as 4-GPU jobs), σ = 1.8 (p90 ≈ 6 min).  Jobs of more than two
@@ -48,8 +51,11 @@ from pathlib import Path
 
 import numpy as np
 
+from slurm_gpupool.data import trace_file, traces_dir
+
 TOP = Path(__file__).resolve().parents[1]
-TRACE_DIR = TOP.parent / "shared" / "traces" / "philly"
+TRACE_DIR = traces_dir() / "philly"
+FIXTURE_WAITS = TOP / "tests" / "fixtures" / "traces" / "philly" / "first_attempt_waits.csv.gz"
 GEN_VERSION = 1  # bump when the output changes: cached files are regenerated
 SINCE = datetime(2025, 1, 1, tzinfo=UTC)
 UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
@@ -98,8 +104,8 @@ class Trace:
 
 def load_trace(folder: Path = TRACE_DIR) -> Trace | None:
     """The Philly extracts, or None if the folder (or philly.csv) is missing."""
-    csv_path = folder / "philly.csv"
-    if not csv_path.exists():
+    csv_path = trace_file("philly.csv", traces=folder)
+    if not csv_path.is_file():
         return None
     import pandas as pd
 
@@ -113,14 +119,18 @@ def load_trace(folder: Path = TRACE_DIR) -> Trace | None:
     occurrences = np.bincount(days.day_of_week, minlength=7)
     weight = np.bincount(wd, minlength=7) / occurrences
     waits: dict[int, list[float]] = {4: [], 8: [], 16: []}
-    jobs_json = folder / "jobs.json"
-    if jobs_json.exists():
+    jobs_json = folder / "jobs.json"  # the original; else its packed waits (the same numbers)
+    waits_from = jobs_json if jobs_json.exists() else FIXTURE_WAITS if FIXTURE_WAITS.exists() else None
+    if waits_from == jobs_json:
         for j in json.loads(jobs_json.read_text()):
             if not j.get("attempts"):
                 continue
             w = (pd.Timestamp(j["attempts"][0]["start_time"]) - pd.Timestamp(j["submitted_time"])).total_seconds()
             waits[_bucket(int(j["num_gpus"]))].append(max(w, 0.0))
-    source = f"{csv_path} ({len(p):,} jobs)" + (f", waits from {jobs_json}" if jobs_json.exists() else "")
+    elif waits_from is not None:
+        for n, w in pd.read_csv(waits_from)[["num_gpus", "first_wait_s"]].itertuples(index=False):
+            waits[_bucket(int(n))].append(float(w))
+    source = f"{csv_path} ({len(p):,} jobs)" + (f", waits from {waits_from}" if waits_from else "")
     return Trace(
         source=source,
         duration_s=p["duration"].round().clip(lower=1).to_numpy(dtype=np.int64),

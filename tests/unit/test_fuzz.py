@@ -20,7 +20,6 @@ import yaml
 
 from slurm_gpupool.cli.main import main
 from tests import fuzzing
-from tests.shared_data import shared_dir
 
 TOP = Path(__file__).resolve().parents[2]
 CONFIGS = 600
@@ -150,12 +149,11 @@ def test_hundreds_of_hostile_accounting_files_end_in_a_report_or_exit_76(tmp_pat
     assert codes.get(0, 0) > ACCOUNTING // 2 and codes.get(76, 0) > 10, codes
 
 
-NVIDIA = shared_dir() / "reference" / "nvidia-mig-configs"
+NVIDIA = TOP / "tests" / "fixtures" / "nvidia-mig-configs"  # verbatim, Apache-2.0 (its SOURCE.md)
 OPERATOR = NVIDIA / "gpu-operator" / "assets_state-mig-manager_0400_configmap.yaml"
 MIG_PARTED = 400
 
 
-@pytest.mark.skipif(not OPERATOR.exists(), reason=f"NVIDIA's mig-parted files not found at {NVIDIA}")
 def test_hundreds_of_mutated_nvidia_mig_parted_files_import_or_end_in_clear_errors(tmp_path: Path):
     """NVIDIA's own mig-parted files and the GPU Operator's ConfigMap, damaged (the tree:
     nearly-right profiles, device ids, indices and counts, entries moved, names and the

@@ -1,6 +1,6 @@
 """mig-parted configs import as NVIDIA wrote them, with mig-parted's semantics (#14).
 
-NVIDIA's own files (../shared/reference/nvidia-mig-configs, unchanged) are judged
+NVIDIA's own files (tests/fixtures/nvidia-mig-configs, unchanged) are judged
 against every machine in etc/machines; the rules mig-parted applies (api/spec/v1,
 pkg/types, cmd/nvidia-mig-parted/apply) are checked one by one on small documents.
 """
@@ -21,10 +21,9 @@ from slurm_gpupool.config.migparted import meaning, meanings, parse_mig_parted
 from slurm_gpupool.core.mig.layouts import GpuTarget
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.util.validate import Where
-from tests.shared_data import shared_dir
 
 TOP = Path(__file__).resolve().parents[2]
-NVIDIA = shared_dir() / "reference" / "nvidia-mig-configs"
+NVIDIA = TOP / "tests" / "fixtures" / "nvidia-mig-configs"  # verbatim, Apache-2.0 (its SOURCE.md)
 MACHINES = sorted(p.stem for p in (TOP / "etc" / "machines").glob("*.yaml"))
 OPERATOR = NVIDIA / "gpu-operator" / "assets_state-mig-manager_0400_configmap.yaml"
 DEFAULT = NVIDIA / "mig-parted" / "deployments_systemd_config-default.yaml"
@@ -43,10 +42,6 @@ def judged(path: Path) -> dict[tuple[str, str], object]:
     return {(m.config, m.nodeset): m for m in meanings(path, nodesets())}
 
 
-needs_nvidia = pytest.mark.skipif(not OPERATOR.exists(), reason=f"NVIDIA's files not found at {NVIDIA}")
-
-
-@needs_nvidia
 @pytest.mark.parametrize("path", [OPERATOR, DEFAULT], ids=["gpu-operator-configmap", "mig-parted-config-default"])
 def test_nvidias_default_configs_import_unchanged_and_each_machine_gets_its_own(path: Path):
     found = judged(path)
@@ -101,7 +96,6 @@ def test_nvidias_default_configs_import_unchanged_and_each_machine_gets_its_own(
     assert "has no MIG profile 1g.24gb+me.all" in found[("all-1g.24gb.me.all", "dgx-a100")].why
 
 
-@needs_nvidia
 def test_every_nvidia_example_file_parses():
     for path in sorted((NVIDIA / "mig-parted").glob("*.yaml")):
         assert judged(path), path  # a file of Kubernetes manifests included

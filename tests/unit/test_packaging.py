@@ -1,4 +1,4 @@
-"""The wheel is what admins install: it must carry the templates and etc/ files."""
+"""The wheel is what admins install: it must carry the templates, etc/ files and packed data."""
 
 from __future__ import annotations
 
@@ -54,6 +54,25 @@ def test_wheel_contains_every_template_and_machine(wheel: zipfile.ZipFile):
     assert "slurm_gpupool/data/grafana/gpupool.json" in names  # docs/metrics.md
     for m in (TOP / "etc" / "simulate").glob("*.yaml"):
         assert f"slurm_gpupool/etc/simulate/{m.name}" in names
+
+
+def test_wheel_carries_the_packed_traces_with_their_sources(wheel: zipfile.ZipFile):
+    """`gpupool simulate --trace philly|openb` reads these from the installed package: a
+    wheel without them fails on a machine with no copy of the public traces."""
+    names = set(wheel.namelist())
+    traces = TOP / "slurm_gpupool" / "data" / "traces"
+    shipped = [p.relative_to(TOP).as_posix() for p in traces.rglob("*") if p.is_file()]
+    for needed in (
+        "philly/philly.csv.gz",
+        "helios/earth_gpu_arrivals_by_minute_of_day.csv.gz",
+        "alibaba-gpu-v2023/openb_pod_list_default.csv.gz",
+    ):
+        assert f"slurm_gpupool/data/traces/{needed}" in shipped, needed
+    assert not [s for s in shipped if s not in names]  # every file of the folder, none left behind
+    for folder in {p.parent for p in traces.rglob("*.csv.gz")}:
+        assert f"{folder.relative_to(TOP).as_posix()}/SOURCE.md" in names, folder
+    packed = sum(wheel.getinfo(s).file_size for s in shipped)
+    assert packed < 3 * 1024 * 1024, packed  # small packed copies, not the originals
 
 
 def test_wheel_contains_every_python_package(wheel: zipfile.ZipFile):

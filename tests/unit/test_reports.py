@@ -27,11 +27,10 @@ from slurm_gpupool.reports.export import export_jobs
 from slurm_gpupool.reports.layout_history import read_journal_log
 from slurm_gpupool.reports.sacct_load import load_files
 from slurm_gpupool.reports.timeline import Level
-from tests.shared_data import shared_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "sacct"
-SAMPLES = shared_dir() / "traces" / "slurm-sacct-samples"  # never copied into the repository
+SAMPLES = ROOT / "tests" / "fixtures" / "traces" / "slurm-sacct-samples"  # real, verbatim (their SOURCE.md)
 SINCE = datetime(2026, 11, 16, tzinfo=UTC)
 UNTIL = datetime(2026, 11, 17, tzinfo=UTC)
 HB_FIELDS = (
@@ -176,14 +175,8 @@ def test_timeline_integrals_are_exact():
 # -- real samples ------------------------------------------------------------------------
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real sacct samples not present at {path} (../shared/traces)")
-    return path
-
-
 def test_real_hb_jobinfo_sample_parses_with_its_gpu_jobs():
-    path = _need(SAMPLES / "hb-jobinfo" / "sacct.txt")
+    path = SAMPLES / "hb-jobinfo" / "sacct.txt"
     jobs, stats = load_files([path], fields=HB_FIELDS)
     assert (stats.jobs, stats.steps, stats.malformed_total) == (100, 142, 0)
     assert jobs["state"].value_counts().to_dict() == {
@@ -213,7 +206,7 @@ def test_real_hb_jobinfo_sample_parses_with_its_gpu_jobs():
 
 
 def test_real_jobanalyzer_sample_parses_with_its_gpu_jobs():
-    path = _need(SAMPLES / "jobanalyzer" / "slurm-sacct.csv")
+    path = SAMPLES / "jobanalyzer" / "slurm-sacct.csv"
     jobs, stats = load_files([path])
     assert (stats.jobs, stats.malformed_total) == (294, 0)
     d, _, _ = build(
@@ -459,7 +452,7 @@ def test_clock_changes_lose_no_job_and_a_missing_end_is_not_running(cfg, tmp_pat
 
 
 def test_export_round_trip_keeps_each_jobs_gpu_peaks(tmp_path):
-    path = _need(SAMPLES / "hb-jobinfo" / "sacct.txt")
+    path = SAMPLES / "hb-jobinfo" / "sacct.txt"
     jobs, _ = load_files([path], fields=HB_FIELDS)
     want = jobs.set_index("job_id")[["gpumem_mib", "gpuutil_pct"]].dropna()
     assert len(want) == 7

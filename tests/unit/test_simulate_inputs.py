@@ -20,13 +20,8 @@ from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import distribution, percentile
 from slurm_gpupool.simulate.traces import philly as st
-from slurm_gpupool.simulate.traces.openb import traces_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = traces_dir()
-needs_traces = pytest.mark.skipif(
-    not (TRACES / st.PHILLY).exists(), reason=f"traces not found at {TRACES} (set SLURM_GPUPOOL_TRACES)"
-)
 
 
 def test_retime_keeps_order_and_count_and_follows_the_curve():
@@ -41,7 +36,6 @@ def test_retime_keeps_order_and_count_and_follows_the_curve():
     assert by_day == pytest.approx(36 / 48, abs=0.01)  # 12 h x 3 of 12 x 3 + 12 x 1
 
 
-@needs_traces
 def test_helios_curve_has_a_day_and_night_shape():
     curve = st.helios_curve()
     assert curve.shape == (1440,) and curve.sum() == pytest.approx(1.0)
@@ -49,7 +43,6 @@ def test_helios_curve_has_a_day_and_night_shape():
     assert hourly.max() / hourly.min() > 1.5  # not flat
 
 
-@needs_traces
 def test_philly_jobs_are_the_trace_s_own():
     epoch, jobs = st.philly_jobs(days=1, start="2017-10-02", curve=None)
     assert epoch.isoformat() == "2017-10-02T00:00:00"
@@ -63,7 +56,6 @@ def test_philly_jobs_are_the_trace_s_own():
     assert sorted(j.duration_s for j in retimed) == sorted(j.duration_s for j in jobs)  # same jobs, other times
 
 
-@needs_traces
 def test_openb_mix_gives_one_gpu_jobs_openb_s_fractions():
     jobs = [SimJob(i, i, 10, 60, TraceRequest(1 if i % 3 else 4)) for i in range(300)]
     milli = st.openb_milli()
@@ -123,7 +115,6 @@ def _invoke(args, config):
     return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
 
 
-@needs_traces
 def test_gpupool_simulate_compares_policies_on_philly(tmp_path):
     res = _invoke(
         ["simulate", "--trace", "philly", "--days", "0.5", "--start", "2017-10-02", "--format", "json"],
@@ -141,7 +132,6 @@ def test_gpupool_simulate_compares_policies_on_philly(tmp_path):
     assert night["switches"] == 0 and night["rounding_loss_fraction"] == 0  # Philly asks for whole GPUs
 
 
-@needs_traces
 def test_gpupool_simulate_html_and_slowdown_sweep(tmp_path):
     html = tmp_path / "sim.html"
     args = ["simulate", "--trace", "openb", "--days", "0.3", "--start", "2017-10-02", "--policy", "static:day"]
@@ -176,7 +166,6 @@ def test_bad_arguments_are_usage_errors(args, expect, monkeypatch, capsys):
     assert code == 2 and expect in err and err.startswith("gpupool: ") and "Traceback" not in err
 
 
-@needs_traces
 def test_each_variant_of_a_sweep_is_its_own_replay():
     """An elastic switcher keeps state (its last decision, cool-downs): a sweep's second
     variant used to inherit the first's and, held by a batching window from the future,

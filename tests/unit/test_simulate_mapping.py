@@ -3,7 +3,6 @@ what the rounding costs (internal fragmentation), from the tool's own catalog an
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
 from pathlib import Path
 
@@ -11,12 +10,12 @@ import pytest
 import yaml
 
 from slurm_gpupool.config.load import parse_config
+from slurm_gpupool.data import trace_file
 from slurm_gpupool.pool.submit_catalog import layout_offers
 from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD, RequestMapper, TraceRequest, map_request
-from tests.shared_data import shared_dir
+from slurm_gpupool.simulate.traces.openb import OPENB, load_gpu_requests
 
 TOP = Path(__file__).resolve().parents[2]
-OPENB = shared_dir() / "traces" / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 
 
 @pytest.fixture(scope="module")
@@ -52,28 +51,26 @@ def test_fractions_round_up_to_the_smallest_mig_profile_or_to_shards(shipped):
         map_request(TraceRequest(2, 500), day, "day", cfg.slurm.type_naming)
 
 
-@pytest.mark.skipif(not OPENB.exists(), reason=f"openb trace not found at {OPENB}")
 def test_every_openb_pod_maps_by_day_and_the_rounding_cost_is_measured(shipped):
     """The real fractional mix (44 % of GPU pods ask for a fraction, not MIG-shaped)."""
     cfg, offers = shipped
     by_day = RequestMapper(offers["day"], "day", cfg.slurm.type_naming)
     kinds: Counter[str] = Counter()
     asked = held = 0.0
-    with OPENB.open() as f:
-        for row in csv.DictReader(f):
-            n, milli = int(row["num_gpu"]), int(row["gpu_milli"])
-            if n == 0:
-                continue
-            req = TraceRequest(n, milli if n == 1 else 1000)
-            d = by_day(req)
-            if d is None:  # 8 whole GPUs on one node: only the night layout has them
-                assert n == 8 and map_request(req, offers["night"], "night", cfg.slurm.type_naming), row
-                kinds["night only"] += 1
-                continue
-            assert d.allocated_eq + 1e-9 >= d.requested_eq
-            kinds[d.kind] += 1
-            asked += d.requested_eq
-            held += d.allocated_eq
+    num_gpu, gpu_milli = load_gpu_requests(trace_file(f"{OPENB}/openb_pod_list_default.csv"))  # the shipped copy
+    for n, milli in zip(num_gpu.tolist(), gpu_milli.tolist(), strict=True):
+        if n == 0:
+            continue
+        req = TraceRequest(n, milli if n == 1 else 1000)
+        d = by_day(req)
+        if d is None:  # 8 whole GPUs on one node: only the night layout has them
+            assert n == 8 and map_request(req, offers["night"], "night", cfg.slurm.type_naming), (n, milli)
+            kinds["night only"] += 1
+            continue
+        assert d.allocated_eq + 1e-9 >= d.requested_eq
+        kinds[d.kind] += 1
+        asked += d.requested_eq
+        held += d.allocated_eq
     assert sum(kinds.values()) == 7064 and kinds["mig"] and kinds["shard"] and kinds["whole"]
     assert kinds["night only"] == 44  # the 8-GPU pods (SOURCE.md: num_gpu 8 -> 44)
     print(f"openb by day: {dict(kinds)}, {asked:.0f} GPU-eq asked, {held:.0f} held")

@@ -4,9 +4,12 @@ places instances only where the planner allows (docs/research/fgd/PROTOCOL.md)."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from slurm_gpupool import data
 from slurm_gpupool.core.mig import catalog, planner
 from slurm_gpupool.errors import EXIT_DATA, DataError, InfeasibleError
 from slurm_gpupool.simulate import packing as P
@@ -15,18 +18,13 @@ from slurm_gpupool.simulate.traces import openb as sim_openb
 A100 = "A100-SXM4-40GB"
 
 
-def _traces():
-    base = sim_openb.traces_dir()
-    need = [
-        base / sim_openb.OPENB / "openb_pod_list_default.csv",
-        base / sim_openb.EXPECTED / "analysis_allo_discrete.csv",
-    ]
-    missing = [p for p in need if not p.is_file()]
-    if missing:
-        pytest.skip(
-            f"FGD data not present: {missing[0]} (../shared/traces beside the checkout, or ${sim_openb.TRACES_ENV})"
-        )
-    return base
+# FGD's inputs (openb's GPU nodes, its default pod list) and published results: test
+# fixtures packed from the originals by scripts/pack-data (tests/fixtures/traces/*/SOURCE.md)
+FIXTURE_TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+
+
+def _traces() -> Path:
+    return FIXTURE_TRACES
 
 
 @pytest.fixture(scope="module")
@@ -357,8 +355,44 @@ def test_published_means_and_their_errors(tmp_path):
         sim_openb.published("frag", "w", "bestfit", tmp_path)
 
 
-def test_traces_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(sim_openb.TRACES_ENV, str(tmp_path))
-    assert sim_openb.traces_dir() == tmp_path
-    monkeypatch.delenv(sim_openb.TRACES_ENV)
-    assert sim_openb.traces_dir().parts[-2:] == ("shared", "traces")
+def test_traces_dir_follows_the_environment_else_the_packed_copies(monkeypatch, tmp_path):
+    monkeypatch.setenv(data.TRACES_ENV, str(tmp_path))
+    assert data.traces_dir() == tmp_path
+    monkeypatch.delenv(data.TRACES_ENV)
+    packed = data.traces_dir()
+    assert packed == data.data_path("traces") and packed.is_relative_to(Path(data.__file__).parent)
+    assert data.trace_file("philly/philly.csv") == packed / "philly" / "philly.csv.gz"  # the one the CLI reads
+
+
+def test_trace_file_takes_the_first_name_present_plain_before_compressed(tmp_path):
+    (tmp_path / "a.csv.gz").write_bytes(b"")
+    assert data.trace_file("a.csv", traces=tmp_path) == tmp_path / "a.csv.gz"
+    (tmp_path / "a.csv").write_text("")
+    assert data.trace_file("a.csv", traces=tmp_path) == tmp_path / "a.csv"
+    (tmp_path / "b.csv").write_text("")
+    assert data.trace_file("b.csv", "a.csv", traces=tmp_path) == tmp_path / "b.csv"
+    assert data.trace_file("none.csv", "a.csv", traces=tmp_path) == tmp_path / "a.csv"
+    assert data.trace_file("none.csv", "gone.csv", traces=tmp_path) == tmp_path / "none.csv"  # the error names it
+
+
+def test_the_full_openb_lists_are_fixtures_and_their_absence_is_a_data_error(tmp_path):
+    """The package ships only the pod lists' GPU columns: FGD's experiment on it names the
+    missing file (exit 76) rather than crashing; on the fixtures it loads FGD's cluster."""
+    with pytest.raises(DataError, match=r"openb_node_list_gpu_node\.csv: no such file"):
+        sim_openb.load_openb(traces=data.data_path("traces"))
+    packed = data.trace_file("alibaba-gpu-v2023/openb_pod_list_default.csv", traces=data.data_path("traces"))
+    with pytest.raises(DataError, match="column 'name' missing"):
+        sim_openb.load_pods(packed)
+    num_gpu, _ = sim_openb.load_gpu_requests(packed)
+    nodes, pods = sim_openb.load_openb(traces=FIXTURE_TRACES)
+    assert pods.num_gpu.tolist() == num_gpu.tolist()  # the same pods, in the same order
+    assert nodes.total_gpus == 6212
+
+
+def test_a_damaged_compressed_trace_is_a_data_error(tmp_path):
+    good = (data.data_path("traces") / "alibaba-gpu-v2023" / "openb_pod_list_default.csv.gz").read_bytes()
+    bad = tmp_path / "cut.csv.gz"
+    bad.write_bytes(good[: len(good) // 2])
+    with pytest.raises(DataError, match="not a CSV file we can read") as e:
+        sim_openb.load_gpu_requests(bad)
+    assert e.value.exit_code == EXIT_DATA

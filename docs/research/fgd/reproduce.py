@@ -3,7 +3,8 @@
 
 Standalone prototype (numpy + pandas only). It re-implements, in a vectorised
 form, what hkust-adsl/kubernetes-scheduler-simulator does for the runs behind
-``../shared/traces/fgd-expected-results/analysis_{allo,frag}_discrete.csv``.
+``analysis_{allo,frag}_discrete.csv`` of FGD's published results (packed copies in
+``tests/fixtures/traces``, the default ``--traces``; or the originals: plain or ``.gz`` CSV).
 Every rule below is cited in PROTOCOL.md (same directory); the short version:
 
 * cluster: the 1,213 GPU nodes of openb_node_list_gpu_node.csv (6,212 GPUs);
@@ -58,20 +59,26 @@ POPULARITY = 95  # --pod-popularity-threshold default in scripts/generate_config
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-DEFAULT_TRACES = REPO.parent / "shared" / "traces"
+DEFAULT_TRACES = REPO / "tests" / "fixtures" / "traces"  # packed by scripts/pack-data
 
 POLICY_NAMES = {"bestfit": "05-BestFit", "fgd": "06-FGD"}
 
 
 # --------------------------------------------------------------------------- data
+def _csv(path: Path) -> pd.DataFrame:
+    """The CSV at ``path``, or its gzip-compressed copy ``path.gz`` (the packed form)."""
+    gz = path.with_name(path.name + ".gz")
+    return pd.read_csv(path if path.exists() or not gz.exists() else gz)
+
+
 def load_nodes(traces: Path) -> pd.DataFrame:
-    df = pd.read_csv(traces / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")
+    df = _csv(traces / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")
     df["model"] = df["model"].fillna("").astype(str)
     return df
 
 
 def load_pods(traces: Path, workload: str) -> pd.DataFrame:
-    df = pd.read_csv(traces / "alibaba-gpu-v2023" / f"{workload}.csv")
+    df = _csv(traces / "alibaba-gpu-v2023" / f"{workload}.csv")
     df = df.sort_values("name", kind="stable").reset_index(drop=True)  # SortClusterPods
     gn = df["num_gpu"].astype(int).to_numpy()
     raw = df["gpu_milli"].astype(float).to_numpy()
@@ -386,7 +393,7 @@ def discretize(rec: np.ndarray, total_gpus: int):
 
 
 def expected(traces: Path, workload: str, kind: str) -> pd.DataFrame:
-    d = pd.read_csv(traces / "fgd-expected-results" / f"analysis_{kind}_discrete.csv")
+    d = _csv(traces / "fgd-expected-results" / f"analysis_{kind}_discrete.csv")
     d = d[d["workload"] == workload]
     cols = [str(x) for x in range(131)]
     return d.groupby("sc_policy")[cols].mean()
@@ -394,7 +401,7 @@ def expected(traces: Path, workload: str, kind: str) -> pd.DataFrame:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces", type=Path, default=Path(os.environ.get("GPUPOOL_TRACES", DEFAULT_TRACES)))
+    ap.add_argument("--traces", type=Path, default=Path(os.environ.get("SLURM_GPUPOOL_TRACES", DEFAULT_TRACES)))
     ap.add_argument("--workload", default="openb_pod_list_default")
     ap.add_argument("--policies", default="bestfit,fgd")
     ap.add_argument("--seeds", type=int, default=10, help="BestFit seeds (42..)")

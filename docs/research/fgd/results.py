@@ -17,11 +17,15 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 
 from slurm_gpupool.simulate.traces.openb import load_openb, published
 from slurm_gpupool.simulate import packing as P
+
+# FGD's inputs and published results: the packed test fixtures (scripts/pack-data)
+TRACES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "traces"
 
 POINTS = (0, 10, 20, 30, 40, 50, 60, 70, 80, 85, 90, 95, 100, 105, 110, 120, 130)
 MIG_POINTS = (50, 80, 90, 100, 130)
@@ -41,7 +45,7 @@ FGD_TABLES = ("none", "A100-SXM4-40GB MIG", "A30 MIG")
 
 @cache
 def _data(workload: str) -> tuple[P.Nodes, P.Pods]:
-    return load_openb(workload)
+    return load_openb(workload, TRACES)
 
 
 def _table(name: str) -> P.GpuTable:
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|" + "---|" * len(POINTS))
         for f, kind in (("alloc", "allo"), ("frag", "frag")):
             ours = stack(key, f)
-            exp = published(kind, policy=pol)
+            exp = published(kind, policy=pol, traces=TRACES)
             mean = ours.mean(0)
             print(_row(f"{f} ours", mean, POINTS))
             print(_row(f"{f} published", exp, POINTS))
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             print(_row(f"{f} sd of ours", _sd(ours), POINTS))
         print()
         for f, kind in (("alloc", "allo"), ("frag", "frag"), ("frag_ratio", "frag_ratio")):
-            d = np.abs(stack(key, f).mean(0) - published(kind, policy=pol))
+            d = np.abs(stack(key, f).mean(0) - published(kind, policy=pol, traces=TRACES))
             print(
                 f"- max |ours - published| {f}: {np.nanmax(d):.2f} at {int(np.nanargmax(d))} %; "
                 f"max seed sd of ours {np.nanmax(_sd(stack(key, f))):.2f}"

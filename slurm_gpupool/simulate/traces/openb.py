@@ -1,22 +1,26 @@
-"""Alibaba's openb trace and FGD's published results, read for ``simulate.packing``.
+"""Alibaba's openb trace and FGD's published results, read for ``simulate.packing``
+and the simulator's openb mix.
 
-The data stays in ``../shared/traces/`` (never copied into the project; see its
-README.md and SOURCE.md files).  A CSV that lacks a column or holds a value the model
-cannot use is a :class:`DataError` (exit 76) naming the file, the column and the line.
+Files are found by :func:`slurm_gpupool.data.trace_file`: the packed copies (the
+package ships the pod lists' GPU columns; the FGD inputs and results are test fixtures,
+``tests/fixtures/traces``), or a folder named by ``$SLURM_GPUPOOL_TRACES`` or a
+``traces`` argument, as CSV or gzip-compressed CSV.  A CSV that lacks a column or holds
+a value the model cannot use is a :class:`DataError` (exit 76) naming the file, the
+column and the line.
 """
 
 from __future__ import annotations
 
-import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from slurm_gpupool.data import TRACES_ENV, data_path, trace_file
 from slurm_gpupool.errors import DataError
 from slurm_gpupool.simulate.packing import DEMAND_POINTS, Nodes, Pods
 
-TRACES_ENV = "SLURM_GPUPOOL_TRACES"
 OPENB = "alibaba-gpu-v2023"
 EXPECTED = "fgd-expected-results"
 NODE_FILE = "openb_node_list_gpu_node.csv"  # FGD uses the GPU nodes only (PROTOCOL.md §2.1)
@@ -24,22 +28,16 @@ POLICY_COLUMN = {"bestfit": "05-BestFit", "fgd": "06-FGD"}
 KINDS = ("allo", "frag", "frag_ratio")
 
 
-def traces_dir() -> Path:
-    """``$SLURM_GPUPOOL_TRACES``, else ``../shared/traces`` beside the checkout, else the
-    workplace's ``/work/shared/traces`` (a clone elsewhere, as CI makes one)."""
-    env = os.environ.get(TRACES_ENV)
-    if env:
-        return Path(env)
-    beside = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
-    return next((p for p in (beside, Path("/work/shared/traces")) if p.is_dir()), beside)
-
-
 def _read(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
-        raise DataError(str(path), "no such file", hint=f"point ${TRACES_ENV} at the shared traces directory") from None
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise DataError(
+            str(path),
+            "no such file",
+            hint=f"${TRACES_ENV} names a traces folder (default: the copies shipped in {data_path('traces')})",
+        ) from None
+    except (OSError, EOFError, zlib.error, pd.errors.ParserError, UnicodeDecodeError) as e:  # .gz: EOF, zlib
         raise DataError(str(path), f"not a CSV file we can read ({e})") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
@@ -69,10 +67,7 @@ def load_nodes(path: Path) -> Nodes:
     )
 
 
-def load_pods(path: Path) -> Pods:
-    """openb_pod_list_*.csv: name, cpu_milli, memory_mib, num_gpu, gpu_milli and, where
-    the list has it, gpu_spec.  Times are not read: FGD's protocol ignores them."""
-    df = _read(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
+def _gpu_columns(df: pd.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray]:
     num_gpu = _whole(df, "num_gpu", path)
     gpu_milli = _whole(df, "gpu_milli", path)
     multi = (num_gpu > 1) & (gpu_milli < 1000)
@@ -83,6 +78,20 @@ def load_pods(path: Path) -> Pods:
             f"column 'gpu_milli', line {k + 2}: {gpu_milli[k]} with num_gpu {num_gpu[k]}; "
             "a multi-GPU pod must ask for whole GPUs (1000)",
         )
+    return num_gpu, gpu_milli
+
+
+def load_gpu_requests(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``num_gpu`` and ``gpu_milli`` of every pod of an openb list: all the simulator's
+    openb mix reads, and all the package's packed lists keep."""
+    return _gpu_columns(_read(path, ("num_gpu", "gpu_milli")), path)
+
+
+def load_pods(path: Path) -> Pods:
+    """openb_pod_list_*.csv: name, cpu_milli, memory_mib, num_gpu, gpu_milli and, where
+    the list has it, gpu_spec.  Times are not read: FGD's protocol ignores them."""
+    df = _read(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
+    num_gpu, gpu_milli = _gpu_columns(df, path)
     spec = tuple(df["gpu_spec"].str.strip()) if "gpu_spec" in df.columns else ("",) * len(df)
     return Pods(
         name=tuple(df["name"]),
@@ -95,9 +104,11 @@ def load_pods(path: Path) -> Pods:
 
 
 def load_openb(workload: str = "openb_pod_list_default", traces: Path | None = None) -> tuple[Nodes, Pods]:
-    """FGD's cluster (the GPU nodes) and one of its pod lists."""
-    base = (traces or traces_dir()) / OPENB
-    return load_nodes(base / NODE_FILE), load_pods(base / f"{workload}.csv")
+    """FGD's cluster (the GPU nodes) and one of its pod lists (``traces``: default
+    ``$SLURM_GPUPOOL_TRACES`` or the package's copies, which lack these full lists: they
+    are test fixtures, ``tests/fixtures/traces``)."""
+    nodes = load_nodes(trace_file(f"{OPENB}/{NODE_FILE}", traces=traces))
+    return nodes, load_pods(trace_file(f"{OPENB}/{workload}.csv", traces=traces))
 
 
 def published(
@@ -107,7 +118,7 @@ def published(
     for one workload and policy, one value per demand point 0..130 (PROTOCOL.md §3)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-    path = (traces or traces_dir()) / EXPECTED / f"analysis_{kind}_discrete.csv"
+    path = trace_file(f"{EXPECTED}/analysis_{kind}_discrete.csv", traces=traces)
     cols = tuple(str(x) for x in range(DEMAND_POINTS))
     df = _read(path, ("workload", "sc_policy", "seed", *cols))
     rows = df[(df["workload"] == workload) & (df["sc_policy"] == POLICY_COLUMN.get(policy, policy))]

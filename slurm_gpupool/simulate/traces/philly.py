@@ -1,5 +1,9 @@
 """Jobs for ``gpupool simulate``: public traces and a site's own accounting (pandas).
 
+Every file is found by :func:`slurm_gpupool.data.trace_file`: the packed copies shipped
+in the package (``slurm_gpupool/data/traces``, each folder with its SOURCE.md), or the
+folder ``$SLURM_GPUPOOL_TRACES`` names (the originals, say).
+
 * **Philly** (``philly/philly.csv``): submit time, run time and GPUs of 82 k jobs; no time
   limits and no GPU model.  Optionally **re-timed** to the Helios day/night submission
   curve: within each day, a job's time of day is moved by quantile mapping from Philly's
@@ -8,7 +12,8 @@
 * **Helios curve**: the per-minute GPU demand arriving in Helios Earth's 16 virtual
   clusters (May 2020): the rises of running + pending GPUs, summed over VCs, by minute
   of the day.  The Venus per-job log is not public in a form we hold; Earth's aggregate
-  is (``helios/SOURCE.md``).
+  is (``helios/SOURCE.md``).  The package ships those per-minute-of-day sums
+  (``HELIOS_PACKED``); the per-VC original (``HELIOS``) gives the same curve.
 * **openb mix**: Alibaba's fractional GPU requests (``gpu_milli``) on Philly's arrivals
   and run times (openb's own lifetimes are too short to replay, its SOURCE.md says): each
   one-GPU Philly job takes the request of a one-GPU openb pod drawn with a fixed seed.
@@ -29,19 +34,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from slurm_gpupool.data import trace_file
 from slurm_gpupool.errors import DataError
 from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
 from slurm_gpupool.simulate.mapping import TraceRequest
-from slurm_gpupool.simulate.traces.openb import OPENB, _read, _whole, load_pods, traces_dir
+from slurm_gpupool.simulate.traces.openb import OPENB, _read, _whole, load_gpu_requests
 
 PHILLY = "philly/philly.csv"
-HELIOS = "helios/earth-vcs-2020-05/earth_vcs_gpu_minutely_2020-05.csv"
+HELIOS = "helios/earth-vcs-2020-05/earth_vcs_gpu_minutely_2020-05.csv"  # the original, per VC and minute
+HELIOS_PACKED = "helios/earth_gpu_arrivals_by_minute_of_day.csv"  # helios_arrivals of it: 1,440 sums
 DAY_S = 86400
 
 
 def philly_frame(path: Path | None = None) -> pd.DataFrame:
     """philly.csv as (submit datetime, duration s, gpus, vc), sorted by submission."""
-    path = path or traces_dir() / PHILLY
+    path = path or trace_file(PHILLY)
     df = _read(path, ("timestamp", "duration", "num_gpus", "cluster"))
     submit = pd.to_datetime(df["timestamp"], format="%Y-%m-%d %H:%M:%S", errors="coerce")
     dur = pd.to_numeric(df["duration"], errors="coerce")
@@ -55,10 +62,22 @@ def philly_frame(path: Path | None = None) -> pd.DataFrame:
     return out.sort_values("submit", kind="stable").reset_index(drop=True)
 
 
-def helios_curve(path: Path | None = None) -> np.ndarray:
-    """1,440 weights, one per minute of the day: GPU demand arriving then in Helios Earth."""
-    path = path or traces_dir() / HELIOS
-    df = _read(path, ("time",))
+def helios_arrivals(path: Path) -> np.ndarray:
+    """1,440 sums, one per minute of the day: the GPUs whose demand arrived then in Helios
+    Earth over May 2020, i.e. the rises of each VC's running + pending GPUs, summed over
+    its 16 VCs and 31 days.  Reads the original per-VC, per-minute file (``HELIOS``) or
+    its packed form (``HELIOS_PACKED``: ``minute_of_day,gpu_arrivals``)."""
+    df = _read(path, ())
+    if "minute_of_day" in df.columns:
+        if "gpu_arrivals" not in df.columns:
+            raise DataError(str(path), "column 'gpu_arrivals' missing beside 'minute_of_day'")
+        minute, arrivals = _whole(df, "minute_of_day", path), _whole(df, "gpu_arrivals", path)
+        if (minute >= 1440).any():
+            k = int(np.flatnonzero(minute >= 1440)[0])
+            raise DataError(str(path), f"column 'minute_of_day', line {k + 2}: {minute[k]} is not a minute of a day")
+        return np.bincount(minute, weights=arrivals.astype(np.float64), minlength=1440)
+    if "time" not in df.columns:
+        raise DataError(str(path), "column 'time' missing (or 'minute_of_day' for the packed curve)")
     cols = [c for c in df.columns if c.endswith("_running_gpu_num")]
     if not cols:
         raise DataError(str(path), "no <vc>_running_gpu_num columns")
@@ -75,7 +94,12 @@ def helios_curve(path: Path | None = None) -> np.ndarray:
         k = int(np.flatnonzero(minute.isna().to_numpy())[0])
         raise DataError(str(path), f"column 'time', line {k + 2}: not a time")
     of_day = (minute.dt.hour * 60 + minute.dt.minute).to_numpy()
-    curve = np.bincount(of_day, weights=demand, minlength=1440)[:1440]
+    return np.bincount(of_day, weights=demand, minlength=1440)[:1440]
+
+
+def helios_curve(path: Path | None = None) -> np.ndarray:
+    """1,440 weights, one per minute of the day: GPU demand arriving then in Helios Earth."""
+    curve = helios_arrivals(path or trace_file(HELIOS_PACKED, HELIOS))
     return curve / curve.sum()
 
 
@@ -153,9 +177,9 @@ def _jobs(
 
 def openb_milli(workload: str = "openb_pod_list_default", traces: Path | None = None) -> np.ndarray:
     """The ``gpu_milli`` of every one-GPU pod of an openb list (fractions and whole GPUs)."""
-    pods = load_pods((traces or traces_dir()) / OPENB / f"{workload}.csv")
-    one = pods.num_gpu == 1
-    return np.where(pods.gpu_milli[one] > 1000, 1000, pods.gpu_milli[one])
+    num_gpu, gpu_milli = load_gpu_requests(trace_file(f"{OPENB}/{workload}.csv", traces=traces))
+    one = num_gpu == 1
+    return np.where(gpu_milli[one] > 1000, 1000, gpu_milli[one])
 
 
 def openb_mix(jobs: list[SimJob], milli: np.ndarray, seed: int = 0) -> list[SimJob]:
