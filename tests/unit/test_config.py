@@ -7,7 +7,7 @@ import copy
 import os
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -318,6 +318,22 @@ def test_schedule_due_and_next():
     assert (when.isoformat(), layout) == ("2026-11-20T20:00:00+01:00", "night")
     when, layout = pc.schedule.next_change(datetime(2026, 11, 21, 12, 0, tzinfo=paris))
     assert (when.isoformat(), layout) == ("2026-11-23T08:00:00+01:00", "day")
+
+
+def test_a_rule_ending_at_24_00_changes_at_the_next_midnight():
+    """A rule's ``24:00`` is kept as 23:59:59.999999; its change came out as 23:59 (the
+    wrapper said "from ... 23:59") where job_submit.lua says 00:00 of the next day."""
+    cfg = copy.deepcopy(BASE)
+    cfg["schedule"] = {
+        "timezone": "UTC",
+        "default": "night",
+        "rules": [{"layout": "day", "days": "mon-fri", "start": "08:00", "end": "24:00"}],
+    }
+    pc = parse_config(cfg, "mem.yaml", Path("."))
+    utc = ZoneInfo("UTC")
+    when, layout = pc.schedule.next_change(datetime(2026, 11, 23, 21, 0, tzinfo=utc))
+    assert (when.isoformat(), layout) == ("2026-11-24T00:00:00+00:00", "night")
+    assert pc.schedule.due(when) == "night" and pc.schedule.due(when - timedelta(minutes=1)) == "day"
 
 
 def test_overnight_rule_wraps_midnight():

@@ -61,6 +61,27 @@ def test_fractions():
             parse_fraction(bad)
 
 
+# #26 item 7: float() reads '1_0', Arabic-Indic and fullwidth digits, 'nan', ' 5 ' and more;
+# job_submit.lua's tonumber reads none of those (and '0x1', '.5', which float() does not):
+# both sides read numbers with one explicit ASCII grammar, DIGITS[.DIGITS]
+@pytest.mark.parametrize(
+    "text",
+    ["1_0%", "٠.٥", "٥٠%", "０.５", "nan", "inf", "1e-1", "0x1", ".5", "5.", " 0.5", "0.5 ", "1 / 4", "+0.5", "½"],
+)
+def test_fractions_are_ascii_decimals(text):
+    with pytest.raises(RequestError, match="expected a fraction"):
+        parse_fraction(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1_0G", "١٨G", "１８G", "1.2.3", "1.2.3G", ".5G", "5.G", "nan", "1e3", "0x10", "18 G", " 18G", "18b", "18ib"],
+)
+def test_sizes_are_ascii_decimals_with_a_unit(text):
+    with pytest.raises(RequestError, match="expected a size"):
+        parse_size_mib(text)
+
+
 def test_plain_submissions_pass_through_untouched(catalog):
     argv = ["-J", "my job", "--wrap", "echo 'quoted' \"and\"\nnewline", "--comment", "a;b"]
     p = plan(argv, None, catalog, MONDAY_NOON)
@@ -140,6 +161,37 @@ def test_a_refusal_names_the_most_the_cluster_offers(catalog):
     with pytest.raises(RequestError) as nv:
         plan(["--gpus-nvlink=16", "--wrap", "true"], None, catalog, MONDAY_NOON)
     assert nv.value.hint is not None and "NVLink-connected whole GPUs on one node is 8 (" in nv.value.hint
+
+
+@pytest.mark.parametrize(
+    "gpus", [["--gpus-per-node=2"], ["--gpus-per-node=v100:2"], ["--gpus-per-task=1"], ["--gpus-per-socket=1"]]
+)
+def test_friendly_requests_replace_every_gpu_option(catalog, gpus):
+    """Before, --gpus-per-node=2 --gpu-mem=18G became --gpus-per-node=2 --gres=gpu:3g.20gb:1:
+    both (Slurm 26.05's sbatch refuses them together, #26 item 5) and more GPUs than asked."""
+    with pytest.raises(RequestError, match="replaces"):
+        plan(["--gpu-mem=18G", *gpus, "--wrap", "true"], None, catalog, MONDAY_NOON)
+    with pytest.raises(RequestError, match="replaces"):
+        plan(["--gpu-mem=18G", "job.sh"], "#!/bin/sh\n#SBATCH " + " ".join(gpus) + "\n", catalog, MONDAY_NOON)
+
+
+def test_the_wrapper_never_adds_gres_to_gpus_per_node(catalog):
+    """#26 item 5: Slurm 26.05's sbatch refuses --gres=gpu with --gpus-per-node.  The wrapper
+    adds --gres only for a friendly request, which now refuses any GPU option beside it
+    (above); untyped requests are typed in the option the user wrote."""
+    p = plan(["-C", "a100", "--gpus-per-node=2", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert p.argv == ["--constraint=a100&nvlink2", "--gpus-per-node=a100:2", "--wrap", "true"]
+
+
+def test_gpus_per_node_is_a_per_node_request_for_the_topology_rules(catalog):
+    """Before, only --gres and --gpus counted: --gpus-per-node=v100:4 got no nvlink4 (the Lua added it)."""
+    p = plan(["--gpus-per-node=v100:4", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
+    assert "--constraint=nvlink4" in p.argv
+    rules = {**catalog, "rules": {**catalog["rules"], "enforce_binding": True}}
+    assert (
+        "--gres-flags=enforce-binding"
+        in plan(["--gpus-per-node=a100:2", "--wrap", "x"], None, rules, MONDAY_NIGHT).argv
+    )
 
 
 def test_sbatch_directives_count_and_are_merged(catalog):

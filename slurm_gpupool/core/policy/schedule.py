@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta, tzinfo
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+END_OF_DAY = time(23, 59, 59, 999999)  # a rule's "24:00"
 
 
 class Rule:
@@ -69,7 +70,10 @@ class Schedule:
             d = (t + timedelta(days=day)).date()
             for r in self.rules:
                 for clock in (r.start, r.end):
-                    c = datetime.combine(d, clock, tzinfo=t.tzinfo)
+                    if clock == END_OF_DAY:  # "24:00": the change is at the next midnight
+                        c = datetime.combine(d + timedelta(days=1), time(0), tzinfo=t.tzinfo)
+                    else:
+                        c = datetime.combine(d, clock, tzinfo=t.tzinfo)
                     if c > t:
                         candidates.add(c)
         for c in sorted(candidates):
@@ -106,5 +110,5 @@ def parse_clock(text: str) -> time:
     h, m = text.strip().split(":")
     hour, minute = int(h), int(m)
     if (hour, minute) == (24, 0):
-        return time(23, 59, 59, 999999)
+        return END_OF_DAY
     return time(hour, minute)

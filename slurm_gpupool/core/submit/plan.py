@@ -156,9 +156,11 @@ def _set_option(argv: list[str], args: SbatchArgs, name: str, value: str) -> lis
     return [f"--{name}={value}", *argv]
 
 
-def _gpu_request(gres: str | None, gpus: str | None) -> tuple[str | None, int]:
-    """(type or None, count) of a job's GPU request per node, from --gres or --gpus."""
-    for item in (gres or "").split(","):
+def _gpu_request(gres: str | None, per_node: str | None, gpus: str | None) -> tuple[str | None, int]:
+    """(type or None, count) of a job's first GPU request per node, in the order of the
+    job's tres_per_node (sbatch puts --gpus-per-node before --gres), else of --gpus."""
+    items = [f"gpu:{x}" for x in (per_node or "").split(",") if x] + (gres or "").split(",")
+    for item in items:
         parts = item.split(":")
         if parts[0] == "gpu":
             if len(parts) == 1:
@@ -167,7 +169,7 @@ def _gpu_request(gres: str | None, gpus: str | None) -> tuple[str | None, int]:
                 return (None, int(parts[1])) if _digits(parts[1]) else (parts[1], 1)
             return parts[1], int(parts[2]) if _digits(parts[2]) else 1
     if gpus:
-        parts = gpus.split(":")
+        parts = gpus.split(",")[0].split(":")
         if len(parts) == 1 and _digits(parts[0]):
             return None, int(parts[0])
         if len(parts) == 2 and _digits(parts[1]):
@@ -227,11 +229,11 @@ def plan(
             )
         return p
     rules = catalog.get("rules", {})
-    gres, gpus = eff("gres"), eff("gpus")
+    gres = eff("gres")
     if requests:
         key = requests[0]
-        if _gpu_request(gres, gpus)[1] or any(i.split(":")[0] == "shard" for i in (gres or "").split(",")):
-            raise RequestError(f"--{key} replaces --gres=gpu/shard and --gpus; give only one of them")
+        if asks_for_gpus(gres, {n: v for n in GPU_OPTIONS[1:] if (v := eff(n))}):
+            raise RequestError(f"--{key} replaces --gres=gpu/shard and --gpus*; give only one of them")
         text = ours[key]
         if key == "gpu-mem":
             req = Request("mem", parse_size_mib(text), text)
@@ -268,10 +270,9 @@ def plan(
                 why = f"only nodes that can give {int(req.amount)} NVLink-connected GPUs"
                 p.changes.append(Change("constraint", merged, why))
                 args = parse(p.argv)
-        gres, gpus = eff("gres"), eff("gpus")
     else:
         args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff)
-        typ, _ = _gpu_request(eff("gres"), eff("gpus"))
+        typ, _ = _gpu_request(eff("gres"), eff("gpus-per-node"), eff("gpus"))
         if typ is not None:
             p.later = typed_later(catalog, typ, now)
     _topology(p, catalog, rules, args, eff)
@@ -476,7 +477,7 @@ def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArg
 def _topology(p: Plan, catalog: dict[str, Any], rules: dict[str, Any], args: SbatchArgs, eff: Any) -> None:
     """Multi-GPU jobs: NVLink features, GRES binding, switches; a warning for MIG per task."""
 
-    typ, n = _gpu_request(eff("gres"), eff("gpus"))
+    typ, n = _gpu_request(eff("gres"), eff("gpus-per-node"), eff("gpus"))
     offers = [o for layout in catalog["layouts"].values() for o in layout["offers"]]
     kinds = {o["type"]: o["kind"] for o in offers}
     nodes = _int(eff("nodes"), 1)

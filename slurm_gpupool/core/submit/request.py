@@ -26,7 +26,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 NVLINK_SIZES = (2, 4, 8)
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+# One explicit ASCII grammar for numbers, the one job_submit.lua applies (its tonumber and
+# Python's float() disagree: '1_0', '٠.٥', 'nan', ' 5' against '0x1', '.5', '5.'):
+# DIGITS[.DIGITS]; a size may end in a unit K, M, G or T, then i, b or ib (any case).
+_DECIMAL = r"[0-9]+(?:\.[0-9]+)?"
+_SIZE = re.compile(rf"({_DECIMAL})(?:([kmgt])(i?b?))?", re.IGNORECASE | re.ASCII)
+_FRACTION = re.compile(rf"({_DECIMAL})(%?)|({_DECIMAL})/({_DECIMAL})", re.ASCII)
 
 
 class RequestError(ValueError):
@@ -42,10 +47,10 @@ MAX_GPU_MEM_MIB = 1 << 30  # 1 PiB: a larger request is a typo
 
 def parse_size_mib(text: str) -> int:
     """``18G``, ``18GB``, ``18GiB``, ``18000M``, ``0.5T`` → MiB (decimal and binary both as GiB, like Slurm)."""
-    m = _SIZE.match(text)
+    m = _SIZE.fullmatch(text)
     if not m:
-        raise RequestError(f"--gpu-mem={text}: expected a size like 18G or 18000M")
-    value, unit = float(m.group(1)), m.group(2).lower() or "m"
+        raise RequestError(f"--gpu-mem={text[:40]}: expected a size like 18G or 18000M")
+    value, unit = float(m.group(1)), (m.group(2) or "m").lower()
     mib = value * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
     if mib <= 0:
         raise RequestError(f"--gpu-mem={text[:40]}: must be more than 0")
@@ -56,19 +61,15 @@ def parse_size_mib(text: str) -> int:
 
 def parse_fraction(text: str) -> float:
     """``0.25``, ``25%``, ``1/4`` → 0.25 (a share of one GPU, at most 1)."""
-    t = text.strip()
-    try:
-        if t.endswith("%"):
-            f = float(t[:-1]) / 100
-        elif "/" in t:
-            a, b = t.split("/", 1)
-            f = float(a) / float(b)
-        else:
-            f = float(t)
-    except (ValueError, ZeroDivisionError):
-        raise RequestError(f"--gpu-share={text}: expected a fraction like 0.25, 25% or 1/4") from None
+    m = _FRACTION.fullmatch(text)
+    if not m or (m.group(4) is not None and float(m.group(4)) == 0):
+        raise RequestError(f"--gpu-share={text[:40]}: expected a fraction like 0.25, 25% or 1/4")
+    if m.group(1) is not None:
+        f = float(m.group(1)) / 100 if m.group(2) else float(m.group(1))
+    else:
+        f = float(m.group(3)) / float(m.group(4))
     if not 0 < f <= 1:
-        raise RequestError(f"--gpu-share={text}: must be more than 0 and at most 1 (one GPU)")
+        raise RequestError(f"--gpu-share={text[:40]}: must be more than 0 and at most 1 (one GPU)")
     return f
 
 
