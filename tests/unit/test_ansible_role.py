@@ -3,12 +3,16 @@
 Each lives in three places: ``defaults/main.yml`` (value), ``meta/argument_specs.yml``
 (type, default, checked when the role starts) and the table in ``ansible/README.md``.
 A variable added to one and forgotten in another is a silent defect; this finds it
-without running Ansible (the integration test runs it).
+without running Ansible (the integration test runs it).  ``ansible-lint`` on the production
+profile needs no Slurm either, so it runs here, once.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +73,19 @@ def test_the_sandbox_marks_its_hooks_with_the_roles_marker():
     assert "Prolog=" in block and "Epilog=" in block and "TaskProlog=" in block and "HealthCheckProgram=" in block
     hooks = re.compile(r"^(Prolog|Epilog|TaskProlog|HealthCheckProgram)=", re.M)
     assert len(hooks.findall(template)) == len(hooks.findall(block)) == 4  # no hook outside the block
+
+
+def test_ansible_lint_production_profile(tmp_path):
+    lint = shutil.which("ansible-lint", path=str(Path(sys.executable).parent))
+    assert lint, "ansible-lint is not installed beside this Python: `scripts/bootstrap dev` installs it"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [lint, "--offline", "--profile", "production"],
+        cwd=ROLE.parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
