@@ -3,52 +3,72 @@
 A run places the ~10,800 pods of openb_pod_list_default (inflated to 130 % of 6,212 GPUs)
 on 1,213 nodes.  Reports the median wall time over repeats, pods per second, and each
 table's time as a ratio to FGD's milli GPUs measured in the same run (machines are noisy).
-Needs ``../shared/traces`` (or ``$SLURM_GPUPOOL_TRACES``).
+Every run is checked (pods placed, some failing at 130 %).  Needs the openb trace
+(``$SLURM_GPUPOOL_TRACES``); without it, it stops and says where it looked.
+``--smoke``: the first 60 nodes (and pods for 130 % of their GPUs), one repeat.
 
-    python -m benchmarks.bench_packing [--repeats 3]
+    python -m benchmarks.bench_packing [--repeats 3] [--nodes N] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import platform
 import sys
+from collections.abc import Callable
 
-from benchmarks.common import median_seconds, table
-from slurm_gpupool.reports.sim_openb import load_openb, traces_dir
+from benchmarks.common import check, median_seconds, run_main, table
+from slurm_gpupool.reports.sim_openb import load_openb
 from slurm_gpupool.simulate import packing as P
 
-TABLES = {
+TABLES: dict[str, Callable[[], P.GpuTable]] = {
     "milli (FGD)": P.milli_table,
     "MIG A100-SXM4-40GB": lambda: P.mig_table("A100-SXM4-40GB"),
     "MIG A30": lambda: P.mig_table("A30"),
 }
 
 
-def main() -> int:
+def first_nodes(nodes: P.Nodes, n: int) -> P.Nodes:
+    """The cluster's first ``n`` nodes (the pods are drawn for 130 % of their GPUs)."""
+    return P.Nodes(nodes.cpu_milli[:n], nodes.memory_mib[:n], nodes.gpus[:n], nodes.model[:n])
+
+
+def checked(run: P.PackingRun, what: str) -> int:
+    """Events of a sane run: pods arrived, most placed, and at 130 % of the GPUs some failed."""
+    events = len(run.order)
+    check(events > 0 and int(run.placed.sum()) > 0, f"{what}: {events} events, {int(run.placed.sum())} placed")
+    check(run.failed > 0, f"{what}: no pod failed at 130 % of the GPUs")
+    return events
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    a = ap.parse_args()
-    path = traces_dir() / "alibaba-gpu-v2023"
-    if not path.is_dir():
-        print(f"openb trace not present at {path}", file=sys.stderr)
-        return 1
+    ap.add_argument("--nodes", type=int, help="only the first N nodes (default: all 1,213)")
+    ap.add_argument("--smoke", action="store_true", help="60 nodes, one repeat: seconds")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.repeats, a.nodes = 1, 60
     nodes, pods = load_openb()
+    if a.nodes:
+        nodes = first_nodes(nodes, a.nodes)
     load, _ = median_seconds(lambda: load_openb(), a.repeats)
     rows: list[list[object]] = [["load CSVs (pandas)", "", f"{load:.2f} s", "", ""]]
     for policy in P.POLICIES:
         base = None
         for name, make in TABLES.items():
             table_ = make()
-            n_events = len(P.simulate(nodes, pods, policy, 42, table=table_).order)
-            med, _ = median_seconds(lambda t=table_, p=policy: P.simulate(nodes, pods, p, 42, table=t), a.repeats)
+            n_events = checked(P.simulate(nodes, pods, policy, 42, table=table_), f"{policy} on {name}")
+            med, _ = median_seconds(functools.partial(P.simulate, nodes, pods, policy, 42, table=table_), a.repeats)
             base = base or med
             rows.append([policy, name, f"{med:.2f} s", f"{n_events / med:,.0f}", f"{med / base:.2f}"])
     print(f"# bench_packing {datetime.date.today()} {platform.node()} python {platform.python_version()}")
+    print(f"# {len(nodes):,} nodes, {nodes.total_gpus:,} GPUs; baseline: FGD's milli GPUs, same policy, same run")
     print(table(rows, ["policy", "GPUs", "median", "pods/s", "/ milli"]))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))
