@@ -3,7 +3,7 @@
 Planned render (config + machine descriptions), so no node state is needed: the MIG
 device files take the simulator's GPU-instance ids (``gpupool gres render --planned L
 --simulated-ids``), since a planned render refuses to guess the ids a real driver chooses.
-Reports the median wall time over repeats, the peak RSS of a fresh process doing
+Reports the median wall and CPU time over repeats, the peak RSS of a fresh process doing
 one render, the output size, and two ratios measured in the same run: time per
 node at 10,000 vs 1,000 nodes (linearity), and output size with hostlist folding
 vs one block per node.
@@ -19,7 +19,7 @@ import platform
 import sys
 from typing import Any
 
-from benchmarks.common import check, child_peak_rss_mib, median_seconds, run_main, table
+from benchmarks.common import check, child_peak_rss_mib, median_times, run_main, table
 
 MACHINES = ["dgx-a100", "hgx-h100", "pcie-a30", "dgx1-v100", "h100-nvl-pair"]
 DAY = {
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         args.nodes, args.repeats = 50, 1
     small = max(len(MACHINES), args.nodes // 10)
     holder: dict[str, Any] = {}
-    t_small, _ = median_seconds(lambda: holder.__setitem__("s", run_render(small)), args.repeats)
-    t_big, runs = median_seconds(lambda: holder.__setitem__("r", run_render(args.nodes)), args.repeats)
+    t_small, c_small, _ = median_times(lambda: holder.__setitem__("s", run_render(small)), args.repeats)
+    t_big, c_big, runs = median_times(lambda: holder.__setitem__("r", run_render(args.nodes)), args.repeats)
     check_rendered(holder["s"], small)
     r = holder["r"]
     check_rendered(r, args.nodes)
@@ -100,12 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     base_peak, _ = child_peak_rss_mib("import slurm_gpupool.ops.gres_install\nout = {}")
     rows = [
-        [f"{small} nodes", f"{t_small:.2f} s", f"{t_small / small * 1e3:.3f} ms"],
-        [f"{args.nodes} nodes", f"{t_big:.2f} s", f"{t_big / args.nodes * 1e3:.3f} ms"],
+        [f"{small} nodes", f"{t_small:.2f} s", f"{c_small:.2f} s", f"{t_small / small * 1e3:.3f} ms"],
+        [f"{args.nodes} nodes", f"{t_big:.2f} s", f"{c_big:.2f} s", f"{t_big / args.nodes * 1e3:.3f} ms"],
     ]
     print(f"# GRES render benchmark, {datetime.date.today()}, Python {platform.python_version()}, {platform.machine()}")
-    print(table(rows, ["render (planned, layout day, simulated MIG ids)", "median", "per node"]))
-    print(f"time per node ratio {args.nodes}/{small}: {(t_big / args.nodes) / (t_small / small):.2f} (1.0 = linear)")
+    print(table(rows, ["render (planned, layout day, simulated MIG ids)", "wall median", "CPU median", "per node"]))
+    linear = (t_big / args.nodes) / (t_small / small)
+    linear_cpu = (c_big / args.nodes) / (c_small / small) if c_small > 0 else float("nan")
+    print(f"time per node ratio {args.nodes}/{small}: {linear:.2f} wall, {linear_cpu:.2f} CPU (1.0 = linear)")
     print(f"peak RSS, fresh process rendering {args.nodes} nodes: {peak:.1f} MiB (import only: {base_peak:.1f} MiB)")
     lines = {k: v.count("\n") for k, v in r.files.files.items()}
     print(f"output: {out_size / 1024:.0f} KiB in {lines} lines")

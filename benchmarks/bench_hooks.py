@@ -23,7 +23,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -32,7 +31,16 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import SYSTEM_PYTHON, check, installed_venv, run_main, system_python, table, timed_child
+from benchmarks.common import (
+    SYSTEM_PYTHON,
+    check,
+    installed_venv,
+    python_version,
+    run_main,
+    system_python,
+    table,
+    timed_child,
+)
 
 NODE = "bench1"
 HOOKS = ("prolog", "taskprolog", "epilog")
@@ -146,7 +154,7 @@ def measure(runs: int, scripts: Path, floor_python: str, root: Path) -> dict[str
     return results
 
 
-def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str) -> None:
+def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str, pythons: str) -> None:
     floor_name = next(iter(results))
     floor = stats([w for w, _ in results[floor_name]])[0]
     cpu_floor = stats([c for _, c in results[floor_name]])[0]
@@ -165,9 +173,8 @@ def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str)
                 f"{cp99 * 1e3:.1f} ms",
             ]
         )
-    when, py = datetime.date.today(), platform.python_version()
-    print(f"# hook time per job, {when}, Python {py}, {runs} runs, simulated HGX H100 (day layout), MIG job")
-    print(f"# hooks: {where}")
+    print(f"# hook time per job, {datetime.date.today()}, {runs} runs, simulated HGX H100 (day layout), MIG job")
+    print(f"# hooks: {where}; {pythons}")
     print(table(rows, ["program", "wall median", "/ floor", "CPU median", "/ floor", "wall p99", "CPU p99"]))
     wall_x = statistics.median(w for w, _ in results["gpupool-prolog"]) / floor
     cpu_x = statistics.median(c for _, c in results["gpupool-prolog"]) / cpu_floor
@@ -197,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             results = measure(args.runs, scripts, floor_python, root / "node")
         finally:
             stop_sampler(root / "node")
-        report(results, args.runs, where)
+        pythons = f"floor {python_version(floor_python)}, hooks {python_version(str(scripts / 'python'))}"
+        report(results, args.runs, where, pythons)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -38,6 +38,7 @@ from benchmarks.common import (
     TOP,
     check,
     installed_venv,
+    python_version,
     run_main,
     system_python,
     table,
@@ -111,7 +112,7 @@ def check_stand_in(log: Path, runs: int) -> None:
     check(any(ln.split("|", 1)[0] for ln in lines), "--gpu-mem=18G became no GRES request")
 
 
-def report(results: dict[str, list[tuple[float, float]]], runs: int, wrapper: str, where: str) -> None:
+def report(results: dict[str, list[tuple[float, float]]], runs: int, wrapper: str, where: str, floor: str) -> None:
     floor_name = next(iter(results))
     med = {k: statistics.median(w for w, _ in xs) for k, xs in results.items()}
     cpu = {k: statistics.median(c for _, c in xs) for k, xs in results.items()}
@@ -131,7 +132,7 @@ def report(results: dict[str, list[tuple[float, float]]], runs: int, wrapper: st
             ]
         )
     print(f"# gpupool-sbatch overhead, {datetime.date.today()}, {runs} runs each, {where}")
-    print(f"# wrapper: {wrapper}")
+    print(f"# wrapper: {wrapper}; floor {floor} is {python_version(floor)}")
     heads = ["command", "wall median", "/ sbatch", "CPU median", "/ sbatch", "over sbatch", "over - floor"]
     print(table(rows, heads))
 
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results = measure(args.runs, wrapper, sandbox_env(), "sbatch", floor)
             where = "sandbox Slurm"
-        report(results, args.runs, wrapper, where)
+        report(results, args.runs, wrapper, where, floor)
     return 0
 
 

@@ -47,12 +47,27 @@ def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | N
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5) -> tuple[float, list[float]]:
-    times = []
+    wall, _, walls = median_times(fn, repeats)
+    return wall, walls
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + sys) of this process and of the children it has waited for."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def median_times(fn: Callable[[], object], repeats: int = 5) -> tuple[float, float, list[float]]:
+    """(median wall s, median CPU s, the wall times) of ``fn`` over ``repeats``.  CPU time counts
+    this process and the workers it forked and reaped: on a loaded VM wall time stretches with
+    the other tenants' work, CPU time much less."""
+    walls, cpus = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), cpu_seconds()
         fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), times
+        walls.append(time.perf_counter() - t)
+        cpus.append(cpu_seconds() - c)
+    return statistics.median(walls), statistics.median(cpus), walls
 
 
 def timed_child(argv: Sequence[str], env: dict[str, str], timeout_s: float = 120) -> tuple[float, float, str]:
@@ -163,6 +178,12 @@ def system_python(path: str) -> str:
     if not os.access(path, os.X_OK):
         raise BenchError(f"no interpreter at {path} for the floor (give another with --floor)")
     return path
+
+
+def python_version(python: str) -> str:
+    """``Python X.Y.Z`` of an interpreter (the floor and the measured one may be different builds)."""
+    code = "import platform; print(platform.python_version())"
+    return "Python " + run_checked([python, "-c", code], f"asking {python} its version").stdout.strip()
 
 
 def table(rows: Sequence[Sequence[object]], headers: list[str]) -> str:
