@@ -1,12 +1,14 @@
 """Benchmark: render GRES for 10,000 nodes of mixed machine descriptions and layouts.
 
-Planned render (config + machine descriptions), so no node state is needed.
-Reports the median wall time over repeats, the peak RSS of a fresh process doing
+Planned render (config + machine descriptions), so no node state is needed: the MIG
+device files take the simulator's GPU-instance ids (``gpupool gres render --planned L
+--simulated-ids``), since a planned render refuses to guess the ids a real driver chooses.
+Reports the median wall and CPU time over repeats, the peak RSS of a fresh process doing
 one render, the output size, and two ratios measured in the same run: time per
 node at 10,000 vs 1,000 nodes (linearity), and output size with hostlist folding
 vs one block per node.
 
-    python -m benchmarks.bench_gres_render [--nodes 10000] [--repeats 3]
+    python -m benchmarks.bench_gres_render [--nodes 10000] [--repeats 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import sys
+from typing import Any
 
-from benchmarks.common import child_peak_rss_mib, median_seconds, table
+from benchmarks.common import check, child_peak_rss_mib, median_times, run_main, table
 
 MACHINES = ["dgx-a100", "hgx-h100", "pcie-a30", "dgx1-v100", "h100-nvl-pair"]
 DAY = {
@@ -40,14 +44,14 @@ DAY_ALT = {
 
 
 def make_config(n_nodes: int) -> dict:
-    per = n_nodes // len(MACHINES)
+    per = max(1, n_nodes // len(MACHINES))
     nodesets, day, night = {}, {}, {}
     for m in MACHINES:
         name = m.replace("-", "")
         nodesets[name] = {"nodes": f"{name}n[{1:05d}-{per:05d}]", "machine": m}
         day[name] = DAY[m]
         night[name] = {"all": "whole"}
-        day[f"{name}n[{1:05d}-{per // 4:05d}]"] = DAY_ALT[m]
+        day[f"{name}n[{1:05d}-{max(1, per // 4):05d}]"] = DAY_ALT[m]
     return {"version": 1, "nodesets": nodesets, "layouts": {"day": day, "night": night}}
 
 
@@ -56,43 +60,61 @@ def run_render(n_nodes: int, layout: str = "day"):
 
     from slurm_gpupool.config.load import parse_config
     from slurm_gpupool.controller.gres_install import render
+    from slurm_gpupool.pool.planned import IDS_SIMULATED
 
     cfg = parse_config(make_config(n_nodes), "bench.yaml", Path("."))
-    return render(cfg, cfg.all_nodes(), layout)
+    return render(cfg, cfg.all_nodes(), layout, mig_ids=IDS_SIMULATED)
 
 
 def unfolded_size(rendered) -> int:
     return sum(len(r.line()) + 20 for n in rendered.nodes for r in n.records) + sum(120 for _ in rendered.nodes)
 
 
-def main() -> None:
+def check_rendered(rendered, n_nodes: int) -> None:
+    """Every node rendered, and the MIG slices name device files."""
+    per = max(1, n_nodes // len(MACHINES))
+    check(len(rendered.nodes) == per * len(MACHINES), f"{len(rendered.nodes)} nodes rendered, not {per * 5}")
+    gres = rendered["gres.conf"]
+    check("NodeName=" in gres and "nvidia-caps" in gres, "gres.conf names no node or no MIG device file")
+    check(rendered["nodes.conf"].count("NodeName=") >= len(MACHINES), "nodes.conf lacks a node set")
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=10000)
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="50 nodes, one repeat: the same path in a second")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.repeats = 50, 1
     small = max(len(MACHINES), args.nodes // 10)
-    t_small, _ = median_seconds(lambda: run_render(small), args.repeats)
-    holder = {}
-    t_big, runs = median_seconds(lambda: holder.__setitem__("r", run_render(args.nodes)), args.repeats)
+    holder: dict[str, Any] = {}
+    t_small, c_small, _ = median_times(lambda: holder.__setitem__("s", run_render(small)), args.repeats)
+    t_big, c_big, runs = median_times(lambda: holder.__setitem__("r", run_render(args.nodes)), args.repeats)
+    check_rendered(holder["s"], small)
     r = holder["r"]
+    check_rendered(r, args.nodes)
     out_size = sum(len(v) for v in r.files.files.values())
     peak, _ = child_peak_rss_mib(
         f"from benchmarks.bench_gres_render import run_render\nrun_render({args.nodes})\nout = {{}}"
     )
     base_peak, _ = child_peak_rss_mib("import slurm_gpupool.controller.gres_install\nout = {}")
     rows = [
-        [f"{small} nodes", f"{t_small:.2f} s", f"{t_small / small * 1e3:.3f} ms"],
-        [f"{args.nodes} nodes", f"{t_big:.2f} s", f"{t_big / args.nodes * 1e3:.3f} ms"],
+        [f"{small} nodes", f"{t_small:.2f} s", f"{c_small:.2f} s", f"{t_small / small * 1e3:.3f} ms"],
+        [f"{args.nodes} nodes", f"{t_big:.2f} s", f"{c_big:.2f} s", f"{t_big / args.nodes * 1e3:.3f} ms"],
     ]
     print(f"# GRES render benchmark, {datetime.date.today()}, Python {platform.python_version()}, {platform.machine()}")
-    print(table(rows, ["render (planned, layout day)", "median", "per node"]))
-    print(f"time per node ratio {args.nodes}/{small}: {(t_big / args.nodes) / (t_small / small):.2f} (1.0 = linear)")
+    print(table(rows, ["render (planned, layout day, simulated MIG ids)", "wall median", "CPU median", "per node"]))
+    linear = (t_big / args.nodes) / (t_small / small)
+    linear_cpu = (c_big / args.nodes) / (c_small / small) if c_small > 0 else float("nan")
+    print(f"time per node ratio {args.nodes}/{small}: {linear:.2f} wall, {linear_cpu:.2f} CPU (1.0 = linear)")
     print(f"peak RSS, fresh process rendering {args.nodes} nodes: {peak:.1f} MiB (import only: {base_peak:.1f} MiB)")
     lines = {k: v.count("\n") for k, v in r.files.files.items()}
     print(f"output: {out_size / 1024:.0f} KiB in {lines} lines")
     print(f"output with folding vs one block per node: {out_size / unfolded_size(r):.4f}")
     print(f"runs: {', '.join(f'{x:.2f}' for x in runs)} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

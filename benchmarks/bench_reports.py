@@ -18,7 +18,10 @@ interleaved over ``--runs`` and medians reported:
 Times are inside the process, after imports and config; the last row adds
 interpreter start-up, imports and config load (the admin's wall time).
 
-    python -m benchmarks.bench_reports [--jobs 1000000] [--runs 3] [--regen] [--json]
+Needs the Philly trace (``$SLURM_GPUPOOL_TRACES``/philly); without it, it stops and says
+where it looked.  ``--smoke``: 2,000 jobs in a temporary cache, one run, results checked.
+
+    python -m benchmarks.bench_reports [--jobs 1000000] [--runs 3] [--regen] [--json] [--smoke]
     python -m benchmarks.bench_reports --jobs 200000 --profile   # cProfile, in process
 """
 
@@ -31,12 +34,13 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import child_peak_rss_mib, table
-from benchmarks.philly_history import SINCE, TRACE_DIR, UNTIL, cached, pool_config
+from benchmarks.common import check, child_peak_rss_mib, run_main, table
+from benchmarks.philly_history import SINCE, UNTIL, cached, pool_config
 
 TARGET_S = 30.0
 TARGET_MIB = 4096.0
@@ -153,17 +157,39 @@ def profile(path: Path, config: Path, top: int) -> None:
         print(s.getvalue())
 
 
-def main() -> None:
+def check_runs(runs: dict[str, list[dict[str, Any]]], meta: dict) -> None:
+    """Each phase read every line; the reports saw the jobs, accounts and periods; the malformed
+    lines the generator wrote were counted."""
+    for r in runs["baseline"]:
+        check(r["rows"] >= meta["jobs"], f"read_csv read {r['rows']} rows for {meta['jobs']} jobs")
+    for r in runs["reports"]:
+        s, st = r["summary"], r["stats"]
+        check(s["jobs"] > 0 and s["accounts"] > 0, f"reports over no jobs or accounts: {s}")
+        check(s["usage_totals"]["gpu_hours"] > 0, f"no GPU hours: {s['usage_totals']}")
+        check(bool(s["util_pct_by_period"]) and bool(s["waits"]), f"no utilization or waits: {s}")
+        check(st["malformed_total"] == meta["malformed_lines"], f"malformed {st['malformed_total']} of {meta}")
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="admin reports (usage, utilization, waits) over a synthetic year")
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--regen", action="store_true", help="regenerate the cached history")
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"where the history is kept (default {CACHE})")
-    ap.add_argument("--trace", type=Path, default=TRACE_DIR, help="the Philly extracts (absent: parametric)")
+    ap.add_argument("--trace", type=Path, help="the Philly extracts (default: <traces>/philly)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument("--profile", action="store_true", help="cProfile build + reports in process instead")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="2,000 jobs, one run, in a temporary cache")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp:
+            args.jobs, args.runs, args.cache, args.regen = 2000, 1, Path(tmp), True
+            return run(args)
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
 
     label = "1m" if args.jobs == 1_000_000 else str(args.jobs)
     path = args.cache / f"philly-{label}{'' if args.seed == 1 else f'-s{args.seed}'}.txt"
@@ -174,8 +200,6 @@ def main() -> None:
         f"truncated lines; {'generated now' if generated else 'cached, generated'} in {meta['generate_s']:.1f} s "
         "(not measured)"
     )
-    if "parametric" in meta["source"]:
-        gen_line += "\n# NOTE: no Philly trace folder: parametric stand-ins (see benchmarks/philly_history.py)"
     if not args.json:
         print(gen_line)
         print(f"# shaped after {meta['source']}")
@@ -186,7 +210,7 @@ def main() -> None:
         sys.stdout.flush()
     if args.profile:
         profile(path, config, 30)
-        return
+        return 0
 
     runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "load": [], "reports": []}
     walls: list[float] = []
@@ -196,6 +220,7 @@ def main() -> None:
             runs[phase].append(out)
             if phase == "reports":
                 walls.append(wall)
+    check_runs(runs, meta)
     med = statistics.median
     base_s = med(r["seconds"] for r in runs["baseline"])
     base_mib = med(r["peak_mib"] for r in runs["baseline"])
@@ -231,7 +256,7 @@ def main() -> None:
             "summary": last["summary"],
         }
         print(json.dumps(doc, indent=1, default=str))
-        return
+        return 0
 
     import pandas as pd
 
@@ -282,7 +307,8 @@ def main() -> None:
     top = sorted(s["waits"].items(), key=lambda kv: -kv[1][0])[:5]
     print("# waits (jobs, p50 s, p90 s): " + "; ".join(f"{k} {v[0]:,} {v[1]:.0f} {v[2]:.0f}" for k, v in top))
     print(f"\n{'PASS' if ok else 'FAIL'}: total {total_s:.1f} s (< {TARGET_S:.0f}), peak {total_mib:,.0f} MiB")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -18,7 +18,12 @@ own; the time is the engine's run after the jobs are loaded (load time shown apa
 Baseline measured in the same run: a bare event loop over the same jobs (a heap push and
 pop per submission and end), the floor any discrete-event replay in Python pays.
 
-    python -m benchmarks.bench_simulate [--runs 3] [--copies 13] [--skip-million] [--json]
+Every replay is checked (jobs loaded, some started, utilisation within 0-100 %).  Needs the
+Philly and Helios traces (``$SLURM_GPUPOOL_TRACES``).  ``--smoke``: one day of Philly
+(2017-10-02), the "million" run as 2 copies of it, one run each.
+
+    python -m benchmarks.bench_simulate [--runs 3] [--copies 13] [--start DATE --days D] [--skip-million]
+                                        [--json] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ import argparse
 import datetime
 import json
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import child_peak_rss_mib, table
+from benchmarks.common import check, child_peak_rss_mib, run_main, table
 
 TOP = Path(__file__).resolve().parents[1]
 POOL = """
@@ -71,7 +77,7 @@ from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.metrics import summarise
 from slurm_gpupool.simulate.pool import pool_spec
 cfg = load_config({config!r})
-epoch, base = philly_jobs(curve=helios_curve())
+epoch, base = philly_jobs(curve=helios_curve(), days={days!r}, start={start!r})
 span = max(j.submit_s for j in base) + 86400.0
 jobs = [
     SimJob(k * len(base) + j.job_id, j.submit_s + k * span, j.duration_s, j.limit_s, j.request, j.account)
@@ -102,19 +108,26 @@ else:
 """
 
 
-def replay(config: Path, policy: str, copies: int, baseline: bool = False) -> dict[str, Any]:
-    code = CHILD.format(config=str(config), policy=policy, copies=copies, baseline=baseline)
+def replay(
+    config: Path, policy: str, copies: int, baseline: bool = False, days: float | None = None, start: str | None = None
+) -> dict[str, Any]:
+    code = CHILD.format(config=str(config), policy=policy, copies=copies, baseline=baseline, days=days, start=start)
     rss, out = child_peak_rss_mib(code)
     out["peak_rss_mib"] = rss
+    check(out["jobs"] > 0 and out["run_s"] > 0, f"{policy} x{copies}: {out}")
+    if not baseline:
+        check(0 < out["started"] <= out["jobs"], f"{policy} x{copies}: {out['started']} of {out['jobs']} started")
+        check(0 < out["util"] <= 1, f"{policy} x{copies}: utilisation {out['util']}")
     return out
 
 
-def _row(name: str, r: dict[str, Any], median_s: float, rss: float) -> list[str]:
+def _row(name: str, r: dict[str, Any], median_s: float, rss: float, base_s: float) -> list[str]:
     util, p90 = r.get("util", 0.0), r.get("p90_wait_s", 0.0)
     return [
         name,
         f"{r['jobs']:,}",
-        f"{median_s:.1f}",
+        f"{median_s:.2f}",
+        f"{median_s / base_s:.0f}x",
         f"{r['load_s']:.1f}",
         f"{rss:.0f}",
         f"{100 * util:.1f}",
@@ -126,36 +139,47 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--copies", type=int, default=13, help="Philly copies for the million-job run (13: 1,069,211)")
+    ap.add_argument("--start", help="Philly from this date (default: its first job)")
+    ap.add_argument("--days", type=float, help="only DAYS days of Philly (default: the whole trace)")
     ap.add_argument("--skip-million", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="one day of Philly, 2 copies, one run: seconds")
     a = ap.parse_args(argv)
+    if a.smoke:
+        a.runs, a.copies, a.start, a.days, a.skip_million = 1, 2, "2017-10-02", 1.0, False
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "pool-1000.yaml"
         config.write_text(POOL)
         rows, results = [], {}
+        base_s = 0.0  # the bare event loop's median, the first row
         for name, policy, copies, baseline in [
             ("baseline: bare event loop", "schedule", 1, True),
             ("Philly, static all-whole", "static:whole", 1, False),
             ("Philly, day/night schedule", "schedule", 1, False),
         ]:
-            runs = [replay(config, policy, copies, baseline) for _ in range(a.runs)]
+            runs = [replay(config, policy, copies, baseline, a.days, a.start) for _ in range(a.runs)]
             med = statistics.median(r["run_s"] for r in runs)
-            results[name] = {"median_s": med, "runs": runs}
-            rows.append(_row(name, runs[-1], med, max(r["peak_rss_mib"] for r in runs)))
+            base_s = base_s or med
+            results[name] = {"median_s": med, "runs": runs, "ratio_to_baseline": med / base_s}
+            rows.append(_row(name, runs[-1], med, max(r["peak_rss_mib"] for r in runs), base_s))
         if not a.skip_million:
-            runs = [replay(config, "static:whole", a.copies) for _ in range(a.runs)]
+            runs = [replay(config, "static:whole", a.copies, False, a.days, a.start) for _ in range(a.runs)]
+            one = results["Philly, static all-whole"]["runs"][-1]["jobs"]
+            check(runs[-1]["jobs"] == a.copies * one, f"{runs[-1]['jobs']} jobs in {a.copies} copies of {one}")
             med = statistics.median(r["run_s"] for r in runs)
             rss = max(r["peak_rss_mib"] for r in runs)
             results["1M, static all-whole"] = {"median_s": med, "runs": runs}
-            rows.append(_row(f"{a.copies} x Philly, static all-whole", runs[-1], med, rss))
+            rows.append(_row(f"{a.copies} x Philly, static all-whole", runs[-1], med, rss, base_s))
     if a.json:
         print(json.dumps({"date": datetime.date.today().isoformat(), "results": results}, indent=2))
     else:
+        span = "the whole trace" if a.days is None else f"{a.days:g} days from {a.start or 'its start'}"
         print(f"gpupool simulate benchmark, {datetime.date.today()} (1,000 GPUs: 117 DGX A100 + 8 HGX H100)")
-        headers = ["replay", "jobs", "run s (median)", "load s", "peak RSS MiB", "util %", "p90 wait h"]
+        print(f"# Philly: {span}; baseline: the bare event loop's median, {base_s:.2f} s")
+        headers = ["replay", "jobs", "run s (median)", "/ baseline", "load s", "peak RSS MiB", "util %", "p90 wait h"]
         print(table(rows, headers))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_main(main))

@@ -7,15 +7,14 @@ Deterministic for a given (jobs, seed).
 
 Shape, from the Philly jobs shipped in the package (``slurm_gpupool/data/traces/philly``, or
 ``$SLURM_GPUPOOL_TRACES``/``--trace``) and the waits of ``tests/fixtures/traces/philly``
-(see their SOURCE.md):
+(derived from Philly's ``jobs.json``; see their SOURCE.md):
 
 * GPU count, run time and VC (→ Slurm account) are drawn *jointly* from the
   rows of ``philly.csv`` (82,247 jobs; 15 VCs); ~500 users, each in one account,
   with Zipf-like activity.
 * Submission: the weekday from Philly's weekday mix, the time of day from
   Philly's submissions on that weekday (±15 min jitter), a day of 2025 at random.
-* Queue wait (start − submit): the real first-attempt waits of ``jobs.json`` (packed:
-  ``first_attempt_waits.csv.gz``)
+* Queue wait (start − submit): the real first-attempt waits of ``jobs.json``
   (jobs with ≥ 4 GPUs) for the nearest size bucket (≤ 4, ≤ 8, > 8 GPUs; 2-GPU
   jobs use the 4-GPU waits); 1-GPU jobs, which it has no data for: lognormal,
   median 35 s (as 4-GPU jobs), σ = 1.8 (p90 ≈ 6 min).  Jobs of more than two
@@ -33,10 +32,11 @@ Shape, from the Philly jobs shipped in the package (``slurm_gpupool/data/traces/
   GPUs on average (Philly's node occupancy was 74 %); the node sets and machine
   descriptions are etc/gpupool.yaml's, with wider hostlists.
 
-Without the trace folder, documented parametric stand-ins (SOURCE.md's
-figures) replace the samples: see :func:`parametric_trace`.
+Without ``philly.csv`` and ``jobs.json`` there it stops with an error naming the path and
+the variable: nothing is made up in their place.
 
     python -m benchmarks.philly_history --jobs 100000 --out /tmp/h.txt
+    python -m benchmarks.philly_history --smoke
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,8 +56,6 @@ import numpy as np
 from slurm_gpupool.data import trace_file, traces_dir
 
 TOP = Path(__file__).resolve().parents[1]
-TRACE_DIR = traces_dir() / "philly"
-FIXTURE_WAITS = TOP / "tests" / "fixtures" / "traces" / "philly" / "first_attempt_waits.csv.gz"
 GEN_VERSION = 1  # bump when the output changes: cached files are regenerated
 SINCE = datetime(2025, 1, 1, tzinfo=UTC)
 UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
@@ -102,11 +102,30 @@ class Trace:
     waits: dict[int, np.ndarray] = field(default_factory=dict)  # size bucket (4, 8, 16) → wait samples (s)
 
 
-def load_trace(folder: Path = TRACE_DIR) -> Trace | None:
-    """The Philly extracts, or None if the folder (or philly.csv) is missing."""
-    csv_path = trace_file("philly.csv", traces=folder)
-    if not csv_path.is_file():
-        return None
+FIXTURE_WAITS = TOP / "tests" / "fixtures" / "traces" / "philly" / "first_attempt_waits.csv.gz"
+
+
+def philly_dir() -> Path:
+    """The Philly jobs: ``philly/`` of the traces (packed in the package, or ``$SLURM_GPUPOOL_TRACES``)."""
+    return traces_dir() / "philly"
+
+
+def load_trace(folder: Path | None = None) -> Trace:
+    """The Philly jobs and first-attempt waits (``jobs.json`` where the folder has the original,
+    else the fixture derived from it: the same numbers); a DataError naming what is missing."""
+    from slurm_gpupool.data import TRACES_ENV
+    from slurm_gpupool.errors import DataError
+
+    folder = folder or philly_dir()
+    csv_path, jobs_json = trace_file("philly.csv", traces=folder), folder / "jobs.json"
+    waits_from = jobs_json if jobs_json.is_file() else FIXTURE_WAITS
+    for path in (csv_path, waits_from):
+        if not path.is_file():
+            raise DataError(
+                str(path),
+                "no such file: the report benchmark's history is drawn from the Philly trace",
+                hint=f"${TRACES_ENV} names a folder laid out as slurm_gpupool/data/traces (philly/), or give --trace",
+            )
     import pandas as pd
 
     p = pd.read_csv(csv_path, parse_dates=["timestamp"])
@@ -119,18 +138,16 @@ def load_trace(folder: Path = TRACE_DIR) -> Trace | None:
     occurrences = np.bincount(days.day_of_week, minlength=7)
     weight = np.bincount(wd, minlength=7) / occurrences
     waits: dict[int, list[float]] = {4: [], 8: [], 16: []}
-    jobs_json = folder / "jobs.json"  # the original; else its packed waits (the same numbers)
-    waits_from = jobs_json if jobs_json.exists() else FIXTURE_WAITS if FIXTURE_WAITS.exists() else None
     if waits_from == jobs_json:
         for j in json.loads(jobs_json.read_text()):
             if not j.get("attempts"):
                 continue
             w = (pd.Timestamp(j["attempts"][0]["start_time"]) - pd.Timestamp(j["submitted_time"])).total_seconds()
             waits[_bucket(int(j["num_gpus"]))].append(max(w, 0.0))
-    elif waits_from is not None:
+    else:
         for n, w in pd.read_csv(waits_from)[["num_gpus", "first_wait_s"]].itertuples(index=False):
             waits[_bucket(int(n))].append(float(w))
-    source = f"{csv_path} ({len(p):,} jobs)" + (f", waits from {waits_from}" if waits_from else "")
+    source = f"{csv_path} ({len(p):,} jobs), waits from {waits_from}"
     return Trace(
         source=source,
         duration_s=p["duration"].round().clip(lower=1).to_numpy(dtype=np.int64),
@@ -145,44 +162,6 @@ def load_trace(folder: Path = TRACE_DIR) -> Trace | None:
 
 def _bucket(n: int) -> int:
     return 4 if n <= 4 else 8 if n <= 8 else 16
-
-
-def parametric_trace(rng: np.random.Generator, rows: int = 100_000) -> Trace:
-    """Stand-ins from SOURCE.md's figures, when the trace folder is absent.
-
-    GPU counts: Philly's histogram (1: 76,627; 2: 1,818; 4: 1,870; 8: 1,643; 16: 199; 32: 67;
-    12, 24: 7; 64: 6; 128: 3).  Run time: lognormal with Philly's median 1,144 s and mean
-    13,136 s (σ = 2.21), independent of size.  VCs: Philly's 15 VC job counts.  Submissions:
-    Philly's hourly and weekday counts.  Waits: lognormal per bucket with the table's median
-    and p90 (4: 35 s / 2,546 s; 8: 67 s / 3,732 s; 16: 191 s / 13,536 s).
-    """
-    sizes = np.array([1, 2, 4, 8, 16, 32, 12, 24, 64, 128])
-    counts = np.array([76627, 1818, 1870, 1643, 199, 67, 7, 7, 6, 3], dtype=float)
-    vc_counts = np.array([41226, 16091, 9953, 7423, 1934, 1511, 1435, 1137, 723, 422, 374, 8, 4, 3, 3], dtype=float)
-    hourly = np.array(
-        [
-            *(4367, 3374, 3835, 3780, 2400, 3950, 5732, 7159, 3802, 3447, 3510, 2979),  # 00–11 h
-            *(2567, 2415, 2185, 2224, 3021, 2289, 2744, 2496, 3483, 3142, 3885, 3461),  # 12–23 h
-        ],
-        dtype=float,
-    )
-    weekday = np.array([10136, 12528, 13370, 15114, 16954, 7157, 6988], dtype=float)
-    sigma = math.sqrt(2 * math.log(13136 / 1144))
-    tod = (rng.choice(24, size=rows, p=hourly / hourly.sum()) * 3600 + rng.integers(0, 3600, rows)).astype(np.int64)
-    waits = {
-        b: rng.lognormal(math.log(med), math.log(p90 / med) / 1.2816, 3000)
-        for b, med, p90 in ((4, 35, 2546), (8, 67, 3732), (16, 191, 13536))
-    }
-    return Trace(
-        source="parametric stand-ins (no trace folder): SOURCE.md's histograms, lognormal run times and waits",
-        duration_s=rng.lognormal(math.log(1144), sigma, rows).clip(1, 53.6 * 86400).round().astype(np.int64),
-        num_gpus=rng.choice(sizes, size=rows, p=counts / counts.sum()),
-        vc=rng.choice(len(vc_counts), size=rows, p=vc_counts / vc_counts.sum()),
-        vcs=[f"{i:06x}" for i in range(len(vc_counts))],
-        weekday_weight=weekday,
-        tod_by_weekday=[tod] * 7,
-        waits=waits,
-    )
 
 
 def _mix(rng: np.random.Generator, n: int, mix: list) -> np.ndarray:
@@ -208,11 +187,9 @@ class History:
     meta: dict
 
 
-def generate(n: int, seed: int = 1, trace: Trace | None = None) -> History:
+def generate(n: int, trace: Trace, seed: int = 1) -> History:
     """``n`` jobs (plus ~0.01 % malformed lines) as sacct lines, and the node set sizes they ran on."""
     rng = np.random.default_rng(seed)
-    if trace is None:
-        trace = parametric_trace(rng)
     lo, hi = int(SINCE.timestamp()), int(UNTIL.timestamp())
     row = rng.integers(0, len(trace.duration_s), n)
     dur = trace.duration_s[row].copy()
@@ -383,11 +360,12 @@ def generate(n: int, seed: int = 1, trace: Trace | None = None) -> History:
     return History(out, nodes, meta)
 
 
-def write(path: Path, n: int, seed: int = 1, trace_dir: Path = TRACE_DIR) -> dict:
+def write(path: Path, n: int, seed: int = 1, trace_dir: Path | None = None) -> dict:
     """Generate and write ``path`` and ``path.with_suffix('.json')`` (the meta); returns the meta."""
     t = time.perf_counter()
+    trace_dir = trace_dir or philly_dir()
     trace = load_trace(trace_dir)
-    h = generate(n, seed, trace)
+    h = generate(n, trace, seed)
     h.meta["trace_dir"] = str(trace_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
@@ -402,8 +380,10 @@ def write(path: Path, n: int, seed: int = 1, trace_dir: Path = TRACE_DIR) -> dic
     return h.meta
 
 
-def cached(path: Path, n: int, seed: int = 1, regen: bool = False, trace_dir: Path = TRACE_DIR) -> tuple[dict, bool]:
-    """(meta, generated now): the file at ``path``, made if missing, stale or ``regen``."""
+def cached(path: Path, n: int, seed: int = 1, regen: bool = False, trace_dir: Path | None = None) -> tuple[dict, bool]:
+    """(meta, generated now): the file at ``path``, made if missing, stale or ``regen``; one made
+    from stand-ins (by an older version, without the trace) is stale."""
+    trace_dir = trace_dir or philly_dir()
     meta_path = path.with_suffix(".json")
     if not regen and path.exists() and meta_path.exists():
         try:
@@ -416,6 +396,7 @@ def cached(path: Path, n: int, seed: int = 1, regen: bool = False, trace_dir: Pa
             and meta.get("seed") == seed
             and meta.get("trace_dir") == str(trace_dir)
             and meta.get("bytes") == path.stat().st_size
+            and str(meta.get("source", "")).startswith(str(trace_dir))
         ):
             return meta, False
     return write(path, n, seed, trace_dir), True
@@ -445,16 +426,43 @@ def pool_config(directory: Path, nodes: dict[str, int], base: Path = TOP / "etc"
     return out
 
 
-def main() -> None:
+def check_history(path: Path, meta: dict, n: int) -> None:
+    """The file holds the header, ``n`` jobs and the counted malformed lines; the pool is sized."""
+    from benchmarks.common import check
+
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().rstrip("\n")
+        lines = sum(1 for _ in f)
+    check(header == HEADER, f"{path}: header {header[:60]!r}")
+    check(meta["jobs"] == n, f"{meta['jobs']} jobs generated, not {n}")
+    check(lines >= n + meta["malformed_lines"], f"{path}: {lines} lines for {n} jobs")
+    check(all(v > 0 for v in meta["nodes"].values()), f"node sets {meta['nodes']}")
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--trace", type=Path, default=TRACE_DIR, help="folder of the Philly extracts")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, help="the sacct text to write (required unless --smoke)")
+    ap.add_argument("--trace", type=Path, help="folder of the Philly extracts (default: <traces>/philly)")
+    ap.add_argument("--smoke", action="store_true", help="2,000 jobs into a temporary file, checked")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp:
+            out = Path(tmp) / "h.txt"
+            meta = write(out, 2000, args.seed, args.trace)
+            check_history(out, meta, 2000)
+        print(json.dumps(meta, indent=1))
+        return 0
+    if args.out is None:
+        ap.error("--out is required")
     meta = write(args.out, args.jobs, args.seed, args.trace)
+    check_history(args.out, meta, args.jobs)
     print(json.dumps(meta, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from benchmarks.common import run_main
+
+    sys.exit(run_main(main))

@@ -5,21 +5,22 @@ elastic variant) for several windows of the Philly trace (re-timed to Helios's d
 night curve) and of the openb mix (openb's one-GPU requests on Philly's arrivals), at
 several shard slowdowns, and prints per trace and policy the range (min-max over windows and
 slowdowns) of GPU-equivalent utilisation, p50 and p90 wait, switches and node-hours out of
-service.
+service.  Each run is checked (every policy replayed, jobs started, utilisation within
+0-100 %).  Needs the traces (``$SLURM_GPUPOOL_TRACES``).  ``--smoke``: one day from
+2017-10-02 at slowdown 1, Philly on pool-512 and openb on its elastic variant.
 
-    python -m benchmarks.sim_policies [--days 7] [--starts 2017-10-02,2017-11-06] [--slowdowns 1,2] [--json]
+    python -m benchmarks.sim_policies [--days 7] [--starts 2017-10-02,2017-11-06] [--slowdowns 1,2] [--json] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import table
+from benchmarks.common import check, run_checked, run_main, table
 
 TOP = Path(__file__).resolve().parents[1]
 POOLS = {"pool-512.yaml": ["static:night", "static:day", "schedule"], "pool-512-elastic.yaml": ["elastic"]}
@@ -30,8 +31,12 @@ def run(config: Path, trace: str, start: str, days: float, policies: list[str], 
     args += ["--start", start, "--days", str(days), "--slowdown", slowdowns, "--format", "json"]
     for p in policies:
         args += ["--policy", p]
-    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=7200).stdout
-    return json.loads(out)["runs"]
+    out = run_checked(args, f"gpupool simulate --trace {trace} --start {start}", timeout_s=7200).stdout
+    runs = json.loads(out)["runs"]
+    check({r["policy"] for r in runs} == set(policies), f"{trace} {start}: {[r['policy'] for r in runs]}")
+    for r in runs:
+        check(r["started"] > 0 and 0 < r["utilisation"] <= 1, f"{trace} {start} {r['policy']}: {r['started']} started")
+    return runs
 
 
 def _range(vals: list[float], fmt: str) -> str:
@@ -45,13 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", default="2017-10-02,2017-11-06")
     ap.add_argument("--slowdowns", default="1,2", help="openb's shard slowdowns")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="one day from 2017-10-02, slowdown 1, each pool once")
     a = ap.parse_args(argv)
+    traces = [("philly", "1"), ("openb", a.slowdowns)]
+    combos = [(t, sd, start, pool) for t, sd in traces for start in a.starts.split(",") for pool in POOLS]
+    if a.smoke:  # each trace and each pool once: two runs
+        a.days, a.starts, a.slowdowns = 1.0, "2017-10-02", "1"
+        combos = [(t, "1", a.starts, pool) for (t, _), pool in zip(traces, POOLS)]
     found: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for trace, slowdowns in (("philly", "1"), ("openb", a.slowdowns)):
-        for start in a.starts.split(","):
-            for pool, policies in POOLS.items():
-                for r in run(TOP / "etc" / "simulate" / pool, trace, start, a.days, policies, slowdowns):
-                    found.setdefault((trace, r["policy"]), []).append(r)
+    for trace, slowdowns, start, pool in combos:
+        for r in run(TOP / "etc" / "simulate" / pool, trace, start, a.days, POOLS[pool], slowdowns):
+            found.setdefault((trace, r["policy"]), []).append(r)
     if a.json:
         print(json.dumps({f"{t} {p}": rs for (t, p), rs in found.items()}, indent=2))
         return 0
@@ -75,4 +84,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_main(main))
