@@ -54,7 +54,7 @@ def cluster(tmp_path_factory):
         "slurm": {"type_naming": "model_profile"},
     }
     cfg.write_text(yaml.safe_dump(raw))
-    sb = Sandbox(ROOT, config=cfg, base_port=worker_port(18800))
+    sb = Sandbox(ROOT, config=cfg, base_port=worker_port(23800))
     sb.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(sb.env())
