@@ -32,6 +32,7 @@ def main() -> None:
 
     from slurm_gpupool.config.load import load_config
     from slurm_gpupool.core.policy.switch_plan import Timings, estimate_switch_s
+    from slurm_gpupool.repartition.actions import BeginVerify, Done
     from slurm_gpupool.repartition.executor import Repartitioner
     from slurm_gpupool.repartition.restarts import Restarter, run_command
     from slurm_gpupool.sandbox.cluster import Sandbox
@@ -54,6 +55,19 @@ def main() -> None:
 
         return wrapper
 
+    def verify_timed(do: Any, into: list[float]) -> Any:
+        """Per node, its verification: from the wave's restart done (``verifying``) to done."""
+        began: dict[str, float] = {}
+
+        def wrapper(action: Any) -> None:
+            if isinstance(action, BeginVerify):
+                began[action.node] = time.monotonic()
+            do(action)
+            if isinstance(action, Done) and action.node in began:
+                into.append(time.monotonic() - began.pop(action.node))
+
+        return wrapper
+
     def command(argv: Any, timeout: float) -> Any:
         r = run_command(argv, timeout)
         words = set(argv)
@@ -69,9 +83,9 @@ def main() -> None:
     for target in layouts:
         rp = Repartitioner(cfg, SlurmCluster(SlurmRunner(env)), Restarter(cfg.repartition, run=command))
         rp._reserve = timed("reserve", rp._reserve)  # type: ignore[method-assign]
-        rp._apply = timed("apply", rp._apply)  # type: ignore[method-assign]
-        rp._install = timed("install", rp._install)  # type: ignore[method-assign]
-        rp._verify = timed("verify", rp._verify)  # type: ignore[method-assign]
+        rp._srun_apply = timed("apply", rp._srun_apply)  # type: ignore[method-assign]
+        rp._install_gres = timed("install", rp._install_gres)  # type: ignore[method-assign]
+        rp._do = verify_timed(rp._do, phases["verify"])  # type: ignore[method-assign]
         report = rp.run(target)
         if report.exit_code != 0:
             raise SystemExit(f"switch to {target} failed: {report.to_dict()}")
