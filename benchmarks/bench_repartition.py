@@ -13,8 +13,8 @@ long a switch takes per second of Slurm restarting.  Needs ``gpupool sandbox up`
 leaves it in night.
 
 ``--smoke`` needs no Slurm: the same repartitioner, phase timing and estimate on the
-shipped pool's 5 simulated nodes, with the tests' Slurm of dictionaries
-(tests/unit/fake_slurm.py), a clock that never waits, and restart commands that only
+shipped pool's 5 simulated nodes, with the tests' Slurm of dictionaries (slurm_gpupool/slurm/fake.py,
+set up by tests/unit/repartition_site.py), a clock that never waits, and restart commands that only
 re-register the nodes; it checks every switch ends with every node switched.
 
     python -m benchmarks.bench_repartition [--cycles 3] [--smoke]
@@ -64,10 +64,11 @@ def stand_in_site(tmp: Path) -> tuple[Any, Any, dict[str, Any], Callable[[Sequen
     from slurm_gpupool.repartition.restarts import CommandResult
 
     sys.path.insert(0, str(TOP))
-    from tests.unit.test_switch_rules import make_site
+    from tests.unit.repartition_site import make_site
 
     with contextlib.redirect_stdout(io.StringIO()):  # each node apply's report
-        cfg, slurm, clock = make_site(tmp)
+        site = make_site(tmp)
+    cfg, slurm, clock = site.cfg, site.slurm, site.clock
 
     def command(argv: Sequence[str], timeout_s: float) -> CommandResult:
         if "start" in argv and "-w" in argv:
@@ -79,6 +80,7 @@ def stand_in_site(tmp: Path) -> tuple[Any, Any, dict[str, Any], Callable[[Sequen
 
 def measure(cycles: int, site: tuple) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
     """(whole-switch and per-node figures, phase times, nodes) of ``cycles`` day/night round trips."""
+    from slurm_gpupool.repartition.actions import BeginVerify, Done
     from slurm_gpupool.repartition.executor import Repartitioner
     from slurm_gpupool.repartition.restarts import Restarter
 
@@ -95,6 +97,19 @@ def measure(cycles: int, site: tuple) -> tuple[dict[str, list[float]], dict[str,
 
         return wrapper
 
+    def verify_timed(do: Any) -> Any:
+        """Per node, its verification: from the wave's restart done (``verifying``) to done."""
+        began: dict[str, float] = {}
+
+        def wrapper(action: Any) -> None:
+            if isinstance(action, BeginVerify):
+                began[action.node] = time.monotonic()
+            do(action)
+            if isinstance(action, Done) and action.node in began:
+                phases["verify"].append(time.monotonic() - began.pop(action.node))
+
+        return wrapper
+
     def command(argv: Any, timeout: float) -> Any:
         r = run(argv, timeout)
         words = set(argv)
@@ -107,9 +122,9 @@ def measure(cycles: int, site: tuple) -> tuple[dict[str, list[float]], dict[str,
     for target in ["day", "night"] * cycles:
         rp = Repartitioner(cfg, slurm, Restarter(cfg.repartition, run=command), progress=lambda _m: None, **extra)
         rp._reserve = timed("reserve", rp._reserve)  # type: ignore[method-assign]
-        rp._apply = timed("apply", rp._apply)  # type: ignore[method-assign]
-        rp._install = timed("install", rp._install)  # type: ignore[method-assign]
-        rp._verify = timed("verify", rp._verify)  # type: ignore[method-assign]
+        rp._srun_apply = timed("apply", rp._srun_apply)  # type: ignore[method-assign]
+        rp._install_gres = timed("install", rp._install_gres)  # type: ignore[method-assign]
+        rp._do = verify_timed(rp._do)  # type: ignore[method-assign]
         report = rp.run(target)
         if report.exit_code != 0:
             raise SystemExit(f"switch to {target} failed: {report.to_dict()}")

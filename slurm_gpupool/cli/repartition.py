@@ -92,29 +92,14 @@ def repartition(
     messages = []
     nxt = None
     if scheduled:
-        if cfg.schedule is None:
-            raise UsageError("repartition --scheduled", "the pool config has no schedule")
-        from pathlib import Path
-
-        from slurm_gpupool.repartition.hold import read_hold
-        from slurm_gpupool.repartition.rules import clock_switch_ahead
-
-        now = datetime.now(cfg.schedule.tz) if cfg.schedule.tz else datetime.now().astimezone()
-        hold = read_hold(Path(cfg.paths.controller_dir))
-        target = cfg.schedule.due(now)
-        nxt = cfg.schedule.next_change(now)
-        held = hold is not None and hold.active(now.astimezone())
-        if cfg.elastic is not None and not held and cfg.elastic.active(target):
-            elastic = True  # an elastic period: demand decides, not the clock
-        if held and hold is not None:
-            if hold.layout is None:
-                say(f"nothing done: {hold.describe()}")
-                if as_json:
-                    emit_json({"target": None, "held": hold.to_dict(), "exit_code": 0})
-                return 0
-            target, nxt = hold.layout, None  # pinned: no switch ahead either
-            say(hold.describe())
-        nxt = clock_switch_ahead(nxt, now, rp.lead_time_s(), cfg.elastic.active if cfg.elastic else None)
+        due, hold = _scheduled(cfg, rp)
+        if due.said:
+            say(due.said)
+        if due.target is None:  # paused
+            if as_json:
+                emit_json({"target": None, "held": hold.to_dict() if hold else None, "exit_code": 0})
+            return 0
+        target, elastic, nxt = due.target, due.elastic, due.ahead
     if elastic:
         if nodes:
             raise UsageError("repartition --elastic --nodes", "the elastic step chooses the nodes itself")
@@ -190,6 +175,26 @@ def repartition(
     return report.exit_code
 
 
+def _scheduled(cfg, rp):
+    """Gather what a scheduled run depends on (the clock, the hold, the lead time) and ask
+    :func:`~slurm_gpupool.repartition.scheduled.scheduled_action`: (its answer, the hold)."""
+    from pathlib import Path
+
+    from slurm_gpupool.errors import SlurmUnavailableError, UsageError
+    from slurm_gpupool.repartition.hold import read_hold
+    from slurm_gpupool.repartition.scheduled import scheduled_action
+
+    if cfg.schedule is None:
+        raise UsageError("repartition --scheduled", "the pool config has no schedule")
+    now = rp.clock.now(cfg.schedule.tz) if cfg.schedule.tz else rp.clock.now().astimezone()
+    hold = read_hold(Path(cfg.paths.controller_dir))
+    try:
+        lead = rp.lead_time_s()
+    except SlurmUnavailableError:  # the partition's MaxTime: known only with Slurm (a paused schedule needs none)
+        lead = None
+    return scheduled_action(cfg.schedule, hold, now, lead, cfg.elastic.active if cfg.elastic else None), hold
+
+
 def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s, requeue, log) -> int:
     """Decide, show why, and (not --dry-run) switch the chosen nodes: one run per target layout."""
     from slurm_gpupool.repartition.elastic import step
@@ -208,7 +213,7 @@ def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s
         codes.append(run_exit_code(planned) if may_skip else report.exit_code)
         return outcomes
 
-    decision, outcomes = step(cfg, rp.cluster, None if dry_run else run_switch)
+    decision, outcomes = step(cfg, rp.cluster, None if dry_run else run_switch, clock=rp.clock)
     acted = {a.node for a in decision.actions}
     for node in sorted(set(outcomes) - acted):
         log(f"elastic: {node}: drained node switched once its jobs ended ({outcomes[node]})")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from slurm_gpupool.repartition.rules import BUSY_STATES
 from slurm_gpupool.slurm.protocol import Slurm
 from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, requested_gres
 from slurm_gpupool.util.atomic import write_json_atomic
+from slurm_gpupool.util.clock import SYSTEM, Clock, iso_local
 
 STATE_FILE = "elastic.json"
 # pending for a reason no layout change helps: not demand (yet)
@@ -227,6 +227,7 @@ def record(
     now: float,
     back: float,
     finished: Mapping[str, str] | None = None,
+    clock: Clock = SYSTEM,
 ) -> None:
     """Keep the decision: ``elastic.json`` (status, next decision's window and cool-downs from
     ``back``, when the switches ended) and one line in ``journal.log`` (the audit trail the
@@ -238,13 +239,13 @@ def record(
         if outcomes.get(a.node) == "done":
             switched[a.node] = back
     state.switched_at = switched
-    state.last = {**decision.to_dict(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))}
+    state.last = {**decision.to_dict(), "at": iso_local(now)}
     if outcomes:
         state.last["outcomes"] = dict(outcomes)
     if finished:
         state.last["drains_finished"] = dict(finished)  # reserved nodes switched once their jobs ended
     state.save(directory)
-    line = json.dumps({"at": jr.now_iso(), "elastic": state.last}, sort_keys=True)
+    line = json.dumps({"at": jr.now_iso(clock), "elastic": state.last}, sort_keys=True)
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / "journal.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "a") as f:
@@ -256,6 +257,7 @@ def step(
     cluster: Slurm,
     run_switch: Callable[[str, list[str], set[str]], dict[str, str]] | None,
     now: float | None = None,
+    clock: Clock = SYSTEM,
 ) -> tuple[Decision, dict[str, str]]:
     """One elastic step: finish the drains whose jobs have ended, decide, and (``run_switch``
     given) switch and record.  ``run_switch`` (target, nodes, may_skip) -> node outcomes is
@@ -267,7 +269,7 @@ def step(
     check_floors(cfg, settings)
     directory = Path(cfg.paths.controller_dir)
     state = State.load(directory)
-    now = time.time() if now is None else now
+    now = clock.time() if now is None else now
     finished: dict[str, str] = {}
     if run_switch is not None:
         for target, (targets, busy) in finish_drains(
@@ -275,7 +277,7 @@ def step(
         ).items():
             finished.update({n: o for n, o in run_switch(target, targets, busy).items() if n not in busy})
         if finished:
-            back = time.time()
+            back = clock.time()
             state.switched_at = {
                 **(state.switched_at or {}),
                 **{n: back for n, outcome in finished.items() if outcome == "done"},
@@ -301,7 +303,7 @@ def step(
         may_skip = {n for n in targets if n in drained} | set(held)
         got = run_switch(target, sorted({*targets, *held}), may_skip)
         outcomes.update({n: o for n, o in got.items() if n in targets})
-    record(directory, state, decision, outcomes, now, time.time() if decision.actions else now, finished)
+    record(directory, state, decision, outcomes, now, clock.time() if decision.actions else now, finished, clock)
     return decision, {**finished, **outcomes}
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from slurm_gpupool.errors import StateError
 from slurm_gpupool.util.atomic import write_json_atomic
+from slurm_gpupool.util.clock import SYSTEM, Clock
 
 FILE_NAME = "schedule-hold.json"
 
@@ -66,12 +67,14 @@ def read_hold(directory: Path) -> Hold | None:
         raise StateError(f"schedule hold {path}", f"unreadable: {e}", hint="gpupool schedule resume") from None
 
 
-def write_hold(directory: Path, layout: str | None, until: datetime | None, why: str = "") -> Hold:
+def write_hold(
+    directory: Path, layout: str | None, until: datetime | None, why: str = "", clock: Clock = SYSTEM
+) -> Hold:
     try:
         who = pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         who = str(os.getuid())
-    hold = Hold(layout, until, who, datetime.now().astimezone().isoformat(timespec="seconds"), why)
+    hold = Hold(layout, until, who, clock.now().astimezone().isoformat(timespec="seconds"), why)
     directory.mkdir(parents=True, exist_ok=True)
     write_json_atomic(directory / FILE_NAME, hold.to_dict())
     return hold

@@ -8,8 +8,14 @@ idempotent, and the journal says which of Slurm's states (drains, reservation,
 installed files not yet restarted) are ours to finish or undo.  ``journal.log``
 keeps one JSON line per step for the audit trail.
 
+Besides steps, a node record carries notes of this process's waits (when its jobs got the
+checkpoint signal, when Slurm first showed it switched, when it was released): written
+with :meth:`Journal.note`, they count only for the process that took the run
+(``taken_epoch``); a process that resumes a killed run starts those waits over.
+
 ``SLURM_GPUPOOL_KILL_AT=<step>`` makes the process SIGKILL itself right after
-recording that step: the fault injection the convergence tests use.
+recording that step: the fault injection the convergence tests use (the unit tests
+inject a hook that raises instead: ``Journal(kill=...)``).
 """
 
 from __future__ import annotations
@@ -21,64 +27,59 @@ import os
 import signal
 import syslog
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.errors import BusyError, StateError
+from slurm_gpupool.repartition import rules as _steps
 from slurm_gpupool.util.atomic import write_json_atomic
+from slurm_gpupool.util.clock import SYSTEM, Clock, iso_local
 from slurm_gpupool.util.oplog import log as syslog_line
 
 SCHEMA = 1
 KILL_ENV = "SLURM_GPUPOOL_KILL_AT"
 
-# Node steps, in order; the last four are outcomes.
-WAITING = "waiting"  # in the reservation, its jobs still running
-APPLYING = "applying"  # node apply running through srun
-APPLIED = "applied"  # GPUs in the target layout, state copied to the controller
-DRAINED = "drained"  # drained for the restart
-VERIFYING = "verifying"
-DONE = "done"
-FAILED = "failed"  # left drained, with the reason
-SKIPPED = "skipped"  # busy past the deadline (or down): tried again next run
-ROLLED_BACK = "rolled_back"  # back in its previous layout, resumed
-NODE_STEPS = (WAITING, APPLYING, APPLIED, DRAINED, VERIFYING, DONE, FAILED, SKIPPED, ROLLED_BACK)
-OUTCOMES = (DONE, FAILED, SKIPPED, ROLLED_BACK)
-
-# Cluster steps of a run, in order.
-RESERVED = "reserved"
-GRES_INSTALLING = "gres_installing"
-GRES_INSTALLED = "gres_installed"
-RESTARTING = "restarting"
-RESTARTED = "restarted"
-FINISHED = "finished"
-OTHERS_RESTARTING = "others_restarting"  # slurmd on the nodes that did not switch (new slurm.conf)
-OTHERS_RESTARTED = "others_restarted"
-CLUSTER_STEPS = (
-    RESERVED,
-    GRES_INSTALLING,
-    GRES_INSTALLED,
-    RESTARTING,
-    RESTARTED,
-    OTHERS_RESTARTING,
-    OTHERS_RESTARTED,
-    FINISHED,
-)
+# The steps, named once in rules.py (which reads them purely); here for the journal's readers.
+WAITING = _steps.WAITING
+APPLYING = _steps.APPLYING
+APPLIED = _steps.APPLIED
+DRAINED = _steps.DRAINED
+VERIFYING = _steps.VERIFYING
+DONE = _steps.DONE
+FAILED = _steps.FAILED
+SKIPPED = _steps.SKIPPED
+ROLLED_BACK = _steps.ROLLED_BACK
+NODE_STEPS = _steps.NODE_STEPS
+OUTCOMES = _steps.OUTCOMES
+RESERVED = _steps.RESERVED
+GRES_INSTALLING = _steps.GRES_INSTALLING
+GRES_INSTALLED = _steps.GRES_INSTALLED
+RESTARTING = _steps.RESTARTING
+RESTARTED = _steps.RESTARTED
+FINISHED = _steps.FINISHED
+OTHERS_RESTARTING = _steps.OTHERS_RESTARTING
+OTHERS_RESTARTED = _steps.OTHERS_RESTARTED
+CLUSTER_STEPS = _steps.CLUSTER_STEPS
 
 
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+def now_iso(clock: Clock = SYSTEM) -> str:
+    return iso_local(clock.time())
 
 
 class Journal:
-    """One run's record; ``record``/``step`` persist before returning."""
+    """One run's record; ``step``/``cluster_step``/``note`` persist before returning.
 
-    def __init__(self, directory: Path) -> None:
+    ``kill`` is called with each step's name right after it is saved (and ``restart:K``
+    by the restarter): :func:`kill_point` by default."""
+
+    def __init__(self, directory: Path, clock: Clock = SYSTEM, kill: Callable[[str], None] | None = None) -> None:
         self.dir = directory
         self.path = directory / "journal.json"
         self.log_path = directory / "journal.log"
         self.data: dict[str, Any] = {"schema": SCHEMA, "run": None, "nodes": {}}
+        self.clock = clock
+        self.kill = kill or kill_point
         self._lock = threading.RLock()  # nodes are switched by parallel threads
 
     def load(self) -> Journal:
@@ -112,13 +113,15 @@ class Journal:
         previous: dict[str, str | None],
         stale_reservations: list[str] | None = None,
     ) -> None:
+        now = self.clock.time()
         self.data["run"] = {
-            "id": time.strftime("%Y%m%dT%H%M%S"),
+            "id": self.clock.now().strftime("%Y%m%dT%H%M%S"),
             "target": target,
             "nodes": sorted(nodes),
             "reservation": reservation,
-            "started_at": now_iso(),
-            "started_epoch": time.time(),
+            "started_at": iso_local(now),
+            "started_epoch": now,
+            "taken_epoch": now,  # when this process took the run (its waits count from then)
             "deadline_epoch": deadline_epoch,
             "pid": os.getpid(),
             "steps": [],
@@ -134,18 +137,19 @@ class Journal:
                 "previous": prev.get("previous") if midway else previous.get(n),
                 "layout": previous.get(n),
                 "step": WAITING,
-                "since": now_iso(),
-                "since_epoch": time.time(),
+                "since": iso_local(now),
+                "since_epoch": now,
                 "reason": "",
                 "drained_by_us": bool(prev.get("drained_by_us")) and midway,
             }
         # "previous" lets the reports know each node's layout before its first switch
         self._save(event={"run": "start", "target": target, "nodes": sorted(nodes), "previous": dict(previous)})
 
-    def resume_run(self, extra_nodes: list[str], previous: dict[str, str | None]) -> None:
-        """Continue an unfinished run, possibly with more nodes."""
+    def resume_run(self, extra_nodes: list[str], previous: dict[str, str | None], deadline_epoch: float) -> None:
+        """Continue an unfinished run, possibly with more nodes, with a new deadline."""
         run = self.data["run"]
-        run["pid"] = os.getpid()
+        now = self.clock.time()
+        run.update(pid=os.getpid(), taken_epoch=now, deadline_epoch=deadline_epoch)
         for n in extra_nodes:
             if n not in run["nodes"]:
                 run["nodes"].append(n)
@@ -154,8 +158,8 @@ class Journal:
                     "previous": previous.get(n),
                     "layout": previous.get(n),
                     "step": WAITING,
-                    "since": now_iso(),
-                    "since_epoch": time.time(),
+                    "since": iso_local(now),
+                    "since_epoch": now,
                     "reason": "",
                     "drained_by_us": False,
                 }
@@ -168,7 +172,12 @@ class Journal:
             run["steps"].append(step)
         run.update(extra)
         self._save(event={"cluster": step, **extra})
-        self._maybe_die(step)
+        self.kill(step)
+
+    def note_run(self, **extra: Any) -> None:
+        """Record facts of the run that are not a step (e.g. why Slurm refused a restart)."""
+        self.data["run"].update(extra)
+        self._save(event={"cluster": "note", **extra})
 
     def next_wave(self) -> None:
         """A wave is committed: the next one installs, restarts and verifies again."""
@@ -194,9 +203,16 @@ class Journal:
         assert step in NODE_STEPS, step
         with self._lock:
             n = self.data["nodes"][name]
-            n.update(step=step, since=now_iso(), since_epoch=time.time(), reason=reason, **extra)
+            now = self.clock.time()
+            n.update(step=step, since=iso_local(now), since_epoch=now, reason=reason, **extra)
             self._save(event={"node": name, "step": step, "reason": reason, **extra})
-        self._maybe_die(step)
+        self.kill(step)
+
+    def note(self, name: str, **extra: Any) -> None:
+        """A note on a node that is not a step (its waits: see the module's docstring)."""
+        with self._lock:
+            self.data["nodes"][name].update(extra)
+            self._save(event={"node": name, "note": extra})
 
     def nodes_at(self, *steps: str) -> list[str]:
         run = self.data["run"] or {"nodes": []}
@@ -208,7 +224,7 @@ class Journal:
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, self.data)
-            line = json.dumps({"at": now_iso(), **event}, sort_keys=True)
+            line = json.dumps({"at": now_iso(self.clock), **event}, sort_keys=True)
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "a") as f:
                 f.write(line + "\n")
@@ -218,10 +234,6 @@ class Journal:
             "journal: " + json.dumps(event, sort_keys=True),
             syslog.LOG_WARNING if failed else syslog.LOG_INFO,
         )
-
-    @staticmethod
-    def _maybe_die(step: str) -> None:
-        kill_point(step)
 
 
 def kill_point(step: str) -> None:

@@ -12,7 +12,6 @@ puts its own commands in its config.  Argument lists only, never a shell;
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from slurm_gpupool.config.model import RepartitionSettings
 from slurm_gpupool.core.policy.switch_plan import batches
 from slurm_gpupool.repartition.journal import kill_point
 from slurm_gpupool.slurm.types import hostlist
+from slurm_gpupool.util.clock import SYSTEM, Clock
 
 
 @dataclass
@@ -38,10 +38,10 @@ class CommandResult:
         return last[-1] if last else f"{self.argv[0]} exited {self.returncode}"
 
 
-def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
+def run_command(argv: Sequence[str], timeout_s: float, clock: Clock = SYSTEM) -> CommandResult:
     """A restart command in a session of its own: whatever kills the repartitioner (a
     killed cron job's process group, Ctrl-C) does not stop a restart halfway."""
-    t0 = time.monotonic()
+    t0 = clock.time()
     try:
         p = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout_s, check=False, start_new_session=True
@@ -51,16 +51,20 @@ def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
         out, rc = f"{argv[0]}: command not found", 127
     except subprocess.TimeoutExpired:
         out, rc = f"timed out after {timeout_s:.0f} s", 124
-    return CommandResult(list(argv), rc, out, time.monotonic() - t0)
+    return CommandResult(list(argv), rc, out, clock.time() - t0)
 
 
 @dataclass
 class Restarter:
-    """Stop slurmds (batches), restart slurmctld once, start slurmds (batches); stops at the first failure."""
+    """Stop slurmds (batches), restart slurmctld once, start slurmds (batches); stops at the first failure.
+
+    ``kill`` is called after each command (``restart:K``, ``others:K``): the fault injection
+    of the convergence tests (:func:`~slurm_gpupool.repartition.journal.kill_point`)."""
 
     settings: RepartitionSettings
     run: Callable[[Sequence[str], float], CommandResult] = run_command
     done: list[CommandResult] = field(default_factory=list)
+    kill: Callable[[str], None] = kill_point
 
     def commands(self, nodes: Sequence[str], controller: bool = True) -> list[list[str]]:
         groups = [hostlist(g) for g in batches(sorted(nodes), self.settings.restart_batch)]
@@ -89,7 +93,7 @@ class Restarter:
             r = self.run(argv, float(self.settings.command_timeout_s))
             self.done.append(r)
             failed = failed or (None if r.ok else r)
-            kill_point(f"others:{k}")
+            self.kill(f"others:{k}")
         return failed
 
     def restart(self, nodes: Sequence[str], controller: bool = True) -> CommandResult | None:
@@ -99,5 +103,5 @@ class Restarter:
             self.done.append(r)
             if not r.ok:
                 return r
-            kill_point(f"{'restart' if controller else 'others'}:{k}")
+            self.kill(f"{'restart' if controller else 'others'}:{k}")
         return None

@@ -1,31 +1,63 @@
 """The repartitioner's rules, as pure functions of what it knows and what Slurm shows (no I/O).
 
-The executor (``repartition/executor.py``) asks these what to do next and does it; the
-journal records each step, so a run killed anywhere is finished by the next.  Kept
-apart so that every rule an admin relies on (when a node is skipped, when it counts
-as switched, when it leaves the reservation, which exit code a run has) is unit-tested
-on made-up cluster views in milliseconds; the real-Slurm tests prove the executor.
+:func:`~slurm_gpupool.repartition.next_action.next_action` composes them into the next
+step; the executor (``repartition/executor.py``) does it and the journal records it, so
+a run killed anywhere is finished by the next.  Kept apart so that every rule an admin
+relies on (when a node is skipped, when it counts as switched, when it leaves the
+reservation, which exit code a run has) is unit-tested on made-up cluster views in
+milliseconds; the real-Slurm tests prove the executor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from slurm_gpupool.core.policy.durations import format_duration
+from slurm_gpupool.core.policy.switch_plan import NodeView
 from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, gres_counts
 
-# Node steps of the journal (repartition/journal.py keeps the same names).
-WAITING, APPLYING, APPLIED, DRAINED, VERIFYING = "waiting", "applying", "applied", "drained", "verifying"
-DONE, FAILED, SKIPPED, ROLLED_BACK = "done", "failed", "skipped", "rolled_back"
+# The journal's steps (repartition/journal.py records them).
+# Node steps, in order; the last four are outcomes.
+WAITING = "waiting"  # in the reservation, its jobs still running
+APPLYING = "applying"  # node apply running through srun
+APPLIED = "applied"  # GPUs in the target layout, state copied to the controller
+DRAINED = "drained"  # drained for the restart
+VERIFYING = "verifying"
+DONE = "done"
+FAILED = "failed"  # left drained, with the reason
+SKIPPED = "skipped"  # busy past the deadline (or down): tried again next run
+ROLLED_BACK = "rolled_back"  # back in its previous layout, resumed
+NODE_STEPS = (WAITING, APPLYING, APPLIED, DRAINED, VERIFYING, DONE, FAILED, SKIPPED, ROLLED_BACK)
 OUTCOMES = (DONE, FAILED, SKIPPED, ROLLED_BACK)
-# Cluster steps of one wave.
-GRES_INSTALLED, RESTARTING, RESTARTED = "gres_installed", "restarting", "restarted"
-OTHERS_RESTARTING, OTHERS_RESTARTED = "others_restarting", "others_restarted"
+
+# Cluster steps of a run, in order.
+RESERVED = "reserved"
+GRES_INSTALLING = "gres_installing"
+GRES_INSTALLED = "gres_installed"
+RESTARTING = "restarting"
+RESTARTED = "restarted"
+FINISHED = "finished"
+OTHERS_RESTARTING = "others_restarting"  # slurmd on the nodes that did not switch (new slurm.conf)
+OTHERS_RESTARTED = "others_restarted"
+CLUSTER_STEPS = (
+    RESERVED,
+    GRES_INSTALLING,
+    GRES_INSTALLED,
+    RESTARTING,
+    RESTARTED,
+    OTHERS_RESTARTING,
+    OTHERS_RESTARTED,
+    FINISHED,
+)
 
 BUSY_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
 SCHEDULABLE = frozenset({"idle", "mixed", "allocated", "completing"})
 OUR_REASON = "gpupool:"  # every drain reason the repartitioner sets starts with it
+OUR_DRAIN = "gpupool: switching to layout"  # the drain before a restart (not a failure)
+JOB_NAME = "gpupool-repartition"  # our srun jobs: never waited for
 
 
 @dataclass(frozen=True)
@@ -102,16 +134,6 @@ def still_held(steps: Mapping[str, str]) -> set[str]:
     return {n for n, s in steps.items() if s not in (DONE, ROLLED_BACK, FAILED)}
 
 
-def wave_ready(steps: Mapping[str, str], idle_waiting: Iterable[str]) -> bool:
-    """Commit (install, restart, verify) once applies are through: nodes applied or drained,
-    none applying, and no waiting node free to apply now (busy ones do not hold a wave)."""
-    if any(s == APPLYING for s in steps.values()):
-        return False
-    if set(idle_waiting) & {n for n, s in steps.items() if s == WAITING}:
-        return False
-    return any(s in (APPLIED, DRAINED, VERIFYING) for s in steps.values())
-
-
 def redo_first(cluster_steps: Sequence[str]) -> str | None:
     """What a killed run's successor must finish before it needs slurmctld: a restart begun
     (the daemons may be down), or the unswitched nodes' slurmd restart begun (stopped, maybe
@@ -183,15 +205,81 @@ def expected_counts(node_gres: str) -> dict[str, int]:
     return gres_counts(node_gres)
 
 
-def clock_switch_ahead(
-    nxt: tuple[datetime, str] | None, now: datetime, lead_time_s: float, elastic_during: Callable[[str], bool] | None
-) -> tuple[datetime, str] | None:
-    """The clock's next switch to reserve nodes for now (``--scheduled``): within the lead
-    time, and not the start of an elastic period (``elastic_during(layout)``): there demand
-    decides, the clock switches nothing, so a reservation ahead would only keep jobs off
-    nodes that never switch (the simulator's elastic policy makes no switch there either)."""
-    if nxt is None or (nxt[0] - now).total_seconds() > lead_time_s:
+def ahead_name(reservation: str) -> str:
+    """The reservation made ahead of a scheduled switch (folded into the run's when it runs):
+    never the run's own, which may hold skipped nodes *now*."""
+    return f"{reservation}_ahead"
+
+
+def reason_text(text: str) -> str:
+    """Slurm reasons are one line; keep them short and free of '='-splitting surprises."""
+    return " ".join(text.split())[:200]
+
+
+def busy_jobs(jobs: Iterable[JobInfo], node: str, unreachable: str = "") -> list[JobInfo]:
+    """The jobs a node waits for: running there (our own srun jobs aside).  Unknown while
+    slurmctld does not answer (``unreachable``): then one stand-in job, so the node waits."""
+    if unreachable:
+        return [JobInfo(0, "RUNNING", frozenset({node}), "?", "(slurmctld not answering)", None, 0, False, "")]
+    return [j for j in jobs if node in j.nodes and j.state in BUSY_STATES and j.name != JOB_NAME]
+
+
+def ends_in(job: JobInfo, now: float) -> int | None:
+    """Seconds until the job's time limit (None: it has none, or has not started)."""
+    if job.time_limit_s is None or not job.start_time:
         return None
-    if elastic_during is not None and elastic_during(nxt[1]):
-        return None
-    return nxt
+    return max(0, int(job.start_time + job.time_limit_s - now))
+
+
+def describe_jobs(busy: Iterable[JobInfo], now: float) -> str:
+    """``41 (alice, 5m left), 42 (bob, no time limit)``: what a skipped node's report says."""
+
+    def left(j: JobInfo) -> str:
+        s = ends_in(j, now)
+        return "no time limit" if s is None else f"{format_duration(s)} left"
+
+    return ", ".join(f"{b.job_id} ({b.user}, {left(b)})" for b in busy)
+
+
+def held_for_s(jobs: Iterable[JobInfo], held: Iterable[str], now: float) -> int:
+    """How long the reservation keeps the skipped nodes: until their jobs' time limits (and
+    10 minutes), at least an hour; a week when a job has no limit."""
+    nodes = set(held)
+    left = [ends_in(j, now) for j in jobs if j.nodes & nodes and j.state in BUSY_STATES]
+    known = [s for s in left if s is not None]
+    return max([3600, *(s + 600 for s in known)]) if len(known) == len(left) else 7 * 86400
+
+
+def node_views(infos: Mapping[str, NodeInfo], midway: Iterable[str]) -> dict[str, NodeView]:
+    """Slurm's nodes as the switch plan sees them: a node drained by someone else is not
+    usable; one drained by an earlier switch that failed is switched again (``retry``)."""
+    unfinished = set(midway)
+    out = {}
+    for name, i in infos.items():
+        foreign_drain = i.drained and name not in unfinished and not ours(i)
+        usable = i.usable and not foreign_drain
+        state = f"drained: {i.reason}" if foreign_drain else i.state
+        retry = ours(i) and name not in unfinished and not i.reason.startswith(OUR_DRAIN)
+        out[name] = NodeView(name, i.layout, usable, state, retry=retry, reason=i.reason if retry else "")
+    return out
+
+
+def node_report(run: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, Any]:
+    """One node's line of a run's report, from the journal: its outcome and why, and how long
+    it was drained (drain to resume), out of service (apply start to release: no job could
+    start) and in the reservation (the run's reservation to release)."""
+    drained = applying = in_resv = None
+    if rec["step"] in (DONE, ROLLED_BACK):
+        end = rec.get("released_at", rec["since_epoch"])
+        if rec.get("drained_at"):
+            drained = round(end - rec["drained_at"], 2)
+        if rec.get("applying_at"):
+            applying = round(end - rec["applying_at"], 2)
+        in_resv = round(end - (run.get("reserved_at") or run["started_epoch"]), 2)
+    return {
+        "outcome": rec["step"],
+        "reason": rec["reason"],
+        "drained_s": drained,
+        "out_of_service_s": applying,
+        "reserved_s": in_resv,
+    }

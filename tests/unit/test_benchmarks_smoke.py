@@ -13,13 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from slurm_gpupool.simulate.traces.openb import OPENB, traces_dir
-from slurm_gpupool.simulate.traces.philly import HELIOS, PHILLY
-
 TOP = Path(__file__).resolve().parents[2]
-TRACES = traces_dir()
 
 
 def runnable_benchmarks() -> set[str]:
@@ -30,10 +24,6 @@ def runnable_benchmarks() -> set[str]:
     }
 
 
-@pytest.mark.skipif(
-    not all((TRACES / t).exists() for t in (PHILLY, HELIOS, OPENB)),
-    reason=f"traces not found at {TRACES} (set SLURM_GPUPOOL_TRACES)",
-)
 def test_every_benchmark_passes_its_smoke_run():
     expected = runnable_benchmarks()
     assert {"bench_hooks", "bench_sbatch", "bench_repartition", "bench_reports"} <= expected

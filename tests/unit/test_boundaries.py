@@ -37,7 +37,7 @@ def test_import_contracts_hold():
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "0 broken" in proc.stdout and "Contracts: 4 kept" in proc.stdout, proc.stdout[-2000:]
+    assert "0 broken" in proc.stdout and "Contracts: 5 kept" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_ops_is_gone_and_top_level_holds_only_the_ground():
@@ -56,6 +56,16 @@ def test_pandas_only_in_reports_and_traces():
     importers = [p.relative_to(PKG) for p in PKG.rglob("*.py") if "pandas" in _imports(p)]
     assert importers, "the reports import pandas"
     assert all(p.parts[0] == "reports" or p.parts[:2] == ("simulate", "traces") for p in importers), importers
+
+
+def test_the_repartitioner_reads_time_only_through_its_injected_clock():
+    """No ``time`` module and no ``datetime.now()``/``today()`` in repartition/: the executor, the
+    journal, the restarts, the elastic step and the hold read util/clock.py's Clock (tests: a fake)."""
+    for p in (PKG / "repartition").rglob("*.py"):
+        assert "time" not in _imports(p), p
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("now", "today", "utcnow"):
+                assert not (isinstance(node.value, ast.Name) and node.value.id in ("datetime", "date")), p
 
 
 def test_core_is_pure():

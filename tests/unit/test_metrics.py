@@ -170,10 +170,10 @@ def test_shard_use_counts_its_share_of_a_gpu(cfg):
     assert value(m, "gpupool_allocated_gpu_equivalents", type="v100_shared") == pytest.approx(0.75)
 
 
-def test_repartition_runs_outcomes_and_out_of_service_from_the_journal(cfg, tmp_path: Path, monkeypatch):
-    j = jr.Journal(tmp_path / "ctl")
-    clock = iter(range(1000, 2000, 10))
-    monkeypatch.setattr(jr.time, "time", lambda: float(next(clock)))
+def test_repartition_runs_outcomes_and_out_of_service_from_the_journal(cfg, tmp_path: Path):
+    from slurm_gpupool.slurm.fake import FakeClock
+
+    j = jr.Journal(tmp_path / "ctl", FakeClock(1000.0))
     j.start("day", ["a100n1", "a30n1"], "gpupool_day", 0, {"a100n1": "night", "a30n1": "night"})
     j.step("a100n1", jr.APPLYING, applying_at=1100.0)
     j.step("a30n1", jr.APPLYING, applying_at=1100.0)

@@ -18,8 +18,9 @@ from slurm_gpupool.hw.sim.state import SimStore, create_node_state
 from slurm_gpupool.node.apply import apply_node
 from slurm_gpupool.util import oplog
 
+from .repartition_site import repartitioner
 from .test_node_apply import CONFIG
-from .test_switch_rules import repartitioner, site  # noqa: F401  (the fixture, by name)
+from .test_switch_rules import site  # noqa: F401  (the fixture, by name)
 
 
 @pytest.fixture

@@ -189,14 +189,17 @@ def test_a_sandbox_root_is_not_a_longer_root_it_is_a_prefix_of(tmp_path):
 
     short, long = tmp_path / "sb", tmp_path / "sb-gw0"
     theirs = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)", "-f", f"{long}/etc/slurm.conf"], env=dict(os.environ)
+        [sys.executable, "-c", "import time; time.sleep(300)", "-f", f"{long}/etc/slurm.conf"], env=dict(os.environ)
     )
-    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", f"--socket={short}/munge.socket"])
-    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(short)])
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", f"--socket={short}/munge.socket"])
+    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", str(short)])
     try:
-        deadline = time.monotonic() + 5
-        while b"slurm.conf" not in procs._read_proc(theirs.pid, "cmdline") and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # until each child has exec'd (before that, /proc shows pytest's own command line);
+        # a loaded machine may take seconds, so the wait is long and the check exact
+        for child in (theirs, ours, bare):
+            deadline = time.monotonic() + 120
+            while b"time.sleep(300)" not in procs._read_proc(child.pid, "cmdline") and time.monotonic() < deadline:
+                time.sleep(0.02)
         assert procs.belongs_to(theirs.pid, long) and not procs.belongs_to(theirs.pid, short)
         assert procs.belongs_to(ours.pid, short) and not procs.belongs_to(ours.pid, long)
         assert procs.belongs_to(bare.pid, short)  # the root itself, as a whole argument

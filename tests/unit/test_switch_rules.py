@@ -1,34 +1,28 @@
 """The repartitioner's rules on made-up cluster views, in milliseconds (#15, items 1-9).
 
-First the pure rules (repartition/rules.py), then the executor against a Slurm made of
-dictionaries (tests/unit/fake_slurm.py) with a clock that never waits: every defect
-found on the real sandbox gets its decision pinned here; the real-Slurm tests prove the
-executor does what is decided.
+First the pure rules (repartition/rules.py), then the executor against the shipped fake
+Slurm (slurm/fake.py) with a clock that moves only when someone waits: every defect found
+on the real sandbox gets its decision pinned here; the real-Slurm tests prove the
+executor does what is decided.  (Each decision of next_action: test_next_action.py; a run
+killed at each step: test_repartition_kills.py.)
 """
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 
-from slurm_gpupool.config.load import load_config
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.repartition import rules as rules
+from slurm_gpupool.slurm.fake import Killed
 from slurm_gpupool.slurm.runner import Result
-from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
-from tests.unit.site import shipped_raw
+from slurm_gpupool.slurm.types import NodeInfo, Reservation
 
-from .fake_slurm import FakeClock, FakeRestarter, FakeSlurm, Killed
+from .repartition_site import KillAt, job, make_site, outcome, repartitioner
 
 TOP = Path(__file__).resolve().parents[2]
-
-
-def job(jid: int, node: str, state: str = "RUNNING", requeue: bool = False, limit_s: int = 600, **kw) -> JobInfo:
-    return JobInfo(jid, state, frozenset({node} if node else ()), "alice", "j", limit_s, 1, requeue, "", **kw)
 
 
 def info(name: str = "n1", state: str = "idle", flags=(), gres: str = "gpu:a100:8", layout: str = "night", reason=""):
@@ -92,7 +86,7 @@ def test_no_reservation_ahead_for_a_period_where_demand_decides():
     of long jobs' reach, and in the elastic step the reservation counted as a switch."""
     from slurm_gpupool.config.elastic import ElasticSettings
     from slurm_gpupool.core.policy.elastic import Bounds
-    from slurm_gpupool.repartition.rules import clock_switch_ahead
+    from slurm_gpupool.repartition.scheduled import clock_switch_ahead
 
     now = datetime(2026, 11, 25, 7, 0)
     nxt = (now + timedelta(hours=1), "day")
@@ -127,13 +121,6 @@ def test_only_our_reservations_active_now_hold_a_node():
 def test_a_node_leaves_the_reservation_when_it_is_through_skipped_ones_stay():
     steps = {"a": "done", "b": "waiting", "c": "skipped", "d": "failed", "e": "rolled_back", "f": "drained"}
     assert rules.still_held(steps) == {"b", "c", "f"}
-
-
-def test_busy_nodes_do_not_hold_a_wave():
-    assert rules.wave_ready({"a": "drained", "b": "waiting"}, idle_waiting=[])  # b's jobs run on
-    assert not rules.wave_ready({"a": "drained", "b": "waiting"}, idle_waiting=["b"])  # b applies now
-    assert not rules.wave_ready({"a": "drained", "b": "applying"}, idle_waiting=[])
-    assert not rules.wave_ready({"a": "waiting"}, idle_waiting=[])
 
 
 def test_a_killed_restart_is_redone_before_anything_that_needs_slurmctld():
@@ -192,59 +179,21 @@ def site(tmp_path: Path):
     return make_site(tmp_path)
 
 
-def make_site(tmp_path: Path, **extra):
-    from slurm_gpupool.cli.main import main
-    from slurm_gpupool.config.machines import find_machine
-    from slurm_gpupool.controller.gres_install import install, render
-    from slurm_gpupool.hw.sim.state import create_node_state
-
-    raw = shipped_raw(tmp_path)
-    raw["slurm"] = {"config_dir": str(tmp_path / "etc"), "version": "22.05.8"}
-    raw["repartition"] = {"verify_timeout": "10s", "deadline": "60s", "checkpoint_grace": "5s"}
-    raw.update(extra)
-    path = tmp_path / "pool.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(path)
-    sim = tmp_path / "sim"
-    for name, ns in ((n, cfg.nodeset_of(n)) for n in cfg.all_nodes()):
-        create_node_state(sim / f"{name}.json", name, find_machine(ns.machine.name))
-        assert main(["--node", name, "--sim-dir", str(sim), "--config", str(path), "node", "apply", "night"]) == 0
-    install(cfg, render(cfg, cfg.all_nodes(), None), backup=False)
-    clock = FakeClock(time.time())
-    slurm = FakeSlurm(cfg, path, sim, clock)
-    slurm.register_from_files(cfg.all_nodes())
-    return cfg, slurm, clock
-
-
-def repartitioner(site):
-    from slurm_gpupool.repartition.executor import Repartitioner
-
-    cfg, slurm, clock = site
-    said: list[str] = []
-    rp = Repartitioner(cfg, slurm, FakeRestarter(slurm), progress=said.append, poll_s=0.05, clock=clock)
-    rp.said = said
-    return rp
-
-
-def outcome(report, node: str) -> str:
-    return report.every_node()[node]["outcome"]
-
-
 def test_a_switch_releases_each_node_as_it_is_verified_and_a_busy_one_stays_held(site):
     """#15.1 and 15.2: verified nodes left the reservation only at the end (one busy node
     held all others for its deadline); a skipped node keeps its reservation, and a later
     reservation ahead of the next switch is separate, not the whole cluster from now."""
-    from datetime import datetime, timedelta
-
-    cfg, slurm, clock = site
-    slurm.jobs_.append(job(41, "v100n1", limit_s=10**6))
+    cfg, slurm, clock = site.cfg, site.slurm, site.clock
+    slurm.add_job(job(41, "v100n1", limit_s=10**6))
     rp = repartitioner(site)
     report = rp.run("day")
     assert report.exit_code == 75 and outcome(report, "v100n1") == "skipped"
     assert {n for n in cfg.all_nodes() if outcome(report, n) == "done"} == {"a100n1", "a100n2", "h100n1", "a30n1"}
-    updates = [c[2] for c in slurm.calls if c[0] == "update" and c[1] == "gpupool_day"]
+    updates = [(c[2], c[3]) for c in slurm.calls if c[0] == "update" and c[1] == "gpupool_day"]
     # released one by one as verified, while the busy node's wait went on (not all at the end)
-    assert len(updates) >= 4 and all("v100n1" in left for left in updates) and len(updates[0]) == 4
+    assert len(updates) >= 4 and all("v100n1" in left for left, _ in updates) and len(updates[0][0]) == 4
+    skipped_at = report.nodes["v100n1"]  # (its skip came at the 60 s deadline, after the others' release)
+    assert skipped_at["outcome"] == "skipped" and max(t for _, t in updates[:4]) < rp.journal.run["deadline_epoch"]
     assert slurm.resv["gpupool_day"].nodes == {"v100n1"}  # held: its job runs on, no new job lands
     for n in ("a100n1", "a30n1"):
         assert report.nodes[n]["reserved_s"] is not None and report.nodes[n]["out_of_service_s"] is not None
@@ -263,31 +212,30 @@ def test_a_requeue_gives_each_job_its_tiers_checkpoint_signal_and_waits_the_long
         "shared": {"priority": 10, "preempt_mode": "requeue", "grace": "90s", "checkpoint_signal": "USR2"},
     }
     site = make_site(tmp_path, tiers=tiers)
-    cfg, slurm, clock = site
-    slurm.jobs_ += [
-        job(41, "v100n1", requeue=True, limit_s=10**6, qos="gpupool_shared"),
-        job(42, "v100n1", requeue=True, limit_s=10**6, qos="normal"),
-    ]
+    cfg, slurm, clock = site.cfg, site.slurm, site.clock
+    slurm.add_job(job(41, "v100n1", requeue=True, limit_s=10**6, qos="gpupool_shared"))
+    slurm.add_job(job(42, "v100n1", requeue=True, limit_s=10**6, qos="normal"))
     when: list[tuple] = []
     slurm.signal_job = lambda j, s: when.append(("signal", j, s, clock.time()))  # type: ignore[method-assign]
     slurm.requeue = lambda j: when.append(("requeue", j, clock.time())) or Result(("scontrol",), 0, "", "")  # type: ignore[method-assign]
-    repartitioner(site).run("day", ["v100n1"], requeue=True)
+    report = repartitioner(site).run("day", ["v100n1"], requeue=True)
     signals = {w[1]: w[2] for w in when if w[0] == "signal"}
     assert signals == {41: "USR2", 42: cfg.repartition.checkpoint_signal}
     signalled = max(w[3] for w in when if w[0] == "signal")
     requeued = [w for w in when if w[0] == "requeue"]
     assert {w[1] for w in requeued} == {41, 42}
     assert min(w[2] for w in requeued) - signalled >= 90  # the shared tier's grace, not the 5 s default
+    # this fake's requeue leaves them running: a minute later the node is skipped, the jobs not killed
+    assert outcome(report, "v100n1") == "skipped" and "not killed" in report.nodes["v100n1"]["reason"]
 
 
 def test_every_node_is_in_the_report_with_why(site):
     """#15.8: a node slurmctld would not resume was left out of the next run's report."""
-    cfg, slurm, _ = site
-    slurm.nodes_["h100n1"].state = "down"
-    slurm.nodes_["h100n1"].flags.add("NOT_RESPONDING")
+    site.slurm.nodes_["h100n1"].state = "down"
+    site.slurm.nodes_["h100n1"].flags.add("NOT_RESPONDING")
     report = repartitioner(site).run("day")
     nodes = report.to_dict()["nodes"]
-    assert set(nodes) == set(cfg.all_nodes())
+    assert set(nodes) == set(site.cfg.all_nodes())
     assert nodes["h100n1"]["outcome"] == "not_switched" and "not usable" in nodes["h100n1"]["reason"]
     assert report.exit_code == 75
 
@@ -295,7 +243,7 @@ def test_every_node_is_in_the_report_with_why(site):
 def test_a_dead_slurmd_fails_its_node_only_and_a_rerun_switches_it_when_back(site):
     """#15.5: one dead slurmd held the healthy nodes 103 s, and after it came back a rerun
     said every node was in the layout while it was still drained."""
-    cfg, slurm, clock = site
+    cfg, slurm, clock = site.cfg, site.slurm, site.clock
     slurm.dead_slurmd.add("a30n1")
     rp = repartitioner(site)
     t0 = clock.time()
@@ -313,8 +261,7 @@ def test_a_dead_slurmd_fails_its_node_only_and_a_rerun_switches_it_when_back(sit
 
 def test_no_slurmctld_is_exit_69_not_every_node_in_its_layout(site):
     """#15.6: a manual switch said "every node is in layout night" with slurmctld down."""
-    _, slurm, _ = site
-    slurm.ctld_up = False
+    site.slurm.ctld_up = False
     with pytest.raises(SlurmUnavailableError) as err:
         repartitioner(site).run("day")
     assert err.value.exit_code == 69
@@ -322,39 +269,38 @@ def test_no_slurmctld_is_exit_69_not_every_node_in_its_layout(site):
 
 def test_a_node_answering_late_is_done_only_once_it_answers(site):
     """#15.7: "done" while slurmctld still showed it idle* (srun --immediate refused)."""
-    _, slurm, _ = site
-    slurm.late["a100n1"] = 8  # after the restart it shows NOT_RESPONDING for a while
+    slurm = site.slurm
     orig = slurm.register_from_files
 
     def register(nodes):
         orig(nodes)
-        slurm.late["a100n1"] = 8
+        slurm.late["a100n1"] = 8  # after the restart it shows NOT_RESPONDING for a while
 
-    slurm.register_from_files = register
+    slurm.register_from_files = register  # type: ignore[method-assign]
     report = repartitioner(site).run("day")
     assert outcome(report, "a100n1") == "done" and slurm.late["a100n1"] == 0
 
 
 def test_killed_while_restarting_the_next_run_restarts_first(site):
     """#15.4: killed mid-restart, slurmctld stayed down and every rerun exited 69."""
-    cfg, slurm, _ = site
-    slurm.kill_at = "restart"
+    slurm = site.slurm
+    rp = repartitioner(site)
+    rp.restarter.killed_in_ctld_restart = True  # kill -9 while `systemctl restart slurmctld` runs
     with pytest.raises(Killed):
-        repartitioner(site).run("day")
+        rp.run("day")
     assert not slurm.ctld_up
-    slurm.kill_at = None
     rp = repartitioner(site)
     report = rp.run("day")
     assert slurm.ctld_up and report.exit_code == 0
-    assert all(outcome(report, n) in ("done", "kept") for n in cfg.all_nodes())
+    assert all(outcome(report, n) in ("done", "kept") for n in site.cfg.all_nodes())
     assert any("finishing the restart" in m for m in rp.said)
     assert not slurm.resv  # no reservation left
 
 
 def test_jobs_slurm_held_while_their_gres_were_gone_get_their_priority_back(site):
     """#15.10: night jobs pending by day were BadConstraints with priority 0 for good."""
-    _, slurm, _ = site
-    slurm.jobs_.append(job(50, "", "PENDING", priority=4294901758, state_reason="Resources"))
+    slurm = site.slurm
+    slurm.add_job(job(50, "", "PENDING", priority=4294901758, state_reason="Resources"))
     repartitioner(site).run("day")
     slurm.jobs_ = [job(50, "", "PENDING", priority=0, state_reason="BadConstraints")]  # what Slurm did by day
     repartitioner(site).run("night")
@@ -366,50 +312,52 @@ def test_a_partial_switch_restarts_the_slurmds_that_did_not_switch(site):
     at each registration): they are restarted too, without slurmctld; a dead one is left."""
     from dataclasses import replace
 
-    from slurm_gpupool.repartition.executor import Repartitioner
-
-    cfg, slurm, _ = site
+    slurm = site.slurm
     slurm.nodes_["h100n1"].state = "down"
     slurm.nodes_["h100n1"].flags.add("NOT_RESPONDING")
     rp = repartitioner(site)
     report = rp.run("day", ["a30n1"])
     assert outcome(report, "a30n1") == "done" and report.exit_code == 0, report.to_dict()
-    assert rp.restarter.restarts == [["a30n1"]]
-    assert rp.restarter.slurmd_only == [["a100n1", "a100n2", "v100n1"]]
+    assert rp.restarter.log == [
+        ["stop-slurmd", "a30n1"],
+        ["restart-slurmctld"],
+        ["start-slurmd", "a30n1"],
+        ["stop-slurmd", "a100n[1-2],v100n1"],  # the others: batch by batch, without slurmctld
+        ["start-slurmd", "a100n[1-2],v100n1"],
+    ]
     assert rp.journal.load().run["steps"][-3:] == ["others_restarting", "others_restarted", "finished"]
 
+    cfg = site.cfg
     off = replace(cfg, repartition=replace(cfg.repartition, restart_unswitched=False))
-    quiet = Repartitioner(off, slurm, FakeRestarter(slurm), progress=lambda m: None, poll_s=0.05, clock=site[2])
-    assert quiet.run("night", ["a30n1"]).exit_code == 0 and quiet.restarter.slurmd_only == []
+    quiet = repartitioner(site, off)
+    assert quiet.run("night", ["a30n1"]).exit_code == 0 and quiet.restarter.log == [
+        ["stop-slurmd", "a30n1"],
+        ["restart-slurmctld"],
+        ["start-slurmd", "a30n1"],
+    ]
 
 
 def test_killed_between_stopping_and_starting_the_unswitched_slurmds_the_next_run_starts_them(site):
-    cfg, slurm, _ = site
-    slurm.kill_at = "others"
+    cfg, slurm = site.cfg, site.slurm
     with pytest.raises(Killed):
-        repartitioner(site).run("day", ["a30n1"])
+        repartitioner(site, kill=KillAt("others:0")).run("day", ["a30n1"])
     assert slurm.nodes_["a100n1"].state == "down"  # stopped, not started again
-    slurm.kill_at = None
     rp = repartitioner(site)
     report = rp.run("day", ["a30n1"])
-    assert report.exit_code == 0 and rp.restarter.restarts == []  # no second slurmctld restart
-    assert rp.restarter.slurmd_only == [[n for n in sorted(cfg.all_nodes()) if n != "a30n1"]]
+    others = [n for n in sorted(cfg.all_nodes()) if n != "a30n1"]
+    assert report.exit_code == 0 and ["restart-slurmctld"] not in rp.restarter.log  # no second slurmctld restart
+    assert rp.restarter.restarted("start-slurmd") == [others]
     assert all(slurm.nodes_[n].state == "idle" for n in cfg.all_nodes())
 
 
 def test_slurmds_a_killed_run_stopped_are_started_even_with_the_restart_turned_off(site):
     from dataclasses import replace
 
-    from slurm_gpupool.repartition.executor import Repartitioner
-
-    cfg, slurm, clock = site
-    slurm.kill_at = "others"
+    cfg, slurm = site.cfg, site.slurm
     with pytest.raises(Killed):
-        repartitioner(site).run("day", ["a30n1"])
-    slurm.kill_at = None
+        repartitioner(site, kill=KillAt("others:0")).run("day", ["a30n1"])
     off = replace(cfg, repartition=replace(cfg.repartition, restart_unswitched=False))
-    rp = Repartitioner(off, slurm, FakeRestarter(slurm), progress=lambda m: None, poll_s=0.05, clock=clock)
-    assert rp.run("day", ["a30n1"]).exit_code == 0
+    assert repartitioner(site, off).run("day", ["a30n1"]).exit_code == 0
     assert all(slurm.nodes_[n].state == "idle" for n in cfg.all_nodes())
 
 
@@ -421,7 +369,7 @@ def test_type_names_slurm_would_confuse_stop_a_switch_before_any_node_is_touched
     from slurm_gpupool.errors import ConfigError
 
     rp = repartitioner(site)
-    slurm = rp.cluster
+    slurm = site.slurm
     calls = list(slurm.calls)
     # as if the pool mixed A100 7g.40gb and B200 2g.45gb, one type to Slurm (gres_build_id)
     with (

@@ -1,0 +1,258 @@
+"""A Slurm made of dictionaries, shipped beside the real backend (as go-nvml ships its mock).
+
+:class:`FakeSlurm` implements :class:`~slurm_gpupool.slurm.protocol.Slurm` from its own
+state: nodes with GRES and features, jobs (each may end at a given time), reservations.
+What the real commands would do elsewhere is injected: ``srun`` runs a handler (the unit
+tests run the real ``gpupool node apply`` in process on simulated GPUs); a node's slurmd
+that starts shows what the installed node lines (``nodes_conf``) say, as slurmctld would,
+unless it is dead.  Faults: slurmctld down or refusing its files, a dead slurmd, a node
+that answers late, and a "kill -9" at a chosen moment (:class:`Killed`).
+
+:class:`FakeClock` is time that moves only when someone waits.  The real-Slurm tests
+(``tests/integration/test_repartition_*.py``) prove what this stands in for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, tzinfo
+from pathlib import Path
+
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_gpupool.errors import SlurmUnavailableError
+from slurm_gpupool.slurm.runner import Result
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
+
+SrunHandler = Callable[[str, Sequence[str]], Result]  # (node, argv) -> what srun printed
+
+
+class Killed(BaseException):
+    """The process was killed (SIGKILL) at this point: nothing after it runs.  A
+    BaseException, so no ``except Exception`` of the code under test stops it."""
+
+
+class FakeClock:
+    """Time that moves only when someone waits (threads share it).  ``limit_s``: waiting past
+    that much time since ``start`` is an error (a run that never ends fails its test, not hangs)."""
+
+    def __init__(self, start: float, limit_s: float | None = None) -> None:
+        self.t, self._lock = start, threading.Lock()
+        self.end = None if limit_s is None else start + limit_s
+
+    def time(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(0)  # let other threads run
+        with self._lock:
+            self.t += max(seconds, 0.001)
+            if self.end is not None and self.t > self.end:
+                raise TimeoutError(f"fake clock: past its limit ({self.t - self.end:.0f} s beyond)")
+
+    def now(self, tz: tzinfo | None = None) -> datetime:
+        return datetime.fromtimestamp(self.t, tz)
+
+
+@dataclass
+class Node:
+    state: str = "idle"
+    flags: set[str] = field(default_factory=set)
+    gres: str = ""
+    features: tuple[str, ...] = ()
+    reason: str = ""
+
+
+class FakeSlurm:
+    """One controller and its nodes; ``calls`` records every change asked of it."""
+
+    def __init__(
+        self, nodes: Iterable[str], clock: FakeClock, srun: SrunHandler | None = None, nodes_conf: Path | None = None
+    ) -> None:
+        self.clock, self.srun_handler, self.nodes_conf = clock, srun, nodes_conf
+        self.nodes_ = {n: Node() for n in nodes}
+        self.jobs_: list[JobInfo] = []
+        self.ends: dict[int, float] = {}  # job -> when it completes (gone from squeue)
+        self.resv: dict[str, Reservation] = {}
+        self.ctld_up = True
+        self.dead_slurmd: set[str] = set()
+        self.late: dict[str, int] = {}  # node -> reads it still shows NOT_RESPONDING after a restart
+        self.calls: list[tuple] = []
+        self.kill_at: str | None = None  # "srun": killed while srun runs
+        self._lock = threading.RLock()
+
+    # -- what the caller reads (sinfo, squeue, scontrol show) --------------------------------
+
+    def _need_ctld(self, what: str) -> None:
+        if not self.ctld_up:
+            raise SlurmUnavailableError(what, "Unable to contact slurm controller (connect failure)")
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        self._need_ctld("sinfo --json")
+        with self._lock:
+            now = datetime.fromtimestamp(self.clock.time())
+            out = {}
+            for name, n in self.nodes_.items():
+                flags = set(n.flags)
+                if self.late.get(name, 0) > 0:
+                    self.late[name] -= 1
+                    flags.add("NOT_RESPONDING")
+                if any(name in r.nodes and r.start <= now for r in self.resv.values()):
+                    flags.add("MAINTENANCE")
+                out[name] = NodeInfo(name, n.state, frozenset(flags), n.gres, n.features, n.reason)
+            return out
+
+    def jobs(self) -> list[JobInfo]:
+        self._need_ctld("squeue --json")
+        with self._lock:
+            now = self.clock.time()
+            self.jobs_ = [j for j in self.jobs_ if self.ends.get(j.job_id, float("inf")) > now]
+            return list(self.jobs_)
+
+    def add_job(self, job: JobInfo, ends_at: float | None = None) -> None:
+        """A job Slurm shows until ``ends_at`` (None: until removed)."""
+        with self._lock:
+            self.jobs_.append(job)
+            if ends_at is not None:
+                self.ends[job.job_id] = ends_at
+
+    def reservations(self) -> dict[str, Reservation]:
+        self._need_ctld("show reservation")
+        return dict(self.resv)
+
+    def partition_max_time_s(self, partition: str | None) -> int | None:
+        return 86400
+
+    def ping(self) -> bool:
+        return self.ctld_up
+
+    def config(self) -> dict[str, str]:
+        return {"MinJobAge": "300 sec"}
+
+    def version(self) -> tuple[int, int, int]:
+        return (22, 5, 8)
+
+    def await_forgotten_shard_jobs(
+        self, nodes: Iterable[str], progress: Callable[[str], None], poll_s: float = 1.0
+    ) -> list[int]:
+        return []
+
+    # -- what the caller changes (scontrol update/create/delete, srun, scancel) --------------
+
+    def drain(self, nodes: Iterable[str], reason: str) -> None:
+        self._need_ctld("drain")
+        nodes = sorted(nodes)
+        with self._lock:
+            for n in nodes:
+                self.nodes_[n].flags.add("DRAIN")
+                self.nodes_[n].reason = reason
+            self.calls.append(("drain", tuple(nodes)))
+
+    def resume(self, nodes: Iterable[str]) -> None:
+        self._need_ctld("resume")
+        nodes = sorted(nodes)
+        with self._lock:
+            for n in nodes:
+                self.nodes_[n].flags.discard("DRAIN")
+                self.nodes_[n].reason = ""
+            self.calls.append(("resume", tuple(nodes)))
+
+    def create_reservation(self, name: str, nodes: Iterable[str], start: datetime | None, duration_s: int) -> None:
+        self._need_ctld("create reservation")
+        nodes = frozenset(nodes)
+        if not nodes:  # scontrol: "CoreCnt, Nodes, NodeCnt, BurstBuffer, Licenses or Watts must be specified"
+            raise SlurmUnavailableError(f"create reservation {name}", "Nodes must be specified")
+        begin = start or datetime.fromtimestamp(self.clock.time())
+        with self._lock:
+            self.resv[name] = Reservation(
+                name, nodes, begin, begin + timedelta(seconds=duration_s), frozenset({"MAINT"})
+            )
+            self.calls.append(("reserve", name, tuple(sorted(nodes)), start is not None))
+
+    def update_reservation(
+        self,
+        name: str,
+        nodes: Iterable[str] | None = None,
+        start: datetime | None = None,
+        duration_s: int | None = None,
+    ) -> None:
+        self._need_ctld("update reservation")
+        with self._lock:
+            r = self.resv[name]
+            r = replace(r, nodes=frozenset(nodes) if nodes is not None else r.nodes, start=start or r.start)
+            if duration_s is not None:
+                r = replace(r, end=r.start + timedelta(seconds=duration_s))
+            self.resv[name] = r
+            self.calls.append(("update", name, tuple(sorted(r.nodes)), self.clock.time()))
+
+    def delete_reservation(self, name: str) -> None:
+        self._need_ctld("delete reservation")
+        with self._lock:
+            self.resv.pop(name, None)
+            self.calls.append(("delete", name, self.clock.time()))
+
+    def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float) -> Result:
+        """The injected handler runs the command "on" the node (exit 1 without one)."""
+        self._need_ctld("srun")
+        if self.kill_at == "srun":
+            raise Killed
+        if self.srun_handler is None:
+            r = Result(tuple(argv), 1, "", "srun: no handler in this fake")
+        else:
+            r = self.srun_handler(node, argv)
+        self.calls.append(("srun", node, r.returncode, r.stderr[-300:]))
+        return r
+
+    def signal_job(self, job_id: int, signal: str) -> None:
+        self.calls.append(("signal", job_id, signal))
+
+    def requeue(self, job_id: int) -> Result:
+        self.calls.append(("requeue", job_id))
+        return Result(("scontrol",), 0, "", "")
+
+    def release(self, job_id: int, priority: int | None = None) -> Result:
+        self.calls.append(("release", job_id, priority))
+        with self._lock:
+            self.jobs_ = [
+                replace(j, priority=priority or 1, state_reason="None") if j.job_id == job_id else j for j in self.jobs_
+            ]
+        return Result(("scontrol",), 0, "", "")
+
+    # -- the daemons (what the site's restart commands do) ------------------------------------
+
+    def stop_slurmds(self, nodes: Iterable[str]) -> None:
+        """Their slurmd stopped: slurmctld shows them down, not responding (jobs run on)."""
+        with self._lock:
+            for name in nodes:
+                n = self.nodes_[name]
+                n.state = "down"
+                n.flags.add("NOT_RESPONDING")
+
+    def restart_controller(self, ok: bool = True) -> None:
+        """slurmctld restarted; ``ok=False``: it refused its files and stays down."""
+        self.ctld_up = ok
+
+    def register_from_files(self, nodes: Iterable[str]) -> None:
+        """Their slurmd started: each shows what its installed node line says (a dead one: down)."""
+        if self.nodes_conf is None:
+            raise ValueError("this FakeSlurm was made without nodes_conf")
+        wanted = set(nodes)
+        with self._lock:
+            for line in self.nodes_conf.read_text().splitlines():
+                if not line.startswith("NodeName="):
+                    continue
+                fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+                for name in NodeSet(fields["NodeName"]):
+                    if name not in wanted:
+                        continue
+                    n = self.nodes_[name]
+                    if name in self.dead_slurmd:
+                        n.state, n.flags = "down", n.flags | {"NOT_RESPONDING"}
+                        continue
+                    n.state = "idle"
+                    n.flags.discard("NOT_RESPONDING")
+                    n.gres = fields.get("Gres", "")
+                    n.features = tuple(fields.get("Features", "").split(","))

@@ -1,0 +1,130 @@
+"""A run "killed" (kill -9) right after each journaled step, and after each restart command
+(``restart:K``, ``others:K``), then a fresh run: it converges.  Both directions.
+
+The fake Slurm's state is what the killed process left (its reservation, drains, stopped
+slurmds, a slurmctld restarted without its slurmds); the journal's kill hook raises
+:class:`~slurm_gpupool.slurm.fake.Killed` instead of SIGKILL, and stops every thread of the
+process from then on.  Converged: every node in its layout (GPUs, Slurm's GRES and layout
+feature), none drained, every slurmd answering, no reservation of ours left, the run
+finished, and no job signalled, requeued or lost.  The 6 points where Slurm itself is
+left half-way are also tried on real Slurm (tests/integration/test_repartition_kill_slurm.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.controller.gres_install import render
+from slurm_gpupool.repartition import journal
+from slurm_gpupool.repartition.journal import Journal
+from slurm_gpupool.slurm.fake import Killed
+from slurm_gpupool.slurm.types import gres_counts
+from tests.integration.test_repartition_kill_slurm import SLURM_STEPS
+
+from .repartition_site import START, KillAt, Site, copy_site, job, make_site, repartitioner
+
+# The points that change only the journal and the simulated GPUs (no Slurm release sees them
+# differently): proven here only.  With SLURM_STEPS, every kill point of a switch.
+JOURNAL_STEPS = [
+    "waiting",
+    "applying",
+    "applied",
+    "gres_installing",
+    "gres_installed",
+    "restarting",
+    "verifying",
+    "done",
+    "others_restarting",
+    "others_restarted",
+    "finished",
+]
+KILL_POINTS = SLURM_STEPS + JOURNAL_STEPS
+SWITCHING = ["a30n1", "v100n1"]  # as on real Slurm: the others do not switch (their slurmds restart)
+
+
+def test_the_two_lists_are_every_journaled_step_and_restart_once():
+    failures = {journal.FAILED, journal.SKIPPED, journal.ROLLED_BACK}  # outcomes no switch reaches here
+    journaled = {*journal.NODE_STEPS, *journal.CLUSTER_STEPS} - failures
+    assert len(KILL_POINTS) == len(set(KILL_POINTS))
+    assert set(KILL_POINTS) == journaled | {"restart:0", "restart:1", "others:0"}
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Site]:
+    """Every node night, and every node day: each test works on a copy."""
+    return {layout: make_site(tmp_path_factory.mktemp(layout), layout) for layout in ("night", "day")}
+
+
+def busy_site(tmp_path: Path, template: Site) -> Site:
+    """Every node as in ``template``; a long job runs on h100n1 (which does not switch) and a
+    short one holds a30n1 for its first seconds (so a30n1 waits, and switches in a second wave)."""
+    site = copy_site(template, tmp_path)
+    site.slurm.add_job(job(7, "h100n1", limit_s=3600, start=int(START)))
+    site.slurm.add_job(job(8, "a30n1", limit_s=600, start=int(START)), ends_at=START + 3)
+    return site
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+@pytest.mark.parametrize(("start", "target"), [("night", "day"), ("day", "night")])
+def test_killed_right_after_each_step_the_next_run_converges(templates, tmp_path: Path, point, start, target):
+    site = busy_site(tmp_path, templates[start])
+    kill = KillAt(point)
+    with pytest.raises(Killed):
+        repartitioner(site, kill=kill).run(target, SWITCHING)
+    assert kill.fired
+    again = repartitioner(site).run(target, SWITCHING)
+    assert again.exit_code == 0, (point, again.to_dict())
+    assert_converged(site, {n: target if n in SWITCHING else start for n in site.cfg.all_nodes()})
+
+
+def test_an_unkilled_run_passes_every_kill_point(templates, tmp_path: Path):
+    """The points above are all reached by one run of this scenario (none is tried in vain)."""
+    site = busy_site(tmp_path, templates["night"])
+    seen: list[str] = []
+    assert repartitioner(site, kill=seen.append).run("day", SWITCHING).exit_code == 0  # type: ignore[arg-type]
+    assert set(KILL_POINTS) <= set(seen), set(KILL_POINTS) - set(seen)
+
+
+def test_a_journal_the_earlier_executor_wrote_is_resumed(templates, tmp_path: Path):
+    """The journal's format is the earlier executor's (same keys; it wrote no notes of waits
+    and no ``taken_epoch``): a run it left at ``drained`` is finished by this one."""
+    site = busy_site(tmp_path, templates["night"])
+    with pytest.raises(Killed):
+        repartitioner(site, kill=KillAt("drained")).run("day", SWITCHING)
+    path = Path(site.cfg.paths.controller_dir) / "journal.json"
+    j = Journal(path.parent).load()
+    news = {"taken_epoch", "refused"}
+    notes = {"signalled_at", "requeue_at", "requeued_at", "gpus_busy", "gpus_busy_at", "apply_failed"}
+    notes |= {"apply_failed_at", "seen_switched_at", "resumed_at", "revert", "expected"}
+    j.data["run"] = {k: v for k, v in j.data["run"].items() if k not in news}
+    j.data["nodes"] = {n: {k: v for k, v in r.items() if k not in notes} for n, r in j.data["nodes"].items()}
+    j._save({"test": "as the earlier executor left it"})
+    assert {r["step"] for r in j.data["nodes"].values()} == {journal.WAITING, journal.DRAINED}
+    rp = repartitioner(site)
+    again = rp.run("day", SWITCHING)
+    assert again.exit_code == 0 and any("resuming the unfinished run" in m for m in rp.said)
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+def assert_converged(site: Site, layouts: dict[str, str]) -> None:
+    from slurm_gpupool.cli.main import main
+
+    slurm = site.slurm
+    infos = slurm.nodes()
+    for node, layout in layouts.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            argv = ["--node", node, "--sim-dir", str(site.sim), "--config", str(site.config_path)]
+            assert main([*argv, "node", "assert", layout]) == 0, node  # its GPUs
+        (expected,) = render(site.cfg, [node], layout).nodes
+        info = infos[node]
+        assert info.gres_counts() == gres_counts(expected.gres_value()), (node, info.gres)
+        assert info.layout == layout and not info.drained and info.responding, (node, info)
+    assert not [r for r in slurm.resv if r.startswith("gpupool_")], slurm.resv
+    run = Journal(Path(site.cfg.paths.controller_dir)).load().run
+    assert run is not None and journal.FINISHED in run["steps"]
+    assert [j.job_id for j in slurm.jobs()] == [7]  # the long job runs on; the short one ended by itself
+    assert not [c for c in slurm.calls if c[0] in ("signal", "requeue")]
