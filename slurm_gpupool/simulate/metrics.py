@@ -11,7 +11,7 @@ long jobs after it is the same under every policy and would only dilute the comp
   p99, mean, overall and per kind (mig | shard | whole); **job completion time** (end -
   submission);
 * **unallocated and fragmented capacity**: time averages of the samples, as fractions of
-  the capacity; fragmentation is FGD's measure on our GRES (``engine._sample``);
+  the capacity; fragmentation is FGD's measure on our GRES (``meter.Meter.sample``);
 * **switches**, node-hours out of service and reserved idle, nodes skipped at the
   deadline, jobs requeued;
 * **rounding loss**: GPU-eq held but not asked for (MIG profiles and shard counts round up).

@@ -14,7 +14,7 @@ from typing import Any
 
 from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.errors import GpuBusyError, UsageError
-from slurm_gpupool.hw.sim.lib import process_start
+from slurm_gpupool.hw.sim.procs import pid_alive, process_start
 from slurm_gpupool.hw.sim.state import SimStore
 
 # Xid numbers and the text the driver logs for them (NVIDIA Xid catalog).
@@ -49,11 +49,9 @@ def reset_gpu(store: SimStore, index: int) -> None:
 
     Refused while processes run on the GPU, like the real command.
     """
-    from slurm_gpupool.hw.sim.lib import _pid_alive
-
     with store.modify() as st:
         g = _gpu(st, index)
-        pids = [p["pid"] for p in g["processes"] if _pid_alive(p["pid"])]
+        pids = [p["pid"] for p in g["processes"] if pid_alive(p["pid"])]
         if pids:
             raise GpuBusyError(f"reset GPU {index} on {st['node']}", "processes are running on it", pids)
         if g["mig"] is not None:

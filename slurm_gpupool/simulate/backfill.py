@@ -1,0 +1,157 @@
+"""Slurm's backfill pass over the queue (pure).
+
+**Backfill** (``sched/backfill``, ``backfill.c``: ``_attempt_backfill``) runs every
+``bf_interval_s`` when something changed (``_more_work``): each pending job, in priority
+order, up to ``bf_max_job_test``, gets the earliest start its time limit allows given running
+jobs' limits and the reservations of the jobs before it; it starts now only if that delays
+none of them (EASY with reservations for every job tested, as ``sched/backfill`` does), within
+``bf_window_s``.  A pass is taken to test its jobs to the end, as with ``bf_continue`` on a
+controller whose passes are not cut short (``docs/simulate.md``); jobs beyond
+``bf_max_job_test`` wait for a later pass, which one that started something makes due.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+
+from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, rounded
+from slurm_gpupool.simulate.records import Part, SimNode
+from slurm_gpupool.simulate.scheduler import Scheduler
+from slurm_gpupool.simulate.state import GPU, INF, Need
+
+
+class Backfill(Scheduler):
+    """One backfill pass: reservations for the jobs tested, starts for those that delay none."""
+
+    def _backfill(self) -> None:
+        """One ``sched/backfill`` pass: in priority order, each job tested gets the earliest
+        start its limit allows around running jobs and the reservations of the jobs before
+        it; it starts now only if that delays none of them.
+
+        As in Slurm (``backfill.c``: ``node_space`` holds node bitmaps), a reservation takes
+        the job's **whole nodes** for its planned window: a lower job may use such a node
+        only if it ends before the window.  Reservations live for one pass, so a pass that
+        has no idle record anywhere is skipped.  A job that cannot start now rules out every
+        later job of the same request that needs at least as many records, nodes and time:
+        such a job is passed over without placing its reservation (the one shortcut here),
+        once jobs of its request hold every node that offers it, or ``bf_hold_nodes`` of
+        them (until then its reservation is placed as Slurm does: a queue of one request
+        holds node after node, and lower jobs see them held).  A job with no start within
+        the window places nothing: neither could one needing more."""
+        self._schedule_main()
+        if not self.queued or not self.changed:
+            return  # nothing was freed, submitted or switched since the last pass: it would start nothing
+        self.changed = False
+        p, q = self.p, self.queue
+        untested = len(q) > p.bf_max_job_test
+        started = self.started
+        if not any(self._idle_now(t) for t in self.by_type):
+            return
+        horizon = self.now + p.bf_window_s
+        tested = q[: p.bf_max_job_test]
+        need_of_job = self.need_of_job
+        # per request shape, (count, nodes) -> the shortest limit that could not start now
+        failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]] = {}
+        # per need (by identity: needs are memoised per request and layout), the shortest limit
+        # from which its jobs are passed over (``_bar``), until the next mark
+        bar_of: dict[int, float] = {}
+        plans: dict[int, list[tuple[float, float]]] = {}  # node -> windows reserved for higher jobs
+        held: dict[tuple[tuple[str, ...], str], set[int]] = {}  # per request shape, the nodes it reserved
+        to_hold: dict[tuple[tuple[str, ...], str], int] = {}  # per request shape, how many it holds
+        for _, _, i, nid, limit in tested:
+            bar = bar_of.get(nid)
+            if bar is None:
+                bar = bar_of[nid] = self._bar(need_of_job[i], failed)
+            if limit >= bar:
+                continue
+            need = need_of_job[i]
+            chosen = self._earliest_nodes(need, limit, horizon, plans)
+            if chosen is not None and chosen[-1][0] <= self.now:
+                self._start(i, [(n, parts) for _, _, n, parts in chosen])
+                continue
+            shape = (need.types, need.kind)
+            if chosen is not None:  # a start later: its nodes are held for it from then (_add_reservation)
+                at = chosen[-1][0]
+                window = rounded(at, at + limit, p.bf_resolution_s)
+                for _, _, n, _ in chosen:
+                    insort(plans.setdefault(n.index, []), window)
+            if p.bf_exact:
+                continue
+            if chosen is not None:  # passed over only once its request holds enough nodes
+                held.setdefault(shape, set()).update(n.index for _, _, n, _ in chosen)
+                if shape not in to_hold:
+                    to_hold[shape] = self._to_hold(need)
+                if len(held[shape]) < to_hold[shape]:
+                    continue
+            # it cannot start now (nor anywhere within the window, when chosen is None): neither
+            # can a later job of this request that needs as many records, nodes and time
+            marks = failed.setdefault(shape, {})
+            marks[(need.count, need.nodes)] = min(limit, marks.get((need.count, need.nodes), INF))
+            bar_of.clear()
+        if untested and self.started > started:
+            self.changed = True  # the next pass reaches jobs this one did not test
+        self.dirty = True
+        self._schedule_main()
+
+    def _to_hold(self, need: Need) -> int:
+        """How many nodes a request's jobs hold before later ones are passed over: every
+        usable node offering it, at most ``bf_hold_nodes``."""
+        return min(self.p.bf_hold_nodes, sum(n.usable for n in self._offering(need.types)))
+
+    def _bar(self, need: Need, failed: dict[tuple[tuple[str, ...], str], dict[tuple[int, int], float]]) -> float:
+        """The shortest limit from which a job of ``need`` is passed over in this pass: that of
+        a failed job of its shape with no more records and nodes (INF: none; -INF: no node
+        offers its GRES now, ``BadConstraints``)."""
+        if not self._configured(need):
+            return -INF
+        marks = failed.get((need.types, need.kind), {})
+        return min((lim for (c, k), lim in marks.items() if c <= need.count and k <= need.nodes), default=INF)
+
+    def _earliest_nodes(
+        self,
+        need: Need,
+        limit: float,
+        horizon: float,
+        plans: dict[int, list[tuple[float, float]]],
+    ) -> list[tuple[float, int, SimNode, list[Part]]] | None:
+        """The ``need.nodes`` nodes where the job starts soonest (start, node, records; ties to
+        the first node), or None."""
+        found: dict[int, tuple[float, list[Part]]] = {}  # node -> its earliest start and records
+        kth = INF  # the need.nodes-th best start found so far
+        now, res, nodes, single = self.now, self.p.bf_resolution_s, self.nodes, need.nodes == 1
+        best: tuple[float, int, SimNode, list[Part]] | None = None  # single: the best so far
+        for lb, idx, typ in self._by_bound(need):
+            if lb == NOW:
+                lb = now
+            elif lb > kth or lb > horizon:
+                break
+            n = nodes[idx]
+            if lb + limit > n.ahead_at:
+                continue  # its reservation ahead comes before this job could end there
+            windows = plans.get(idx, ())
+            if typ in n.free:  # plain records: idle from lb on, only the reservations decide
+                if need.kind != GPU:
+                    continue
+                if windows:
+                    line = self._line(n, typ) if lb == now else ()
+                    t = first_clear(lb, limit, now, horizon, n.ahead_at, windows, res, line[0][0] if line else INF)
+                else:
+                    t = lb
+                parts = [(GPU, typ, need.count, -1)]
+            else:
+                t, parts = earliest(n, need, typ, limit, now, horizon, windows, self._line(n, typ), res)
+            if t == INF:
+                continue
+            if single:
+                if t < kth or (best is not None and t == kth and idx < best[1]):
+                    kth, best = t, (t, idx, n, parts)
+                continue
+            if idx not in found or t < found[idx][0]:
+                found[idx] = (t, parts)
+                if len(found) >= need.nodes:
+                    kth = sorted(v[0] for v in found.values())[need.nodes - 1]
+        if single:
+            return [best] if best is not None else None
+        if len(found) < need.nodes:
+            return None
+        return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]

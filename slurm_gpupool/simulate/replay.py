@@ -1,0 +1,102 @@
+"""What every part of one replay shares: the clock and its event queue, the jobs' state, the
+nodes, and the counters of switches (pure).
+
+The engine is one object whose parts live in their own modules, each a class built on the
+one before: ``ReplayState`` (this), ``NodeIndex`` (which nodes offer what, how soon they
+free), ``Scheduler`` (jobs, the main scheduler), then ``Backfill`` and ``Switching`` side by
+side, and ``Engine`` (the event loop) over both.  They share state rather than pass it
+because Slurm's rules do: a switch changes what backfill may plan, a job's end may let a node
+switch.  The state is declared here, once, and set by ``Engine.run``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
+from slurm_gpupool.simulate.meter import Meter
+from slurm_gpupool.simulate.pool import PoolSpec, Shape
+from slurm_gpupool.simulate.records import SimNode
+from slurm_gpupool.simulate.state import JobRecord, Need, Params
+from slurm_gpupool.simulate.switcher import Switcher
+
+# event kinds, in the order they are handled at one instant
+# (samples last: what they measure, and whether they run at all, changes nothing before them)
+END, BACK, SWITCH, AHEAD, CRON, REQUEUE, SUBMIT, BACKFILL, TICK, SAMPLE = range(10)
+# the events that change what the scheduler sees (the others are its passes, ticks, samples)
+LIVE = frozenset({END, BACK, SWITCH, AHEAD, CRON, REQUEUE, SUBMIT})
+
+
+class ReplayState:
+    """The state of one replay (declared here, set by ``Engine.__init__`` and ``Engine.run``)."""
+
+    spec: PoolSpec
+    sw: Switcher
+    p: Params
+    # memoised mapping: a layout's mapper; (layout, request) -> its GRES, or its idle alternatives
+    mappers: dict[str, RequestMapper]
+    needs: dict[tuple[str, TraceRequest], Need | None]
+    alternatives: dict[tuple[str, TraceRequest], list[Need]]
+
+    now: float
+    events: list[tuple[float, int, int, object]]  # (time, kind, sequence, payload): a heap
+    seq: int
+    live: int  # LIVE events in the queue
+    jobs: Sequence[SimJob]
+    recs: list[JobRecord]
+    open_jobs: int  # not yet ended or rejected
+    # queued jobs in priority order: (priority, job id, index: the key), then what a backfill
+    # pass reads of each (the identity of its need, its limit)
+    queue: list[tuple[float, int, int, int, float]]
+    queued: set[int]
+    deferred: set[int]  # refused for now, resubmitted when a later layout comes
+    need_of_job: dict[int, Need]
+    job_nodes: dict[int, list[SimNode]]
+    gen: dict[int, int]  # a requeued job's earlier end events are stale
+    started: int
+    dirty: bool  # the main scheduler may start something
+    changed: bool  # something was freed, submitted or switched since the last backfill pass
+    bf_pending: bool  # a backfill pass is in the queue
+    last_pass_s: float
+    quiet_since: float  # since when only a demand-driven switcher's ticks are left
+
+    nodes: list[SimNode]
+    kinds: dict[str, str]  # type -> mig | whole | shared
+    by_type: dict[str, list[SimNode]]  # the nodes offering each type now, in node order
+    offering: dict[tuple[str, ...], list[SimNode]]  # the same for a request's types (memoised)
+    bound_lists: dict[tuple[tuple[str, ...], int], list[tuple[float, int, str]]]
+    bounds_epoch: int
+
+    # capacity, switches and samples are measured while jobs arrive: after the last
+    # submission only the drain of the longest jobs is left, which no policy changes
+    window: float
+    meter: Meter
+    switches: int
+    skipped: int
+    requeued: int
+    oos_s: float
+    reserved_s: float
+
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self.seq += 1
+        if kind in LIVE:
+            self.live += 1
+        heapq.heappush(self.events, (t, kind, self.seq, payload))
+
+    def _make_node(self, index: int, name: str, layout: str) -> SimNode:
+        layout = self.spec.resolve(layout, name)
+        shape: Shape = self.spec.shape(layout, name)
+        for t, k in shape.kind:
+            self.kinds.setdefault(t, k)
+        return SimNode(
+            name=name,
+            index=index,
+            layout=layout,
+            free=dict(shape.plain),
+            cap=dict(shape.plain),
+            shared={t: [0] * g for t, g, _ in shape.shared},
+            shares={t: s for t, _, s in shape.shared},
+            eq=dict(shape.eq),
+        )

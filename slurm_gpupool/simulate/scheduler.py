@@ -1,0 +1,188 @@
+"""Jobs through the queue and Slurm's main scheduler (pure).
+
+* **Requests follow the layout** as ``gpupool-sbatch`` decides them: a job maps to GRES in
+  the layout installed when it is submitted; one that only a later layout can hold is
+  refused by the wrapper (exit 75, with when) and is taken to be resubmitted then, its
+  wait counted from its first submission.
+* **Priority order** (``priority/basic``: submission order; a requeued job keeps its place).
+* **The main scheduler** (``job_scheduler.c``: ``_schedule``) runs at every submission and job
+  end: it walks the queue in priority order and starts what fits now; the first job that does
+  not fit blocks every job after it (Slurm's partition rule, ``sched_config.html``).  A job no
+  node can hold in its *current* configuration (its GRES type is gone while another layout is
+  in) does not block: Slurm marks it ``BadConstraints``/``ReqNodeNotAvail`` and moves on.
+* **Typed GRES**: a job asks for ``gpu:<type>:N`` or ``shard:<type>:K`` per node on
+  ``nodes`` nodes; nodes are tried in config order (first fit), records as ``records.take``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+
+from slurm_gpupool.simulate.index import NodeIndex
+from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
+from slurm_gpupool.simulate.records import Part, SimNode, apply, take
+from slurm_gpupool.simulate.replay import BACKFILL, END, SUBMIT
+from slurm_gpupool.simulate.state import SHARD, Need, need_of
+
+
+class Scheduler(NodeIndex):
+    """Submission, start, end and release of jobs, and the main scheduler's pass."""
+
+    # -- mapping --------------------------------------------------------------------------
+    def need(self, layout: str, req: TraceRequest) -> Need | None:
+        """The GRES ``req`` becomes in ``layout`` (memoised: traces repeat their requests)."""
+        key = (layout, req)
+        if key not in self.needs:
+            m = self.mappers.get(layout)
+            if m is None:
+                offers = self.spec.offers.get(layout, [])
+                m = self.mappers[layout] = RequestMapper(
+                    offers,
+                    layout,
+                    self.spec.naming,
+                    self.p.prefer,
+                    self.spec.autodetect,
+                    multi_node=True,
+                    any_model=self.p.any_model,
+                )
+            d = m(req)
+            self.needs[key] = need_of(d) if d is not None else None
+        return self.needs[key]
+
+    def idle_alternatives(self, layout: str, req: TraceRequest) -> list[Need]:
+        """What ``req`` may ask for instead of its slice or shares when they are not idle
+        (``RequestMapper.idle_alternatives``, memoised)."""
+        key = (layout, req)
+        if key not in self.alternatives:
+            self.need(layout, req)  # builds the layout's mapper
+            self.alternatives[key] = [need_of(d) for d in self.mappers[layout].idle_alternatives(req)]
+        return self.alternatives[key]
+
+    # -- jobs -----------------------------------------------------------------------------
+    def _submit(self, i: int) -> None:
+        job, rec = self.jobs[i], self.recs[i]
+        due = self.sw.due(self.now)
+        need = self.need(due, job.request)
+        if need is None:
+            later = next(((t, lay) for t, lay in self.sw.upcoming(self.now) if self.need(lay, job.request)), None)
+            if later is None:
+                rec.rejected = f"no layout holds {_describe(job.request)}"
+                self.open_jobs -= 1
+                return
+            rec.eligible_s = later[0]
+            self.deferred.add(i)
+            self._push(later[0], SUBMIT, i)  # refused now (exit 75, with when): resubmitted then
+            return
+        self.deferred.discard(i)
+        if need.demand.kind in ("mig", "shard") and self.sw.idle_now(self.now) and not self._fit_now(need, job.limit_s):
+            # as gpupool-sbatch in an elastic period (core.submit._idle_first): nothing idle now
+            # holds the slice or shares it would ask for: the first alternative idle now
+            need = next((a for a in self.idle_alternatives(due, job.request) if self._fit_now(a, job.limit_s)), need)
+        rec.need, rec.kind, rec.layout, rec.eq = need.label, need.demand.kind, due, need.eq
+        self.need_of_job[i] = need
+        self.meter.typical[need] += 1
+        self._enqueue(i)
+
+    def _key(self, i: int) -> tuple[float, int, int]:
+        return (self.recs[i].submit_s, self.jobs[i].job_id, i)
+
+    def _enqueue(self, i: int) -> None:
+        insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
+        self.queued.add(i)
+        self.dirty = self.changed = True
+
+    def _start(self, i: int, chosen: Sequence[tuple[SimNode, list[Part]]]) -> None:
+        job, rec, need = self.jobs[i], self.recs[i], self.need_of_job[i]
+        self.queued.discard(i)
+        q = self.queue
+        del q[bisect_left(q, self._key(i))]
+        self.started += 1
+        run = job.duration_s * (self.p.shard_slowdown if need.kind == SHARD else 1.0)
+        rec.timeout = run > job.limit_s
+        rec.start_s = self.now
+        rec.end_s = self.now + min(run, job.limit_s)
+        # what backfill plans with: the time limit (it does not know run times); a job killed at
+        # its limit holds its records until its completion ends, release_s later
+        expected = max(self.now + job.limit_s, rec.end_s + self.p.release_s)
+        for n, parts in chosen:
+            apply(n.free, n.shared, parts, +1)
+            n.running[i] = (expected, parts)
+            self.meter.alloc(parts[0][1], need.eq / need.nodes, self.now)
+            self._records_changed(n, parts)
+        rec.gres_type = chosen[0][1][0][1]
+        self.job_nodes[i] = [n for n, _ in chosen]
+        self.gen[i] = self.gen.get(i, 0) + 1
+        self._push(rec.end_s + self.p.release_s, END, (i, self.gen[i]))  # records free after the epilog
+
+    def _end(self, i: int, gen: int) -> None:
+        if self.gen.get(i) != gen:
+            return  # requeued since: this end belongs to its earlier run
+        self._release(i)
+        self.open_jobs -= 1
+
+    def _release(self, i: int) -> None:
+        need = self.need_of_job[i]
+        for n in self.job_nodes.pop(i):
+            _, parts = n.running.pop(i)
+            apply(n.free, n.shared, parts, -1)
+            self.meter.alloc(parts[0][1], -need.eq / need.nodes, self.now)
+            self._records_changed(n, parts)
+            if n.target is not None and not n.running:
+                self._node_idle(n)
+        self.dirty = self.changed = True
+
+    def _node_idle(self, n: SimNode) -> None:
+        """A node reserved for a switch ran its last job: what follows is ``Switching``'s."""
+        raise NotImplementedError
+
+    # -- the main scheduler ----------------------------------------------------------------
+    def _schedule_main(self) -> None:
+        """Priority order; the first job that does not fit blocks the rest (the partition)."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        q, k = self.queue, 0
+        while k < len(q):
+            i = q[k][2]
+            need = self.need_of_job[i]
+            if not self._configured(need):
+                k += 1
+                continue  # no node has that GRES now (BadConstraints): it does not block
+            chosen = self._fit_now(need, self.jobs[i].limit_s)
+            if chosen is None:
+                break
+            self._start(i, chosen)  # it leaves the queue: the next job is at k now
+        if self.queued and self.changed and not self.bf_pending:
+            self.bf_pending = True
+            self._push(self._next_pass_at(), BACKFILL, None)
+
+    def _next_pass_at(self) -> float:
+        """Backfill runs every ``bf_interval_s`` on a fixed grid: the next grid instant that has
+        not had its pass (this one's, if the change came at a grid instant before its pass:
+        events at one instant come before the pass)."""
+        step = self.p.bf_interval_s
+        if step <= 0:
+            return self.now
+        at = math.ceil(self.now / step) * step
+        return at if at > self.last_pass_s else self.last_pass_s + step
+
+    def _fit_now(self, need: Need, limit: float) -> list[tuple[SimNode, list[Part]]] | None:
+        out = []
+        end = self.now + limit
+        for n in self._offering(need.types):
+            if not n.usable or end > n.ahead_at:
+                continue
+            for typ in need.types:
+                parts = take(n.free, n.shared, n.shares, need, typ)
+                if parts is not None:
+                    out.append((n, parts))
+                    if len(out) == need.nodes:
+                        return out
+                    break
+        return None
+
+
+def _describe(req: TraceRequest) -> str:
+    return f"{req.milli / 1000:g} GPU" if req.milli < 1000 else f"{req.gpus} GPU" + ("s" if req.gpus > 1 else "")

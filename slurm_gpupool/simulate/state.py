@@ -1,0 +1,136 @@
+"""The replay's value types: its settings, a mapped request, what a policy sees of nodes and
+queue, and what a replay measured (pure).
+
+Apart from the engine so that policies, metrics and reports read them without the scheduler's
+machinery, and so that the engine's parts share one definition of each.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slurm_gpupool.simulate.mapping import PREFER_MIG, Demand, TraceRequest
+
+GPU, SHARD = "gpu", "shard"
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Params:
+    """The scheduler's and the repartitioner's settings a replay uses (defaults: Slurm's and ours)."""
+
+    bf_interval_s: float = 30.0  # SchedulerParameters bf_interval
+    bf_max_job_test: int = 500  # bf_max_job_test
+    bf_window_s: float = 86400.0  # bf_window (1440 minutes)
+    bf_resolution_s: float = 60.0  # bf_resolution: reservation windows are rounded down to it
+    # True: every tested job places its reservation, as Slurm does (slow on deep queues); False:
+    # a job that needs at least what one that failed needed is passed over without placing it.
+    # Both agree with the real sandbox Slurm (tests/integration/test_simulate_slurm.py).
+    bf_exact: bool = False
+    # the shortcut passes a job over only once jobs of its request hold every node offering
+    # it, or this many: on Philly's first 40 days 8 keeps the waits within 1 % of bf_exact's
+    bf_hold_nodes: int = 8
+    release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
+    switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
+    lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)
+    deadline_s: float = 1800.0  # repartition.deadline
+    requeue: bool = False  # repartition.requeue
+    grace_s: float = 120.0  # repartition.checkpoint_grace
+    cron_s: float = 300.0  # how often `repartition --scheduled` runs
+    shard_slowdown: float = 1.0  # a time-shared job runs this many times longer
+    prefer: str = PREFER_MIG  # a fraction goes to MIG first, or to shards first
+    sample_s: float = 3600.0  # how often fragmentation is measured
+    typical_share: float = 0.95  # FGD's typical jobs: the most frequent requests covering this share
+    any_model: bool = True  # a request that names no model takes any type that holds it (untyped gpu:N)
+    window_s: float | None = None  # measure utilisation and switches up to here (None: the last submission)
+
+
+@dataclass(frozen=True)
+class Need:
+    """A mapped request: per node ``count`` of ``kind`` of one of ``types`` on ``nodes`` nodes."""
+
+    kind: str  # gpu | shard
+    types: tuple[str, ...]  # the GRES type asked for, then equivalent ones (untyped-like requests)
+    count: int
+    nodes: int
+    eq: float  # GPU-equivalents held, all nodes
+    demand: Demand
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.types[0]}:{self.count}" + (f" x{self.nodes}" if self.nodes > 1 else "")
+
+
+def need_of(d: Demand) -> Need:
+    kind, typ, count = d.gres.split(":")
+    return Need(kind, (typ, *d.alternatives), int(count), d.nodes, d.allocated_eq, d)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a demand-driven policy sees of a node (``Switcher.decide``)."""
+
+    name: str
+    layout: str
+    target: str | None  # switching to it (reserved, or out of service)
+    idle: bool  # no job running
+    usable: bool
+    expected_free_s: float  # when its last running job reaches its time limit (now if idle)
+    since_s: float  # when it last came back from a switch (-inf: never switched)
+    free: tuple[tuple[str, int], ...] = ()  # idle records by type (time-sliced types: idle shards)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A queued job as a demand-driven policy sees it: its request, its GRES in the layout it
+    was mapped in, and how long it has waited."""
+
+    request: TraceRequest
+    need: Need | None  # None: refused now, waiting for a layout that holds it
+    waited_s: float
+    limit_s: float
+
+
+@dataclass
+class JobRecord:
+    job_id: int
+    submit_s: float
+    eligible_s: float  # when it could be submitted (a later layout: then)
+    start_s: float = -1.0
+    end_s: float = -1.0
+    need: str = ""  # the GRES it asked for
+    kind: str = ""  # mig | shard | whole
+    gres_type: str = ""
+    layout: str = ""  # the layout it was mapped in
+    eq: float = 0.0  # GPU-equivalents held
+    requested_eq: float = 0.0  # GPU-equivalents asked for
+    account: str = ""
+    requeues: int = 0
+    timeout: bool = False  # ran into its time limit
+    rejected: str = ""  # why no layout can hold it
+
+    @property
+    def wait_s(self) -> float:
+        return self.start_s - self.submit_s
+
+
+@dataclass
+class Result:
+    """What a replay measured (``metrics.summarise`` turns it into the report)."""
+
+    policy: str
+    horizon_s: float  # when the last job ended
+    window_s: float  # utilisation, switches and samples are measured over [0, window_s]
+    jobs: list[JobRecord]
+    capacity: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds offered
+    allocated: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds allocated
+    kinds: dict[str, str]  # type -> mig | whole | shared
+    switches: int
+    out_of_service_s: float  # node-seconds out of service while switching
+    reserved_idle_s: float  # node-seconds reserved for a switch while idle (waiting for the others)
+    skipped: int  # node switches skipped at the deadline
+    requeued: int  # jobs requeued at a deadline
+    samples: list[tuple[float, float, float, float]]  # (t, capacity eq, idle eq, fragmented eq)
+    layout_seconds: dict[str, float]  # node-seconds in each layout
+    nodes: int
