@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.controller.gres_install import render
@@ -76,3 +77,17 @@ def wait_jobs_done(sb, jobs: list[str], timeout: float = 240) -> dict[str, str]:
             return states
         time.sleep(2)
     raise AssertionError(f"jobs not done: {states}")
+
+
+class Gate:
+    """A job that runs until the test opens its gate, not for a fixed time: on a loaded
+    machine a test's own steps can outlast any ``sleep N`` and the job would end too soon."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = directory / f"gate-{name}"
+
+    def wrap(self) -> str:
+        return f"while [ ! -e {self.path} ]; do sleep 0.5; done"
+
+    def open(self) -> None:
+        self.path.touch()

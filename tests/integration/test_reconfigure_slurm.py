@@ -30,7 +30,7 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.slurm.types import gres_counts
 
-from .repartition_support import sacct_states, wait_jobs_done
+from .repartition_support import Gate, sacct_states, wait_jobs_done
 
 pytestmark = pytest.mark.integration
 
@@ -95,8 +95,8 @@ def switch_by_reconfigure(sb, layout: str) -> Observed:
     return obs
 
 
-def submit(sb, node: str, gres: str, seconds: int) -> str:
-    proc = sb.run(["sbatch", "--parsable", "-w", node, f"--gres={gres}", "-t", "2", "--wrap", f"sleep {seconds}"])
+def submit(sb, node: str, gres: str, wrap: str) -> str:
+    proc = sb.run(["sbatch", "--parsable", "-w", node, f"--gres={gres}", "-t", "10", "--wrap", wrap])
     return proc.stdout.strip().split(";")[0]
 
 
@@ -128,14 +128,15 @@ def restart_into_files(sb) -> None:
         sb.run(["scontrol", "update", f"nodename={NODE}", "state=resume"])
 
 
-def test_reconfigure_alone_after_a_gres_change(night):
+def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
     sb = night
+    other_gate, mine_gate = Gate(tmp_path, "other"), Gate(tmp_path, "mine")
     version = sb.slurm_version
     night_counts, day_counts = layout_counts(sb, "night"), layout_counts(sb, "day")
     assert night_counts == {"gpu:a100": 8} and sum(day_counts.values()) == 38
     try:
         # 1 + 2: a100n2 night -> day while a job runs on a100n1
-        other = submit(sb, OTHER, "gpu:a100:1", 30)
+        other = submit(sb, OTHER, "gpu:a100:1", other_gate.wrap())
         wait_running(sb, other)
         up = switch_by_reconfigure(sb, "day")
         other_state = sacct_states(sb, [other])[other]
@@ -162,12 +163,12 @@ def test_reconfigure_alone_after_a_gres_change(night):
             assert gres_counts(node_now(sb).gres) == day_counts
 
         # 3: a job on a100n2's GPU 6 (whole in both layouts), the node day -> night
-        mine = submit(sb, NODE, "gpu:a100:1", 25)
+        mine = submit(sb, NODE, "gpu:a100:1", mine_gate.wrap())
         wait_running(sb, mine)
         assert gres_idx(sb, mine) == "36"  # GPU 6, after the 36 MIG records
         down = switch_by_reconfigure(sb, "night")
         # may the node's 8 whole GPUs now go to another job while `mine` holds GPU 6?
-        probe = submit(sb, NODE, "gpu:a100:8", 1)
+        probe = submit(sb, NODE, "gpu:a100:8", "sleep 1")
         time.sleep(6)  # sched_interval=5: a startable job starts within this
         probe_state, mine_state = sacct_states(sb, [probe, mine])[probe], sacct_states(sb, [mine])[mine]
         mine_idx = gres_idx(sb, mine)
@@ -192,7 +193,9 @@ def test_reconfigure_alone_after_a_gres_change(night):
             assert (mine_state, mine_idx, probe_state) == ("RUNNING", "36", "PENDING")
             assert history == ["RUNNING|0:0"], history
             sb.run(["scancel", probe])
-            states = wait_jobs_done(sb, [other, mine], timeout=60)
+            other_gate.open()
+            mine_gate.open()
+            states = wait_jobs_done(sb, [other, mine], timeout=120)
             assert states == {other: "COMPLETED", mine: "COMPLETED"}, states
         else:
             # Measured 2026-11-25 on 24.11.5 and 26.05.5: reconfigure takes the new counts, but the
@@ -216,7 +219,8 @@ def test_reconfigure_alone_after_a_gres_change(night):
             first = "REQUEUED|0:0" if version < (25, 0, 0) else "NODE_FAIL|1:0"
             assert history == [first, "PENDING|0:0"], history
             sb.run(["scancel", mine])
-            states = wait_jobs_done(sb, [other], timeout=60)
+            other_gate.open()
+            states = wait_jobs_done(sb, [other], timeout=120)
             assert states == {other: "COMPLETED"}, states
     finally:
         sb.run(["scancel", "--full", "--user=root"], check=False)  # only what a failure left
