@@ -382,3 +382,17 @@ def test_the_catalog_names_the_release_whose_options_the_wrapper_reads(site: dic
         res = wrapper(site, "--requeue=yes", "--gpu-mem=18G", "--wrap", "x")
         assert res.returncode == code, (release, res.stderr)
     assert "option '--requeue' doesn't allow an argument" in res.stderr
+
+
+def test_an_untyped_request_takes_the_sites_preferred_type(site: dict):
+    """#26 item 6: several whole-GPU types refused ``--gres=gpu:1``; with
+    ``submit.untyped_gpu_types`` it gets the first preferred type offered now."""
+    refused = wrapper(site, "--gres=gpu:1", "--wrap", "x")
+    assert refused.returncode == 2 and "several whole-GPU types" in refused.stderr
+    catalog = json.loads((site["etc"] / "gpupool-submit.json").read_text())
+    catalog["rules"]["untyped_gpu_types"] = ["v100", "a100"]
+    (site["etc"] / "gpupool-submit.json").write_text(json.dumps(catalog))
+    res = wrapper(site, "--explain", "--gres=gpu:1", "--wrap", "x")
+    assert res.returncode == 0, res.stderr
+    assert given(site)["argv"] == ["--gres=gpu:v100:1", "--wrap", "x"]
+    assert "the site's preferred whole-GPU type offered now, v100 (submit.untyped_gpu_types)" in res.stderr

@@ -263,7 +263,7 @@ def plan(
                 p.changes.append(Change("constraint", merged, why))
                 args = parse(p.argv, table)
     else:
-        args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff)
+        args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff, now)
         typ, _ = _gpu_request(eff("gres"), eff("gpus-per-node"), eff("gpus"))
         if typ is not None:
             p.later = typed_later(catalog, typ, now)
@@ -426,12 +426,38 @@ def _gpu_types(name: str, value: str) -> set[str]:
     return {head[0]} if len(head) == 2 else set()
 
 
-def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any) -> SbatchArgs:
+def untyped_type(catalog: dict[str, Any], constraint: str | None, now: datetime) -> tuple[str | None, str]:
+    """The whole-GPU type ``untyped_gpus: auto`` gives an untyped request, and why; None: none.
+
+    The one whole-GPU type the cluster has, or the one the job's constraint names; else,
+    among those, the site's ``untyped_gpu_types`` in its order: the first one offered now
+    (by the layout Slurm's GRES are in, as :func:`decide` sees it), else the first (and the
+    request then waits for its layout, as a typed one does).  None: several types and no
+    preference among them (refused)."""
+    types = whole_types(catalog, constraint)
+    if len(types) == 1:
+        return types[0], f"the cluster's whole-GPU type {types[0]}"
+    prefer = [t for t in (catalog.get("rules") or {}).get("untyped_gpu_types") or () if t in types]
+    for t in prefer:
+        try:
+            d = decide(catalog, Request("type", 0, t), now)
+            if d.choice is not None and d.later is None:
+                return t, f"the site's preferred whole-GPU type offered now, {t} (submit.untyped_gpu_types)"
+        except RequestError:
+            continue
+    if prefer:
+        return prefer[0], f"the site's preferred whole-GPU type {prefer[0]} (submit.untyped_gpu_types)"
+    return None, ""
+
+
+def _type_untyped(
+    p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any, now: datetime
+) -> SbatchArgs:
     """An untyped GPU request (``--gres=gpu:N``, ``--gpus=N``, ``--gpus-per-*=N``) may take a
     GPU that carries shards or a MIG slice (Slurm 24.11 and later start it on a shared GPU
-    that runs shard jobs).  ``auto``: the cluster's one whole-GPU type (or the one the
-    constraint names), else refused; ``reject``: always refused; ``leave``: as typed.
-    Unless ``leave``, the time-sliced GPUs' own type is refused too: they are for shards."""
+    that runs shard jobs).  ``auto``: the type :func:`untyped_type` picks, else refused;
+    ``reject``: always refused; ``leave``: as typed.  Unless ``leave``, the time-sliced
+    GPUs' own type is refused too: they are for shards."""
     if policy == "leave":
         return args
     found = [(name, eff(name)) for name in GPU_OPTIONS if eff(name)]
@@ -447,7 +473,8 @@ def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArg
         return args
     types = whole_types(catalog, eff("constraint"))
     shown = ", ".join(f"--{n}={v}" for n, v in untyped)
-    if policy == "reject" or len(types) != 1:
+    typ, why_type = untyped_type(catalog, eff("constraint"), now) if policy == "auto" else (None, "")
+    if typ is None:
         why = (
             "this site asks for typed GPU requests"
             if policy == "reject"
@@ -458,10 +485,10 @@ def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArg
         hint = "name one: --gres=gpu:<type>:N" + (f" with <type> one of {', '.join(types)}" if types else "")
         raise RequestError(why, hint + "; or --gpu-mem / --gpus-nvlink")
     for name, value in untyped:
-        new = _untyped_value(name, value, types[0])
+        new = _untyped_value(name, value, typ)
         assert new is not None
         p.argv = _set_option(p.argv, args, name, new)
-        p.changes.append(Change(name, new, f"untyped GPU request: the cluster's whole-GPU type {types[0]}"))
+        p.changes.append(Change(name, new, f"untyped GPU request: {why_type}"))
         args = parse(p.argv, p.table)
     return args
 
