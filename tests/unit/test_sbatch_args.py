@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,18 @@ def test_the_release_picks_its_table_and_an_unrecorded_one_the_newest_before_it(
 def test_scan_reports_instead_of_raising():
     a = scan(["--bogus", "job.sh"])
     assert a.errors == ["unrecognized option '--bogus'"] and a.options == []
+
+
+def test_friendly_options_apply_to_the_first_component_only():
+    """Before, a friendly option after ':' (or after ``#SBATCH hetjob``) was applied to the
+    first component's GRES."""
+    from datetime import datetime
+
+    from slurm_gpupool.core.submit.plan import plan
+    from slurm_gpupool.core.submit.request import RequestError
+
+    with pytest.raises(RequestError, match="later component"):
+        split_ours(["-N1", ":", "--gpu-mem=18G", "--wrap", "x"])
+    script = "#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH --gpu-mem=18G\ntrue\n"
+    with pytest.raises(RequestError, match="later component"):
+        plan(["job.sh"], script, {"schema": 1, "layouts": {}}, datetime.now(UTC))
