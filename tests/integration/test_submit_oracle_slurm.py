@@ -367,12 +367,13 @@ def records(sandbox) -> dict[str, list[str]]:
 def _masked(line: str) -> str:
     own = re.match(r"JobId=(\d+)", line)
     assert own
+
+    def file_name(m: re.Match[str]) -> str:  # the id in the file's name, not in its directories
+        head, _, name = m.group(2).rpartition("/")
+        return f"{m.group(1)}={head}{'/' if head else ''}" + re.sub(rf"(?<!\d){own.group(1)}(?!\d)", "<id>", name)
+
     for key in WITH_JOB_ID:
-        line = re.sub(
-            rf"(?<!\S){key}=(\S*)",
-            lambda m, key=key: f"{key}=" + re.sub(rf"(?<!\d){own.group(1)}(?!\d)", "<id>", m.group(1)),
-            line,
-        )
+        line = re.sub(rf"(?<!\S)({key})=(\S*)", file_name, line)
     for key in PER_SUBMISSION:
         line = re.sub(rf"(?<!\S){key}=\S*", f"{key}=*", line)
     return line
