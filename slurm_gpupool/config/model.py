@@ -41,6 +41,7 @@ SUBMIT_DEFAULTS: dict[str, Any] = {
     "enforce_binding": False,  # add --gres-flags=enforce-binding to multi-GPU jobs
     "switches": None,  # e.g. 1: multi-node jobs get --switches=1 (needs a network topology plugin)
     "untyped_gpus": "auto",  # auto | reject | leave plain --gres=gpu:N / --gpus=N
+    "untyped_gpu_types": [],  # auto: the whole-GPU types an untyped request may get, preferred first
     "other_gpu_qos": [],  # with tiers: QOS outside the tiers that GPU jobs may still name
 }
 

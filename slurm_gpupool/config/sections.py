@@ -330,6 +330,18 @@ def parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     out["untyped_gpus"] = w.optional(raw, "untyped_gpus", str, "auto")
     if out["untyped_gpus"] not in ("auto", "reject", "leave"):
         raise w.key("untyped_gpus").error("must be auto, reject or leave")
+    prefer = w.optional(raw, "untyped_gpu_types", (list, str), [])
+    prefer = [prefer] if isinstance(prefer, str) else prefer
+    for i, t in enumerate(prefer):
+        if not isinstance(t, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", t):
+            raise w.key("untyped_gpu_types").index(i).error(f"not a GPU type name: {t!r:.40}")
+    if len(set(prefer)) != len(prefer):
+        raise w.key("untyped_gpu_types").error("names a type twice")
+    if prefer and out["untyped_gpus"] != "auto":
+        raise w.key("untyped_gpu_types").error(
+            f"goes with untyped_gpus: auto (not {out['untyped_gpus']}): it says which type auto gives"
+        )
+    out["untyped_gpu_types"] = list(prefer)  # the wrapper and job_submit.lua pick from it in this order
     other = w.optional(raw, "other_gpu_qos", list, [])
     for i, q in enumerate(other):
         if not isinstance(q, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", q):

@@ -12,6 +12,7 @@ from typing import Any
 
 from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller import job_submit
+from slurm_gpupool.controller.versions import cluster_version
 from slurm_gpupool.pool import hook_settings, submit_catalog
 from slurm_gpupool.util.atomic import write_text_atomic
 from slurm_gpupool.util.oplog import log as syslog_line
@@ -30,9 +31,12 @@ def render_support_files(cfg: PoolConfig, installed: str | None = None) -> dict[
     which the wrapper and the Lua then treat as what is offered now."""
 
     base = Path(cfg.slurm.config_dir)
+    catalog = submit_catalog.submit_catalog(cfg, installed)
+    # which sbatch's option table gpupool-sbatch reads command lines with (the cluster's release)
+    catalog["sbatch"] = "{}.{:02d}".format(*cluster_version(cfg)[:2])
     return {
         base / hook_settings.FILE_NAME: _json(hook_settings.hook_settings(cfg)),
-        base / submit_catalog.FILE_NAME: _json(submit_catalog.submit_catalog(cfg, installed)),
+        base / submit_catalog.FILE_NAME: _json(catalog),
         base / job_submit.FILE_NAME: job_submit.render_job_submit(cfg, installed),
     }
 

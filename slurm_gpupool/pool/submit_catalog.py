@@ -16,6 +16,7 @@ from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.core.gres.records import device_order, largest_nvlink_clique
 from slurm_gpupool.core.mig.catalog import get_model
 from slurm_gpupool.core.mig.layouts import MIG, SHARED
+from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.pool.elastic import allowed_layouts
 from slurm_gpupool.pool.planned import planned_node
 from slurm_gpupool.pool.tiers import check_tier_gres, pool_types, resolve
@@ -117,12 +118,14 @@ def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, A
                 for r in s.rules
             ],
         }
+    layouts = {name: {"offers": layout_offers(cfg, name)} for name in cfg.layout_names()}
+    check_untyped_gpu_types(cfg, layouts)
     return {
         "schema": 1,
         "source": cfg.source,
         "schedule": sched,
         "installed": installed if installed in cfg.layout_names() else None,
-        "layouts": {name: {"offers": layout_offers(cfg, name)} for name in cfg.layout_names()},
+        "layouts": layouts,
         "rules": dict(cfg.submit),
         # schedule.mode elastic: in these periods (all, if empty) choices span every layout
         "elastic": (
@@ -136,6 +139,19 @@ def submit_catalog(cfg: PoolConfig, installed: str | None = None) -> dict[str, A
         ),
         **tiers_section(cfg),
     }
+
+
+def check_untyped_gpu_types(cfg: PoolConfig, layouts: dict[str, Any]) -> None:
+    """``submit.untyped_gpu_types`` names whole-GPU types the layouts offer (ConfigError)."""
+    whole = sorted({o["type"] for lay in layouts.values() for o in lay["offers"] if o["kind"] == "whole"})
+    for i, t in enumerate(cfg.submit.get("untyped_gpu_types") or ()):
+        if t not in whole:
+            raise ConfigError(
+                cfg.source,
+                f"submit.untyped_gpu_types[{i}]",
+                f"{t!r} is not a whole-GPU type any layout offers",
+                hint="whole-GPU types: " + (", ".join(whole) or "none"),
+            )
 
 
 def tiers_section(cfg: PoolConfig) -> dict[str, Any]:

@@ -14,6 +14,12 @@ import os
 import sys
 from datetime import datetime
 
+TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
+
+if TYPE_CHECKING:
+    from slurm_gpupool.core.submit.plan import Plan
+    from slurm_gpupool.core.submit.sbatch_args import OptionTable, SbatchArgs
+
 USAGE = """\
 usage: gpupool-sbatch [sbatch options] [friendly options] [script [args...]]
 
@@ -121,31 +127,38 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0
     env = dict(os.environ)
-    from slurm_gpupool.core.submit.plan import plan, split_ours
+    from slurm_gpupool.core.submit.plan import OURS, plan, sbatch_table
     from slurm_gpupool.core.submit.request import RequestError
-    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse
+    from slurm_gpupool.core.submit.sbatch_args import ArgError, scan
+    from slurm_gpupool.submit.script import ScriptError, read_all, read_path, resolve
 
+    catalog = load_catalog(env)
+    table = sbatch_table(catalog)
+    sbatch = real_sbatch(env)
+    line = scan(args, table, OURS)
+    if line.exits:  # sbatch --version, --usage, --help: no job, no script
+        return _exec(sbatch, args, None)
+    if line.errors:
+        return _refuse_or_pass(sbatch, args, line.errors[0], table.release)
+    script: bytes | None = None
     stdin_script: bytes | None = None
-    script_text: str | None = None
+    handover = False  # a script path that is not a regular file (a pipe): sbatch gets our copy
     try:
-        rest, _, _ = split_ours(args)
-        parsed = parse(rest)
-        if {o.name for o in parsed.options} & NO_SCRIPT:  # sbatch --version, --usage: no job, no stdin
-            return _exec(real_sbatch(env), rest, None)
-        if parsed.script_index is not None:
-            try:
-                with open(parsed.argv[parsed.script_index], "rb") as f:
-                    script_text = f.read().decode(errors="replace")
-            except OSError:
-                script_text = None  # sbatch will say what is wrong with it
-        elif not parsed.has("wrap") and not sys.stdin.isatty():
-            stdin_script = sys.stdin.buffer.read()
-            script_text = stdin_script.decode(errors="replace")
-        now = datetime.now().astimezone()
-        catalog = load_catalog(env)
-        p = plan(args, script_text, catalog, now, lambda: idle_now(env, catalog or {}))
-    except ArgError:
-        return _exec(real_sbatch(env), args, stdin_script)  # sbatch explains its own syntax
+        if line.script_index is not None:
+            name = args[line.script_index]
+            path = resolve(name, line.first_value("chdir"), env.get("PATH"), os.getcwd())
+            script, regular = read_path(path)
+            handover = script is not None and not regular
+        elif not line.wrap and not sys.stdin.isatty():
+            stdin_script = script = read_all(0, "the script on standard input")
+    except ScriptError as e:
+        sys.stderr.write(f"gpupool-sbatch: {e}\n")
+        return 2
+    now = datetime.now().astimezone()
+    try:
+        p = plan(args, script, catalog, now, lambda: idle_now(env, catalog or {}))
+    except ArgError as e:  # the script's #SBATCH lines: sbatch refuses them itself
+        return _refuse_or_pass(sbatch, args, str(e), table.release, stdin_script)
     except RequestError as e:
         sys.stderr.write(f"gpupool-sbatch: {e}\n")
         if e.hint:
@@ -153,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for n in p.notes:
         sys.stderr.write(f"gpupool-sbatch: note: {n}\n")
-    sbatch = real_sbatch(env)
     if p.later and not p.submit_anyway:
         layout, when = p.later
         sys.stderr.write(
@@ -170,31 +182,43 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(p.describe(sbatch) + "\n")
         return 0
     argv = p.argv
-    _hand_down_gres(argv, script_text)
-    if p.script_has_ours and script_text is not None:
-        argv, stdin_script = _without_our_directives(argv, script_text, stdin_script)
+    _hand_down_gres(argv, script, p.table)
+    if script is not None and (p.script_has_ours or handover):
+        argv, stdin_script = _hand_over_script(argv, script, stdin_script, p, env)
     if p.later:  # --submit-anyway: Slurm takes it only while some node still has that GRES
         return _submit_anyway(sbatch, argv, stdin_script, f"layout {p.later[0]}, {_when(p.later[1], now)}")
-    limited = _quota_tres(catalog, argv, script_text)
+    limited = _quota_tres(catalog, argv, script, p.table)
     if limited:
         return _submit_and_explain(sbatch, argv, stdin_script, catalog or {}, limited)
     return _exec(sbatch, argv, stdin_script)
 
 
+def _refuse_or_pass(sbatch: str, args: list[str], error: str, release: str, stdin: bytes | None = None) -> int:
+    """A command line (or #SBATCH lines) sbatch would refuse: without friendly options it
+    goes to sbatch as typed, which says why (an option of a site's SPANK plugin, unknown
+    to the recorded table, then works too); with them it is refused here, since sbatch
+    would refuse our options as well."""
+    from slurm_gpupool.core.submit.plan import OURS
+
+    if not any(tok.startswith("--") and tok[2:].split("=", 1)[0] in OURS for tok in args):
+        return _exec(sbatch, args, stdin)
+    sys.stderr.write(
+        f"gpupool-sbatch: {error}\n"
+        f"hint: sbatch (Slurm {release}) refuses that too; options of a site plugin (SPANK) cannot be "
+        "combined with friendly options: give --gres=gpu:<type>:N instead\n"
+    )
+    return 2
+
+
 LIMIT_REASONS = ("GrpGRES", "MaxGRES", "GrpTRES", "MaxTRES")  # AssocGrpGRES, QOSMaxGRESPerUser, ...
 
 
-def _quota_tres(catalog: dict | None, argv: list[str], script: str | None) -> list[str]:
+def _quota_tres(catalog: dict | None, argv: list[str], script: bytes | None, table: OptionTable) -> list[str]:
     """The quota'd TRES (``gres/gpu:a100``, ``gres/shard``) the job asks for: after submitting
     such a job the wrapper looks whether a quota holds it, to say so."""
     if not catalog or not catalog.get("quotas"):
         return []
-    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse, parse_directives
-
-    try:
-        sources = [parse(argv)] + ([parse(parse_directives(script))] if script else [])
-    except ArgError:
-        return []
+    sources = _sources(argv, script, table)
     gres = next((g for a in sources if (g := a.value("gres"))), "") or ""
     asked = set()
     for item in gres.split(","):
@@ -289,22 +313,26 @@ def _submit_anyway(sbatch: str, argv: list[str], stdin_script: bytes | None, whe
     return proc.returncode
 
 
-NO_SCRIPT = {"version", "usage", "help", "-V", "-h"}
 GRES_ENV = "SLURM_GPUPOOL_GRES"  # read by the TaskProlog where Slurm sets no SLURM_TRES_PER_NODE (22.05)
 
 
-def _hand_down_gres(argv: list[str], script: str | None) -> None:
+def _sources(argv: list[str], script: bytes | None, table: OptionTable) -> list[SbatchArgs]:
+    """The first component's options: the command line's, then the #SBATCH lines'."""
+    from slurm_gpupool.core.submit.sbatch_args import scan
+    from slurm_gpupool.core.submit.sbatch_script import directive_args
+
+    out = [scan(argv, table)]
+    if script:
+        out.append(directive_args(script, table))
+    return [a for a in out if not a.errors]
+
+
+def _hand_down_gres(argv: list[str], script: bytes | None, table: OptionTable) -> None:
     """Put the job's GRES request in the environment sbatch passes on (``--export=ALL``, its
     default), so the TaskProlog can narrow an ``--exclusive`` allocation to the requested
     types on Slurm releases whose jobs do not see their request (22.05)."""
-    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse, parse_directives
-
     os.environ.pop(GRES_ENV, None)  # not one inherited from the job this is submitted from
-    try:
-        sources = [parse(argv)] + ([parse(parse_directives(script))] if script else [])
-    except ArgError:
-        return
-    for args in sources:  # the command line wins over #SBATCH lines
+    for args in _sources(argv, script, table):  # the command line wins over #SBATCH lines
         gres = args.value("gres")
         per_node = args.value("gpus-per-node")
         if gres or per_node:
@@ -312,17 +340,21 @@ def _hand_down_gres(argv: list[str], script: str | None) -> None:
             return
 
 
-def _without_our_directives(argv: list[str], script: str, stdin: bytes | None) -> tuple[list[str], bytes | None]:
-    """Give sbatch the script without our options in its #SBATCH lines: on stdin if it came
-    that way, else as an in-memory file in place of the path (the job keeps the script's
-    name as its name unless it has one)."""
-    from slurm_gpupool.core.submit.plan import strip_our_directives
-    from slurm_gpupool.core.submit.sbatch_args import parse, parse_directives
+def _hand_over_script(
+    argv: list[str], script: bytes, stdin: bytes | None, p: Plan, env: dict[str, str]
+) -> tuple[list[str], bytes | None]:
+    """Give sbatch the script the wrapper read: without our options in its #SBATCH lines
+    (every other byte as it was), on stdin if it came that way, else as an in-memory file
+    in place of the path (a pipe's bytes are gone once read); the job keeps the script's
+    name as its name unless it has one."""
+    from slurm_gpupool.core.submit.plan import OURS
+    from slurm_gpupool.core.submit.sbatch_args import scan
+    from slurm_gpupool.core.submit.sbatch_script import directive_args, strip_ours
 
-    text = strip_our_directives(script).encode()
+    text = strip_ours(script, p.table, OURS) if p.script_has_ours else script
     if stdin is not None:
         return argv, text
-    args = parse(argv)
+    args = scan(argv, p.table)
     if args.script_index is None:
         return argv, stdin
     fd = os.memfd_create("gpupool-sbatch-script", 0)  # inherited by sbatch (no CLOEXEC)
@@ -330,7 +362,8 @@ def _without_our_directives(argv: list[str], script: str, stdin: bytes | None) -
     os.lseek(fd, 0, os.SEEK_SET)
     path = argv[args.script_index]
     out = [*argv[: args.script_index], f"/proc/self/fd/{fd}", *argv[args.script_index + 1 :]]
-    if not args.has("job-name") and not parse(parse_directives(script)).has("job-name"):
+    named = args.has("job-name") or directive_args(text, p.table).has("job-name") or "SBATCH_JOB_NAME" in env
+    if not named:
         out.insert(0, f"--job-name={os.path.basename(path)}")
     return out, None
 

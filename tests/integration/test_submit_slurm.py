@@ -64,7 +64,10 @@ def show(sandbox, job: str) -> list[dict[str, str]]:
     ids = {str(int(job) + k): f"<id+{k}>" for k in range(3, 0, -1)} | {job: "<id>"}  # het components
 
     def norm(v: str) -> str:
-        return re.sub(r"\d+", lambda m: ids.get(m.group(0), m.group(0)), v)
+        # in a file's name only: a directory such as the checkout's may hold a number
+        # that equals one of the ids (a worktree named h-a26 and job 26)
+        head, slash, name = v.rpartition("/")
+        return head + slash + re.sub(r"\d+", lambda m: ids.get(m.group(0), m.group(0)), name)
 
     recs = []
     for line in out.splitlines():

@@ -32,7 +32,7 @@ from typing import Any
 
 from lupa import lua51
 
-from slurm_gpupool.core.submit.sbatch_args import parse
+from slurm_gpupool.core.submit.sbatch_args import parse, table_for
 
 NO_VAL = 4294967294
 SLURM_SUCCESS, SLURM_ERROR = 0, -1
@@ -238,7 +238,7 @@ def job_desc_of(argv: list[str], release: tuple[int, int, int]) -> dict[str, Any
     Raises :class:`SbatchFatal` where sbatch itself refuses: from 26.05 ``--gres=gpu...``
     together with ``--gpus-per-node`` ("--gpus-per-node and --gres=gpu are mutually
     exclusive", src/common/slurm_opt.c _validate_gres_vs_gpus_per_node)."""
-    args = parse(argv)
+    args = parse(argv, table_for(f"{release[0]}.{release[1]:02d}"))
     value = args.value
     prefix = gres_prefix(release)
     desc: dict[str, Any] = {}

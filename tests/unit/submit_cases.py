@@ -42,6 +42,7 @@ TWO_TIERS = {
     "exclusive": {"priority": 1000, "gres": ["whole"]},
     "shared": {"priority": 100, "preempt_mode": "requeue", "grace": "15s", "gres": ["shard", "mig"], "default": True},
 }
+PREFER = ["h100_80gb_hbm3", "a100", "v100"]  # submit.untyped_gpu_types: H100s by night, else A100s
 TYPED_TIERS = {  # tiers naming GRES types, no default tier
     "small": {"priority": 10, "gres": ["1g.5gb", "1g.10gb", "shard"]},
     "big": {"priority": 20, "gres": ["a100", "h100_80gb_hbm3"]},
@@ -141,6 +142,19 @@ def sites() -> tuple[Site, ...]:
         Site("untyped-leave", _with(shipped, submit={"untyped_gpus": "leave", "nvlink_constraint": False}), "22.05"),
         Site("one-whole-type", _one_whole_type(), "26.05"),
         Site("one-whole-type-rules", _with(_one_whole_type(), submit={"enforce_binding": True, "switches": "2"})),
+        # #26 item 6: untyped requests get the site's preferred whole-GPU type offered now
+        Site("untyped-prefer", _with(shipped, submit={"untyped_gpu_types": PREFER}), "24.11"),
+        Site("untyped-prefer-installed-day", _with(shipped, submit={"untyped_gpu_types": PREFER}), "22.05", "day"),
+        Site(
+            "untyped-prefer-tiers",
+            _with(shipped, tiers=TIERS, quotas=QUOTAS, submit={"untyped_gpu_types": ["a30", "v100"]}),
+            "26.05",
+        ),
+        Site(
+            "untyped-prefer-elastic",
+            _with(_load("etc/simulate/pool-512-elastic.yaml"), submit={"untyped_gpu_types": ["h100_80gb_hbm3"]}),
+            "22.05",
+        ),
         Site("pool-512", _load("etc/simulate/pool-512.yaml"), "24.11"),
         Site("pool-512-elastic", _load("etc/simulate/pool-512-elastic.yaml"), "22.05"),
         Site("pool-512-elastic-day", _load("etc/simulate/pool-512-elastic-day.yaml"), "26.05", "night"),

@@ -376,3 +376,25 @@ def test_mig_parted_errors_point_into_its_file(tmp_path: Path):
     res = run_check(tmp_path, cfg)
     assert res.returncode == 78
     assert f"{tmp_path / 'mp.yaml'}: mig-configs.bad[0]" in res.stderr and "mig-devices" in res.stderr
+
+
+def test_untyped_gpu_types_name_whole_gpu_types_for_auto():
+    """#26 item 6: the preferred types of untyped GPU requests; what they may name."""
+    from slurm_gpupool.errors import ConfigError
+    from slurm_gpupool.pool.submit_catalog import submit_catalog
+
+    ok = parse_config(mutate(_set(["submit"], {"untyped_gpu_types": "a30"})), "t.yaml", TOP)
+    assert ok.submit["untyped_gpu_types"] == ["a30"]  # one name: a default type
+    assert submit_catalog(ok)["rules"]["untyped_gpu_types"] == ["a30"]
+    for value, words in (
+        ({"untyped_gpus": "reject", "untyped_gpu_types": ["a100"]}, "goes with untyped_gpus: auto"),
+        ({"untyped_gpu_types": ["a100", "a100"]}, "names a type twice"),
+        ({"untyped_gpu_types": ["a 100\n"]}, "not a GPU type name"),
+        ({"untyped_gpu_types": [7]}, "not a GPU type name"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            parse_config(mutate(_set(["submit"], value)), "t.yaml", TOP)
+    for name in ("1g.5gb", "a30_shared", "tpu"):  # a MIG slice, a time-sliced type, nothing
+        cfg = parse_config(mutate(_set(["submit"], {"untyped_gpu_types": ["a100", name]})), "t.yaml", TOP)
+        with pytest.raises(ConfigError, match=r"submit.untyped_gpu_types\[1\].*not a whole-GPU type"):
+            submit_catalog(cfg)

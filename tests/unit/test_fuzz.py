@@ -93,9 +93,10 @@ def test_hundreds_of_hostile_sbatch_command_lines_plan_or_refuse(shipped: tuple[
     from datetime import UTC, datetime
 
     from slurm_gpupool.config.load import parse_config
-    from slurm_gpupool.core.submit.plan import plan, split_ours, strip_our_directives
+    from slurm_gpupool.core.submit.plan import OURS, plan
     from slurm_gpupool.core.submit.request import RequestError
-    from slurm_gpupool.core.submit.sbatch_args import ArgError, parse_directives
+    from slurm_gpupool.core.submit.sbatch_args import ArgError, table_for
+    from slurm_gpupool.core.submit.sbatch_script import components_with_ours, strip_ours
     from slurm_gpupool.pool.submit_catalog import submit_catalog
 
     tree, _ = shipped
@@ -109,8 +110,8 @@ def test_hundreds_of_hostile_sbatch_command_lines_plan_or_refuse(shipped: tuple[
         try:
             p = plan(argv, script, catalog, now)
             if script is not None and p.script_has_ours:  # what sbatch then reads has none of ours
-                _, values, flags = split_ours(parse_directives(strip_our_directives(script)))
-                assert not values and not flags, (k, argv, script)
+                stripped = strip_ours(script.encode("utf-8", "surrogateescape"), table_for(), OURS)
+                assert not components_with_ours(stripped, table_for(), OURS), (k, argv, script)
             outcomes["planned"] += 1
         except RequestError:
             outcomes["refused"] += 1

@@ -340,6 +340,47 @@ def test_the_lua_types_every_untyped_gpu_request():
     assert got[1]["tres_per_node"] == "gres/gpu:a100:2,gres/gpu:a100:1" and got[1]["features"] == "a100&nvlink2"
 
 
+@pytest.mark.parametrize(
+    ("site", "release", "now", "argv", "typed"),
+    [
+        # several whole-GPU types: the first of submit.untyped_gpu_types offered now
+        ("untyped-prefer", "24.11", MONDAY_NIGHT, ["--gres=gpu:1"], ("tres_per_node", "gpu:h100_80gb_hbm3:1")),
+        ("untyped-prefer", "24.11", MONDAY_NOON, ["--gres=gpu:1"], ("tres_per_node", "gpu:a100:1")),  # no whole H100
+        ("untyped-prefer", "24.11", MONDAY_NOON, ["--gpus=2"], ("tres_per_job", "gpu:a100:2")),
+        ("untyped-prefer", "24.11", MONDAY_NIGHT, ["-C", "a30|v100", "--gres=gpu:1"], ("tres_per_node", "gpu:v100:1")),
+        # the layout Slurm's GRES are in, not the clock
+        ("untyped-prefer-installed-day", "22.05", MONDAY_NIGHT, ["--gres=gpu:1"], ("tres_per_node", "gpu:a100:1")),
+        # a constraint naming one type still wins
+        ("untyped-prefer", "24.11", MONDAY_NIGHT, ["-C", "a30", "--gres=gpu:1"], ("tres_per_node", "gpu:a30:1")),
+    ],
+)
+def test_an_untyped_request_gets_the_sites_preferred_type_from_both(site, release, now, argv, typed):
+    """#26 item 6: ``sbatch --gres=gpu:1`` was refused wherever the cluster has several
+    whole-GPU types; ``submit.untyped_gpu_types`` lets the site keep its users' habit."""
+    want, got = outcomes(site, release, now, {}, argv)
+    assert want == got and got[0] == "accepted", (want, got)
+    field, value = typed
+    assert got[1][field] == gres_prefix(RELEASES[release]) + value
+
+
+def test_an_untyped_request_no_preference_covers_is_still_refused_by_both():
+    want, got = outcomes("shipped", "24.11", MONDAY_NIGHT, {}, ["--gres=gpu:1"])
+    assert want == got == ("refused", "untyped")
+    # the constraint names two types, neither preferred: the refusal stays the last resort
+    want, got = outcomes(
+        "untyped-prefer-tiers",
+        "26.05",
+        MONDAY_NIGHT,
+        {"tier": "exclusive"},
+        ["-C", "a100|h100_80gb_hbm3", "--gres=gpu:1"],
+    )
+    assert want == got == ("refused", "untyped")
+    # a30 preferred, but whole A30s only by night: by day the next preferred type
+    for now, typ in ((MONDAY_NIGHT, "a30"), (MONDAY_NOON, "v100")):
+        want, got = outcomes("untyped-prefer-tiers", "26.05", now, {"tier": "exclusive"}, ["--gres=gpu:1"])
+        assert want == got and got[1]["tres_per_node"] == f"gres/gpu:{typ}:1", (now, got)
+
+
 def test_gpus_per_node_gets_the_nvlink_constraint_from_both():
     want, got = outcomes("shipped", "26.05", MONDAY_NIGHT, {}, ["--gpus-per-node=v100:4"])
     assert want == got and got[1]["features"] == "nvlink4"

@@ -12,7 +12,8 @@ import pytest
 from slurm_gpupool.config.load import load_config, parse_config
 from slurm_gpupool.core.submit.plan import Change, plan
 from slurm_gpupool.core.submit.request import RequestError, parse_fraction, parse_size_mib
-from slurm_gpupool.core.submit.sbatch_args import parse, parse_directives
+from slurm_gpupool.core.submit.sbatch_args import parse
+from slurm_gpupool.core.submit.sbatch_script import parse_directives
 from slurm_gpupool.pool.submit_catalog import submit_catalog
 
 TOP = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def test_parse_finds_options_script_and_its_args():
     a = parse(["-N2", "-o", "out %j.txt", "--gres=gpu:1", "-HW", "job.sh", "--gres=ignored", "-x"])
     assert a.script_index == 5 and a.argv[a.script_index] == "job.sh"
     assert a.value("nodes") == "2" and a.value("output") == "out %j.txt" and a.value("gres") == "gpu:1"
-    assert a.has("-H") and a.has("-W")
+    assert a.has("hold") and a.has("wait")  # short options under their long names
     het = parse(["-n1", ":", "--gres=gpu:2", "--wrap", "x"])
     assert het.separators == [1] and het.value("gres", component=1) == "gpu:2" and het.value("gres") is None
     assert parse(["--wrap", "echo 'a b'"]).script_index is None

@@ -23,7 +23,8 @@ from slurm_gpupool.core.submit.request import (
     parse_size_mib,
     typed_later,
 )
-from slurm_gpupool.core.submit.sbatch_args import LONG_WITH_VALUE, SHORT_WITH_VALUE, SbatchArgs, parse, parse_directives
+from slurm_gpupool.core.submit.sbatch_args import ArgError, OptionTable, SbatchArgs, parse, scan, table_for
+from slurm_gpupool.core.submit.sbatch_script import components_with_ours, directive_args
 
 TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 OUR_VALUED = ("gpu-mem", "gpu-share", "gpus-nvlink")
 OUR_TIER = ("tier", "checkpoint-signal")  # service tiers (docs/tiers.md)
 OUR_FLAGS = ("explain", "dry-run", "submit-anyway")
+# our options for the getopt walk: name -> has_arg (a value in the next word or after '=')
+OURS = {**{k: 1 for k in (*OUR_VALUED, *OUR_TIER)}, **{k: 0 for k in OUR_FLAGS}}
 
 
 class Change:
@@ -55,10 +58,28 @@ class Change:
 
 
 class Plan:
-    __slots__ = ("argv", "changes", "dry_run", "explain", "later", "notes", "script_has_ours", "submit_anyway")
+    __slots__ = (
+        "argv",
+        "changes",
+        "dry_run",
+        "explain",
+        "later",
+        "notes",
+        "script_has_ours",
+        "submit_anyway",
+        "table",
+    )
 
-    def __init__(self, argv: list[str], explain: bool = False, dry_run: bool = False, submit_anyway: bool = False):
+    def __init__(
+        self,
+        argv: list[str],
+        explain: bool = False,
+        dry_run: bool = False,
+        submit_anyway: bool = False,
+        table: OptionTable | None = None,
+    ):
         self.argv = argv
+        self.table = table or table_for()  # the sbatch release's options: every parse uses it
         self.changes: list[Change] = []
         self.notes: list[str] = []
         self.later: tuple[str, datetime | None] | None = None  # the request waits for this layout
@@ -73,86 +94,42 @@ class Plan:
         return "\n".join(lines)
 
 
-def split_ours(argv: list[str]) -> tuple[list[str], dict[str, str], set[str]]:
-    """Remove our options (before the script) from argv.
-
-    Walked as sbatch's getopt does: the value of an option that takes one is never
-    taken for an option (``-J --gpu-mem=18G`` names the job "--gpu-mem=18G"), and
-    nothing after ``--`` or after the script is ours."""
-
-    rest: list[str] = []
-    values: dict[str, str] = {}
-    flags: set[str] = set()
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--" or (not tok.startswith("-") and tok != ":") or tok == "-":
-            rest.extend(argv[i:])  # the script (or its marker) and its own arguments
-            break
-        if tok.startswith("--"):
-            name, eq, value = tok[2:].partition("=")
-            if name in OUR_VALUED or name in OUR_TIER:
-                if eq:
-                    values[name] = value
-                    i += 1
-                elif i + 1 < len(argv):
-                    values[name] = argv[i + 1]
-                    i += 2
-                else:
-                    raise RequestError(f"--{name} needs a value")
-                continue
-            if name in OUR_FLAGS and not eq:
-                flags.add(name)
-                i += 1
-                continue
-            takes = name in LONG_WITH_VALUE and not eq
-        else:  # a cluster of short options: the first that takes a value ends it
-            cluster = tok[1:]
-            k = next((j for j, ch in enumerate(cluster) if ch in SHORT_WITH_VALUE), None)
-            takes = k is not None and k == len(cluster) - 1
-        rest.append(tok)
-        if takes and i + 1 < len(argv):
-            rest.append(argv[i + 1])
-            i += 1
-        i += 1
-    return rest, values, flags
+def sbatch_table(catalog: dict[str, Any] | None) -> OptionTable:
+    """The option table of the sbatch the catalog was written for (``gres install`` records
+    the cluster's release); the oldest supported release's without one."""
+    return table_for((catalog or {}).get("sbatch"))
 
 
-def strip_our_directives(script: str) -> str:
-    """The script with our options taken out of its ``#SBATCH`` lines (sbatch stops at an
-    option it does not know); each changed line is kept as a ``#gpupool-sbatch:`` comment."""
-    import shlex
-
-    lines = script.splitlines(keepends=True)
-    for k, line in enumerate(lines):
-        s = line.strip()
-        if (k == 0 and s.startswith("#!")) or not s:
-            continue
-        if not s.startswith("#"):
-            break  # sbatch reads directives up to the first command
-        if not s.startswith("#SBATCH"):
-            continue
-        body, _, comment = s[len("#SBATCH") :].partition(" #")
-        try:
-            words = shlex.split(body)
-        except ValueError:
-            continue
-        try:
-            rest, values, flags = split_ours(words)
-        except RequestError:
-            continue
-        if values or flags:
-            end = "\n" if line.endswith("\n") else ""
-            kept = f"#SBATCH {shlex.join(rest)}{end}" if rest else ""
-            lines[k] = f"#gpupool-sbatch: {s}{end}{kept}"
-    return "".join(lines)
+def split_ours(argv: list[str], table: OptionTable | None = None) -> tuple[list[str], dict[str, str], set[str]]:
+    """Remove our options from argv, which is read exactly as sbatch's getopt reads it:
+    the value of an option that takes one is never taken for an option (``-J --gpu-mem=18G``
+    names the job "--gpu-mem=18G", so does ``--job --gpu-mem=18G``), and nothing after the
+    script or ``--`` is ours.  Ours are known by their whole names only.  ArgError: sbatch
+    would refuse the command line (or ours lacks its value); RequestError: ours in a later
+    component of a heterogeneous job."""
+    args = scan(argv, table, OURS)
+    if args.errors and not args.exits:
+        raise ArgError(args.errors[0])
+    mine = args.ours()
+    later = [o for o in mine if o.component > 0]
+    if later:
+        raise RequestError(
+            f"--{later[0].name}: in a later component of a heterogeneous job",
+            "friendly options apply to the first component: put it before the first ':'",
+        )
+    values = {o.name: o.value or "" for o in mine if OURS.get(o.name)}
+    flags = {o.name for o in mine if not OURS[o.name]}
+    drop = {k for o in mine for k in range(o.start, o.end)}
+    return [tok for k, tok in enumerate(argv) if k not in drop], values, flags
 
 
 def _set_option(argv: list[str], args: SbatchArgs, name: str, value: str) -> list[str]:
-    """Set ``--name=value`` for component 0: edit the user's own option, else add one first."""
+    """Set ``--name=value`` for component 0: edit the user's own option (the short options
+    typed before it in the same word stay), else add one first."""
     opt = args.last(name)
     if opt is not None:
-        return [*argv[: opt.start], f"--{name}={value}", *argv[opt.end :]]
+        head = [opt.cluster] if opt.cluster else []
+        return [*argv[: opt.start], *head, f"--{name}={value}", *argv[opt.end :]]
     return [f"--{name}={value}", *argv]
 
 
@@ -191,27 +168,42 @@ def _int(text: str | None, default: int) -> int:
 
 def plan(
     argv: list[str],
-    script_text: str | None,
+    script: str | bytes | None,
     catalog: dict[str, Any] | None,
     now: datetime,
     idle: Callable[[], dict[str, int] | None] | None = None,
 ) -> Plan:
-    """The sbatch command line to run, with every change explained (RequestError: exit 2).
-    ``idle``: what is idle now by GRES type (asked only in an elastic period, ``decide``)."""
-    rest, ours, flags = split_ours(argv)
-    args = parse(rest)
-    directives = parse(parse_directives(script_text)) if script_text else parse([])
+    """The sbatch command line to run, with every change explained (RequestError: exit 2;
+    ArgError: sbatch would refuse the command line or the script's #SBATCH lines).
+    ``script``: the batch script's bytes (a str is taken as UTF-8); ``idle``: what is idle
+    now by GRES type (asked only in an elastic period, ``decide``)."""
+    table = sbatch_table(catalog)
+    rest, ours, flags = split_ours(argv, table)
+    args = parse(rest, table)
+    raw = script.encode("utf-8", "surrogateescape") if isinstance(script, str) else script
+    directives = directive_args(raw, table, 0, OURS) if raw else SbatchArgs([], table)
+    if directives.errors:
+        raise ArgError(directives.errors[0])
     # Our options in #SBATCH lines count too (the command line wins); sbatch must then get
-    # the script without them (strip_our_directives), or it stops at an unknown option.
-    for k in (*OUR_VALUED, *OUR_TIER):
-        if directives.has(k) and directives.value(k) is None:
-            raise RequestError(f"#SBATCH --{k} needs a value (--{k}=VALUE)")
-    in_script = {k: v for k in (*OUR_VALUED, *OUR_TIER) if (v := directives.value(k)) is not None}
-    for k, v in in_script.items():
-        ours.setdefault(k, v)
-    flags |= {k for k in OUR_FLAGS if directives.has(k)}
-    p = Plan(rest, explain="explain" in flags, dry_run="dry-run" in flags, submit_anyway="submit-anyway" in flags)
-    p.script_has_ours = bool(in_script) or any(directives.has(k) for k in OUR_FLAGS)
+    # the script without them (sbatch_script.strip_ours), or it stops at an unknown option.
+    in_script = {o.name: o.value or "" for o in directives.ours() if OURS[o.name]}
+    for k, text in in_script.items():
+        ours.setdefault(k, text)
+    flags |= {o.name for o in directives.ours() if not OURS[o.name]}
+    p = Plan(
+        rest,
+        explain="explain" in flags,
+        dry_run="dry-run" in flags,
+        submit_anyway="submit-anyway" in flags,
+        table=table,
+    )
+    with_ours = components_with_ours(raw, table, OURS) if raw else set()
+    p.script_has_ours = bool(with_ours)
+    if with_ours - {0}:
+        raise RequestError(
+            "a friendly option in a later component's #SBATCH lines (after #SBATCH hetjob)",
+            "friendly options apply to the first component: put it before the first hetjob line",
+        )
 
     def eff(name: str) -> str | None:
         v = args.value(name)
@@ -260,7 +252,7 @@ def plan(
         new_gres = ",".join([*others, c.gres])
         p.argv = _set_option(p.argv, args, "gres", new_gres)
         p.changes.append(Change("gres", new_gres, c.why))
-        args = parse(p.argv)
+        args = parse(p.argv, table)
         if c.constraint:
             merged, note = merge_constraint(eff("constraint"), c.constraint)
             if note:
@@ -269,9 +261,9 @@ def plan(
                 p.argv = _set_option(p.argv, args, "constraint", merged)
                 why = f"only nodes that can give {int(req.amount)} NVLink-connected GPUs"
                 p.changes.append(Change("constraint", merged, why))
-                args = parse(p.argv)
+                args = parse(p.argv, table)
     else:
-        args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff)
+        args = _type_untyped(p, catalog, rules.get("untyped_gpus", "auto"), args, eff, now)
         typ, _ = _gpu_request(eff("gres"), eff("gpus-per-node"), eff("gpus"))
         if typ is not None:
             p.later = typed_later(catalog, typ, now)
@@ -384,7 +376,7 @@ def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> N
         ]
         raise RequestError(refusal, ("use --tier=" + " or --tier=".join(others)) if others else None)
     if not qos:
-        p.argv = _set_option(p.argv, parse(p.argv), "qos", t["qos"])
+        p.argv = _set_option(p.argv, parse(p.argv, p.table), "qos", t["qos"])
         p.changes.append(Change("qos", t["qos"], why))
     if sig is not None:
         _set_signal(p, eff, signal_value(sig, t["grace_s"]), "--checkpoint-signal")
@@ -397,7 +389,7 @@ def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> N
 def _set_signal(p: Plan, eff: Any, value: str, why: str) -> None:
     if eff("signal") is not None and why == "--checkpoint-signal":
         raise RequestError("--checkpoint-signal and --signal: give one of them")
-    p.argv = _set_option(p.argv, parse(p.argv), "signal", value)
+    p.argv = _set_option(p.argv, parse(p.argv, p.table), "signal", value)
     p.changes.append(Change("signal", value, why))
 
 
@@ -434,12 +426,38 @@ def _gpu_types(name: str, value: str) -> set[str]:
     return {head[0]} if len(head) == 2 else set()
 
 
-def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any) -> SbatchArgs:
+def untyped_type(catalog: dict[str, Any], constraint: str | None, now: datetime) -> tuple[str | None, str]:
+    """The whole-GPU type ``untyped_gpus: auto`` gives an untyped request, and why; None: none.
+
+    The one whole-GPU type the cluster has, or the one the job's constraint names; else,
+    among those, the site's ``untyped_gpu_types`` in its order: the first one offered now
+    (by the layout Slurm's GRES are in, as :func:`decide` sees it), else the first (and the
+    request then waits for its layout, as a typed one does).  None: several types and no
+    preference among them (refused)."""
+    types = whole_types(catalog, constraint)
+    if len(types) == 1:
+        return types[0], f"the cluster's whole-GPU type {types[0]}"
+    prefer = [t for t in (catalog.get("rules") or {}).get("untyped_gpu_types") or () if t in types]
+    for t in prefer:
+        try:
+            d = decide(catalog, Request("type", 0, t), now)
+            if d.choice is not None and d.later is None:
+                return t, f"the site's preferred whole-GPU type offered now, {t} (submit.untyped_gpu_types)"
+        except RequestError:
+            continue
+    if prefer:
+        return prefer[0], f"the site's preferred whole-GPU type {prefer[0]} (submit.untyped_gpu_types)"
+    return None, ""
+
+
+def _type_untyped(
+    p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any, now: datetime
+) -> SbatchArgs:
     """An untyped GPU request (``--gres=gpu:N``, ``--gpus=N``, ``--gpus-per-*=N``) may take a
     GPU that carries shards or a MIG slice (Slurm 24.11 and later start it on a shared GPU
-    that runs shard jobs).  ``auto``: the cluster's one whole-GPU type (or the one the
-    constraint names), else refused; ``reject``: always refused; ``leave``: as typed.
-    Unless ``leave``, the time-sliced GPUs' own type is refused too: they are for shards."""
+    that runs shard jobs).  ``auto``: the type :func:`untyped_type` picks, else refused;
+    ``reject``: always refused; ``leave``: as typed.  Unless ``leave``, the time-sliced
+    GPUs' own type is refused too: they are for shards."""
     if policy == "leave":
         return args
     found = [(name, eff(name)) for name in GPU_OPTIONS if eff(name)]
@@ -455,7 +473,8 @@ def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArg
         return args
     types = whole_types(catalog, eff("constraint"))
     shown = ", ".join(f"--{n}={v}" for n, v in untyped)
-    if policy == "reject" or len(types) != 1:
+    typ, why_type = untyped_type(catalog, eff("constraint"), now) if policy == "auto" else (None, "")
+    if typ is None:
         why = (
             "this site asks for typed GPU requests"
             if policy == "reject"
@@ -466,11 +485,11 @@ def _type_untyped(p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArg
         hint = "name one: --gres=gpu:<type>:N" + (f" with <type> one of {', '.join(types)}" if types else "")
         raise RequestError(why, hint + "; or --gpu-mem / --gpus-nvlink")
     for name, value in untyped:
-        new = _untyped_value(name, value, types[0])
+        new = _untyped_value(name, value, typ)
         assert new is not None
         p.argv = _set_option(p.argv, args, name, new)
-        p.changes.append(Change(name, new, f"untyped GPU request: the cluster's whole-GPU type {types[0]}"))
-        args = parse(p.argv)
+        p.changes.append(Change(name, new, f"untyped GPU request: {why_type}"))
+        args = parse(p.argv, p.table)
     return args
 
 
@@ -491,18 +510,18 @@ def _topology(p: Plan, catalog: dict[str, Any], rules: dict[str, Any], args: Sba
             elif merged != eff("constraint"):
                 p.argv = _set_option(p.argv, args, "constraint", merged)
                 p.changes.append(Change("constraint", merged, f"{n} {typ} GPUs on one node: NVLink-connected ones"))
-                args = parse(p.argv)
+                args = parse(p.argv, p.table)
         elif not any(c.option == "constraint" for c in p.changes):
             p.notes.append(f"no node can give {n} NVLink-connected {typ} GPUs; the job gets PCIe-connected ones")
     if n >= 2 and rules.get("enforce_binding") and eff("gres-flags") is None:
         p.argv = _set_option(p.argv, args, "gres-flags", "enforce-binding")
         p.changes.append(Change("gres-flags", "enforce-binding", "site rule: GPUs on the sockets of the job's cores"))
-        args = parse(p.argv)
+        args = parse(p.argv, p.table)
     if nodes > 1 and rules.get("switches") and eff("switches") is None:
         p.argv = _set_option(p.argv, args, "switches", str(rules["switches"]))
         why = "site rule: multi-node jobs stay under few leaf switches"
         p.changes.append(Change("switches", str(rules["switches"]), why))
-        args = parse(p.argv)
+        args = parse(p.argv, p.table)
     if typ is not None and kinds.get(typ) == "mig" and n >= 2:
         per_node = _int(eff("ntasks-per-node"), 0) or (_int(eff("ntasks"), 1) if nodes == 1 else 0)
         if per_node < n:

@@ -371,6 +371,8 @@ def catalog_problem(data: Any) -> str | None:
             return "the schedule names a layout the catalog lacks"
     if data.get("installed") not in (None, *layouts):
         return "installed names a layout the catalog lacks"
+    if not isinstance(data.get("sbatch", ""), str):
+        return "sbatch is not a Slurm release"
     el = data.get("elastic")
     if el is not None:
         if not (

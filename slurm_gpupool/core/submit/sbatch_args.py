@@ -1,81 +1,148 @@
-"""sbatch's command line, understood well enough to add to it without changing it (pure).
+"""sbatch's command line, read exactly as sbatch reads it (pure).
 
-sbatch parses with ``getopt_long`` and stops at the first non-option: the script
-(or, with ``--wrap``, none).  Everything after the script belongs to the script.
-A lone ``:`` separates the components of a heterogeneous job.  This module finds
-options, their values and the script, and edits the option list in place so
-that every byte the user typed, spaces and newlines included, is passed on.
+sbatch parses with glibc's ``getopt_long`` and the option table of its release
+(``sbatch_tables``, recorded from the real sbatch): long options are matched whole
+or by an unambiguous prefix (``--partit``), take a value after ``=`` or in the next
+word (``--exclude a100n1``) when they require one and only after ``=`` when it is
+optional; short options cluster (``-HN1``, ``-xa100n1``); the option string starts
+with ``+``, so options end at the first non-option (the script) or after ``--``.
+
+It reads the command line twice (src/sbatch/opt.c):
+
+* first pass: every word but the lone ``:`` separators, all components at once: it
+  finds the script (the first non-option) and ``--wrap`` wherever it is, and stops
+  at ``--help``/``--usage``/``--version``, which print and exit;
+* second pass: each heterogeneous-job component in turn, from one ``:`` to the next:
+  the options that make each component's job.
+
+A getopt error (unknown, ambiguous, a value missing or not allowed) makes sbatch
+refuse the command line; :func:`parse` records it in ``errors``.  Our own options
+(``ours``) are recognised by their exact names only, before sbatch's table: none of
+them is a prefix of an sbatch option, so no abbreviation sbatch takes changes.
 """
 
 from __future__ import annotations
 
-# sbatch 22.05 long options that take a required argument (src/sbatch/opt.c).
-LONG_WITH_VALUE = frozenset(
-    """account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint
-    container core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency
-    distribution error export-file extra-node-info gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket
-    gpus-per-task gres gres-flags hint input job-name licenses mail-type mail-user mcs-label mem mem-bind
-    mem-per-cpu mem-per-gpu mincpus network nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu
-    ntasks-per-node ntasks-per-socket open-mode output partition power prefer priority profile qos
-    reservation signal sockets-per-node switches thread-spec threads-per-core time time-min tmp uid
-    wait-all-nodes wckey wrap kill-on-invalid-dep burst-buffer-file""".split()
-)
-# Short options that take an argument, and their long names.
-SHORT_WITH_VALUE = {
-    "A": "account",
-    "a": "array",
-    "B": "extra-node-info",
-    "b": "begin",
-    "c": "cpus-per-task",
-    "C": "constraint",
-    "D": "chdir",
-    "d": "dependency",
-    "e": "error",
-    "F": "nodefile",
-    "G": "gpus",
-    "i": "input",
-    "J": "job-name",
-    "L": "licenses",
-    "M": "clusters",
-    "m": "distribution",
-    "n": "ntasks",
-    "N": "nodes",
-    "o": "output",
-    "p": "partition",
-    "q": "qos",
-    "S": "core-spec",
-    "t": "time",
-    "w": "nodelist",
-    "x": "exclude",
-}
-SHORT_FLAGS = frozenset("HhIkOQsVvW")
+from slurm_gpupool.core.submit.sbatch_tables import TABLES
+
+DEFAULT_RELEASE = "22.05"  # the oldest we support: the table when nothing says which sbatch runs
+EXITS = frozenset({"help", "usage", "version", "autocomplete"})  # the first pass runs them: print, exit 0
+
+
+class OptionTable:
+    """One release's getopt table: short options and their argument, long options."""
+
+    __slots__ = ("long", "name_of", "release", "short", "version")
+
+    def __init__(self, release: str, version: str, optstring: str, longs: tuple[tuple[str, int, int], ...]) -> None:
+        self.release, self.version = release, version
+        self.long = longs
+        self.short: dict[str, int] = {}  # char -> 0 no argument, 1 required, 2 optional
+        body = optstring.lstrip("+")
+        i = 0
+        while i < len(body):
+            c, n = body[i], 0
+            while body[i + 1 + n : i + 2 + n] == ":":
+                n += 1
+            self.short[c] = min(n, 2)
+            i += 1 + n
+        self.name_of: dict[int, str] = {}  # val -> the option's first long name: its canonical name
+        for name, _, val in longs:
+            self.name_of.setdefault(val, name)
+
+    def lookup(self, text: str) -> tuple[str, int]:
+        """(canonical name, has_arg) of ``--text`` (no ``=value``), as getopt_long matches it:
+        an exact name, else the one option all the names it begins count as (options with
+        the same val, has_arg and flag are one); ArgError otherwise."""
+        for name, has_arg, val in self.long:
+            if name == text:
+                return self.name_of[val], has_arg
+        found = [(n, h, v) for n, h, v in self.long if n.startswith(text)]
+        if not found:
+            raise ArgError(f"unrecognized option '--{text}'")
+        first = found[0]
+        if any((h, v) != (first[1], first[2]) for _, h, v in found[1:]):
+            names = " ".join(f"'--{n}'" for n, _, _ in found)
+            raise ArgError(f"option '--{text}' is ambiguous; possibilities: {names}")
+        return self.name_of[first[2]], first[1]
+
+
+_TABLES: dict[str, OptionTable] = {}
+
+
+def releases() -> list[str]:
+    return sorted(TABLES, key=release_key)
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in release.split(".")[:2])
+    except ValueError:
+        return (0, 0)
+
+
+def table_for(release: str | None = None) -> OptionTable:
+    """The recorded table of ``release`` ("24.11", or "24.11.5"); for a release not recorded,
+    the newest recorded before it (tables change little between releases), else the oldest."""
+    recorded = releases()
+    pick = DEFAULT_RELEASE
+    if release:
+        want = release_key(str(release))
+        older = [r for r in recorded if release_key(r) <= want]
+        pick = older[-1] if older else recorded[0]
+    if pick not in _TABLES:
+        _TABLES[pick] = OptionTable(pick, *TABLES[pick])
+    return _TABLES[pick]
 
 
 class Option:
-    """One option as typed: ``argv[start:end]`` is its token(s).  (Plain classes in the
-    submit path: no dataclasses, so gpupool-sbatch starts fast.)"""
+    """One option as typed: ``argv[start:end]`` is its word(s); ``cluster`` the short options
+    typed before it in its word (``-H`` of ``-HC a100``), which stay when it is edited.
+    (Plain classes in the submit path: no dataclasses, so gpupool-sbatch starts fast.)"""
 
-    __slots__ = ("component", "end", "name", "start", "value")
+    __slots__ = ("cluster", "component", "end", "name", "ours", "start", "value")
 
-    def __init__(self, name: str, value: str | None, start: int, end: int, component: int) -> None:
-        self.name = name  # canonical long name
+    def __init__(
+        self,
+        name: str,
+        value: str | None,
+        start: int,
+        end: int,
+        component: int = 0,
+        cluster: str = "",
+        ours: bool = False,
+    ) -> None:
+        self.name = name  # canonical long name (sbatch's), or ours
         self.value = value
         self.start, self.end = start, end
         self.component = component  # heterogeneous job component
+        self.cluster = cluster
+        self.ours = ours
+
+    def key(self) -> tuple[str, str | None, int, int]:
+        return (self.name, self.value, self.start, self.end)
+
+    def __repr__(self) -> str:
+        return f"Option({self.name!r}, {self.value!r}, {self.start}, {self.end}, {self.component})"
+
+
+class ArgError(ValueError):
+    pass
 
 
 class SbatchArgs:
-    __slots__ = ("argv", "options", "script_index", "separators")
+    __slots__ = ("argv", "errors", "exits", "first", "options", "script_index", "separators", "table", "wrap")
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], table: OptionTable) -> None:
         self.argv = argv  # without the program name
-        self.options: list[Option] = []
+        self.table = table
+        self.options: list[Option] = []  # the second pass's: each with its component
+        self.first: list[Option] = []  # the first pass's (all components at once, in order)
         self.script_index: int | None = None  # the script in argv; None with --wrap or stdin
-        self.separators: list[int] = []  # indices of ':' tokens
-
-    @property
-    def end_of_options(self) -> int:
-        return self.script_index if self.script_index is not None else len(self.argv)
+        self.separators: list[int] = []  # indices of the ':' that start components
+        self.wrap = False  # --wrap in any component (the first pass): no script is read
+        self.exits = False  # --help, --usage or --version: sbatch prints and exits
+        self.errors: list[str] = []  # what sbatch would refuse the command line for
 
     def last(self, name: str, component: int = 0) -> Option | None:
         """The option that counts (sbatch: the last one wins)."""
@@ -93,88 +160,157 @@ class SbatchArgs:
     def components(self) -> int:
         return len(self.separators) + 1
 
+    def first_value(self, name: str) -> str | None:
+        """The value the first pass leaves (the last in the whole line): ``--chdir``, where
+        sbatch looks for the script."""
+        found = [o for o in self.first if o.name == name]
+        return found[-1].value if found else None
 
-class ArgError(ValueError):
-    pass
+    def ours(self) -> list[Option]:
+        return [o for o in self.options if o.ours]
+
+    def check(self) -> SbatchArgs:
+        if self.errors:
+            raise ArgError(self.errors[0])
+        return self
 
 
-def parse(argv: list[str]) -> SbatchArgs:
-    """Find sbatch's options, their values, the het-job separators and the script."""
-    out = SbatchArgs(list(argv))
-    i, comp = 0, 0
-    while i < len(argv):
+ERROR = "?"  # getopt_long's return for a word it refuses: an Option named so carries the message
+
+
+def getopt(
+    argv: list[str], start: int, table: OptionTable, ours: dict[str, int] | None = None
+) -> tuple[list[Option], int]:
+    """glibc getopt_long with a ``+`` option string over ``argv[start:]``: what each call
+    returns, in order (an :data:`ERROR` option for a word it refuses, with getopt's message
+    as its value: getopt goes on after one), and the index where options end (the first
+    non-option, or after ``--``)."""
+    found: list[Option] = []
+    ours = ours or {}
+
+    def error(message: str, at: int) -> None:
+        found.append(Option(ERROR, message, at, at + 1))
+
+    n = len(argv)
+    i = start
+    while i < n:
         tok = argv[i]
-        if tok == ":":
-            out.separators.append(i)
-            comp += 1
-            i += 1
-            continue
         if tok == "--":
-            out.script_index = i + 1 if i + 1 < len(argv) else None
-            break
-        if tok.startswith("--") and len(tok) > 2:
-            name, eq, val = tok[2:].partition("=")
-            if eq:
-                out.options.append(Option(name, val, i, i + 1, comp))
+            return found, i + 1
+        if not tok.startswith("-") or tok == "-":
+            return found, i
+        if tok.startswith("--"):
+            text, eq, val = tok[2:].partition("=")
+            is_ours = text in ours
+            try:
+                name, has_arg = (text, ours[text]) if is_ours else table.lookup(text)
+            except ArgError as e:
+                error(str(e) if not eq else str(e).replace(f"'--{text}'", f"'--{text}={val}'", 1), i)
                 i += 1
-            elif name in LONG_WITH_VALUE:
-                if i + 1 >= len(argv):
-                    raise ArgError(f"option --{name} needs a value")
-                out.options.append(Option(name, argv[i + 1], i, i + 2, comp))
+                continue
+            if eq:
+                if has_arg:
+                    found.append(Option(name, val, i, i + 1, ours=is_ours))
+                else:
+                    error(f"option '--{_full(table, name, text)}' doesn't allow an argument", i)
+                i += 1
+            elif has_arg == 1:
+                if i + 1 < n:
+                    found.append(Option(name, argv[i + 1], i, i + 2, ours=is_ours))
+                else:
+                    error(f"option '--{_full(table, name, text)}' requires an argument", i)
                 i += 2
             else:
-                out.options.append(Option(name, None, i, i + 1, comp))
+                found.append(Option(name, None, i, i + 1, ours=is_ours))
                 i += 1
             continue
-        if tok.startswith("-") and len(tok) > 1:
-            # a cluster of short options: -HW, -N2, -o out.txt
-            j = 1
-            while j < len(tok):
-                ch = tok[j]
-                if ch in SHORT_WITH_VALUE:
-                    rest = tok[j + 1 :]
-                    if rest:
-                        out.options.append(Option(SHORT_WITH_VALUE[ch], rest, i, i + 1, comp))
-                        i += 1
-                    else:
-                        if i + 1 >= len(argv):
-                            raise ArgError(f"option -{ch} needs a value")
-                        out.options.append(Option(SHORT_WITH_VALUE[ch], argv[i + 1], i, i + 2, comp))
-                        i += 2
-                    break
-                out.options.append(Option(f"-{ch}", None, i, i + 1, comp))
-                j += 1
+        j, end = 1, i + 1
+        while j < len(tok):
+            c = tok[j]
+            j += 1
+            has = table.short.get(c)
+            if has is None or c in ":;":
+                error(f"invalid option -- '{c}'", i)
+                continue
+            short = table.name_of.get(ord(c), f"-{c}")
+            cluster = tok[: j - 1] if j > 2 else ""
+            rest = tok[j:]
+            if has == 0:
+                found.append(Option(short, None, i, end, cluster=cluster))
+                continue
+            if rest:
+                found.append(Option(short, rest, i, end, cluster=cluster))
+            elif has == 2:
+                found.append(Option(short, None, i, end, cluster=cluster))
+            elif i + 1 < n:
+                end = i + 2
+                found.append(Option(short, argv[i + 1], i, end, cluster=cluster))
             else:
-                i += 1
-            continue
-        out.script_index = i
-        break
+                error(f"option requires an argument -- '{c}'", i)
+            break
+        i = end
+    return found, n
+
+
+def _full(table: OptionTable, canonical: str, typed: str) -> str:
+    """The name getopt prints for an option typed as ``typed``: the table's entry it matched."""
+    for name, _, _ in table.long:
+        if name == typed:
+            return name
+    return next((name for name, _, _ in table.long if name.startswith(typed)), canonical)
+
+
+def parse(argv: list[str], table: OptionTable | None = None, ours: dict[str, int] | None = None) -> SbatchArgs:
+    """Both of sbatch's passes over ``argv`` (without the program name); ArgError where
+    sbatch would refuse it, unless an option that exits comes first (then ``exits``)."""
+    out = scan(argv, table, ours)
+    if out.errors and not out.exits:
+        raise ArgError(out.errors[0])
     return out
 
 
-def parse_directives(script: str) -> list[str]:
-    """The options of ``#SBATCH`` lines (first component), as sbatch reads them.
-
-    sbatch stops at the first non-comment, non-blank line after the shebang, and
-    ``#SBATCH hetjob`` (or ``packjob``) ends the first component.
-    """
-    import shlex
-
-    out: list[str] = []
-    for k, line in enumerate(script.splitlines()):
-        s = line.strip()
-        if k == 0 and s.startswith("#!"):
+def scan(argv: list[str], table: OptionTable | None = None, ours: dict[str, int] | None = None) -> SbatchArgs:
+    """:func:`parse` without raising: the errors are in ``errors``."""
+    tbl = table or table_for()
+    out = SbatchArgs(list(argv), tbl)
+    # first pass: the words without the ':' separators, every component at once; sbatch
+    # handles each option as getopt returns it: one that exits, or a refused word, ends it
+    where = [k for k, tok in enumerate(argv) if tok != ":"]
+    local = [argv[k] for k in where]
+    first, optind = getopt(local, 0, tbl, ours)
+    out.first = first
+    for o in first:
+        if o.name == ERROR:
+            out.errors.append(o.value or "")
+            return out
+        if o.name in EXITS:
+            out.exits = True
+            return out
+        if o.name == "wrap":
+            out.wrap = True
+    script_argc = len(local) - optind
+    if optind < len(local):
+        out.script_index = where[optind]
+        if out.wrap:
+            out.errors.append("Script arguments not permitted with --wrap option")
+    # second pass: component by component, up to the script and its arguments
+    het_argc = len(argv) - script_argc
+    begin, comp = 0, 0
+    while True:
+        opts, stop = getopt(argv[:het_argc], begin, tbl, ours)
+        for o in opts:
+            o.component = comp
+            if o.name == ERROR:
+                out.errors.append(o.value or "")
+            else:
+                out.options.append(o)
+        if stop < het_argc and argv[stop] == ":":
+            out.separators.append(stop)
+            begin, comp = stop + 1, comp + 1
             continue
-        if not s:
-            continue
-        if not s.startswith("#"):
-            break
-        if s.startswith("#SBATCH"):
-            body = s[len("#SBATCH") :].split("#", 1)[0].strip()
-            if body in ("hetjob", "packjob"):
-                break
-            try:
-                out.extend(shlex.split(body))
-            except ValueError:
-                continue  # sbatch would complain; we just do not read it
+        break
+    mapped = [(o.name, o.value, where[o.start], where[o.end - 1] + 1) for o in first]
+    if not out.errors and mapped != [o.key() for o in out.options]:
+        # a lone ':' taken as an option's value: sbatch's two passes read the line two ways
+        out.errors.append("a ':' is read as an option's value by one of sbatch's passes and not the other")
     return out
