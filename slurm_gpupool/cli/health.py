@@ -1,15 +1,14 @@
-"""``gpupool health``: check every GPU of this node (Slurm HealthCheckProgram).
+"""``gpupool health``: check every GPU of this node, by hand (an admin's command).
 
-As ``gpupool-healthcheck`` (slurm.conf ``HealthCheckProgram=``) it drains the
-node with a reason naming slurm_gpupool and the problem when a GPU fails, and
-resumes nothing by itself: an admin (or ``gpupool health --resume``) decides.
-``--show`` prints the last result, including a Prolog's or Epilog's failure.
+``--drain`` drains the node with a reason naming slurm_gpupool and the problem when a GPU
+fails, as Slurm's HealthCheckProgram does (that one is ``gpupool-healthcheck``,
+``hooks/healthcheck.py``: light, no click or YAML).  ``--show`` prints the last result,
+including a Prolog's, an Epilog's or the HealthCheckProgram's failure.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import click
@@ -83,16 +82,3 @@ def health(app: AppContext, show: bool, drain: bool, as_json: bool) -> int:
         for p in problems:
             click.echo(f"  {p}")
     return 1 if problems else 0
-
-
-def healthcheck_main() -> int:
-    """Entry point for slurm.conf ``HealthCheckProgram=`` (no arguments allowed there)."""
-    from slurm_gpupool.cli.main import main
-
-    if any(a in ("-h", "--help") for a in sys.argv[1:]):
-        return main(["health", "--help"])
-    return main(["health", "--drain"])
-
-
-if __name__ == "__main__":
-    sys.exit(healthcheck_main())

@@ -30,6 +30,7 @@ from slurm_gpupool.hooks.runtime import (
     node_path,
     open_dir,
     read_json,
+    record_health,
     run_hook,
     write_in_dir,
 )
@@ -44,16 +45,6 @@ of the job's GPUs (exit 1 drains the node and requeues the job), records which
 GPUs the job got, and starts MPS for shard jobs where enabled.  It fails open on
 its own errors.
 """
-
-
-def record_health(state_dir: str, status: str, by: str, job: str | None, found: list[str]) -> None:
-    """``health.json``: what ``gpupool health --show`` and ``gpupool status`` read."""
-    fd = open_dir(state_dir)
-    try:
-        data = {"status": status, "by": by, "job": job, "problems": found, "checked_at": int(time.time())}
-        write_in_dir(fd, "health.json", (json.dumps(data, indent=1) + "\n").encode(), 0o644)
-    finally:
-        os.close(fd)
 
 
 def job_record(env: dict[str, str], node: str, state: dict, devices: list[dict]) -> dict:

@@ -219,6 +219,17 @@ def locked(dir_fd: int, name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None
         os.close(fd)
 
 
+def record_health(state_dir: str, status: str, by: str, job: str | None, found: list[str]) -> None:
+    """``health.json``: what ``gpupool health --show`` and ``gpupool status`` read (a hook's or
+    the HealthCheckProgram's last verdict on this node's GPUs)."""
+    fd = open_dir(state_dir)
+    try:
+        data = {"status": status, "by": by, "job": job, "problems": found, "checked_at": int(time.time())}
+        write_in_dir(fd, "health.json", (json.dumps(data, indent=1) + "\n").encode(), 0o644)
+    finally:
+        os.close(fd)
+
+
 def count_event(state_dir: str, group: str, name: str) -> None:
     """Add one to ``group.name`` in ``<state_dir>/hook-stats.json`` (``gpupool metrics`` exports
     the counts): ``hook_failures.<hook>`` when a hook failed open, ``health_drains.<by>`` when a

@@ -400,3 +400,54 @@ def test_a_sample_racing_the_epilog_leaves_no_usage_file(site: dict, monkeypatch
     finally:
         os.close(fd)
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("42.")) == []
+
+
+def fake_scontrol(site: dict) -> Path:
+    """An ``scontrol`` on PATH that records its arguments (the drain) and succeeds."""
+    bin_dir = site["root"] / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = site["root"] / "scontrol.args"
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {log}\n')
+    script.chmod(0o755)
+    return log
+
+
+def healthcheck(site: dict) -> subprocess.CompletedProcess[str]:
+    """As slurmd runs it: no arguments, SLURMD_NODENAME, and SLURM_CONF from the site's shim."""
+    env = {
+        "PATH": f"{site['root'] / 'bin'}:/usr/bin:/bin",
+        "SLURMD_NODENAME": NODE,
+        "SLURM_CONF": str(site["etc"] / "slurm.conf"),
+    }
+    argv = [sys.executable, "-m", "slurm_gpupool.hooks.healthcheck"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_healthcheck_program_checks_every_gpu_and_drains_with_the_reason(site: dict):
+    log = fake_scontrol(site)
+    ok = healthcheck(site)
+    assert (ok.returncode, ok.stdout) == (0, f"node {NODE}: ok\n"), ok.stderr
+    assert not log.exists()  # a healthy node is not touched
+    assert json.loads((site["state"] / "health.json").read_text())["status"] == "ok"
+
+    inject.add_ecc_errors(SimStore(site["sim"] / f"{NODE}.json"), 5, uncorrected=2)
+    bad = healthcheck(site)
+    assert bad.returncode == 1, bad.stderr
+    assert "GPU 5: 2 uncorrectable ECC errors since driver load" in bad.stdout
+    args = log.read_text().splitlines()
+    assert args[:4] == ["update", f"nodename={NODE}", "state=drain", args[3]]
+    assert args[3].startswith("reason=gpupool: GPU 5: 2 uncorrectable ECC errors")
+    health = json.loads((site["state"] / "health.json").read_text())
+    assert health["status"] == "fail" and health["by"] == "healthcheck" and health["job"] is None
+    stats = json.loads((site["state"] / "hook-stats.json").read_text())
+    assert stats["health_drains"] == {"healthcheck": 1}
+
+
+def test_healthcheck_program_fails_open_on_its_own_errors(site: dict):
+    """A corrupt settings file is the tool's problem, not the node's: logged, exit 0, no drain."""
+    log = fake_scontrol(site)
+    (site["etc"] / "gpupool-hooks.json").write_text("{not json")
+    res = healthcheck(site)
+    assert res.returncode == 0 and "internal error, failing open" in res.stderr
+    assert not log.exists()
