@@ -74,9 +74,18 @@ class SandboxHandle:
     def run(
         self, argv: Sequence[str], timeout: float = 60, check: bool = True, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command (Slurm's or ours) with this cluster's environment (or ``env``)."""
+        """Run a command (Slurm's or ours) with this cluster's environment (or ``env``).
+
+        Output is decoded with ``surrogateescape``: Slurm prints what jobs were given, and a
+        job name of non-UTF-8 bytes (the submit oracle's, still remembered for MinJobAge)
+        must not fail another test's ``scontrol show job``."""
         proc = subprocess.run(
-            list(argv), env=self.env if env is None else env, capture_output=True, text=True, timeout=timeout
+            list(argv),
+            env=self.env if env is None else env,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
