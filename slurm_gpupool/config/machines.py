@@ -17,7 +17,7 @@ from typing import Any
 from slurm_gpupool.core.mig.catalog import GpuModel, get_model
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.util.resources import machines_dir
-from slurm_gpupool.util.validate import NAME, Where, load_yaml
+from slurm_gpupool.util.validate import NAME, Where, load_yaml, preview
 
 INTERCONNECTS = ("nvswitch", "nvlink", "pcie")
 # nvidia-smi topo -m PCIe relations, nearest first (reference §5.1).
@@ -111,7 +111,7 @@ def _cpulist(text: Any, where: Where) -> tuple[int, ...]:
             elif part:
                 out.append(int(part))
     except ValueError:
-        raise where.error(f"not a CPU list: {text!r} (expected e.g. 0-15,128-143)") from None
+        raise where.error(f"not a CPU list: {preview(text)} (expected e.g. 0-15,128-143)") from None
     return tuple(out)
 
 

@@ -40,7 +40,7 @@ from slurm_gpupool.core.mig.layouts import parse_selector, spread
 from slurm_gpupool.core.policy.schedule import Rule, Schedule, parse_clock, parse_days
 from slurm_gpupool.errors import ConfigError, SlurmUnavailableError
 from slurm_gpupool.slurm.versions import parse_version
-from slurm_gpupool.util.validate import Where
+from slurm_gpupool.util.validate import Where, preview
 
 
 def parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dict[str, NodeSet]:
@@ -370,7 +370,7 @@ def parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     other = w.optional(raw, "other_gpu_qos", list, [])
     for i, q in enumerate(other):
         if not isinstance(q, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", q):
-            raise w.key("other_gpu_qos").index(i).error(f"not a QOS name: {q!r:.40}")
+            raise w.key("other_gpu_qos").index(i).error(f"not a QOS name: {preview(q, 40)}")
     out["other_gpu_qos"] = sorted({q.lower() for q in other})  # Slurm lower-cases QOS names
     return out
 

@@ -48,16 +48,29 @@ class Grant:
     count: int  # the TRES count a GrpTRES limit counts: devices (gres/gpu:<type>), or shards (gres/shard)
 
 
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_FIRST_RANGE = re.compile(r"\s*(\d+)")
+
+
 def first_node(nodelist: str) -> str:
-    """``a100n[1-2],v100n1`` → ``a100n1`` (ClusterShell expands the hostlist)."""
+    """``a100n[1-2],v100n1`` → ``a100n1``: the first name of a Slurm hostlist, read from its
+    text without expanding it (``gpu[1-99999999]`` in an accounting file would otherwise be
+    a hundred million names, gigabytes).  Each bracket gives its first number with its zero
+    padding, as Slurm lists ranges in order; text that is no hostlist is its first item."""
     if "[" not in nodelist and "," not in nodelist:
         return nodelist
-    from ClusterShell.NodeSet import NodeSet
+    depth, first = 0, nodelist
+    for i, c in enumerate(nodelist):  # the first element: up to a comma outside brackets
+        depth += {"[": 1, "]": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            first = nodelist[:i]
+            break
 
-    try:
-        return next(iter(NodeSet(nodelist)), "")
-    except Exception:
-        return nodelist.split(",")[0]
+    def start(m: re.Match[str]) -> str:
+        n = _FIRST_RANGE.match(m.group(1))
+        return n.group(1) if n else m.group(0)
+
+    return _BRACKET.sub(start, first)
 
 
 class Resolver:
