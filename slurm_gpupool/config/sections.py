@@ -155,9 +155,9 @@ def parse_schedule(raw: Any, top: Where, layouts: Iterable[str]) -> Schedule | N
 
         try:
             tz = ZoneInfo(tzname)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
             raise w.key("timezone").error(
-                f"unknown time zone {tzname!r}", hint="an IANA name such as Europe/Paris, or local"
+                f"unknown time zone {tzname[:60]!r}", hint="an IANA name such as Europe/Paris, or local"
             ) from None
     rules = []
     for i, r in enumerate(w.optional(raw, "rules", list, [])):
@@ -177,7 +177,7 @@ def parse_schedule(raw: Any, top: Where, layouts: Iterable[str]) -> Schedule | N
             try:
                 clocks.append(parse_clock(text))
             except ValueError:
-                raise wr.key(k).error(f"expected HH:MM, not {text!r}") from None
+                raise wr.key(k).error(f"expected HH:MM, not {text[:40]!r}") from None
         rules.append(Rule(layout, days, clocks[0], clocks[1]))
     return Schedule(default, tuple(rules), tz)
 

@@ -138,6 +138,7 @@ def build(
             )
     periods = schedule_segments(cfg.schedule if cfg else None, since, until)
     text += [f"{v:,} {k}" for k, v in sorted(notes.items()) if v]
+    text += [f"{v:,} {k}" for k, v in sorted(stats.notes.items()) if v]  # what the load noted
     if bad_spool:
         text.append(f"{bad_spool} unreadable usage spool records")
     text.append(f"capacity history: {history.source}")
