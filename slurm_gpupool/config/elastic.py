@@ -121,7 +121,7 @@ def _duration(w: Where, d: dict, key: str, default: int) -> int:
     if d.get(key) is None:
         return default
     try:
-        return parse_duration_s(d[key])
+        return parse_duration_s(w.key(key).check_type(d[key], (str, int)))
     except ValueError as e:
         raise w.key(key).error(str(e)) from None
 

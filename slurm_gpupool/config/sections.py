@@ -278,6 +278,30 @@ def parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet]) 
     )
 
 
+# the hooks' numbers, bounded: a value outside is a typo that would make a hook spin
+# (usage_interval_s: 1e-300 sampled without pause), wait forever, or never fire
+HOOK_RANGES: dict[str, tuple[float, float]] = {
+    "ecc_uncorrected_max": (0, 1 << 31),
+    "temperature_margin_c": (0, 100),
+    "xid_window_s": (1, 366 * 86400),
+    "critical_xids": (1, 65535),  # each Xid
+    "epilog_kill_grace_s": (0, 300),  # the Epilog runs inside slurmd's EpilogMsgTime budget
+    "usage_interval_s": (1, 86400),  # or 0: off
+}
+
+
+def _check_hook_range(w: Where, name: str, value: Any) -> None:
+    if name not in HOOK_RANGES:
+        return
+    lo, hi = HOOK_RANGES[name]
+    for v in value if isinstance(value, tuple) else (value,):
+        if name == "usage_interval_s" and v == 0:
+            continue
+        if not lo <= v <= hi:  # (NaN fails it too)
+            off = " (or 0: off)" if name == "usage_interval_s" else ""
+            raise w.error(f"must be {lo:g} to {hi:g}{off}, not {v:g}")
+
+
 def parse_hooks(raw: Any, top: Where) -> HookSettings:
     if raw is None:
         return HookSettings()
@@ -299,6 +323,8 @@ def parse_hooks(raw: Any, top: Where) -> HookSettings:
             values[name] = float(w.key(name).check_type(raw[name], (int, float)))
         else:
             values[name] = w.key(name).check_type(raw[name], type(default))
+    for name, value in values.items():
+        _check_hook_range(w.key(name), name, value)
     mapping = values.get("dcgm_job_mapping_dir")
     if mapping:
         parse_path(mapping, w.key("dcgm_job_mapping_dir"), "dcgm_job_mapping_dir", node=True)

@@ -34,6 +34,7 @@ import pandas as pd
 
 from slurm_gpupool.core.gres.tres import NO_VAL_SENTINELS, CountError, TresError, gpu_tres, usage_tres
 from slurm_gpupool.errors import DataError
+from slurm_gpupool.reports.csv_cells import unmark
 from slurm_gpupool.reports.sacct_json import job_rows
 
 # What `gpupool report` asks sacct for, in this order (also the export's columns).
@@ -424,9 +425,14 @@ def json_rows(doc: Any, where: str, stats: LoadStats) -> list[dict[str, str]]:
 
 def _export(f: IO[str], first: str, where: str, stats: LoadStats) -> Iterator[pd.DataFrame]:
     """This tool's own CSV export: already normalized, times in UTC ISO 8601."""
-    reader = pd.read_csv(_ChainIO(first, f), dtype=str, keep_default_na=False, chunksize=CHUNK_LINES, comment="#")
+    # the mark line is skipped as a line: comment="#" also cut every job name at a '#'
+    stream = f if first.startswith("#") else _ChainIO(first, f)
+    reader = pd.read_csv(stream, dtype=str, keep_default_na=False, chunksize=CHUNK_LINES)
     for chunk in reader:
         stats.lines += len(chunk)
+        for col in chunk.columns:
+            if col not in ("gpumem_mib", "gpuutil_pct"):
+                chunk[col] = unmark(chunk[col])  # the quote export_jobs put before a formula
         raw = chunk.rename(columns=COLUMNS)
         raw["JobID"] = raw["JobIDRaw"]
         if "gpumem_mib" in chunk.columns:

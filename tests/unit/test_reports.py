@@ -685,3 +685,37 @@ def test_a_job_starting_the_second_another_ends_is_not_held_with_it():
     assert (peak, mean, at) == (1.0, 0.5, 2.0)
     peak, _, at = compute.held_level(np.array([0.0, 1800.0]), end, np.array([1.0, 1.0]), 0.0, 4 * 3600.0, 2)
     assert (peak, at) == (2.0, 0.5)  # overlapping for half an hour
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1", "-2+3", "@SUM(A1)", "\tx", "'=already", "a#b", 'q"u,ote', "plain"]
+
+
+def test_csv_cells_are_never_spreadsheet_formulas_and_the_export_reads_back(tmp_path):
+    """OWASP's CSV injection: a job or account name that starts with = + - @ tab or CR is
+    written with a leading quote (text in every spreadsheet); the export reads back to the
+    same names (#26 item 18; a '#' cut the name on reading back, too)."""
+    import csv
+    import io
+
+    lines = [HEADER]
+    for k, name in enumerate(FORMULAS, 1):
+        lines.append(
+            f"{k}|{k}|{name}|u{k}|{'=acct' if k == 1 else 'bio'}|gpu|a100n1|COMPLETED|{D}10:00:00|{D}10:00:00|"
+            f"{D}11:00:00|60||gres/gpu:a100=1,gres/gpu=1"
+        )
+    src = tmp_path / "sacct.txt"
+    src.write_text("\n".join(lines) + "\n")
+    jobs, _ = load_files([src], tz="UTC")
+    text = export_jobs(jobs)
+    rows = list(csv.reader(io.StringIO(text.split("\n", 1)[1])))
+    for row in rows[1:]:
+        assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in row), row
+    back = tmp_path / "export.csv"
+    back.write_text(text)
+    again, _ = load_files([back])
+    assert sorted(again["name"].astype(str)) == sorted(FORMULAS)
+    assert export_jobs(again) == text
+    res = gpupool("report", "usage", "--from", str(src), "--by", "account", "--format", "csv", "--tz", "UTC")
+    assert res.returncode == 0, res.stderr
+    cells = [c for row in csv.reader(io.StringIO(res.stdout)) for c in row]
+    assert "'=acct" in cells and not any(c.startswith("=") for c in cells)
