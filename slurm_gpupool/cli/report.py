@@ -188,7 +188,8 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
         click.echo("gpupool: " + out.load_summary(load), err=True)
 
 
-BY_OF = {"utilization": ("day-night",), "efficiency": (), "quota": (), "advice": ()}  # the rest: all of BY
+# utilization splits by the layout in force (not the schedule's due period: #26 item 20)
+BY_OF = {"utilization": ("layout",), "efficiency": (), "quota": (), "advice": ()}  # the rest: all of BY
 
 
 def _sim_options(f: Any) -> Any:

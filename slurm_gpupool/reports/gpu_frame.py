@@ -151,7 +151,9 @@ def enrich(
     df["node"] = node_cat.map(firsts).astype("category") if len(firsts) else node_cat
     started = df["start"].notna()
     at = df["start"].where(started, df["submit"])
-    df["layout"] = pd.Categorical(layouts_at(history, schedule, df["node"], at, since, until, assumed_layout(cfg)))
+    pool = cfg.all_nodes() if cfg is not None else ()
+    layouts = layouts_at(history, schedule, df["node"], at, since, until, assumed_layout(cfg), pool)
+    df["layout"] = pd.Categorical(layouts)
     starts, names = schedule_segments(schedule, since, until)
     df["period"] = pd.Categorical(lookup(starts, names, epoch_s(at)))
     qos = df["qos"].astype(str) if "qos" in df.columns else pd.Series("", index=df.index)
@@ -168,6 +170,10 @@ def enrich(
     df["run_end"] = end.clip(upper=hi)
     hours = (df["run_end"] - df["run_start"]).dt.total_seconds() / 3600
     df["hours"] = hours.where(started & (hours > 0) & ~(no_end & ~running), 0.0)
+    # ran in the window: held its GPUs there, however briefly (sacct's times are whole
+    # seconds: a job under a second has 0 hours, and is still a job that ran)
+    inside = (hours > 0) | ((df["start"] >= lo) & (df["start"] < hi) & (hours == 0))
+    df["ran"] = started & ~(no_end & ~running) & inside
 
     # -- grants: resolve each distinct (TRES, node, layout) once ---------------------
     tres = (

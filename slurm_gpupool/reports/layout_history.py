@@ -11,6 +11,7 @@ all, the schedule's due layout stands in.  Lookups are vectorized
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,6 +124,41 @@ def assumed_layout(cfg: PoolConfig | None) -> str | None:
     return cfg.layout_names()[0]
 
 
+def pool_segments(
+    history: LayoutHistory,
+    schedule: Schedule | None,
+    since: datetime,
+    until: datetime,
+    nodes: Iterable[str] = (),
+    assumed: str | None = None,
+) -> tuple[np.ndarray, list[str]]:
+    """(starts, names): the layout most of the pool's nodes were in, from each start on
+    (the journal's nodes by their own changes, the others by the schedule or ``assumed``;
+    a tie goes to the first name).  What a job without a node (pending) and a chart's
+    time bin are labelled with: the layout in force, not the one the schedule said was due."""
+    sched_starts, sched_names = schedule_segments(schedule, since, until)
+    if schedule is None:
+        sched_starts, sched_names = np.array([since.timestamp()]), [assumed or ALL]
+    pool = set(nodes) | set(history.changes)
+    if not history.changes:
+        return sched_starts, sched_names
+    per_node = {n: history.node_segments(n, schedule, since, until) for n in history.changes}
+    others = len(pool - set(history.changes))  # on the schedule together
+    cuts = np.unique(np.concatenate([sched_starts, *(st for st, _ in per_node.values())]))
+    names: list[str] = []
+    for t in cuts:
+        count: dict[str, int] = {}
+        if others:
+            due = str(lookup(sched_starts, sched_names, np.array([t]))[0])
+            count[due] = others
+        for st, nm in per_node.values():
+            held = str(lookup(st, nm, np.array([t]))[0])
+            count[held] = count.get(held, 0) + 1
+        names.append(min(count, key=lambda k: (-count[k], k)))
+    keep = [0] + [i for i in range(1, len(names)) if names[i] != names[i - 1]]
+    return cuts[keep], [names[i] for i in keep]
+
+
 def layouts_at(
     history: LayoutHistory,
     schedule: Schedule | None,
@@ -131,13 +167,22 @@ def layouts_at(
     since: datetime,
     until: datetime,
     assumed: str | None = None,
+    pool: Iterable[str] | None = None,
 ) -> np.ndarray:
-    """The layout each row's node had at each row's time (object array; None if unknown)."""
+    """The layout each row's node had at each row's time (object array; None if unknown).
+    ``pool``: the config's nodes; a row whose node is none of them (a pending job's "None
+    assigned") gets the layout most of the pool was in then (:func:`pool_segments`)."""
     t = epoch_s(at)
     out = np.empty(len(t), dtype=object)
     sched_starts, sched_names = schedule_segments(schedule, since, until)
     out[:] = lookup(sched_starts, sched_names, t) if schedule is not None else assumed
     node_arr = nodes.astype(str).to_numpy()
+    if pool is not None and history.changes:
+        known = set(pool) | set(history.changes)
+        elsewhere = ~np.isin(node_arr, list(known))
+        if elsewhere.any():
+            starts, names = pool_segments(history, schedule, since, until, known, assumed)
+            out[elsewhere] = lookup(starts, names, t[elsewhere])
     for node in history.changes:
         mask = node_arr == node
         if mask.any():
