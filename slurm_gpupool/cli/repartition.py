@@ -74,6 +74,7 @@ def repartition(
     node failed (rolled back and drained with the reason).
     """
     from slurm_gpupool.errors import UsageError
+    from slurm_gpupool.repartition import journal as jr
     from slurm_gpupool.repartition.executor import Repartitioner
 
     if sum((bool(target), scheduled, elastic)) != 1:
@@ -91,7 +92,9 @@ def repartition(
     nodes = _nodes(nodes_text)
     messages = []
     nxt = None
+    trigger = jr.TRIGGER_BY_HAND
     if scheduled:
+        trigger = jr.TRIGGER_SCHEDULED
         if cfg.schedule is None:
             raise UsageError("repartition --scheduled", "the pool config has no schedule")
         from pathlib import Path
@@ -113,6 +116,7 @@ def repartition(
                     emit_json({"target": None, "held": hold.to_dict(), "exit_code": 0})
                 return 0
             target, nxt = hold.layout, None  # pinned: no switch ahead either
+            trigger = jr.TRIGGER_PINNED
             say(hold.describe())
         nxt = clock_switch_ahead(nxt, now, rp.lead_time_s(), cfg.elastic.active if cfg.elastic else None)
     if elastic:
@@ -152,7 +156,7 @@ def repartition(
                 "before it start there)"
             )
         return 0
-    report = rp.run(target, nodes, deadline_s, requeue, force)
+    report = rp.run(target, nodes, deadline_s, requeue, force, trigger)
     if nxt:  # after the due switch: reserve the nodes the next one changes, from its start
         when, layout = nxt
         made = rp.prepare(layout, when, nodes)
@@ -192,6 +196,7 @@ def repartition(
 
 def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s, requeue, log) -> int:
     """Decide, show why, and (not --dry-run) switch the chosen nodes: one run per target layout."""
+    from slurm_gpupool.repartition import journal as jr
     from slurm_gpupool.repartition.elastic import step
     from slurm_gpupool.repartition.rules import run_exit_code
 
@@ -200,7 +205,11 @@ def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s
     def run_switch(target: str, nodes: list[str], may_skip: set[str]) -> dict[str, str]:
         # with drains: reserve now and skip the busy ones at once (their jobs run to their
         # end; a later step switches them), never wait or requeue
-        report = rp.run(target, nodes, 0, False) if may_skip else rp.run(target, nodes, deadline_s, requeue)
+        report = (
+            rp.run(target, nodes, 0, False, trigger=jr.TRIGGER_ELASTIC)
+            if may_skip
+            else rp.run(target, nodes, deadline_s, requeue, trigger=jr.TRIGGER_ELASTIC)
+        )
         every = report.every_node()
         outcomes = {n: every[n]["outcome"] for n in nodes if n in every}
         # a drained node skipped while its jobs run is the plan, not a node left to switch
@@ -311,6 +320,9 @@ def status(app: AppContext, as_json: bool) -> None:
         for n in st["nodes"]
     ]
     click.echo(table(["NODE", "ACTIVE", "DESIRED", "STATE", "SLURM", "SINCE", "REASON"], rows))
+    if st["due"] or st["schedule_due"]:
+        due = f"layout {st['due']}" if st["due"] else "no layout"
+        click.echo(f"\ndue now: {due} ({st['due_why']})")
     if st["hold"]:
         click.echo(f"\n{st['hold']['text']}")
     if st["mode"] == "elastic":

@@ -262,6 +262,12 @@ def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
             chosen[index] = spec
     if not chosen:
         return Meaning(config, ns.name, None, "no entry selects its GPUs (devices, device-filter)", applies=False)
+    if all(picked is None for picked in chosen.values()) and not any(m.mig_capable for _, m, _ in gpus):
+        # mig-parted skips every GPU ("non MIG-capable"): the config sets nothing here, so it
+        # is no layout of this node set (it counted as a fit of every config: "whole")
+        kinds = ", ".join(sorted({m.key for _, m, _ in gpus}))
+        why = f"none of its GPUs is MIG-capable ({kinds}): mig-parted skips them, the config sets nothing"
+        return Meaning(config, ns.name, None, why, applies=False)
     left = [i for i, _, _ in gpus if i not in chosen]
     if left:
         why = f"no entry selects GPUs {index_ranges(left)}: mig-parted leaves them as they are; a layout sets every GPU"

@@ -315,7 +315,9 @@ class Repartitioner:
         deadline_s: int | None = None,
         requeue: bool | None = None,
         force: bool = False,
+        trigger: str = jr.TRIGGER_BY_HAND,
     ) -> RunReport:
+        """``trigger``: who asked (journal.TRIGGER_*), recorded with the run for `gpupool status`."""
         t0 = time.monotonic()
         self._check_target(target)
         deadline_s = self.s.deadline_s if deadline_s is None else deadline_s
@@ -337,7 +339,7 @@ class Repartitioner:
             elif plan.changing:
                 stale = [unfinished["reservation"]] if unfinished else []
                 deadline = self.clock.time() + deadline_s
-                j.start(target, plan.changing, self.reservation_name(target), deadline, previous, stale)
+                j.start(target, plan.changing, self.reservation_name(target), deadline, previous, stale, trigger)
             elif unfinished:  # an earlier run to another layout left nothing midway: close it
                 self._delete_reservations([unfinished["reservation"]])
                 j.cluster_step(jr.FINISHED, finished_at=jr.now_iso())

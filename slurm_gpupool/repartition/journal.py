@@ -46,6 +46,12 @@ ROLLED_BACK = "rolled_back"  # back in its previous layout, resumed
 NODE_STEPS = (WAITING, APPLYING, APPLIED, DRAINED, VERIFYING, DONE, FAILED, SKIPPED, ROLLED_BACK)
 OUTCOMES = (DONE, FAILED, SKIPPED, ROLLED_BACK)
 
+# who asked for a run: `repartition --to` (by hand), the schedule, a pin, the elastic step
+TRIGGER_BY_HAND = "by hand"
+TRIGGER_SCHEDULED = "scheduled"
+TRIGGER_PINNED = "pinned"
+TRIGGER_ELASTIC = "elastic"
+
 # Cluster steps of a run, in order.
 RESERVED = "reserved"
 GRES_INSTALLING = "gres_installing"
@@ -111,10 +117,14 @@ class Journal:
         deadline_epoch: float,
         previous: dict[str, str | None],
         stale_reservations: list[str] | None = None,
+        trigger: str = TRIGGER_BY_HAND,
     ) -> None:
+        """``trigger``: who asked for the switch (by hand, scheduled, pinned, elastic), which
+        ``gpupool status`` gives as the reason a node is in a layout the schedule does not have due."""
         self.data["run"] = {
             "id": time.strftime("%Y%m%dT%H%M%S"),
             "target": target,
+            "trigger": trigger,
             "nodes": sorted(nodes),
             "reservation": reservation,
             "started_at": now_iso(),
@@ -138,9 +148,18 @@ class Journal:
                 "since_epoch": time.time(),
                 "reason": "",
                 "drained_by_us": bool(prev.get("drained_by_us")) and midway,
+                "trigger": trigger,
             }
         # "previous" lets the reports know each node's layout before its first switch
-        self._save(event={"run": "start", "target": target, "nodes": sorted(nodes), "previous": dict(previous)})
+        self._save(
+            event={
+                "run": "start",
+                "target": target,
+                "trigger": trigger,
+                "nodes": sorted(nodes),
+                "previous": dict(previous),
+            }
+        )
 
     def resume_run(self, extra_nodes: list[str], previous: dict[str, str | None]) -> None:
         """Continue an unfinished run, possibly with more nodes."""
