@@ -250,7 +250,10 @@ def parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet]) 
     names: dict[str, str] = {}
     for role in FILE_ROLES:
         name = parse_file_name(
-            raw.get(role, getattr(d, role)), w.key(role), role, "gres.conf" if role == "gres_conf" else None
+            getattr(d, role) if raw.get(role) is None else raw[role],
+            w.key(role),
+            role,
+            "gres.conf" if role == "gres_conf" else None,
         )
         twin = next((r for r, n in names.items() if n == name), None)
         if twin:
@@ -285,7 +288,7 @@ HOOK_RANGES: dict[str, tuple[float, float]] = {
     "temperature_margin_c": (0, 100),
     "xid_window_s": (1, 366 * 86400),
     "critical_xids": (1, 65535),  # each Xid
-    "epilog_kill_grace_s": (0, 300),  # the Epilog runs inside slurmd's EpilogMsgTime budget
+    "epilog_kill_grace_s": (0, 300),  # the Epilog waits this long: longer holds the node COMPLETING
     "usage_interval_s": (1, 86400),  # or 0: off
 }
 
