@@ -61,9 +61,17 @@ class LayoutHistory:
     changes: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     source: str = "schedule"
 
-    def node_segments(self, node: str, schedule: Schedule | None, since: datetime, until: datetime):
-        """(starts, names) for one node: journal changes on top of the schedule before them."""
-        starts, names = schedule_segments(schedule, since, until)
+    def node_segments(
+        self,
+        node: str,
+        schedule: Schedule | None,
+        since: datetime,
+        until: datetime,
+        sched: tuple[np.ndarray, list[str]] | None = None,
+    ):
+        """(starts, names) for one node: journal changes on top of the schedule before them
+        (``sched``: the schedule's segments, when the caller has them for many nodes)."""
+        starts, names = sched if sched is not None else schedule_segments(schedule, since, until)
         ch = self.changes.get(node)
         if not ch:
             return starts, names
@@ -136,25 +144,31 @@ def pool_segments(
     (the journal's nodes by their own changes, the others by the schedule or ``assumed``;
     a tie goes to the first name).  What a job without a node (pending) and a chart's
     time bin are labelled with: the layout in force, not the one the schedule said was due."""
-    sched_starts, sched_names = schedule_segments(schedule, since, until)
+    sched = schedule_segments(schedule, since, until)
+    sched_starts, sched_names = sched
     if schedule is None:
         sched_starts, sched_names = np.array([since.timestamp()]), [assumed or ALL]
     pool = set(nodes) | set(history.changes)
     if not history.changes:
         return sched_starts, sched_names
-    per_node = {n: history.node_segments(n, schedule, since, until) for n in history.changes}
+    per_node = [history.node_segments(n, schedule, since, until, sched) for n in history.changes]
     others = len(pool - set(history.changes))  # on the schedule together
-    cuts = np.unique(np.concatenate([sched_starts, *(st for st, _ in per_node.values())]))
-    names: list[str] = []
-    for t in cuts:
-        count: dict[str, int] = {}
-        if others:
-            due = str(lookup(sched_starts, sched_names, np.array([t]))[0])
-            count[due] = others
-        for st, nm in per_node.values():
-            held = str(lookup(st, nm, np.array([t]))[0])
-            count[held] = count.get(held, 0) + 1
-        names.append(min(count, key=lambda k: (-count[k], k)))
+    cuts = np.unique(np.concatenate([sched_starts, *(st for st, _ in per_node)]))
+    # every node's layout at every cut at once (a year of switches on a hundred nodes is
+    # 10^7 lookups: vectorized per node, counted per layout)
+    labels = sorted({str(x) for x in sched_names} | {str(x) for _, nm in per_node for x in nm})
+    code = {label: i for i, label in enumerate(labels)}
+
+    def codes(starts: np.ndarray, names: list[str]) -> np.ndarray:
+        idx = np.searchsorted(starts, cuts, side="right") - 1
+        return np.array([code[str(x)] for x in names], dtype=np.int64)[np.clip(idx, 0, len(names) - 1)]
+
+    counts = np.zeros((len(labels), len(cuts)), dtype=np.int64)
+    columns = np.arange(len(cuts))
+    for st, nm in per_node:
+        counts[codes(st, nm), columns] += 1  # one layout per node and cut: no index repeats
+    counts[codes(sched_starts, sched_names), columns] += others
+    names = [labels[i] for i in counts.argmax(axis=0)]  # a tie: the first name
     keep = [0] + [i for i in range(1, len(names)) if names[i] != names[i - 1]]
     return cuts[keep], [names[i] for i in keep]
 
@@ -186,6 +200,6 @@ def layouts_at(
     for node in history.changes:
         mask = node_arr == node
         if mask.any():
-            starts, names = history.node_segments(node, schedule, since, until)
+            starts, names = history.node_segments(node, schedule, since, until, (sched_starts, sched_names))
             out[mask] = lookup(starts, names, t[mask])
     return out

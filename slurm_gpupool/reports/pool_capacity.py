@@ -37,6 +37,7 @@ def capacity_intervals(
         return pd.DataFrame(columns=cols)
     lo, hi = since.timestamp(), until.timestamp()
     sched = schedule_segments(cfg.schedule, since, until)
+    sched_due = sched  # the schedule's own, for the journal's nodes before their first change
     assumed = assumed_layout(cfg)
     if assumed is not None:  # no schedule: nodes not in the journal are taken to be in one layout
         sched = (np.array([lo]), [assumed])
@@ -44,7 +45,7 @@ def capacity_intervals(
     rows: list[tuple] = []
     for node in cfg.all_nodes():
         if node in history.changes:
-            starts, names = history.node_segments(node, cfg.schedule, since, until)
+            starts, names = history.node_segments(node, cfg.schedule, since, until, sched_due)
             for a, b, layout in _segments(starts, names, lo, hi):
                 rows.extend(
                     (o.type, o.kind, o.model, a, b, o.eq, o.memory_mib, layout) for o in node_offers(cfg, layout, node)
