@@ -106,7 +106,7 @@ def run_phase(phase: str, path: str, config: str) -> dict[str, Any]:
     reports_s = time.perf_counter() - t
     steps["waits"] = reports_s - steps["usage"] - steps["utilization"]
     reports_peak = _rss_mib()
-    by_period = ut.tables["by period"]
+    by_layout = ut.tables["by layout"]
     overall = w.tables["by type"]
     out.update(
         reports_s=reports_s,
@@ -121,7 +121,7 @@ def run_phase(phase: str, path: str, config: str) -> dict[str, Any]:
             "grants": len(data.grants),
             "accounts": len(u.main),
             "usage_totals": u.meta["totals"],
-            "util_pct_by_period": {r.period: round(r.util_pct, 1) for r in by_period.itertuples()},
+            "util_pct_by_layout": {r.layout: round(r.util_pct, 1) for r in by_layout.itertuples()},
             "waits": {r.gres: [r.jobs, r.p50_s, r.p90_s] for r in overall.itertuples()},
         },
     )
@@ -166,7 +166,7 @@ def check_runs(runs: dict[str, list[dict[str, Any]]], meta: dict) -> None:
         s, st = r["summary"], r["stats"]
         check(s["jobs"] > 0 and s["accounts"] > 0, f"reports over no jobs or accounts: {s}")
         check(s["usage_totals"]["gpu_hours"] > 0, f"no GPU hours: {s['usage_totals']}")
-        check(bool(s["util_pct_by_period"]) and bool(s["waits"]), f"no utilization or waits: {s}")
+        check(bool(s["util_pct_by_layout"]) and bool(s["waits"]), f"no utilization or waits: {s}")
         check(st["malformed_total"] == meta["malformed_lines"], f"malformed {st['malformed_total']} of {meta}")
 
 
@@ -303,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         f"# usage: {ut['jobs']:,} jobs, {ut['gpu_jobs']:,} GPU jobs, {ut['gpu_hours']:,.0f} GPU-h, "
         f"{ut['eq_hours']:,.0f} GPU-eq-h over {s['accounts']} accounts; {s['grants']:,} grants"
     )
-    print(f"# utilization by period: {s['util_pct_by_period']} %")
+    print(f"# utilization by layout in force: {s['util_pct_by_layout']} %")
     top = sorted(s["waits"].items(), key=lambda kv: -kv[1][0])[:5]
     print("# waits (jobs, p50 s, p90 s): " + "; ".join(f"{k} {v[0]:,} {v[1]:.0f} {v[2]:.0f}" for k, v in top))
     print(f"\n{'PASS' if ok else 'FAIL'}: total {total_s:.1f} s (< {TARGET_S:.0f}), peak {total_mib:,.0f} MiB")

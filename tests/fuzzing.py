@@ -456,3 +456,222 @@ def dump_json(tree: Any) -> str:
 
     text = json.dumps(tree, default=str)
     return re.sub(r'"__DEEP_(\d+)__"', lambda m: "[" * int(m[1]) + "]" * int(m[1]), text)
+
+
+# -- #26: names, paths and file names in every rendered file -------------------------------
+
+# strings that would add a line, a key, a word or a specifier to one of the formats we write
+# (Slurm's config files, cron, systemd units, Lua, Prometheus, CSV), reach another file, or
+# be a word Slurm reads as a keyword; and plain ones, so that some variants are accepted
+NAME_HOSTILE: list[str] = [
+    "a\nNodeName=evil Gres=gpu:9",
+    "x\rGresTypes=evil",
+    "a\u2028b",
+    "a\x00b",
+    "a%n",
+    "a%%d",
+    "$HOME",
+    "${X}",
+    "`id`",
+    "a'b",
+    'a"b',
+    "a\\b",
+    "a b",
+    "a=b",
+    "a#b",
+    "a,b",
+    "a;b",
+    "a:b",
+    "[0-3]",
+    "..",
+    ".",
+    "",
+    "../x",
+    "slurm.conf",
+    "gres.conf",
+    "job_submit.lua",
+    "gpupool-hooks.json",
+    "DEFAULT",
+    "ALL",
+    "localhost",
+    "ünï",
+    "-x",
+    "=cmd",
+    "a" * 70,
+    "plain",
+    "pool-nodes.conf",
+    "x1",
+]
+PATH_HOSTILE: list[str] = [
+    *(f"/srv/{v}" for v in NAME_HOSTILE if "/" not in v),
+    "relative/dir",
+    "/srv/a/../b",
+    "/srv/x/{node}/y",
+    "/srv/x/{nodes}",
+    "/srv/%n/dev",
+    "",
+    "/dev",
+    "/var/tmp/sb-1/nodes/{node}/dev",
+]
+CRON_HOSTILE: list[str] = [
+    "@reboot root touch /tmp/x\n@hourly",
+    "*/5 * * * *\n* * * * * root id",
+    "% * * * *",
+    "@reboot",
+    "60 * * * *",
+    "*/0 * * * *",
+    "* * * * mon-fri,%",
+    "*/5 * * * *",
+    "0 8-20/2 * * mon-fri",
+    "@hourly",
+    "30 7 1,15 jan-jun *",
+]
+# (key path in the shipped config, values to put there); "<set>"/"<layout>": the first one
+SLOTS: list[tuple[tuple[str, ...], list[Any]]] = [
+    (("slurm", "dev_root"), PATH_HOSTILE),
+    (("slurm", "config_dir"), PATH_HOSTILE),
+    (("slurm", "gres_conf"), NAME_HOSTILE),
+    (("slurm", "nodes_include"), NAME_HOSTILE),
+    (("slurm", "gres_include"), NAME_HOSTILE),
+    (("paths", "state_dir"), PATH_HOSTILE),
+    (("paths", "run_dir"), PATH_HOSTILE),
+    (("paths", "spool_dir"), PATH_HOSTILE),
+    (("paths", "controller_dir"), PATH_HOSTILE),
+    (("hooks", "dcgm_job_mapping_dir"), PATH_HOSTILE),
+    (("hooks", "kmsg"), PATH_HOSTILE),
+    (("repartition", "cron"), CRON_HOSTILE),
+    (("repartition", "reservation_prefix"), NAME_HOSTILE),
+    (("submit", "other_gpu_qos"), [[v] for v in NAME_HOSTILE]),
+    (("nodesets", "<set>", "nodes"), [*NAME_HOSTILE, "gpu[1-2]", "gpu[1-99999999]", "n[01-03]"]),
+    (("nodesets", "<set>"), NAME_HOSTILE),  # the set's name itself
+    (("layouts", "<layout>"), NAME_HOSTILE),  # a layout's name: the feature layout_<name>
+]
+# the directory the config file is in: its path goes into every rendered file
+CONFIG_DIRS: list[str] = [
+    "plain",
+    *(v for v in NAME_HOSTILE if v and "/" not in v and "\x00" not in v and v not in (".", "..")),
+]
+
+
+def _rename(d: dict, old: Any, new: Any) -> None:
+    """Rename a key in place, keeping the order."""
+    items = list(d.items())
+    d.clear()
+    d.update({(new if k == old else k): v for k, v in items})
+
+
+def hostile_names(rng: random.Random, tree: dict) -> tuple[dict, str]:
+    """The config with one to three of its names, paths, file names, cron schedule or node
+    names replaced by hostile ones (or by plain ones, now and then), and the directory the
+    config is to be written in.  A renamed node set or layout is renamed where it is named."""
+    out = copy.deepcopy(tree)
+    for _ in range(rng.randint(1, 3)):
+        path, values = rng.choice(SLOTS)
+        value = copy.deepcopy(rng.choice(values))
+        first_set, first_layout = next(iter(out["nodesets"])), next(iter(out["layouts"]))
+        if path == ("nodesets", "<set>"):
+            _rename(out["nodesets"], first_set, value)
+            for per_set in out["layouts"].values():
+                if isinstance(per_set, dict) and first_set in per_set:
+                    _rename(per_set, first_set, value)
+            continue
+        if path == ("layouts", "<layout>"):
+            _rename(out["layouts"], first_layout, value)
+            sched = out.get("schedule") or {}
+            if sched.get("default") == first_layout:
+                sched["default"] = value
+            for r in sched.get("rules") or []:
+                if r.get("layout") == first_layout:
+                    r["layout"] = value
+            continue
+        keys = [first_set if k == "<set>" else k for k in path]
+        parent = out
+        for k in keys[:-1]:
+            parent = parent.setdefault(k, {})
+        parent[keys[-1]] = value
+    directory = rng.choice(CONFIG_DIRS) if rng.random() < 0.4 else "plain"
+    return out, directory
+
+
+def alias_bomb(rng: random.Random, levels: int = 9, width: int = 9) -> str:
+    """Nested YAML aliases (a flow list or mapping of ``width`` aliases of the level below,
+    ``levels`` deep): about 1 KB of text for width**levels values."""
+    mapping = rng.random() < 0.5
+    node = "&b0 [" + ", ".join(["x"] * width) + "]"
+    for i in range(1, levels):
+        if mapping:
+            node = f"&b{i} {{" + ", ".join([f"k0: {node}"] + [f"k{j}: *b{i - 1}" for j in range(1, width)]) + "}"
+        else:
+            node = f"&b{i} [" + ", ".join([node] + [f"*b{i - 1}"] * (width - 1)) + "]"
+    return node
+
+
+HOSTLIST_BOMBS = ["gpu[1-99999999]", "a[1-99999][1-99999]", "n[0-4294967295]", "x[1-9999999999999999999999]"]
+
+
+def bombed_config(rng: random.Random, tree: dict) -> str:
+    """The config as YAML with an alias bomb or a hostlist bomb at one of its key paths."""
+    out = copy.deepcopy(tree)
+    paths = [p for p in _paths(out) if p]
+    path = rng.choice(paths)
+    parent = _get(out, path[:-1])
+    hostlist = rng.random() < 0.25
+    parent[path[-1]] = rng.choice(HOSTLIST_BOMBS) if hostlist else "__BOMB__"
+    return dump_yaml(out).replace("__BOMB__", alias_bomb(rng))
+
+
+# Slurm's "no value" and "infinite" sentinels (slurm.h), as sacct prints them, and counts no job holds
+NO_VAL_TEXTS = [
+    "4294967294",
+    "4294967295",
+    "18446744073709551614",
+    "18446744073709551615",
+    "0xfffffffe",
+    "0xFFFFFFFFFFFFFFFF",
+    "4611686018427387904",
+    "1048577",
+]
+
+
+def no_val_parsable(rng: random.Random, text: str) -> str:
+    """sacct --parsable2 output with GPU counts, times and time limits replaced by sentinels."""
+    lines = text.splitlines()
+    head = lines[0].split("|")
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = line.split("|")
+        if len(cells) != len(head) or rng.random() < 0.4:
+            out.append(line)
+            continue
+        for col in rng.sample(range(len(head)), rng.randint(1, 3)):
+            name, value = head[col], rng.choice(NO_VAL_TEXTS)
+            if name in ("AllocTRES", "ReqTRES"):
+                items = cells[col].split(",") if cells[col] else ["gres/gpu=1"]
+                k = rng.randrange(len(items))
+                items[k] = f"{items[k].partition('=')[0] or 'gres/gpu'}={value}"
+                cells[col] = ",".join(items)
+            elif name in ("TimelimitRaw", "ElapsedRaw"):
+                cells[col] = value
+        out.append("|".join(cells))
+    return "\n".join(out) + "\n"
+
+
+def no_val_json(rng: random.Random, doc: dict) -> str:
+    """sacct --json output with TRES counts, times and limits replaced by sentinels (ints and text)."""
+    tree = copy.deepcopy(doc)
+    for job in tree.get("jobs", []):
+        if rng.random() < 0.5:
+            continue
+        tres = [t for part in ("allocated", "requested") for t in (job.get("tres") or {}).get(part) or []]
+        for t in rng.sample(tres, min(len(tres), rng.randint(1, 2))):
+            value = rng.choice(NO_VAL_TEXTS)
+            t["count"] = value if value.startswith("0x") or rng.random() < 0.3 else int(value, 0)
+        if rng.random() < 0.3 and isinstance(job.get("time"), dict):
+            key = rng.choice(["start", "end", "limit", "submission"])
+            job["time"][key] = int(rng.choice(NO_VAL_TEXTS[:4]))
+    return json.dumps(tree)
+
+
+# what may be found where a hook's files go: a FIFO, a symlink, a directory, a socket,
+# garbage, NUL bytes, a huge file (kind, content)
+HOOK_DIR_DAMAGE = ["fifo", "symlink", "directory", "socket", "garbage", "nul", "huge"]

@@ -39,9 +39,11 @@ def _render(
     templates: str | None,
     as_installed: str | None = None,
     simulated_ids: bool = False,
+    preview: bool = False,
 ):
     """The config and its rendering; ``as_installed``: as if the config were at that path
-    (the files name it), to preview a config before it is installed."""
+    (the files name it), to preview a config before it is installed; ``preview``: a planned
+    layout's files on a host without its nodes (the simulator's MIG ids, marked as such)."""
     import dataclasses
 
     from slurm_gpupool.controller.gres_install import render
@@ -50,9 +52,20 @@ def _render(
 
     if planned and live:
         raise UsageError("gres", "--planned and --live exclude each other")
-    if simulated_ids and not planned:
-        raise UsageError("gres", "--simulated-ids goes with --planned LAYOUT")
+    if (simulated_ids or preview) and not planned:
+        raise UsageError("gres", f"{'--preview' if preview else '--simulated-ids'} goes with --planned LAYOUT")
+    if preview and simulated_ids:
+        raise UsageError("gres", "--preview and --simulated-ids exclude each other")
     cfg = app.config()
+    if preview:
+        from slurm_gpupool.pool.planned import IDS_SIMULATED
+
+        click.echo(
+            "gpupool: a preview: MIG device files name the simulator's instance ids, which a real driver may "
+            "not choose; install a layout's files after `node apply`, with --live (or let the repartitioner)",
+            err=True,
+        )
+        return cfg, render(cfg, select_nodes(cfg, nodes), planned, templates, IDS_SIMULATED, preview=True)
     if simulated_ids and not (app.sim_dir or cfg.sim_dir):
         raise UsageError(
             "gres --simulated-ids",
@@ -74,11 +87,17 @@ def gres() -> None:
 
 @gres.command("render")
 @source_options
+@click.option(
+    "--preview",
+    is_flag=True,
+    help="With --planned on a host without the nodes (an admin host): name MIG device files with the "
+    "simulator's instance ids, the files marked as a preview (not for install: a real driver chooses its own).",
+)
 @click.option("--out", metavar="DIR", help="Write the files into DIR instead of printing them.")
 @pass_app
-def render_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, out: str | None) -> None:
+def render_cmd(app: AppContext, planned, live, nodes, simulated_ids, templates, preview: bool, out: str | None) -> None:
     """Render gres.conf, the NodeName include and the GresTypes/TRES include."""
-    cfg, r = _render(app, planned, live, nodes, templates, simulated_ids=simulated_ids)
+    cfg, r = _render(app, planned, live, nodes, templates, simulated_ids=simulated_ids, preview=preview)
     from slurm_gpupool.controller.gres_install import ROLES
 
     if out:

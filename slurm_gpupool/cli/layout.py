@@ -134,6 +134,33 @@ def import_mig_parted(app: AppContext, file: str, only: str | None, as_yaml: boo
     click.echo(table(["CONFIG", "NODE SET", "RESULT", "GPUS / WHY"], rows))
     fits = len({m.config for m in found if m.targets})
     click.echo(f"\n{fits} of {len({m.config for m in found})} configs fit at least one node set")
+    left = _unselected(cfg.nodesets, found)
+    if left:
+        click.echo(f"{len(left)} node sets no config sets a layout for:")
+        for name, why in left:
+            click.echo(f"  {name}: {why}")
+
+
+def _unselected(nodesets: dict, found: list) -> list[tuple[str, str]]:
+    """(node set, why) for the node sets that no config gives a layout or a refusal: no
+    entry selects their GPUs, none is MIG-capable, or they have no machine description."""
+    from slurm_gpupool.core.mig.catalog import get_model
+
+    judged: dict[str, list] = {}
+    for m in found:
+        judged.setdefault(m.nodeset, []).append(m)
+    out = []
+    for name, ns in nodesets.items():
+        ms = judged.get(name, [])
+        if ns.machine is None:
+            out.append((name, "no machine description: its GPUs cannot be matched against device filters"))
+        elif ms and not any(m.targets or m.applies for m in ms):
+            models = sorted({g.model for g in ns.machine.gpus})
+            if not any(get_model(k).mig_capable for k in models):
+                out.append((name, f"none of its GPUs is MIG-capable ({', '.join(models)}): mig-parted skips them"))
+            else:
+                out.append((name, "no config's entries select its GPUs (devices, device-filter)"))
+    return out
 
 
 def _site_models(app: AppContext) -> None:

@@ -74,6 +74,7 @@ def repartition(
     node failed (rolled back and drained with the reason).
     """
     from slurm_gpupool.errors import UsageError
+    from slurm_gpupool.repartition import journal as jr
     from slurm_gpupool.repartition.executor import Repartitioner
 
     if sum((bool(target), scheduled, elastic)) != 1:
@@ -91,6 +92,7 @@ def repartition(
     nodes = _nodes(nodes_text)
     messages = []
     nxt = None
+    trigger = jr.TRIGGER_BY_HAND
     if scheduled:
         due, hold = _scheduled(cfg, rp)
         if due.said:
@@ -100,6 +102,7 @@ def repartition(
                 emit_json({"target": None, "held": hold.to_dict() if hold else None, "exit_code": 0})
             return 0
         target, elastic, nxt = due.target, due.elastic, due.ahead
+        trigger = jr.TRIGGER_PINNED if due.pinned else jr.TRIGGER_SCHEDULED
     if elastic:
         if nodes:
             raise UsageError("repartition --elastic --nodes", "the elastic step chooses the nodes itself")
@@ -137,7 +140,7 @@ def repartition(
                 "before it start there)"
             )
         return 0
-    report = rp.run(target, nodes, deadline_s, requeue, force)
+    report = rp.run(target, nodes, deadline_s, requeue, force, trigger)
     if nxt:  # after the due switch: reserve the nodes the next one changes, from its start
         when, layout = nxt
         made = rp.prepare(layout, when, nodes)
@@ -197,6 +200,7 @@ def _scheduled(cfg, rp):
 
 def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s, requeue, log) -> int:
     """Decide, show why, and (not --dry-run) switch the chosen nodes: one run per target layout."""
+    from slurm_gpupool.repartition import journal as jr
     from slurm_gpupool.repartition.elastic import step
     from slurm_gpupool.repartition.rules import run_exit_code
 
@@ -205,7 +209,11 @@ def _elastic_step(cfg, rp, dry_run: bool, as_json: bool, quiet: bool, deadline_s
     def run_switch(target: str, nodes: list[str], may_skip: set[str]) -> dict[str, str]:
         # with drains: reserve now and skip the busy ones at once (their jobs run to their
         # end; a later step switches them), never wait or requeue
-        report = rp.run(target, nodes, 0, False) if may_skip else rp.run(target, nodes, deadline_s, requeue)
+        report = (
+            rp.run(target, nodes, 0, False, trigger=jr.TRIGGER_ELASTIC)
+            if may_skip
+            else rp.run(target, nodes, deadline_s, requeue, trigger=jr.TRIGGER_ELASTIC)
+        )
         every = report.every_node()
         outcomes = {n: every[n]["outcome"] for n in nodes if n in every}
         # a drained node skipped while its jobs run is the plan, not a node left to switch
@@ -316,6 +324,9 @@ def status(app: AppContext, as_json: bool) -> None:
         for n in st["nodes"]
     ]
     click.echo(table(["NODE", "ACTIVE", "DESIRED", "STATE", "SLURM", "SINCE", "REASON"], rows))
+    if st["due"] or st["schedule_due"]:
+        due = f"layout {st['due']}" if st["due"] else "no layout"
+        click.echo(f"\ndue now: {due} ({st['due_why']})")
     if st["hold"]:
         click.echo(f"\n{st['hold']['text']}")
     if st["mode"] == "elastic":

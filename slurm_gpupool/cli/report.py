@@ -37,9 +37,14 @@ def parse_when(text: str, now: datetime, option: str, future: bool = False) -> d
             return now + (1 if future else -1) * timedelta(seconds=parse_duration_s(t))
         except ValueError:
             raise UsageError(
-                f"{option} {text}", "not a date, date-time, 'now' or a duration", hint="e.g. 2026-11-01, 7d, 36h"
+                f"{option} {text[:60]}", "not a date, date-time, 'now' or a duration", hint="e.g. 2026-11-01, 7d, 36h"
             ) from None
+    if not YEARS[0] <= when.year <= YEARS[1]:  # pandas' times end in 2262; 0001 has no local offset
+        raise UsageError(f"{option} {text[:60]}", f"a date from {YEARS[0]} to {YEARS[1]} (accounting has no other)")
     return (when if when.tzinfo else when.astimezone()).astimezone(UTC)
+
+
+YEARS = (1970, 2200)
 
 
 def _common(f: Any) -> Any:
@@ -90,6 +95,7 @@ def _load(
     from slurm_gpupool.core.policy.durations import parse_duration_s
     from slurm_gpupool.errors import ConfigError
     from slurm_gpupool.reports.dataset import Source, build
+    from slurm_gpupool.util.quoting import breaking_char
 
     now = datetime.now(UTC)
     t0 = parse_when(since, now, "--since") if since else None
@@ -105,7 +111,22 @@ def _load(
     try:
         win = timedelta(seconds=parse_duration_s(window))
     except ValueError as e:
-        raise UsageError(f"--window {window}", str(e)) from None
+        raise UsageError(f"--window {window[:60]}", str(e)) from None
+    if win < timedelta(minutes=1):  # sacct is asked once per window: 0 would never end
+        raise UsageError(f"--window {window[:60]}", "at least a minute", hint="e.g. 1d (the default) or 6h")
+    if tz != "local":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise UsageError(
+                f"--tz {tz[:60]}", "not a time zone", hint="an IANA name such as Europe/Paris, or local"
+            ) from None
+    if delimiter is not None and (not delimiter or breaking_char(delimiter) or len(delimiter) > 8):
+        raise UsageError(
+            f"--delimiter {delimiter[:20]!r}", "one to 8 characters, not a newline: what sacct --delimiter printed"
+        )
     source = Source(
         files=tuple(files),
         tz=tz,
@@ -167,7 +188,8 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
         click.echo("gpupool: " + out.load_summary(load), err=True)
 
 
-BY_OF = {"utilization": ("day-night",), "efficiency": (), "quota": (), "advice": ()}  # the rest: all of BY
+# utilization splits by the layout in force (not the schedule's due period: #26 item 20)
+BY_OF = {"utilization": ("layout",), "efficiency": (), "quota": (), "advice": ()}  # the rest: all of BY
 
 
 def _sim_options(f: Any) -> Any:

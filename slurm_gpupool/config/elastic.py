@@ -73,6 +73,7 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
     names, sets = set(layouts), set(nodesets)
     during = tuple(we.optional(el, "during", list, []))
     for i, lay in enumerate(during):
+        we.key("during").index(i).check_type(lay, str)  # before `in`: a list there is unhashable
         if lay not in names:
             raise (
                 we.key("during").index(i).error(f"no layout named {lay!r}", hint="layouts: " + ", ".join(sorted(names)))
@@ -86,6 +87,7 @@ def parse_elastic(raw: Any, top: Where, nodesets: Iterable[str], layouts: Iterab
         if not lays:
             raise wl.key(ns).error("name at least one layout (leave the node set out: every layout covering it)")
         for i, lay in enumerate(lays):
+            wl.key(ns).index(i).check_type(lay, str)
             if lay not in names:
                 raise wl.key(ns).index(i).error(f"no layout named {lay!r}")
         allowed[str(ns)] = tuple(lays)
@@ -119,7 +121,7 @@ def _duration(w: Where, d: dict, key: str, default: int) -> int:
     if d.get(key) is None:
         return default
     try:
-        return parse_duration_s(d[key])
+        return parse_duration_s(w.key(key).check_type(d[key], (str, int)))
     except ValueError as e:
         raise w.key(key).error(str(e)) from None
 

@@ -9,6 +9,7 @@ from typing import Any
 from slurm_gpupool.config.elastic import parse_elastic
 from slurm_gpupool.config.migparted import layouts_from_mig_parted
 from slurm_gpupool.config.model import DEFAULT_SLURM_CONF, LayoutEntry, PoolConfig
+from slurm_gpupool.config.schema import parse_path
 from slurm_gpupool.config.sections import (
     parse_gpu_models,
     parse_hooks,
@@ -60,9 +61,9 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     base = base_dir or Path(source).resolve().parent
     paths_raw = raw.get("paths") or {}
     machine_dirs: tuple[Path, ...] = ()
+    paths = parse_paths(paths_raw, top)
     if isinstance(paths_raw, dict) and paths_raw.get("machines_dir"):
         machine_dirs = (base / str(paths_raw["machines_dir"]),)
-    paths = parse_paths(paths_raw, top)
     parse_gpu_models(raw.get("gpu_models"), top)  # before the machines that name them
     nodesets = parse_nodesets(top.require(raw, "nodesets", dict), top, machine_dirs)
     extra: dict[str, list[LayoutEntry]] = {}
@@ -76,6 +77,8 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     sim = top.optional(raw, "simulation", dict, {})
     top.key("simulation").only_keys(sim, {"sim_dir"})
     sim_dir = top.key("simulation").optional(sim, "sim_dir", str)
+    if sim_dir is not None:
+        parse_path(sim_dir, top.key("simulation").key("sim_dir"), "sim_dir", absolute=False)
     submit = parse_submit(raw.get("submit"), top)
     repartition = parse_repartition(raw.get("repartition"), top)
     reports = parse_reports(raw.get("reports"), top)

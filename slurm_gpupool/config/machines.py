@@ -9,6 +9,7 @@ not in front of us.  The format is documented in ``etc/machines/README.md``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from slurm_gpupool.core.mig.catalog import GpuModel, get_model
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.util.resources import machines_dir
-from slurm_gpupool.util.validate import NAME, Where, load_yaml
+from slurm_gpupool.util.validate import NAME, Where, load_yaml, preview
 
 INTERCONNECTS = ("nvswitch", "nvlink", "pcie")
 # nvidia-smi topo -m PCIe relations, nearest first (reference §5.1).
@@ -99,20 +100,42 @@ class MachineSpec:
         return range(socket * self.cores_per_socket, (socket + 1) * self.cores_per_socket)
 
 
-def _cpulist(text: Any, where: Where) -> tuple[int, ...]:
-    """Parse a Linux CPU list such as ``0-15,128-143``."""
+# Slurm keeps sockets, cores and threads in 16 bits and a node's CPUs below 65,536; no GPU
+# server comes near these, and a larger figure is a typo that would build lists of billions
+MAX_SOCKETS, MAX_CORES_PER_SOCKET, MAX_THREADS_PER_CORE, MAX_CPUS = 64, 1024, 8, 65535
+MAX_GPUS, MAX_MINOR, MAX_NUMA_NODE, MAX_MEMORY_MIB = 64, 254, 1023, 1 << 40
+_CPU_RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
+
+
+def _cpulist(text: Any, where: Where, ncpus: int = MAX_CPUS) -> tuple[int, ...]:
+    """Parse a Linux CPU list such as ``0-15,128-143``: each CPU below ``ncpus``, checked
+    before a range is expanded."""
+    if isinstance(text, bool) or not isinstance(text, str | int):
+        raise where.error(f"not a CPU list: {preview(text)} (expected e.g. 0-15,128-143)")
     out: list[int] = []
-    try:
-        for part in str(text).split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise where.error(f"not a CPU list: {text!r} (expected e.g. 0-15,128-143)") from None
+    for part in str(text).split(","):
+        part = part.strip()
+        m = _CPU_RANGE.fullmatch(part)
+        if m is None:
+            raise where.error(f"not a CPU list: {preview(text)} (expected e.g. 0-15,128-143)")
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if hi >= ncpus:
+            raise where.error(f"CPU {hi} beyond the {ncpus} CPUs of cpu:")
+        if hi < lo:
+            raise where.error(f"CPU range {part!r} runs backwards")
+        out.extend(range(lo, hi + 1))
     return tuple(out)
+
+
+def _count(w: Where, raw: dict, key: str, low: int, high: int) -> int:
+    """``raw[key]``, an integer from ``low`` to ``high``."""
+    n = w.require(raw, key, int)
+    if not low <= n <= high:
+        raise w.key(key).error(f"must be {low} to {high}, not {n}")
+    return int(n)
+
+
+_BUS_ID = re.compile(r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]")
 
 
 def normalise_bus_id(bus_id: str) -> str:
@@ -147,21 +170,26 @@ def parse_machine(raw: Any, source: str) -> MachineSpec:
     cpu = top.require(raw, "cpu", dict)
     w_cpu = top.key("cpu")
     w_cpu.only_keys(cpu, {"sockets", "cores_per_socket", "threads_per_core"})
-    sockets = w_cpu.require(cpu, "sockets", int)
-    cores = w_cpu.require(cpu, "cores_per_socket", int)
-    threads = w_cpu.require(cpu, "threads_per_core", int)
-    memory_mib = top.require(raw, "memory_mib", int)
-    numa_raw = top.require(raw, "numa", dict)
-    numa = {int(k): _cpulist(v, top.key("numa").key(k)) for k, v in numa_raw.items()}
+    sockets = _count(w_cpu, cpu, "sockets", 1, MAX_SOCKETS)
+    cores = _count(w_cpu, cpu, "cores_per_socket", 1, MAX_CORES_PER_SOCKET)
+    threads = _count(w_cpu, cpu, "threads_per_core", 1, MAX_THREADS_PER_CORE)
     ncpus = sockets * cores * threads
-    for node, cpus in numa.items():
-        bad = [c for c in cpus if c >= ncpus]
-        if bad:
-            raise top.key("numa").key(node).error(f"CPU {bad[0]} beyond the {ncpus} CPUs of cpu:")
+    if ncpus > MAX_CPUS:
+        raise w_cpu.error(f"{ncpus} CPUs: Slurm counts at most {MAX_CPUS} on a node")
+    memory_mib = _count(top, raw, "memory_mib", 1, MAX_MEMORY_MIB)
+    numa_raw = top.require(raw, "numa", dict)
+    numa: dict[int, tuple[int, ...]] = {}
+    for k, v in numa_raw.items():
+        wk = top.key("numa").key(k)
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_NUMA_NODE:
+            raise wk.error(f"a NUMA node is a number 0 to {MAX_NUMA_NODE}")
+        numa[k] = _cpulist(v, wk, ncpus)
     interconnect = top.require(raw, "interconnect", str)
     if interconnect not in INTERCONNECTS:
         raise top.key("interconnect").error(f"must be one of {', '.join(INTERCONNECTS)}, not {interconnect!r}")
     gpus_raw = top.require(raw, "gpus", list)
+    if not 1 <= len(gpus_raw) <= MAX_GPUS:
+        raise top.key("gpus").error(f"a machine has 1 to {MAX_GPUS} GPUs, not {len(gpus_raw)}")
     gpus: list[GpuSpec] = []
     for i, g in enumerate(gpus_raw):
         wg = top.key("gpus").index(i)
@@ -173,14 +201,21 @@ def parse_machine(raw: Any, source: str) -> MachineSpec:
         except ConfigError as e:
             raise wg.key("model").error(f"{e.why} {model!r}", e.hint) from None
         dev = wg.optional(g, "pci_device_id", int, 0)
+        if not 0 <= dev <= 0xFFFF:
+            raise wg.key("pci_device_id").error(f"not a PCI device id: {dev}")
         if dev and dev not in gm.pci_device_ids:
             ids = ", ".join(f"0x{i:04X}" for i in gm.pci_device_ids)
             raise wg.key("pci_device_id").error(f"0x{dev:04X} is not a {gm.key} id ({ids})")
-        bus = normalise_bus_id(wg.require(g, "pci_bus_id", str))
+        text = wg.require(g, "pci_bus_id", str)
+        if not _BUS_ID.fullmatch(text.strip()):
+            raise wg.key("pci_bus_id").error(f"not a PCI bus id: {preview(text)}", hint='e.g. "07:00.0"')
+        bus = normalise_bus_id(text)
         numa_node = wg.require(g, "numa_node", int)
         if numa_node not in numa:
             raise wg.key("numa_node").error(f"NUMA node {numa_node} is not listed under numa:")
         minor = wg.optional(g, "minor", int, i)
+        if not 0 <= minor <= MAX_MINOR:
+            raise wg.key("minor").error(f"a device minor is 0 to {MAX_MINOR}, not {minor}")
         gpus.append(GpuSpec(i, model, bus, minor, numa_node, numa[numa_node], dev))
     w_gpus = top.key("gpus")
     if len({g.pci_bus_id for g in gpus}) != len(gpus):
@@ -207,15 +242,21 @@ def parse_machine(raw: Any, source: str) -> MachineSpec:
     if interconnect == "nvswitch":
         sw = top.require(raw, "nvswitch", dict)
         top.key("nvswitch").only_keys(sw, {"links_per_gpu"})
-        switch_links = top.key("nvswitch").require(sw, "links_per_gpu", int)
+        switch_links = _count(top.key("nvswitch"), sw, "links_per_gpu", 1, 18)
     elif interconnect == "nvlink" and not pairs:
         raise top.key("nvlink").error("interconnect is nvlink but no links are listed")
     pcie = top.optional(raw, "pcie", dict, {})
     top.key("pcie").only_keys(pcie, {"switches"})
-    switches = tuple(tuple(int(x) for x in grp) for grp in pcie.get("switches", []))
+    ws = top.key("pcie").key("switches")
+    groups = ws.check_type(pcie.get("switches", []), list)
+    for j, grp in enumerate(groups):
+        ok = isinstance(grp, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in grp)
+        if not ok or not all(0 <= x < len(gpus) for x in grp):
+            raise ws.index(j).error(f"expected a list of GPU indices 0..{len(gpus) - 1}")
+    switches = tuple(tuple(grp) for grp in groups)
     return MachineSpec(
         name=name,
-        description=str(raw.get("description", "")),
+        description=top.optional(raw, "description", str, ""),
         sockets=sockets,
         cores_per_socket=cores,
         threads_per_core=threads,

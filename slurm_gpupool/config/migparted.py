@@ -39,7 +39,7 @@ from slurm_gpupool.core.mig.layouts import GpuTarget, Selector
 from slurm_gpupool.core.mig.planner import plan_gpu
 from slurm_gpupool.core.ranges import index_ranges
 from slurm_gpupool.errors import InfeasibleError, UsageError
-from slurm_gpupool.util.validate import NAME, Where, load_yaml, parse_yaml
+from slurm_gpupool.util.validate import NAME, Where, load_yaml, parse_yaml, preview
 
 if TYPE_CHECKING:
     from slurm_gpupool.config.model import LayoutEntry, NodeSet
@@ -97,7 +97,7 @@ class Meaning:
 def _filter(text: Any, where: Where) -> DeviceFilter:
     m = _FILTER.fullmatch(text) if isinstance(text, str) else None
     if m is None:
-        raise where.error(f"not a PCI device id like 0x20B010DE (or 0x20B010DE:0x145710DE): {text!r:.60}")
+        raise where.error(f"not a PCI device id like 0x20B010DE (or 0x20B010DE:0x145710DE): {preview(text)}")
     raw, sub = int(m[1], 16), m[2]
     return DeviceFilter(raw >> 16, raw & 0xFFFF, int(sub, 16) if sub else None)
 
@@ -128,7 +128,7 @@ def _counts(raw: Any, where: Where) -> tuple[tuple[str, int], ...]:
         if not isinstance(name, str) or not _PROFILE.fullmatch(name):
             raise wn.error("not a MIG profile name like 1g.10gb, 1g.10gb+me or 1c.2g.20gb")
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise wn.error(f"a count must be a whole number >= 0, not {n!r:.40}")
+            raise wn.error(f"a count must be a whole number >= 0, not {preview(n, 40)}")
         out.append((name, n))
     return tuple(out)
 
@@ -262,6 +262,12 @@ def meaning(config: str, specs: tuple[Spec, ...], ns: NodeSet) -> Meaning:
             chosen[index] = spec
     if not chosen:
         return Meaning(config, ns.name, None, "no entry selects its GPUs (devices, device-filter)", applies=False)
+    if all(picked is None for picked in chosen.values()) and not any(m.mig_capable for _, m, _ in gpus):
+        # mig-parted skips every GPU ("non MIG-capable"): the config sets nothing here, so it
+        # is no layout of this node set (it counted as a fit of every config: "whole")
+        kinds = ", ".join(sorted({m.key for _, m, _ in gpus}))
+        why = f"none of its GPUs is MIG-capable ({kinds}): mig-parted skips them, the config sets nothing"
+        return Meaning(config, ns.name, None, why, applies=False)
     left = [i for i, _, _ in gpus if i not in chosen]
     if left:
         why = f"no entry selects GPUs {index_ranges(left)}: mig-parted leaves them as they are; a layout sets every GPU"
@@ -301,7 +307,7 @@ def layouts_from_mig_parted(
     where.only_keys(raw, {"file", "nodesets"})
     file = where.require(raw, "file", str)
     if not file or "\0" in file:  # open() would raise ValueError (embedded null byte)
-        raise where.key("file").error(f"not a file name: {file!r:.60}")
+        raise where.key("file").error(f"not a file name: {preview(file)}")
     path = base / file
     names = where.optional(raw, "nodesets", list, sorted(nodesets))
     for k, n in enumerate(names):

@@ -116,7 +116,7 @@ def expand_hostlist(hostlist: str, where: Where) -> tuple[str, ...]:
     if not nodes:
         raise where.error(f"hostlist {hostlist!r} names no node")
     for n in nodes:
-        where.check_name(n, "node name")
+        check_node_name(n, where)
     return nodes
 
 
@@ -156,3 +156,196 @@ def duration_s(w: Where, raw: dict, key: str) -> int:
         return parse_duration_s(w.key(key).check_type(raw[key], (str, int)))
     except ValueError as e:
         raise w.key(key).error(str(e)) from None
+
+
+# -- paths and file names ------------------------------------------------------------------
+
+MAX_PATH = 1024
+NODE_PLACEHOLDER = "{node}"
+# a path written into a Slurm line (gres.conf File=): characters that no Slurm parser reads
+# as a separator, a comment, a hostlist range or a variable (no space , = # [ ] % $ :)
+_SLURM_PATH_CHARS = re.compile(r"[A-Za-z0-9._+@/-]+")
+
+
+def parse_path(
+    raw: Any, where: Where, what: str, *, absolute: bool = True, node: bool = False, in_slurm_line: bool = False
+) -> str:
+    """A path setting: one line of text (no newline or other control character, which would
+    split a line of every file that names it), no ``..`` component (it would reach outside
+    the directory the path names), absolute unless ``absolute`` is False, ``{node}`` the only
+    placeholder and only where ``node`` allows it.  ``in_slurm_line``: written into Slurm's
+    files, so only letters, digits and ``. _ + @ / -`` besides ``{node}``."""
+    from slurm_gpupool.util.quoting import breaking_char
+
+    where.check_type(raw, str)
+    text: str = raw
+    if not text:
+        raise where.error(f"{what}: an empty path")
+    if len(text) > MAX_PATH:
+        raise where.error(f"{what}: longer than {MAX_PATH} characters")
+    bad = breaking_char(text)
+    if bad:
+        raise where.error(f"{what} {text[:70]!r} holds {bad}: a path is one line of text")
+    if absolute and not text.startswith("/"):
+        raise where.error(f"{what} {text[:70]!r} must be an absolute path", hint="e.g. /var/lib/slurm-gpupool")
+    if ".." in text.split("/"):
+        raise where.error(f"{what} {text[:70]!r} has a '..' component", hint="name the directory itself")
+    rest = text.replace(NODE_PLACEHOLDER, "") if node else text
+    if "{" in rest or "}" in rest:
+        raise where.error(
+            f"{what} {text[:70]!r}: {'{node} is the only placeholder' if node else 'no placeholder here'}"
+        )
+    if in_slurm_line and not _SLURM_PATH_CHARS.fullmatch(rest or "/"):
+        raise where.error(
+            f"{what} {text[:70]!r} is written into gres.conf: letters, digits and . _ + @ / - only",
+            hint="a space, '=', ',', '#', '[', '%' or ':' would change the Slurm line it is on",
+        )
+    return text
+
+
+# the files gres install writes in slurm.config_dir (roles in config.model.SlurmSettings)
+FILE_ROLES = ("gres_conf", "nodes_include", "gres_include")
+# what else lives beside slurm.conf: Slurm's own files (slurm.conf(5) and its siblings) and
+# the support files gpupool writes there; no role may be given one of these names
+SLURM_FILES = frozenset(
+    {
+        "slurm.conf",
+        "slurmdbd.conf",
+        "cgroup.conf",
+        "cgroup_allowed_devices_file.conf",
+        "topology.conf",
+        "topology.yaml",
+        "acct_gather.conf",
+        "plugstack.conf",
+        "job_container.conf",
+        "knl_cray.conf",
+        "knl_generic.conf",
+        "oci.conf",
+        "mpi.conf",
+        "helpers.conf",
+        "burst_buffer.conf",
+        "ext_sensors.conf",
+        "namespace.yaml",
+        "resources.yaml",
+        "gres.conf",
+        "job_submit.lua",
+        "cli_filter.lua",
+        "scrun.lua",
+        "burst_buffer.lua",
+        "gpupool-hooks.json",
+        "gpupool-submit.json",
+    }
+)
+
+
+def parse_file_name(raw: Any, where: Where, role: str, own: str | None = None) -> str:
+    """A file name inside ``slurm.config_dir``: one name (no '/', never '.' or '..'), of
+    letters, digits, '.', '_' and '-', and none of the files beside slurm.conf that Slurm or
+    gpupool own (``own``: the one Slurm name this role may take, gres.conf for gres_conf)."""
+    where.check_type(raw, str)
+    name: str = raw
+    if name in ("", ".", "..") or "/" in name:
+        raise where.error(f"{role} {name[:70]!r} is not a file name", hint="one name inside slurm.config_dir")
+    where.check_name(name, f"{role} file name")
+    if name in SLURM_FILES and name != own:
+        raise where.error(
+            f"{role} {name!r} would overwrite {name}, which is not gres install's to write",
+            hint="a name of its own, e.g. gpupool-nodes.conf",
+        )
+    return name
+
+
+# -- names Slurm reads as keywords -------------------------------------------------------
+
+# NodeName=DEFAULT sets defaults for later lines; Nodes=ALL means every node; localhost is
+# replaced by the host's name (slurm.conf(5)); Slurm compares the first two without case
+RESERVED_NODE_NAMES = ("default", "all", "localhost")
+
+
+def check_node_name(name: str, where: Where) -> str:
+    """A node name: a name (``Where.check_name``) that Slurm does not read as a keyword."""
+    where.check_name(name, "node name")
+    if name.lower() in RESERVED_NODE_NAMES:
+        raise where.error(
+            f"{name!r} is not a node name Slurm can take: "
+            + {
+                "default": "NodeName=DEFAULT sets the defaults of the node lines after it",
+                "all": "ALL names every node in Slurm's partition and reservation lines",
+                "localhost": "Slurm replaces localhost by the host's own name",
+            }[name.lower()],
+            hint="name the nodes by their host names",
+        )
+    return name
+
+
+# -- cron schedules ----------------------------------------------------------------------
+
+# crontab(5): five fields, each a list of * or N or N-M, with /step; names for months and
+# days of the week (single values or range ends, as Debian's cron reads them)
+_CRON_FIELDS = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day of month", 1, 31, ()),
+    ("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    ("day of week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+CRON_KEYWORDS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
+_CRON_ITEM = re.compile(r"(\*|[0-9a-z]{1,3}(?:-[0-9a-z]{1,3})?)(?:/([0-9]{1,2}))?")
+
+
+def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
+    if text.isdigit():
+        n = int(text)
+        return n if low <= n <= high else None
+    if text in names:
+        return names.index(text) + (1 if low == 1 else 0)
+    return None
+
+
+def _cron_field_error(item: str, field: str, low: int, high: int, names: tuple[str, ...]) -> str | None:
+    m = _CRON_ITEM.fullmatch(item.lower())
+    if not m:
+        return f"{item!r} is not *, N, N-M or one of them /STEP"
+    span, step = m.group(1), m.group(2)
+    if step is not None and not 1 <= int(step) <= high:
+        return f"step /{step} must be 1..{high}"
+    if span == "*":
+        return None
+    lo_text, _, hi_text = span.partition("-")
+    lo = _cron_value(lo_text, low, high, names)
+    hi = _cron_value(hi_text, low, high, names) if hi_text else lo
+    allowed = f"{low}-{high}" + (f" or {names[0]}..{names[-1]}" if names else "")
+    if lo is None or hi is None:
+        return f"{span!r} is outside the {field}'s {allowed}"
+    if hi < lo:
+        return f"range {span!r} runs backwards"
+    return None
+
+
+def parse_cron(raw: Any, where: Where) -> str:
+    """A cron schedule as crontab(5) reads it: five fields of cron's grammar, or one of the
+    @ keywords that repeat (@reboot runs once, at boot: switches would never follow the
+    schedule).  Nothing else: a newline would add a line to root's crontab, a '%' ends
+    cron's command, and a spec cron refuses makes cron skip the whole file, silently."""
+    from slurm_gpupool.util.quoting import breaking_char
+
+    where.check_type(raw, str)
+    text: str = raw
+    bad = breaking_char(text)
+    if bad:
+        raise where.error(f"{text[:60]!r} holds {bad}: a cron schedule is part of one crontab line")
+    if text in CRON_KEYWORDS:
+        return text
+    hint = "e.g. '*/5 * * * *' (minute hour day-of-month month day-of-week), or @hourly"
+    if text.strip().startswith("@"):
+        kind = "runs once, at boot" if text.strip() == "@reboot" else "not a keyword cron knows"
+        raise where.error(f"{text[:40]!r}: {kind}", hint="one of " + ", ".join(CRON_KEYWORDS))
+    fields = text.split()
+    if len(fields) != 5:
+        raise where.error(f"{text[:60]!r} is not five fields separated by spaces", hint=hint)
+    for value, (field, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for item in value.split(","):
+            problem = _cron_field_error(item, field, low, high, names)
+            if problem:
+                raise where.error(f"{field} field {value[:30]!r}: {problem}", hint=hint)
+    return text

@@ -22,7 +22,17 @@ from slurm_gpupool.config.model import (
     ReportSettings,
     SlurmSettings,
 )
-from slurm_gpupool.config.schema import check_target, duration_s, expand_hostlist, parse_node_params, parse_target
+from slurm_gpupool.config.schema import (
+    FILE_ROLES,
+    check_target,
+    duration_s,
+    expand_hostlist,
+    parse_cron,
+    parse_file_name,
+    parse_node_params,
+    parse_path,
+    parse_target,
+)
 from slurm_gpupool.core.gres.records import NAMINGS, whole_type
 from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.core.mig.catalog import all_models, get_model
@@ -30,7 +40,7 @@ from slurm_gpupool.core.mig.layouts import parse_selector, spread
 from slurm_gpupool.core.policy.schedule import Rule, Schedule, parse_clock, parse_days
 from slurm_gpupool.errors import ConfigError, SlurmUnavailableError
 from slurm_gpupool.slurm.versions import parse_version
-from slurm_gpupool.util.validate import Where
+from slurm_gpupool.util.validate import Where, preview
 
 
 def parse_nodesets(raw: Any, top: Where, machine_dirs: tuple[Path, ...]) -> dict[str, NodeSet]:
@@ -145,9 +155,9 @@ def parse_schedule(raw: Any, top: Where, layouts: Iterable[str]) -> Schedule | N
 
         try:
             tz = ZoneInfo(tzname)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
             raise w.key("timezone").error(
-                f"unknown time zone {tzname!r}", hint="an IANA name such as Europe/Paris, or local"
+                f"unknown time zone {tzname[:60]!r}", hint="an IANA name such as Europe/Paris, or local"
             ) from None
     rules = []
     for i, r in enumerate(w.optional(raw, "rules", list, [])):
@@ -167,7 +177,7 @@ def parse_schedule(raw: Any, top: Where, layouts: Iterable[str]) -> Schedule | N
             try:
                 clocks.append(parse_clock(text))
             except ValueError:
-                raise wr.key(k).error(f"expected HH:MM, not {text!r}") from None
+                raise wr.key(k).error(f"expected HH:MM, not {text[:40]!r}") from None
         rules.append(Rule(layout, days, clocks[0], clocks[1]))
     return Schedule(default, tuple(rules), tz)
 
@@ -179,7 +189,12 @@ def parse_paths(raw: Any, top: Where) -> Paths:
     w.only_keys(raw, set(DEFAULT_PATHS) | {"machines_dir"})
     values = {}
     for k, default in DEFAULT_PATHS.items():
-        values[k] = os.environ.get(PATH_ENV[k]) or w.optional(raw, k, str, default)
+        if os.environ.get(PATH_ENV[k]):  # the environment wins, and is checked as the file's value is
+            values[k] = parse_path(os.environ[PATH_ENV[k]], Where(f"${PATH_ENV[k]}"), k, node=True)
+        else:
+            values[k] = parse_path(w.optional(raw, k, str, default), w.key(k), k, node=True)
+    if raw.get("machines_dir") is not None:
+        parse_path(raw["machines_dir"], w.key("machines_dir"), "machines_dir", absolute=False)
     return Paths(**values)
 
 
@@ -212,6 +227,8 @@ def parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet]) 
             f"must be one of {', '.join(NAMINGS)}", hint="profile: 1g.10gb; model_profile: a100_1g.10gb"
         )
     tdir = w.optional(raw, "templates_dir", str)
+    if tdir is not None:
+        parse_path(tdir, w.key("templates_dir"), "templates_dir", absolute=False)
     version = w.optional(raw, "version", (str, float), None)
     if version is not None:
         version = str(version)
@@ -230,19 +247,62 @@ def parse_slurm(raw: Any, top: Where, base: Path, nodesets: dict[str, NodeSet]) 
         if not nodes <= known:
             raise wk.error(f"nodes {', '.join(sorted(nodes - known))} are in no node set")
         params.append((nodes, parse_node_params(wk.check_type(v, str), wk)))
+    names: dict[str, str] = {}
+    for role in FILE_ROLES:
+        name = parse_file_name(
+            getattr(d, role) if raw.get(role) is None else raw[role],
+            w.key(role),
+            role,
+            "gres.conf" if role == "gres_conf" else None,
+        )
+        twin = next((r for r, n in names.items() if n == name), None)
+        if twin:
+            raise w.key(role).error(f"{name!r} is also {twin}'s name: one file would replace the other")
+        names[role] = name
+    config_dir = d.config_dir if raw.get("config_dir") is None else raw["config_dir"]
     return SlurmSettings(
         type_naming=naming,
         autodetect=w.optional(raw, "autodetect", bool, d.autodetect),
-        config_dir=w.optional(raw, "config_dir", str, d.config_dir),
-        gres_conf=w.optional(raw, "gres_conf", str, d.gres_conf),
-        nodes_include=w.optional(raw, "nodes_include", str, d.nodes_include),
-        gres_include=w.optional(raw, "gres_include", str, d.gres_include),
+        config_dir=parse_path(config_dir, w.key("config_dir"), "config_dir"),
+        gres_conf=names["gres_conf"],
+        nodes_include=names["nodes_include"],
+        gres_include=names["gres_include"],
         templates_dir=str(base / tdir) if tdir else None,
-        dev_root=w.optional(raw, "dev_root", str, d.dev_root),
+        dev_root=parse_path(
+            d.dev_root if raw.get("dev_root") is None else raw["dev_root"],
+            w.key("dev_root"),
+            "dev_root",
+            node=True,
+            in_slurm_line=True,
+        ),
         node_params=tuple(params),
         version=version,
         mig_device_files=mig_files,
     )
+
+
+# the hooks' numbers, bounded: a value outside is a typo that would make a hook spin
+# (usage_interval_s: 1e-300 sampled without pause), wait forever, or never fire
+HOOK_RANGES: dict[str, tuple[float, float]] = {
+    "ecc_uncorrected_max": (0, 1 << 31),
+    "temperature_margin_c": (0, 100),
+    "xid_window_s": (1, 366 * 86400),
+    "critical_xids": (1, 65535),  # each Xid
+    "epilog_kill_grace_s": (0, 300),  # the Epilog waits this long: longer holds the node COMPLETING
+    "usage_interval_s": (1, 86400),  # or 0: off
+}
+
+
+def _check_hook_range(w: Where, name: str, value: Any) -> None:
+    if name not in HOOK_RANGES:
+        return
+    lo, hi = HOOK_RANGES[name]
+    for v in value if isinstance(value, tuple) else (value,):
+        if name == "usage_interval_s" and v == 0:
+            continue
+        if not lo <= v <= hi:  # (NaN fails it too)
+            off = " (or 0: off)" if name == "usage_interval_s" else ""
+            raise w.error(f"must be {lo:g} to {hi:g}{off}, not {v:g}")
 
 
 def parse_hooks(raw: Any, top: Where) -> HookSettings:
@@ -266,9 +326,15 @@ def parse_hooks(raw: Any, top: Where) -> HookSettings:
             values[name] = float(w.key(name).check_type(raw[name], (int, float)))
         else:
             values[name] = w.key(name).check_type(raw[name], type(default))
+    for name, value in values.items():
+        _check_hook_range(w.key(name), name, value)
     mapping = values.get("dcgm_job_mapping_dir")
-    if mapping and not mapping.startswith("/"):
-        raise w.key("dcgm_job_mapping_dir").error("must be an absolute path", hint="e.g. /run/dcgm-job-map")
+    if mapping:
+        parse_path(mapping, w.key("dcgm_job_mapping_dir"), "dcgm_job_mapping_dir", node=True)
+    if "kmsg" in values:
+        parse_path(values["kmsg"], w.key("kmsg"), "kmsg")
+    if "mps_control" in values:  # a command: its name on PATH, or a path
+        parse_path(values["mps_control"], w.key("mps_control"), "mps_control", absolute=False)
     return HookSettings(**{**d.__dict__, **values})
 
 
@@ -310,8 +376,8 @@ def parse_reports(raw: Any, top: Where) -> ReportSettings:
     values["idle_fraction"] = float(wa.optional(adv, "idle_fraction", (int, float), d.idle_fraction))
     values["min_jobs"] = wa.optional(adv, "min_jobs", int, d.min_jobs)
     dirs = w.optional(raw, "spool_dirs", list, [])
-    if not all(isinstance(x, str) and x for x in dirs):
-        raise w.key("spool_dirs").error("must be a list of directory paths")
+    for i, x in enumerate(dirs):
+        parse_path(x, w.key("spool_dirs").index(i), "spool_dirs", absolute=False)
     values["spool_dirs"] = tuple(dirs)
     return ReportSettings(**{**d.__dict__, **values})
 
@@ -345,7 +411,7 @@ def parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     other = w.optional(raw, "other_gpu_qos", list, [])
     for i, q in enumerate(other):
         if not isinstance(q, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", q):
-            raise w.key("other_gpu_qos").index(i).error(f"not a QOS name: {q!r:.40}")
+            raise w.key("other_gpu_qos").index(i).error(f"not a QOS name: {preview(q, 40)}")
     out["other_gpu_qos"] = sorted({q.lower() for q in other})  # Slurm lower-cases QOS names
     return out
 
@@ -395,10 +461,7 @@ def parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
         raise w.key("reservation_prefix").error("letters, digits, - and _ only (it names Slurm reservations)")
     values["reservation_prefix"] = prefix
     values["partition"] = w.optional(raw, "partition", str, None)
-    cron = w.optional(raw, "cron", str, d.cron)
-    if len(cron.split()) != 5:
-        raise w.key("cron").error("a cron time spec has 5 fields, e.g. '*/5 * * * *'")
-    values["cron"] = cron
+    values["cron"] = parse_cron(raw["cron"], w.key("cron")) if raw.get("cron") is not None else d.cron
     return RepartitionSettings(**{**d.__dict__, **values})
 
 

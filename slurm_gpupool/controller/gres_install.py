@@ -183,11 +183,15 @@ def render(
     planned: str | None,
     site_dir: str | None = None,
     mig_ids: str = IDS_LIVE,
+    preview: bool = False,
 ) -> Rendered:
-    """``mig_ids``: for a planned layout, where MIG instance ids come from (see gres_sources)."""
+    """``mig_ids``: for a planned layout, where MIG instance ids come from (see gres_sources);
+    ``preview``: the files say they are a preview, not for install (``gres render --preview``)."""
     source = f"{'planned layout ' + planned if planned else 'live node state'} from {cfg.source}"
     if planned and mig_ids == IDS_SIMULATED:
         source += " (MIG ids as the simulator assigns them)"
+    if preview:
+        source = f"PREVIEW, not for install: {source}; a real driver chooses its own MIG instance ids"
     mode = mig_files_mode(cfg)
     layouts: dict[str, str | None] = {}
     gres = collect_nodes(cfg, nodes, planned, mode, layouts, mig_ids)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
 from slurm_gpupool.config.model import PoolConfig
-from slurm_gpupool.core.gres.render import environment
-from slurm_gpupool.errors import UsageError
+from slurm_gpupool.core.gres.render import environment, render_template
+from slurm_gpupool.errors import ConfigError, UsageError
 from slurm_gpupool.util.atomic import write_text_atomic
+from slurm_gpupool.util.quoting import UnsafeValue, breaking_char, cron_command, systemd_command
 
 HEADER = "managed by slurm_gpupool; do not edit: changes are overwritten by `gpupool schedule install`"
 CRON_FILE = "/etc/cron.d/slurm-gpupool"
@@ -23,8 +23,23 @@ SYSTEMD_DIR = "/etc/systemd/system"
 UNIT = "gpupool-repartition"
 
 
+# cron's @ keywords (crontab(5)) as systemd calendar events (systemd.time(7))
+CALENDAR_KEYWORDS = {
+    "@hourly": "hourly",
+    "@daily": "daily",
+    "@midnight": "daily",
+    "@weekly": "weekly",
+    "@monthly": "monthly",
+    "@yearly": "yearly",
+    "@annually": "yearly",
+}
+
+
 def on_calendar(cron: str) -> str:
-    """The systemd OnCalendar= of the cron specs we support: ``*/N * * * *``, ``M * * * *``, ``M H * * *``."""
+    """The systemd OnCalendar= of the cron specs we support: the @ keywords, ``*/N * * * *``,
+    ``M * * * *``, ``M H * * *``."""
+    if cron in CALENDAR_KEYWORDS:
+        return CALENDAR_KEYWORDS[cron]
     minute, hour, dom, month, dow = cron.split()
     if (dom, month, dow) != ("*", "*", "*"):
         raise UsageError(f"repartition.cron {cron!r}", "only minute and hour fields convert to a systemd timer")
@@ -38,9 +53,9 @@ def on_calendar(cron: str) -> str:
     raise UsageError(f"repartition.cron {cron!r}", "cannot convert to OnCalendar=", hint="use the cron entry instead")
 
 
-def _command(cfg: PoolConfig, gpupool: str | None) -> str:
+def _argv(cfg: PoolConfig, gpupool: str | None) -> list[str]:
     exe = gpupool or str(Path(sys.executable).parent / "gpupool")
-    return shlex.join([exe, "--config", _source(cfg), "repartition", "--scheduled", "--quiet"])
+    return [exe, "--config", _source(cfg), "repartition", "--scheduled", "--quiet"]
 
 
 def _source(cfg: PoolConfig) -> str:
@@ -64,8 +79,11 @@ def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
         name, eq, value = item.partition("=")
         if not eq or not ENV_NAME.fullmatch(name):
             raise UsageError(f"--env {item!r}", "expected NAME=VALUE with NAME a shell variable name")
-        if any(c in value for c in "\"'\\\n") or value != value.strip():
-            raise UsageError(f"--env {item!r}", "a value cannot hold a quote, a backslash, a newline or outer blanks")
+        if any(c in value for c in "\"'\\") or breaking_char(value) or value != value.strip():
+            raise UsageError(
+                f"--env {item!r}",
+                "a value cannot hold a quote, a backslash, a newline (or other control character) or outer blanks",
+            )
         pairs.append((name, value))
     return pairs
 
@@ -78,21 +96,26 @@ def render_schedule(
     ``env_vars`` (e.g. SLURM_CONF for a slurm.conf outside /etc/slurm) go into the
     cron file's variable lines or the service's ``Environment=``.
     """
-    env = environment(cfg.slurm.templates_dir)
-    common = {
-        "header": HEADER,
-        "source": _source(cfg),
-        "cron": cfg.repartition.cron,
-        "command": _command(cfg, gpupool),
-        "env": env_vars or [],
-    }
+    argv = _argv(cfg, gpupool)
+    common = {"header": HEADER, "source": _source(cfg), "cron": cfg.repartition.cron, "env": env_vars or []}
     if not systemd:
-        return {CRON_FILE: env.get_template("cron.j2").render(**common)}
-    timer = env.get_template("systemd/gpupool-repartition.timer.j2")
-    service = env.get_template("systemd/gpupool-repartition.service.j2")
+        try:
+            command = cron_command(argv)
+        except UnsafeValue as e:  # the config's path or gpupool's: cron has no quoting for a newline
+            raise ConfigError(
+                repr(e.value)[:120],
+                "",
+                f"this path cannot be written into a cron command: {e.why}",
+                hint="move it to a path without control characters (or install a systemd timer: --systemd)",
+            ) from None
+        env = environment(cfg.slurm.templates_dir, "cron")
+        return {CRON_FILE: render_template(env, "cron.j2", {**common, "command": command})}
+    env = environment(cfg.slurm.templates_dir, "systemd")
+    common["command"] = systemd_command(argv)
+    timer = {**common, "on_calendar": on_calendar(cfg.repartition.cron)}
     return {
-        f"{SYSTEMD_DIR}/{UNIT}.service": service.render(**common),
-        f"{SYSTEMD_DIR}/{UNIT}.timer": timer.render(**common, on_calendar=on_calendar(cfg.repartition.cron)),
+        f"{SYSTEMD_DIR}/{UNIT}.service": render_template(env, "systemd/gpupool-repartition.service.j2", common),
+        f"{SYSTEMD_DIR}/{UNIT}.timer": render_template(env, "systemd/gpupool-repartition.timer.j2", timer),
     }
 
 

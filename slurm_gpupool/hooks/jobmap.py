@@ -32,7 +32,7 @@ import os
 import re
 from typing import Any
 
-from slurm_gpupool.hooks.runtime import HookError, locked, open_dir, write_in_dir
+from slurm_gpupool.hooks.runtime import HookError, locked, open_dir, open_regular, write_in_dir
 
 LOCK_NAME = ".gpupool.lock"
 MAX_READ = 1 << 16
@@ -76,11 +76,11 @@ def remove_job(directory: str, job: str, run_dir: str) -> None:
 def read_jobs(dir_fd: int, key: str) -> list[str]:
     """The job ids a mapping file lists (missing file: none); other lines are ignored."""
     try:
-        fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        fd = open_regular(key, dir_fd=dir_fd)  # a FIFO there blocked the hook, lock held
     except FileNotFoundError:
         return []
-    except OSError as e:
-        raise HookError(f"mapping file {key}: {e.strerror} (a symlink is refused)") from None
+    except HookError as e:
+        raise HookError(f"mapping file {e}") from None
     with os.fdopen(fd, "rb") as f:
         text = f.read(MAX_READ).decode("ascii", "replace")
     out: list[str] = []

@@ -132,10 +132,32 @@ def node_path(settings: dict[str, Any], key: str, node: str) -> str:
     return str(settings[key]).replace("{node}", node)
 
 
+def open_regular(name: str, flags: int = os.O_RDONLY, mode: int = 0o600, dir_fd: int | None = None) -> int:
+    """An fd for a regular file, opened without following a symlink and without blocking:
+    a FIFO (or a device, a socket) put where our file goes would make ``open`` wait for a
+    writer forever (O_RDONLY on a FIFO), with a lock held.  It is opened ``O_NONBLOCK``,
+    checked with ``fstat`` and refused (HookError) unless regular; then it blocks again.
+    Raises FileNotFoundError as ``os.open`` does (callers treat a missing file)."""
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise HookError(f"{name}: {e.strerror} (a symlink is refused)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise HookError(f"{name}: not a regular file (a FIFO, device or socket is refused)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_json(path: str) -> Any:
-    """Read JSON, refusing a symlink at the final component."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
+    """Read JSON, refusing a symlink at the final component and anything but a regular file."""
+    with os.fdopen(open_regular(path), "rb") as f:
         return json.loads(f.read())
 
 
@@ -194,8 +216,7 @@ def write_in_dir(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None
 
 
 def read_in_dir(dir_fd: int, name: str) -> Any:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    with os.fdopen(fd, "rb") as f:
+    with os.fdopen(open_regular(name, dir_fd=dir_fd), "rb") as f:
         return json.loads(f.read())
 
 
@@ -203,7 +224,7 @@ def read_in_dir(dir_fd: int, name: str) -> Any:
 def locked(dir_fd: int, name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """An exclusive ``flock`` on ``name`` in an opened directory, waited for at most ``wait_s``
     (a hook never hangs on a lock: HookError, and the caller fails open)."""
-    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+    fd = open_regular(name, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
     try:
         deadline = time.monotonic() + wait_s
         while True:

@@ -19,7 +19,16 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from slurm_gpupool.hooks.runtime import load_settings, log, node_name, node_path, open_dir, write_in_dir
+from slurm_gpupool.hooks.runtime import (
+    HookError,
+    load_settings,
+    log,
+    node_name,
+    node_path,
+    open_dir,
+    open_regular,
+    write_in_dir,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -30,11 +39,11 @@ IDLE_ROUNDS = 3
 
 def _alive(run_dir: str) -> bool:
     try:
-        with open(os.path.join(run_dir, PID_FILE)) as f:
-            pid = int(f.read().strip())
+        with os.fdopen(open_regular(os.path.join(run_dir, PID_FILE))) as f:
+            pid = int(f.read(32).strip())
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"slurm_gpupool.hooks.sampler" in f.read()
-    except (OSError, ValueError):
+    except (OSError, ValueError, HookError):
         return False
 
 
@@ -82,7 +91,7 @@ def run(env: dict[str, str]) -> int:
     node = node_name(env)
     run_dir = node_path(settings, "run_dir", node)
     fd = open_dir(run_dir)
-    lock = os.open("sampler.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+    lock = open_regular("sampler.lock", os.O_RDWR | os.O_CREAT, 0o600, dir_fd=fd)
     import fcntl
 
     try:
@@ -133,8 +142,7 @@ def _exists(dir_fd: int, name: str) -> bool:
 
 
 def _read(dir_fd: int, name: str) -> str:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    with os.fdopen(fd) as f:
+    with os.fdopen(open_regular(name, dir_fd=dir_fd)) as f:
         return f.read()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -554,15 +555,27 @@ def serve(
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        def handle(self) -> None:
+            """A client that hangs up (a scraper's timeout, a closed browser tab) ends its
+            request, quietly: there is no one left to answer (it printed a traceback)."""
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
+                self.close_connection = True
+
         def do_GET(self) -> None:
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404)
                 return
             if self.path.startswith("/metrics"):
-                with lock:
-                    if time.monotonic() - cache["at"] >= min_interval_s:
-                        cache["text"], cache["at"] = render(), time.monotonic()
-                    body = cache["text"].encode()
+                try:
+                    with lock:
+                        if time.monotonic() - cache["at"] >= min_interval_s:
+                            cache["text"], cache["at"] = render(), time.monotonic()
+                        body = cache["text"].encode()
+                except GpupoolError as e:  # Slurm unreachable, say: the scraper sees why
+                    self.send_error(503, explain=e.message()[:500])
+                    return
                 ctype = "text/plain; version=0.0.4; charset=utf-8"
             else:
                 body = b'<html><body><a href="/metrics">metrics</a></body></html>\n'
@@ -576,7 +589,16 @@ def serve(
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(address, Handler)
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            """One line on stderr, not socketserver's traceback (a failed render: the
+            client got a 500)."""
+            err = sys.exc_info()[1]
+            sys.stderr.write(f"gpupool metrics: request from {client_address[0]}: {type(err).__name__}: {err}\n")
+
+    server = Server(address, Handler)
     if ready is not None:
         ready(server.server_address)
     try:

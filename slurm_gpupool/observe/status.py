@@ -38,6 +38,24 @@ def slurm_state(info: NodeInfo | None) -> str:
     return text + ("*" if "NOT_RESPONDING" in info.flags else "")
 
 
+def _why_active(rec: dict[str, Any] | None, active: str | None, desired: str, run: dict[str, Any]) -> str:
+    """Why a node is in ``active`` rather than the ``desired`` layout, from its last run."""
+    if not active or not rec or rec.get("target") != active or rec.get("step") != jr.DONE:
+        return ""
+    trigger = rec.get("trigger") or (run.get("trigger") if run.get("target") == active else None)
+    when = f" at {rec['since']}" if rec.get("since") else ""
+    if trigger == jr.TRIGGER_BY_HAND:
+        return (
+            f"; in {active} since a switch by hand{when}: the next scheduled run switches it back "
+            f"(`gpupool schedule pin {active}` keeps it)"
+        )
+    if trigger == jr.TRIGGER_PINNED:
+        return f"; in {active} since a pin{when}, which has ended"
+    if trigger == jr.TRIGGER_ELASTIC:
+        return f"; in {active} since the elastic step{when}"
+    return ""
+
+
 def pool_status(
     cfg: PoolConfig,
     infos: dict[str, NodeInfo],
@@ -51,12 +69,17 @@ def pool_status(
     run = journal.get("run") or {}
     running = bool(run) and jr.FINISHED not in run.get("steps", [])
     due = cfg.schedule.due(now) if cfg.schedule else None
+    sched_due = due
+    due_source = "the schedule's"
     demand = cfg.elastic is not None and cfg.elastic.active(due)
     if demand:
         due = None  # an elastic period: no layout is due, demand decides (the run's target is desired)
+    paused = False
     if hold is not None and hold.active(now):
         due = hold.layout  # pinned (None: paused, nothing is due)
         demand = False
+        paused = hold.layout is None
+        due_source = hold.describe()
     prefix = cfg.repartition.reservation_prefix + "_"
     naive_now = now.astimezone().replace(tzinfo=None)
     held_in = {
@@ -75,8 +98,11 @@ def pool_status(
             state, since, reason = STATES[rec["step"]], rec.get("since"), rec.get("reason", "")
         elif desired is None or active == desired:
             state, since, reason = "done", None, ""
+            if paused and active and sched_due and active != sched_due and cfg.covers(sched_due, name):
+                reason = f"schedule paused: stays in layout {active} (the schedule has {sched_due} due)"
         else:
-            state, since, reason = "scheduled", None, f"due: layout {desired}"
+            state, since = "scheduled", None
+            reason = f"due: layout {desired} ({due_source})" + _why_active(rec, active, desired, run)
         if name in held_in and state in ("done", "scheduled"):  # e.g. skipped past a deadline: no new job lands
             state = "held"
             reason = f"in reservation {held_in[name]} until it switches" + (f"; {reason}" if reason else "")
@@ -94,10 +120,13 @@ def pool_status(
             }
         )
     nxt = cfg.schedule.next_change(now) if cfg.schedule else None
+    held = hold is not None and hold.active(now)
     return {
-        "hold": hold.to_dict() | {"text": hold.describe()} if hold is not None and hold.active(now) else None,
+        "hold": hold.to_dict() | {"text": hold.describe()} if hold is not None and held else None,
         "now": now.isoformat(timespec="seconds"),
         "due": due,
+        "schedule_due": sched_due,  # what the schedule alone says (a pin or a pause may differ)
+        "due_why": due_source if held else ("demand decides (schedule.elastic)" if demand else due_source),
         "mode": "elastic" if demand else "clock",
         "elastic": elastic,
         "next_switch": {"layout": nxt[1], "at": nxt[0].isoformat(timespec="minutes")} if nxt else None,

@@ -107,7 +107,7 @@ def planned_node(
             "its MIG device files name GPU-instance ids that only the driver chooses, and the node does not "
             f"have these instances yet ({'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''})",
             hint=f"apply the layout first (`gpupool node apply {layout}` on {node}, or the repartitioner), then "
-            "render --live; on simulated nodes, --simulated-ids uses the simulator's ids",
+            f"render --live; to see the files here: `gpupool gres render --planned {layout} --preview`",
         )
     n = len(m.gpus)
     links = tuple(tuple(m.nvlinks(a, b) for b in range(n)) for a in range(n))

@@ -293,8 +293,10 @@ class Repartitioner:
         deadline_s: int | None = None,
         requeue: bool | None = None,
         force: bool = False,
+        trigger: str = jr.TRIGGER_BY_HAND,
     ) -> RunReport:
-        """One switch to ``target``, top to bottom."""
+        """One switch to ``target``, top to bottom.  ``trigger``: who asked (journal.TRIGGER_*),
+        recorded with the run for ``gpupool status``."""
         t0 = self.clock.time()
         self._check_target(target)
         deadline_s = self.s.deadline_s if deadline_s is None else deadline_s
@@ -308,7 +310,7 @@ class Repartitioner:
             self._record_priorities()
             report.kept = plan.nodes(KEEP)
             report.skipped_plan = {d.name: d.why for d in plan.decisions if d.action == SKIP}
-            if self._begin(plan, deadline_s):
+            if self._begin(plan, deadline_s, trigger):
                 report.reservation = self.journal.run["reservation"] if self.journal.run else None
                 self._loop()
                 self._report(report)
@@ -323,7 +325,7 @@ class Repartitioner:
         while (action := recovery(journal_state(self.journal.data))) is not None:
             self._do(action)
 
-    def _begin(self, plan: SwitchPlan, deadline_s: int) -> bool:
+    def _begin(self, plan: SwitchPlan, deadline_s: int, trigger: str = jr.TRIGGER_BY_HAND) -> bool:
         """Start the journal's run, or resume an unfinished one; False: nothing to switch."""
         j = self.journal
         unfinished = j.unfinished()
@@ -335,7 +337,7 @@ class Repartitioner:
             j.resume_run(plan.changing, previous, deadline)
         elif how == "start":
             stale = [unfinished["reservation"]] if unfinished else []
-            j.start(plan.target, plan.changing, self.reservation_name(plan.target), deadline, previous, stale)
+            j.start(plan.target, plan.changing, self.reservation_name(plan.target), deadline, previous, stale, trigger)
         elif how == "close" and unfinished is not None:  # an earlier run to another layout left nothing midway
             self._delete_reservations([unfinished["reservation"]])
             j.cluster_step(jr.FINISHED, finished_at=jr.now_iso(self.clock))

@@ -62,6 +62,12 @@ OTHERS_RESTARTING = _steps.OTHERS_RESTARTING
 OTHERS_RESTARTED = _steps.OTHERS_RESTARTED
 CLUSTER_STEPS = _steps.CLUSTER_STEPS
 
+# who asked for a run: `repartition --to` (by hand), the schedule, a pin, the elastic step
+TRIGGER_BY_HAND = "by hand"
+TRIGGER_SCHEDULED = "scheduled"
+TRIGGER_PINNED = "pinned"
+TRIGGER_ELASTIC = "elastic"
+
 
 def now_iso(clock: Clock = SYSTEM) -> str:
     return iso_local(clock.time())
@@ -112,11 +118,15 @@ class Journal:
         deadline_epoch: float,
         previous: dict[str, str | None],
         stale_reservations: list[str] | None = None,
+        trigger: str = TRIGGER_BY_HAND,
     ) -> None:
+        """``trigger``: who asked for the switch (by hand, scheduled, pinned, elastic), which
+        ``gpupool status`` gives as the reason a node is in a layout the schedule does not have due."""
         now = self.clock.time()
         self.data["run"] = {
             "id": self.clock.now().strftime("%Y%m%dT%H%M%S"),
             "target": target,
+            "trigger": trigger,
             "nodes": sorted(nodes),
             "reservation": reservation,
             "started_at": iso_local(now),
@@ -141,9 +151,18 @@ class Journal:
                 "since_epoch": now,
                 "reason": "",
                 "drained_by_us": bool(prev.get("drained_by_us")) and midway,
+                "trigger": trigger,
             }
         # "previous" lets the reports know each node's layout before its first switch
-        self._save(event={"run": "start", "target": target, "nodes": sorted(nodes), "previous": dict(previous)})
+        self._save(
+            event={
+                "run": "start",
+                "target": target,
+                "trigger": trigger,
+                "nodes": sorted(nodes),
+                "previous": dict(previous),
+            }
+        )
 
     def resume_run(self, extra_nodes: list[str], previous: dict[str, str | None], deadline_epoch: float) -> None:
         """Continue an unfinished run, possibly with more nodes, with a new deadline."""

@@ -37,12 +37,14 @@ class Hold(Protocol):
 class ScheduledRun:
     """What a scheduled run does: nothing (``target`` None: paused), one elastic step
     (``elastic``), or a switch to ``target``, then (``ahead``: (when, layout)) reserve the
-    nodes the next switch changes from its time.  ``said``: the hold in force, to show."""
+    nodes the next switch changes from its time.  ``said``: the hold in force, to show;
+    ``pinned``: the target is an admin's pin, not the schedule's (the journal's trigger)."""
 
     target: str | None
     elastic: bool = False
     ahead: tuple[datetime, str] | None = None
     said: str = ""
+    pinned: bool = False
 
 
 def scheduled_action(
@@ -58,7 +60,7 @@ def scheduled_action(
     if hold is not None and hold.active(now.astimezone()):
         if hold.layout is None:
             return ScheduledRun(None, said=f"nothing done: {hold.describe()}")
-        return ScheduledRun(hold.layout, said=hold.describe())  # pinned: no switch ahead either
+        return ScheduledRun(hold.layout, said=hold.describe(), pinned=True)  # no switch ahead either
     target = schedule.due(now)
     if elastic_during is not None and elastic_during(target):
         return ScheduledRun(target, elastic=True)  # an elastic period: demand decides, not the clock

@@ -169,22 +169,22 @@ def advice(
                 )
                 break
 
-    # 2. idle capacity, per layout period and type (the five largest; at least a GPU-hour offered)
+    # 2. idle capacity, per layout in force and type (the five largest; at least a GPU-hour offered)
     idle = idle_rank[(idle_rank["capacity_eq_hours"] >= 1) & (idle_rank["idle_share"] >= s.idle_fraction)]
     for r in idle.sort_values("idle_eq_hours", ascending=False).head(5).itertuples(index=False):
         rows.append(
             (
                 "idle capacity",
-                f"{r.type} was idle {r.idle_share:.0%} of {r.period} hours "
+                f"{r.type} was idle {r.idle_share:.0%} of {r.layout} hours "
                 f"({r.capacity_eq_hours:,.1f} GPU-eq-h offered, {r.allocated_eq_hours:,.1f} used): "
-                f"offer less {r.type} in the {r.period} layout, or steer {r.period} work to it",
+                f"offer less {r.type} in the {r.layout} layout, or steer {r.layout} work to it",
                 float(r.idle_eq_hours),
                 "",
             )
         )
 
-    # 3. long waits, per type and period
-    waits = (done.get("waits") or compute.waits(data)).tables["by type and period"]
+    # 3. long waits, per type and layout in force
+    waits = (done.get("waits") or compute.waits(data)).tables["by type and layout"]
     for r in waits.itertuples(index=False):
         waited = r.jobs >= s.min_jobs and r.p90_s > s.long_wait_s
         stuck = r.pending_now >= s.min_jobs and r.oldest_pending_s > s.long_wait_s
@@ -194,20 +194,20 @@ def advice(
         info = types.get(name)
         change = None
         if cfg and info is not None and info.kind == MIG:
-            spare = idle_rank[idle_rank["period"] == r.period].sort_values("idle_share", ascending=False)["type"]
-            change = more_of(cfg, str(r.period), name, info.model, [str(x) for x in spare])
+            spare = idle_rank[idle_rank["layout"] == r.layout].sort_values("idle_share", ascending=False)["type"]
+            change = more_of(cfg, str(r.layout), name, info.model, [str(x) for x in spare])
         rows.append(
             (
                 "long waits",
                 (
-                    f"jobs waiting for {r.gres} in {r.period} periods waited p90 = {human_s(r.p90_s)} "
+                    f"jobs waiting for {r.gres} in the {r.layout} layout waited p90 = {human_s(r.p90_s)} "
                     f"({r.jobs} jobs, p50 {human_s(r.p50_s)}"
                     if waited
-                    else f"{r.pending_now} jobs for {r.gres} are still pending in {r.period} periods "
+                    else f"{r.pending_now} jobs for {r.gres} are still pending in the {r.layout} layout "
                     f"(the oldest for {human_s(r.oldest_pending_s)}"
                 )
                 + f"): offer more {name}"
-                + (f" in the {r.period} layout" if r.period != "all" else ""),
+                + (f" in the {r.layout} layout" if r.layout != "all" else ""),
                 float(r.jobs + r.pending_now),
                 change.text() if change else "",
             )

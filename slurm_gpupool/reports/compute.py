@@ -17,7 +17,7 @@ import pandas as pd
 
 from slurm_gpupool.config.model import PoolConfig, ReportSettings
 from slurm_gpupool.pool.tiers import pool_types, resolve, tres_of
-from slurm_gpupool.reports.layout_history import epoch_s, lookup
+from slurm_gpupool.reports.layout_history import ALL, epoch_s, lookup
 from slurm_gpupool.reports.timeline import Level
 
 _JOB_COLUMN = {
@@ -56,7 +56,7 @@ class Data:
     jobs: pd.DataFrame
     grants: pd.DataFrame
     capacity: pd.DataFrame  # type, kind, model, start, end, eq, memory_mib (epoch s)
-    periods: tuple[np.ndarray, list[str]]  # schedule segment starts and their layout
+    layouts: tuple[np.ndarray, list[str]]  # when the layout most nodes were in changed, and to what
     since: datetime
     until: datetime
     settings: ReportSettings
@@ -81,11 +81,11 @@ def usage(data: Data, by: str = "account") -> Report:
     """GPU-hours (Slurm's count) and GPU-equivalent hours per group, and job counts."""
     col = _group_col(by)
     jobs = data.jobs
-    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period", "tier"])
+    g = _grants_with(data, ["hours", "ran", "account", "user", "partition", "layout", "period", "tier"])
     g["gpu_hours"] = g["gpus"] * g["hours"]
     g["eq_hours"] = g["eq"] * g["hours"]
-    g = g[g["hours"] > 0]  # held GPUs inside the window (pending jobs hold none)
-    gpu_jobs = jobs[(jobs["gpu_eq"] > 0) & (jobs["hours"] > 0)]
+    g = g[g["ran"]]  # held GPUs inside the window, if only for less than a second (pending jobs hold none)
+    gpu_jobs = jobs[(jobs["gpu_eq"] > 0) & jobs["ran"]]
     key = g[col].astype(str)
     t = g.groupby(key, observed=True).agg(
         gpu_jobs=("job", "nunique"), gpu_hours=("gpu_hours", "sum"), eq_hours=("eq_hours", "sum")
@@ -105,7 +105,20 @@ def usage(data: Data, by: str = "account") -> Report:
         "gpu_hours": float(g["gpu_hours"].sum()),
         "eq_hours": float(total),
     }
-    return Report("usage", f"GPU usage by {by}", data.since, data.until, {"usage": t}, meta={"totals": totals})
+    notes = [ROUNDING]
+    brief = int(((jobs["hours"] == 0) & jobs["ran"] & (jobs["gpus"] > 0)).sum())
+    if brief:
+        notes.append(f"{brief} GPU jobs ran under a second (0 GPU-hours as Slurm times them): counted as jobs")
+    return Report(
+        "usage", f"GPU usage by {by}", data.since, data.until, {"usage": t}, notes=notes, meta={"totals": totals}
+    )
+
+
+# how the usage and cost reports round, said in their notes
+ROUNDING = (
+    "every job that held GPUs in the window is counted; hours come from Slurm's whole-second times, "
+    "clipped to the window; tables show 2 decimals (3 significant digits below 1), JSON and CSV the full figure"
+)
 
 
 # -- utilization ----------------------------------------------------------------------
@@ -122,58 +135,50 @@ def _bins(since: datetime, until: datetime) -> np.ndarray:
 
 
 def utilization(data: Data) -> Report:
-    """Allocated GPU-equivalents over offered ones, per period and GRES type, and over time."""
-    lo, hi = data.since.timestamp(), data.until.timestamp()
-    g = _grants_with(data, ["run_start", "run_end", "hours"])
+    """Allocated GPU-equivalents over offered ones, per layout in force and GRES type, and
+    over time.  A node's capacity counts under the layout it was in (the journal; the
+    schedule before it), a job's under the layout its node was in when it started: after
+    a manual switch to day on a weekend, the slices count under day, not under the night
+    the schedule said was due."""
+    g = _grants_with(data, ["run_start", "run_end", "hours", "layout"])
     g = g[(g["hours"] > 0) & g["eq"].notna()]
     start, end = epoch_s(g["run_start"]), epoch_s(g["run_end"])
     cap = data.capacity
-    types = sorted(set(cap["type"]) | set(g["type"].astype(str)))
-    # period segments: the schedule's, clipped to the window
-    p_starts, p_names = data.periods
-    seg_a = np.maximum(p_starts, lo)
-    seg_b = np.minimum(np.append(p_starts[1:], hi), hi)
+    lo, hi = data.since.timestamp(), data.until.timestamp()
+    cap_hours = cap["eq"] * (cap["end"].clip(lo, hi) - cap["start"].clip(lo, hi)).clip(lower=0) / 3600
+    offered = cap_hours.groupby([cap["layout"].fillna(ALL).astype(str), cap["type"].astype(str)]).sum()
+    used = (g["eq"] * g["hours"]).groupby([_layout_col(g), g["type"].astype(str)]).sum()
     rows = []
+    for layout, typ in sorted(set(offered.index) | set(used.index)):
+        a, c = float(used.get((layout, typ), 0.0)), float(offered.get((layout, typ), 0.0))
+        if a == 0 and c == 0:
+            continue
+        rows.append((layout, typ, c, a, 100 * a / c if c else np.nan, max(c - a, 0.0)))
     edges = _bins(data.since, data.until)
     series = {"time": pd.to_datetime(edges[:-1], unit="s", utc=True)}
     width = np.diff(edges)
-    tot_alloc = np.zeros(len(width))
-    tot_cap = np.zeros(len(width))
-    for typ in types:
-        m = (g["type"].astype(str) == typ).to_numpy()
-        alloc = Level.from_intervals(start[m], end[m], g["eq"].to_numpy()[m])
-        cm = (cap["type"] == typ).to_numpy()
-        offered = Level.from_intervals(cap["start"].to_numpy()[cm], cap["end"].to_numpy()[cm], cap["eq"].to_numpy()[cm])
-        a_seg, c_seg = alloc.between(seg_a, seg_b), offered.between(seg_a, seg_b)
-        for period in sorted(set(p_names)):
-            sel = np.array([n == period for n in p_names])
-            a, c = a_seg[sel].sum() / 3600, c_seg[sel].sum() / 3600
-            if a == 0 and c == 0:
-                continue
-            rows.append((period, typ, c, a, 100 * a / c if c else np.nan, max(c - a, 0.0)))
-        a_bins, c_bins = alloc.between(edges[:-1], edges[1:]) / width, offered.between(edges[:-1], edges[1:]) / width
-        tot_alloc += a_bins
-        tot_cap += c_bins
-    series["allocated_eq"] = tot_alloc
-    series["capacity_eq"] = tot_cap
+    alloc = Level.from_intervals(start, end, g["eq"].to_numpy())
+    total = Level.from_intervals(cap["start"].to_numpy(), cap["end"].to_numpy(), cap["eq"].to_numpy())
+    series["allocated_eq"] = alloc.between(edges[:-1], edges[1:]) / width
+    series["capacity_eq"] = total.between(edges[:-1], edges[1:]) / width
     t = pd.DataFrame(
-        rows, columns=["period", "type", "capacity_eq_hours", "allocated_eq_hours", "util_pct", "idle_eq_hours"]
+        rows, columns=["layout", "type", "capacity_eq_hours", "allocated_eq_hours", "util_pct", "idle_eq_hours"]
     )
     summary = (
-        t.groupby("period")
+        t.groupby("layout")
         .agg(capacity_eq_hours=("capacity_eq_hours", "sum"), allocated_eq_hours=("allocated_eq_hours", "sum"))
         .reset_index()
     )
     summary["util_pct"] = 100 * summary["allocated_eq_hours"] / summary["capacity_eq_hours"].replace(0, np.nan)
     ts = pd.DataFrame(series)
     ts["util_pct"] = 100 * ts["allocated_eq"] / ts["capacity_eq"].replace(0, np.nan)
-    ts["period"] = _period_of(data, edges[:-1])
+    ts["layout"] = _layout_in_force(data, edges[:-1], edges[1:])
     return Report(
         "utilization",
-        "Pool utilization (GPU-equivalents allocated / offered)",
+        "Pool utilization (GPU-equivalents allocated / offered), by the layout in force",
         data.since,
         data.until,
-        {"by type": t, "by period": summary},
+        {"by type": t, "by layout": summary},
         series={"utilization": ts},
         meta={
             "capacity_eq_hours": float(t["capacity_eq_hours"].sum()),
@@ -182,9 +187,17 @@ def utilization(data: Data) -> Report:
     )
 
 
-def _period_of(data: Data, at: np.ndarray) -> np.ndarray:
+def _layout_col(df: pd.DataFrame) -> pd.Series:
+    """A frame's ``layout`` as text (unknown: ALL)."""
+    return df["layout"].astype(object).where(df["layout"].notna(), ALL).astype(str)
 
-    return lookup(data.periods[0], data.periods[1], at)
+
+def _layout_in_force(data: Data, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each time bin [a, b)'s label: the layout most nodes were in for most of the bin (the
+    HTML chart shades the bins with it)."""
+    starts, names = data.layouts
+    mid = (a + b) / 2
+    return lookup(starts, names, mid)
 
 
 # -- waits ----------------------------------------------------------------------------
@@ -220,24 +233,27 @@ def _wait_table(started: pd.DataFrame, pending: pd.DataFrame, keys: list[str], u
 
 
 def waits(data: Data, by: str = "gres-type") -> Report:
-    """Queue waits (start − submit) per GRES type and per layout period, and the jobs still
-    pending at the end of the window (how many, the oldest's wait so far)."""
+    """Queue waits (start − submit) per GRES type and per layout in force (the job's node's
+    when it started; for a job still pending, the one most nodes were in when it was
+    submitted), and the jobs still pending at the end of the window (how many, the
+    oldest's wait so far)."""
     jobs = data.jobs
     jobs = jobs[(jobs["gres"].astype(str) != "") & (jobs["submit"] >= pd.Timestamp(data.since))]
+    jobs = jobs.assign(layout=_layout_col(jobs))
     started = jobs[jobs["wait_s"].notna()]
     pending = jobs[jobs["start"].isna() & jobs["end"].isna()]  # cancelled while pending: not pending
     col = _group_col(by)
-    keys = ["gres", "period"] if col == "gres" else [col, "gres"]
+    keys = ["gres", "layout"] if col == "gres" else [col, "gres"]
     until = pd.Timestamp(data.until)
     t = _wait_table(started, pending, keys, until).sort_values(keys).reset_index(drop=True)
     o = _wait_table(started, pending, ["gres"], until).sort_values("p90_s", ascending=False, na_position="last")
-    series = {"waits": started[["gres", "period", "wait_s"]].reset_index(drop=True)}
+    series = {"waits": started[["gres", "layout", "wait_s"]].reset_index(drop=True)}
     return Report(
         "waits",
-        "Queue waits per GRES type and layout period",
+        "Queue waits per GRES type and layout in force",
         data.since,
         data.until,
-        {"by type and period": t, "by type": o.reset_index(drop=True)},
+        {"by type and layout": t, "by type": o.reset_index(drop=True)},
         series=series,
         meta={
             "started": len(started),
@@ -264,8 +280,8 @@ def cost(data: Data, by: str = "account") -> Report:
     """Chargeback: hours × devices × the model's price × the device's price fraction."""
     s = data.settings
     col = _group_col(by)
-    g = _grants_with(data, ["hours", "account", "user", "partition", "layout", "period", "tier"])
-    g = g[g["hours"] > 0]  # what ran inside the window (pending jobs cost nothing)
+    g = _grants_with(data, ["hours", "ran", "account", "user", "partition", "layout", "period", "tier"])
+    g = g[g["ran"]]  # what ran inside the window, if briefly (pending jobs cost nothing)
     # a shard on a node whose share count is unknown has no GPU-equivalents: it costs nothing (noted)
     per_device = (g["eq"] / g["gpus"].where(g["gpus"] > 0, 1)).where(g["kind"] != "shard", g["eq"]).fillna(0.0)
     fracs = {}
@@ -299,7 +315,7 @@ def cost(data: Data, by: str = "account") -> Report:
         data.since,
         data.until,
         {"cost": t},
-        notes=notes,
+        notes=[*notes, ROUNDING],
         meta={"currency": s.currency, "total": float(t["cost"].sum()), "gpu_jobs": int(g["job"].nunique())},
     )
 

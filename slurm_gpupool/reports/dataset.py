@@ -13,7 +13,7 @@ import pandas as pd
 from slurm_gpupool.config.model import PoolConfig, ReportSettings
 from slurm_gpupool.reports.compute import Data
 from slurm_gpupool.reports.gpu_frame import enrich
-from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, read_journal_log, schedule_segments
+from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, pool_segments, read_journal_log
 from slurm_gpupool.reports.pool_capacity import capacity_intervals
 from slurm_gpupool.reports.sacct_load import LoadStats, Progress, finish, load_files, read_stream
 from slurm_gpupool.reports.usage_spool import read_records, spool_dirs
@@ -136,13 +136,14 @@ def build(
                 f"(e.g. {jobs.loc[elsewhere, 'node'].astype(str).iloc[0]}): another cluster's data? "
                 "their GPUs are counted by type, and no capacity of theirs"
             )
-    periods = schedule_segments(cfg.schedule if cfg else None, since, until)
+    layouts = pool_segments(history, cfg.schedule if cfg else None, since, until, cfg.all_nodes() if cfg else ())
     text += [f"{v:,} {k}" for k, v in sorted(notes.items()) if v]
+    text += [f"{v:,} {k}" for k, v in sorted(stats.notes.items()) if v]  # what the load noted
     if bad_spool:
         text.append(f"{bad_spool} unreadable usage spool records")
     text.append(f"capacity history: {history.source}")
     assumed = assumed_layout(cfg)
     if assumed is not None:
         text.append(f"no schedule in the config: nodes without journal entries taken to be in layout {assumed}")
-    data = Data(jobs, grants, capacity, periods, since, until, cfg.reports if cfg else ReportSettings(), text, cfg)
+    data = Data(jobs, grants, capacity, layouts, since, until, cfg.reports if cfg else ReportSettings(), text, cfg)
     return data, stats, spool

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 
+from slurm_gpupool.reports.csv_cells import neutralise
 from slurm_gpupool.reports.sacct_load import COLUMNS, EXPORT_MARK
 
 EXPORT_COLUMNS = [c for c in COLUMNS if c != "usage_tres"] + ["gpumem_mib", "gpuutil_pct"]
@@ -22,9 +23,10 @@ def _plain(jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 def export_jobs(jobs: pd.DataFrame, fmt: str = "csv") -> str:
-    """CSV (a ``# gpupool-jobs v1`` line, then a header) or JSON; times in UTC."""
+    """CSV (a ``# gpupool-jobs v1`` line, then a header; cells that a spreadsheet would run
+    as formulas marked as text) or JSON; times in UTC."""
     out = _plain(jobs)
     if fmt == "json":
         records = json.loads(out.to_json(orient="records"))
         return json.dumps({"format": EXPORT_MARK, "version": 1, "jobs": records}, indent=0) + "\n"
-    return f"# {EXPORT_MARK} v1\n" + out.to_csv(index=False)
+    return f"# {EXPORT_MARK} v1\n" + neutralise(out).to_csv(index=False)  # safe in a spreadsheet

@@ -48,16 +48,29 @@ class Grant:
     count: int  # the TRES count a GrpTRES limit counts: devices (gres/gpu:<type>), or shards (gres/shard)
 
 
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_FIRST_RANGE = re.compile(r"\s*(\d+)")
+
+
 def first_node(nodelist: str) -> str:
-    """``a100n[1-2],v100n1`` → ``a100n1`` (ClusterShell expands the hostlist)."""
+    """``a100n[1-2],v100n1`` → ``a100n1``: the first name of a Slurm hostlist, read from its
+    text without expanding it (``gpu[1-99999999]`` in an accounting file would otherwise be
+    a hundred million names, gigabytes).  Each bracket gives its first number with its zero
+    padding, as Slurm lists ranges in order; text that is no hostlist is its first item."""
     if "[" not in nodelist and "," not in nodelist:
         return nodelist
-    from ClusterShell.NodeSet import NodeSet
+    depth, first = 0, nodelist
+    for i, c in enumerate(nodelist):  # the first element: up to a comma outside brackets
+        depth += {"[": 1, "]": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            first = nodelist[:i]
+            break
 
-    try:
-        return next(iter(NodeSet(nodelist)), "")
-    except Exception:
-        return nodelist.split(",")[0]
+    def start(m: re.Match[str]) -> str:
+        n = _FIRST_RANGE.match(m.group(1))
+        return n.group(1) if n else m.group(0)
+
+    return _BRACKET.sub(start, first)
 
 
 class Resolver:
@@ -138,7 +151,9 @@ def enrich(
     df["node"] = node_cat.map(firsts).astype("category") if len(firsts) else node_cat
     started = df["start"].notna()
     at = df["start"].where(started, df["submit"])
-    df["layout"] = pd.Categorical(layouts_at(history, schedule, df["node"], at, since, until, assumed_layout(cfg)))
+    pool = cfg.all_nodes() if cfg is not None else ()
+    layouts = layouts_at(history, schedule, df["node"], at, since, until, assumed_layout(cfg), pool)
+    df["layout"] = pd.Categorical(layouts)
     starts, names = schedule_segments(schedule, since, until)
     df["period"] = pd.Categorical(lookup(starts, names, epoch_s(at)))
     qos = df["qos"].astype(str) if "qos" in df.columns else pd.Series("", index=df.index)
@@ -155,6 +170,10 @@ def enrich(
     df["run_end"] = end.clip(upper=hi)
     hours = (df["run_end"] - df["run_start"]).dt.total_seconds() / 3600
     df["hours"] = hours.where(started & (hours > 0) & ~(no_end & ~running), 0.0)
+    # ran in the window: held its GPUs there, however briefly (sacct's times are whole
+    # seconds: a job under a second has 0 hours, and is still a job that ran)
+    inside = (hours > 0) | ((df["start"] >= lo) & (df["start"] < hi) & (hours == 0))
+    df["ran"] = started & ~(no_end & ~running) & inside
 
     # -- grants: resolve each distinct (TRES, node, layout) once ---------------------
     tres = (

@@ -36,7 +36,7 @@ MAX_ROWS = 1000  # rows per table in the page; the rest is counted, not shown
 OPEN_ROWS = 25  # a longer table is folded under "all N rows", its first rows shown
 USAGE_TOP = 15
 WAITS_MAX_BOXES = 24
-# period label -> band colour; unknown labels cycle through _BAND_CYCLE
+# layout label -> band colour; unknown labels cycle through _BAND_CYCLE
 _BAND_COLOURS = {"day": "#f6c85f", "night": "#6f8fbf"}
 _BAND_CYCLE = ("#9dd866", "#ca472f", "#8dddd0", "#ffa056", "#a77bca", "#c9c9c9")
 
@@ -248,15 +248,15 @@ def _utilization_chart(report: Report) -> str:
     fig = _new_figure(10, 4)
     ax: Axes = fig.add_subplot()
     handles: list[Any] = []
-    periods = ts["period"].astype(str).tolist() if "period" in ts.columns else []
+    layouts = ts["layout"].astype(str).tolist() if "layout" in ts.columns else []
     colours: dict[str, str] = {}
-    if periods and set(periods) != {ALL}:
+    if layouts and set(layouts) != {ALL}:
         labelled: set[str] = set()
-        for lab, a, b in _runs(periods):
+        for lab, a, b in _runs(layouts):
             h = ax.axvspan(edges[a], edges[b], color=_band_colour(lab, colours), alpha=0.25, lw=0, zorder=0)
             if lab not in labelled:
                 labelled.add(lab)
-                h.set_label(f"period: {lab}")
+                h.set_label(f"layout: {lab}")
                 handles.append(h)
     h_alloc = ax.stairs(alloc, edges, fill=True, color="#2563eb", alpha=0.45, label="allocated", zorder=2)
     h_cap = ax.stairs(cap, edges, baseline=None, color="#111827", lw=1.5, label="capacity", zorder=3)
@@ -285,7 +285,11 @@ def _utilization_chart(report: Report) -> str:
     with np.errstate(invalid="ignore", divide="ignore"):
         total_cap = np.nansum(cap)
         mean = 100 * np.nansum(alloc) / total_cap if total_cap > 0 else float("nan")
-    bands = f"shaded bands: layout period due ({', '.join(sorted(colours))})" if colours else "no schedule, no bands"
+    bands = (
+        f"shaded bands: the layout in force on most nodes ({', '.join(sorted(colours))})"
+        if colours
+        else "no schedule or journal, no bands"
+    )
     mean_txt = f"{mean:.1f} %" if math.isfinite(mean) else "n/a"
     caption = f"Allocated vs offered GPU-equivalents per time bin (UTC); {bands}. Mean utilization {mean_txt}."
     return _figure("utilization", svg, caption)
@@ -347,14 +351,14 @@ def _null_locator() -> Any:
 
 
 def _waits_chart(report: Report) -> str:
-    """Distribution of queue waits per GRES type (and period, when there is a schedule)."""
+    """Distribution of queue waits per GRES type (and layout in force, when there are several)."""
     w = report.series.get("waits")
     if w is None or len(w) == 0 or not {"gres", "wait_s"} <= set(w.columns):
         return _no_chart("waits", "No started GPU jobs in this window: no wait chart.")
     d = pd.DataFrame(
         {
             "gres": w["gres"].astype(str).to_numpy(),
-            "period": w["period"].astype(str).to_numpy() if "period" in w.columns else ALL,
+            "layout": w["layout"].astype(str).to_numpy() if "layout" in w.columns else ALL,
             "wait_s": pd.to_numeric(w["wait_s"], errors="coerce").to_numpy(),
         }
     )
@@ -362,9 +366,9 @@ def _waits_chart(report: Report) -> str:
     d = d[d["wait_s"] >= 0]
     if len(d) == 0:
         return _no_chart("waits", "No started GPU jobs in this window: no wait chart.")
-    periods = sorted(set(d["period"]) - {ALL})
-    split = len(periods) > 1 and d.groupby(["gres", "period"]).ngroups <= WAITS_MAX_BOXES
-    d["key"] = d["gres"] + " · " + d["period"] if split else d["gres"]
+    layouts = sorted(set(d["layout"]) - {ALL})
+    split = len(layouts) > 1 and d.groupby(["gres", "layout"]).ngroups <= WAITS_MAX_BOXES
+    d["key"] = d["gres"] + " · " + d["layout"] if split else d["gres"]
     counts = d.groupby("key").size().sort_values(ascending=False, kind="stable")
     keys = sorted(counts.index[:WAITS_MAX_BOXES], reverse=True)  # boxes go bottom-up: A at the top
     hidden = len(counts) - len(keys)
@@ -405,7 +409,7 @@ def _waits_chart(report: Report) -> str:
     ax.set_xlabel(f"queue wait ({unit})")
     ax.grid(axis="x", alpha=0.3)
     svg = _svg(fig, "waits")
-    caption = f"Queue waits (start − submit) per GRES type{' and layout period' if split else ''}; boxes: quartiles, "
+    caption = f"Queue waits (start − submit) per GRES type{' and layout in force' if split else ''}; boxes: quartiles, "
     caption += "whiskers: 1.5 IQR, red: median."
     if wide:
         caption += f" Waits under {floor_s:g} s are drawn at {floor_s:g} s (log scale)."

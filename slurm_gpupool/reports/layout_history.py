@@ -11,6 +11,7 @@ all, the schedule's due layout stands in.  Lookups are vectorized
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,9 +61,17 @@ class LayoutHistory:
     changes: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     source: str = "schedule"
 
-    def node_segments(self, node: str, schedule: Schedule | None, since: datetime, until: datetime):
-        """(starts, names) for one node: journal changes on top of the schedule before them."""
-        starts, names = schedule_segments(schedule, since, until)
+    def node_segments(
+        self,
+        node: str,
+        schedule: Schedule | None,
+        since: datetime,
+        until: datetime,
+        sched: tuple[np.ndarray, list[str]] | None = None,
+    ):
+        """(starts, names) for one node: journal changes on top of the schedule before them
+        (``sched``: the schedule's segments, when the caller has them for many nodes)."""
+        starts, names = sched if sched is not None else schedule_segments(schedule, since, until)
         ch = self.changes.get(node)
         if not ch:
             return starts, names
@@ -123,6 +132,47 @@ def assumed_layout(cfg: PoolConfig | None) -> str | None:
     return cfg.layout_names()[0]
 
 
+def pool_segments(
+    history: LayoutHistory,
+    schedule: Schedule | None,
+    since: datetime,
+    until: datetime,
+    nodes: Iterable[str] = (),
+    assumed: str | None = None,
+) -> tuple[np.ndarray, list[str]]:
+    """(starts, names): the layout most of the pool's nodes were in, from each start on
+    (the journal's nodes by their own changes, the others by the schedule or ``assumed``;
+    a tie goes to the first name).  What a job without a node (pending) and a chart's
+    time bin are labelled with: the layout in force, not the one the schedule said was due."""
+    sched = schedule_segments(schedule, since, until)
+    sched_starts, sched_names = sched
+    if schedule is None:
+        sched_starts, sched_names = np.array([since.timestamp()]), [assumed or ALL]
+    pool = set(nodes) | set(history.changes)
+    if not history.changes:
+        return sched_starts, sched_names
+    per_node = [history.node_segments(n, schedule, since, until, sched) for n in history.changes]
+    others = len(pool - set(history.changes))  # on the schedule together
+    cuts = np.unique(np.concatenate([sched_starts, *(st for st, _ in per_node)]))
+    # every node's layout at every cut at once (a year of switches on a hundred nodes is
+    # 10^7 lookups: vectorized per node, counted per layout)
+    labels = sorted({str(x) for x in sched_names} | {str(x) for _, nm in per_node for x in nm})
+    code = {label: i for i, label in enumerate(labels)}
+
+    def codes(starts: np.ndarray, names: list[str]) -> np.ndarray:
+        idx = np.searchsorted(starts, cuts, side="right") - 1
+        return np.array([code[str(x)] for x in names], dtype=np.int64)[np.clip(idx, 0, len(names) - 1)]
+
+    counts = np.zeros((len(labels), len(cuts)), dtype=np.int64)
+    columns = np.arange(len(cuts))
+    for st, nm in per_node:
+        counts[codes(st, nm), columns] += 1  # one layout per node and cut: no index repeats
+    counts[codes(sched_starts, sched_names), columns] += others
+    names = [labels[i] for i in counts.argmax(axis=0)]  # a tie: the first name
+    keep = [0] + [i for i in range(1, len(names)) if names[i] != names[i - 1]]
+    return cuts[keep], [names[i] for i in keep]
+
+
 def layouts_at(
     history: LayoutHistory,
     schedule: Schedule | None,
@@ -131,16 +181,25 @@ def layouts_at(
     since: datetime,
     until: datetime,
     assumed: str | None = None,
+    pool: Iterable[str] | None = None,
 ) -> np.ndarray:
-    """The layout each row's node had at each row's time (object array; None if unknown)."""
+    """The layout each row's node had at each row's time (object array; None if unknown).
+    ``pool``: the config's nodes; a row whose node is none of them (a pending job's "None
+    assigned") gets the layout most of the pool was in then (:func:`pool_segments`)."""
     t = epoch_s(at)
     out = np.empty(len(t), dtype=object)
     sched_starts, sched_names = schedule_segments(schedule, since, until)
     out[:] = lookup(sched_starts, sched_names, t) if schedule is not None else assumed
     node_arr = nodes.astype(str).to_numpy()
+    if pool is not None and history.changes:
+        known = set(pool) | set(history.changes)
+        elsewhere = ~np.isin(node_arr, list(known))
+        if elsewhere.any():
+            starts, names = pool_segments(history, schedule, since, until, known, assumed)
+            out[elsewhere] = lookup(starts, names, t[elsewhere])
     for node in history.changes:
         mask = node_arr == node
         if mask.any():
-            starts, names = history.node_segments(node, schedule, since, until)
+            starts, names = history.node_segments(node, schedule, since, until, (sched_starts, sched_names))
             out[mask] = lookup(starts, names, t[mask])
     return out

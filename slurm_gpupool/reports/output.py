@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from slurm_gpupool.reports.compute import Report
+from slurm_gpupool.reports.csv_cells import neutralise
 
 
 def human_s(seconds: Any) -> str:
@@ -84,8 +85,9 @@ def load_summary(load: dict[str, Any]) -> str:
 
 
 def to_csv(report: Report, table: str | None = None) -> str:
+    """The table as CSV, its text cells safe to open in a spreadsheet (csv_cells)."""
     df = report.tables[table] if table else report.main
-    return df.to_csv(index=False)
+    return neutralise(df).to_csv(index=False)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -30,12 +30,14 @@ def _segments(starts: np.ndarray, names: list[str], lo: float, hi: float) -> lis
 def capacity_intervals(
     cfg: PoolConfig | None, history: LayoutHistory, since: datetime, until: datetime
 ) -> pd.DataFrame:
-    """Rows (type, kind, model, start, end, eq, memory_mib): what was offered when."""
-    cols = ["type", "kind", "model", "start", "end", "eq", "memory_mib"]
+    """Rows (type, kind, model, start, end, eq, memory_mib, layout): what was offered when,
+    and under which layout (the one in force on the nodes offering it)."""
+    cols = ["type", "kind", "model", "start", "end", "eq", "memory_mib", "layout"]
     if cfg is None:
         return pd.DataFrame(columns=cols)
     lo, hi = since.timestamp(), until.timestamp()
     sched = schedule_segments(cfg.schedule, since, until)
+    sched_due = sched  # the schedule's own, for the journal's nodes before their first change
     assumed = assumed_layout(cfg)
     if assumed is not None:  # no schedule: nodes not in the journal are taken to be in one layout
         sched = (np.array([lo]), [assumed])
@@ -43,9 +45,11 @@ def capacity_intervals(
     rows: list[tuple] = []
     for node in cfg.all_nodes():
         if node in history.changes:
-            starts, names = history.node_segments(node, cfg.schedule, since, until)
+            starts, names = history.node_segments(node, cfg.schedule, since, until, sched_due)
             for a, b, layout in _segments(starts, names, lo, hi):
-                rows.extend((o.type, o.kind, o.model, a, b, o.eq, o.memory_mib) for o in node_offers(cfg, layout, node))
+                rows.extend(
+                    (o.type, o.kind, o.model, a, b, o.eq, o.memory_mib, layout) for o in node_offers(cfg, layout, node)
+                )
             continue
         for layout in set(sched[1]):
             for o in node_offers(cfg, layout, node):
@@ -53,5 +57,5 @@ def capacity_intervals(
                 prev = agg.get(o.type)
                 agg[o.type] = o if prev is None else Offer(**{**prev.__dict__, "count": prev.count + o.count})
     for a, b, layout in _segments(sched[0], sched[1], lo, hi):
-        rows.extend((o.type, o.kind, o.model, a, b, o.eq, o.memory_mib) for o in by_layout[layout].values())
+        rows.extend((o.type, o.kind, o.model, a, b, o.eq, o.memory_mib, layout) for o in by_layout[layout].values())
     return pd.DataFrame(rows, columns=cols)

@@ -7,9 +7,11 @@ Data parser v0.0.38 (Slurm 22.05) and later keep times as epoch seconds under
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
+from slurm_gpupool.core.gres.tres import NO_VAL_SENTINELS
 from slurm_gpupool.slurm import json_output as jo
 
 
@@ -20,16 +22,28 @@ def _tres(items: list[dict[str, Any]] | None) -> str:
         count = t.get("count")
         # None or negative: not measured (energy on a cluster without an energy plugin is
         # null on 22.05, -2 on 24.11 and later), not a count
-        if count is None or (isinstance(count, int | float) and count < 0):
+        if count is None or (isinstance(count, int | float) and not isinstance(count, bool) and count < 0):
             continue
+        if isinstance(count, bool) or not isinstance(count, int | float | str):
+            raise ValueError(f"TRES count of {type(count).__name__}")
+        if isinstance(count, str):  # a number as text, or Slurm's NO_VAL in hex: the TRES reader decides
+            if not _COUNT_TEXT.fullmatch(count):
+                raise ValueError(f"TRES count {count[:30]!r}")
+            text = count
+        else:
+            text = str(int(count))  # (NaN and inf raise: the record is counted as unreadable)
         name = f"{t['type']}/{t['name']}" if t.get("name") else str(t["type"])
-        out.append(f"{name}={int(t['count'])}")
+        out.append(f"{name}={text}")
     return ",".join(out)
 
 
+_COUNT_TEXT = re.compile(r"[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
+
+
 def _time(epoch: Any) -> str:
-    """Epoch seconds → ISO 8601 with offset (0 means "not yet", as sacct's Unknown)."""
-    if not epoch or int(epoch) == 0:  # a pending job's start, a running job's end
+    """Epoch seconds → ISO 8601 with offset (0 means "not yet", as sacct's Unknown; so do
+    Slurm's NO_VAL and INFINITE)."""
+    if not epoch or int(epoch) == 0 or int(epoch) in NO_VAL_SENTINELS:  # a pending job's start, a running job's end
         return "Unknown"
     return datetime.fromtimestamp(int(epoch), tz=UTC).isoformat()
 

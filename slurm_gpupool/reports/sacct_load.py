@@ -32,8 +32,9 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from slurm_gpupool.core.gres.tres import usage_tres
+from slurm_gpupool.core.gres.tres import NO_VAL_SENTINELS, CountError, TresError, gpu_tres, usage_tres
 from slurm_gpupool.errors import DataError
+from slurm_gpupool.reports.csv_cells import unmark
 from slurm_gpupool.reports.sacct_json import job_rows
 
 # What `gpupool report` asks sacct for, in this order (also the export's columns).
@@ -193,6 +194,43 @@ def _per_value(col: pd.Series, fn: Callable[[pd.Series], pd.Series]) -> pd.Serie
     return pd.Series(done.to_numpy()[codes], index=col.index, name=col.name, dtype=done.dtype)
 
 
+def _minutes(s: pd.Series) -> pd.Series:
+    """TimelimitRaw in minutes; Slurm's NO_VAL/INFINITE (and anything unreadable) as NaN."""
+    n = pd.to_numeric(s, errors="coerce")
+    return n.where(n < min(NO_VAL_SENTINELS))
+
+
+def _checked_tres(out: pd.DataFrame, stats: LoadStats, where: str) -> pd.DataFrame:
+    """Jobs whose ReqTRES or AllocTRES holds a GPU count no job can hold (CountError) are
+    refused as unreadable, with the reason and the job; counts that are Slurm's NO_VAL are
+    unknown (noted, not counted).  Each distinct TRES string is read once."""
+    bad = pd.Series(False, index=out.index)
+    for col, name in (("alloc_tres", "AllocTRES"), ("req_tres", "ReqTRES")):
+        codes, uniques = pd.factorize(out[col])
+        absurd: dict[int, str] = {}
+        unset: set[int] = set()
+        for i, text in enumerate(uniques):
+            if "gres/" not in text:
+                continue
+            try:
+                if gpu_tres(text).unset:
+                    unset.add(i)
+            except CountError as e:
+                absurd[i] = str(e)
+            except TresError:
+                continue  # noted per job where GPUs are counted (gpu_frame)
+        for i, why in absurd.items():
+            rows = (codes == i) & ~bad.to_numpy()  # a job refused once, for its first reason
+            if rows.any():
+                stats.bad(f"unreadable {name} ({why})", f"{where} job {out['job_id'][rows].iloc[0]}", int(rows.sum()))
+                bad |= rows
+        if unset:
+            n = int((pd.Series(codes, index=out.index).isin(list(unset)) & ~bad).sum())
+            if n:
+                stats.notes[f"jobs whose {name} has a GPU count that is Slurm's NO_VAL (unknown: not counted)"] += n
+    return out[~bad] if bad.any() else out
+
+
 def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.DataFrame:
     """sacct-named string columns → job rows (steps folded into their job's usage)."""
     for f in SACCT_FIELDS:
@@ -222,7 +260,8 @@ def normalize(raw: pd.DataFrame, tz: Any, stats: LoadStats, where: str) -> pd.Da
     out["state"] = _per_value(out["state"], lambda s: s.str.split(" ", n=1).str[0])  # "CANCELLED by 123" → CANCELLED
     for col in ("submit", "start", "end"):
         out[col] = _times(out[col], tz, stats, col, where, out["job_id"])
-    out["timelimit_min"] = _per_value(out["timelimit_min"], lambda s: pd.to_numeric(s, errors="coerce"))
+    out["timelimit_min"] = _per_value(out["timelimit_min"], _minutes)
+    out = _checked_tres(out, stats, where)
     out = out.merge(peaks, on="job_id", how="left") if len(peaks) else out.assign(gpumem_mib=None, gpuutil_pct=None)
     out = out.drop(columns=["usage_tres"])
     no_submit = out["submit"].isna()
@@ -386,9 +425,14 @@ def json_rows(doc: Any, where: str, stats: LoadStats) -> list[dict[str, str]]:
 
 def _export(f: IO[str], first: str, where: str, stats: LoadStats) -> Iterator[pd.DataFrame]:
     """This tool's own CSV export: already normalized, times in UTC ISO 8601."""
-    reader = pd.read_csv(_ChainIO(first, f), dtype=str, keep_default_na=False, chunksize=CHUNK_LINES, comment="#")
+    # the mark line is skipped as a line: comment="#" also cut every job name at a '#'
+    stream = f if first.startswith("#") else _ChainIO(first, f)
+    reader = pd.read_csv(stream, dtype=str, keep_default_na=False, chunksize=CHUNK_LINES)
     for chunk in reader:
         stats.lines += len(chunk)
+        for col in chunk.columns:
+            if col not in ("gpumem_mib", "gpuutil_pct"):
+                chunk[col] = unmark(chunk[col])  # the quote export_jobs put before a formula
         raw = chunk.rename(columns=COLUMNS)
         raw["JobID"] = raw["JobIDRaw"]
         if "gpumem_mib" in chunk.columns:

@@ -197,6 +197,9 @@ class UpReport:
         }
 
 
+DAEMON_ANSWER_S = 10  # a running daemon that does not answer a query within this is restarted by `up`
+
+
 class Sandbox:
     """The sandbox cluster under one root.
 
@@ -678,12 +681,14 @@ class Sandbox:
         if db_started or not p.accounting_marker.exists():
             mariadb.bootstrap(p.mysql_socket, self.state["db_password"])
         dbd_port = self.ports.slurmdbd
-        self._ensure(specs["slurmdbd"], changed, stopped, report, lambda: procs.tcp_open("127.0.0.1", dbd_port), 60)
+        dbd_ready = lambda: procs.tcp_open("127.0.0.1", dbd_port)  # noqa: E731
+        self._ensure(specs["slurmdbd"], changed, stopped, report, dbd_ready, 60, healthy=self._dbd_answers)
         self._register_accounting()
         node_specs = [specs[f"slurmd-{n.name}"] for n in plans]
         if changed & {p.slurm_conf, p.nodes_conf, p.gres_conf, p.gres_types_conf}:
             stopped |= {spec.name for spec in node_specs if self._stop(spec)}
-        ctld = self._ensure(specs["slurmctld"], changed, stopped, report, self._ctld_ready, 60)
+        ctld_ready = self._ctld_ready
+        ctld = self._ensure(specs["slurmctld"], changed, stopped, report, ctld_ready, 60, healthy=ctld_ready)
         started = self._start_slurmds(node_specs, report, stopped)
         if ctld or started:
             self._wait_nodes_responding([n.name for n in plans], started)
@@ -696,6 +701,15 @@ class Sandbox:
             return False
         return proc.returncode == 0 and "is UP" in proc.stdout
 
+    def _dbd_answers(self) -> bool:
+        """slurmdbd answers a query (a TCP probe is not enough: the kernel completes a
+        connection to a hung or stopped daemon's listening socket)."""
+        try:
+            proc = self.slurm("sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster", timeout_s=DAEMON_ANSWER_S)
+        except SlurmUnavailableError:
+            return False
+        return proc.returncode == 0
+
     def _ensure(
         self,
         spec: DaemonSpec,
@@ -704,12 +718,17 @@ class Sandbox:
         report: UpReport,
         ready: Callable[[], bool],
         timeout_s: float,
+        healthy: Callable[[], bool] | None = None,
     ) -> bool:
-        """Start ``spec`` if it is not running (restart it if its config changed); True if (re)started."""
+        """Start ``spec`` if it is not running (restart it if its config changed, or if it
+        runs but ``healthy`` says it does not answer: a crashed slurmdbd left "already up");
+        True if (re)started."""
         pid = self.pid_of(spec)
         if pid is not None and not (changed & set(spec.configs)):
-            report.running.append(spec.name)
-            return False
+            if healthy is None or healthy():
+                report.running.append(spec.name)
+                return False
+            self._progress(f"{spec.name} (pid {pid}) runs but does not answer: restarting it")
         if pid is not None:
             self._stop(spec)
             stopped.add(spec.name)

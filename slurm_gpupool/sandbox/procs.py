@@ -164,6 +164,7 @@ def stop(pid: int, timeout_s: float = 15, sig: int = signal.SIGTERM) -> bool:
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+        os.kill(pid, signal.SIGCONT)  # a stopped process handles the signal only once it runs
     if wait_dead([pid], timeout_s):
         return True
     with contextlib.suppress(ProcessLookupError):

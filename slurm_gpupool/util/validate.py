@@ -21,6 +21,19 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
     return _TYPE_NAMES.get(typ, typ.__name__)
 
 
+def preview(val: Any, width: int = 60) -> str:
+    """A short text of any YAML value for a message, never longer than ``width`` and never
+    walking a collection (1 KB of aliases can stand for a billion nodes): a string or a
+    number as its repr, cut; a collection as its kind."""
+    if isinstance(val, str):
+        return repr(val[:width])
+    if isinstance(val, int) and not isinstance(val, bool) and val.bit_length() > 64:
+        return f"an integer of {val.bit_length()} bits"
+    if isinstance(val, bool | int | float) or val is None:
+        return repr(val)[:width]
+    return _actual(val)
+
+
 def _actual(val: Any) -> str:
     return {bool: "true/false", int: "an integer", str: "a string", dict: "a mapping", list: "a list"}.get(
         type(val), "nothing" if val is None else type(val).__name__
@@ -70,7 +83,7 @@ class Where:
         digits, '.', '_', '-' (no space, '=', newline or ',' that would add a key or line)."""
         if not isinstance(val, str) or not NAME.fullmatch(val):
             raise self.error(
-                f"{what} {str(val)[:70]!r} is not a name: letters, digits, '.', '_' or '-', at most 64",
+                f"{what} {preview(val, 70)} is not a name: letters, digits, '.', '_' or '-', at most 64",
             )
         return val
 
@@ -134,6 +147,7 @@ def _strict_loader_class() -> Any:
         def __init__(self, text: str, source: str) -> None:
             super().__init__(text)
             self.source = source
+            self._open: set[int] = set()  # the nodes being walked: one seen again holds itself
 
         def get_single_data_checked(self) -> Any:
             try:
@@ -156,17 +170,53 @@ def _strict_loader_class() -> Any:
             finally:
                 self.dispose()
 
-        def _check_depth(self, node: Any, depth: int) -> None:
-            if depth > MAX_DEPTH:
-                line = node.start_mark.line + 1
-                raise ConfigError(self.source, f"line {line}", f"nested too deeply (more than {MAX_DEPTH} levels)")
-            if isinstance(node, yaml.MappingNode):
-                for k, v in node.value:
-                    self._check_depth(k, depth + 1)
-                    self._check_depth(v, depth + 1)
-            elif isinstance(node, yaml.SequenceNode):
-                for v in node.value:
-                    self._check_depth(v, depth + 1)
+        def _check_depth(self, node: Any, depth: int, seen: dict[int, int] | None = None) -> int:
+            """The node's height (0 for a scalar); ConfigError if it ends deeper than
+            MAX_DEPTH or holds itself.  A node shared through aliases is walked once
+            (``seen``: id → height), so 1 KB of nested aliases that stands for a billion
+            nodes costs as much as its text (it took 45 s and more)."""
+            seen = {} if seen is None else seen
+            key = id(node)
+            height = seen.get(key)
+            if height is None:
+                if key in self._open:
+                    line = node.start_mark.line + 1
+                    raise ConfigError(self.source, f"line {line}", "an alias inside its own anchor: endless nesting")
+                if depth > MAX_DEPTH:
+                    self._too_deep(node)
+                children: list[Any] = []
+                if isinstance(node, yaml.MappingNode):
+                    children = [x for kv in node.value for x in kv]
+                elif isinstance(node, yaml.SequenceNode):
+                    children = list(node.value)
+                self._open.add(key)
+                try:
+                    height = 1 + max((self._check_depth(c, depth + 1, seen) for c in children), default=-1)
+                finally:
+                    self._open.discard(key)
+                seen[key] = height
+            if depth + height > MAX_DEPTH:
+                self._too_deep(node)
+            return height
+
+        def _too_deep(self, node: Any) -> None:
+            line = node.start_mark.line + 1
+            raise ConfigError(self.source, f"line {line}", f"nested too deeply (more than {MAX_DEPTH} levels)")
+
+        def construct_yaml_int(self, node: Any) -> int:
+            """An integer of at most 64 bits: no setting needs more, and a longer one is
+            damage (Python refuses to read one of over 4,300 digits at all)."""
+            try:
+                value = super().construct_yaml_int(node)
+            except ValueError:
+                value = None
+            if value is None or abs(value) >= 1 << 64:
+                raise ConfigError(
+                    self.source,
+                    f"line {node.start_mark.line + 1}",
+                    f"{str(node.value)[:30]}...: an integer beyond 64 bits",
+                )
+            return int(value)
 
         def construct_mapping(self, node: Any, deep: bool = False) -> dict:
             seen: dict[Any, int] = {}
@@ -174,15 +224,18 @@ def _strict_loader_class() -> Any:
                 key = self.construct_object(key_node, deep=deep)
                 if not isinstance(key, str | int | float | bool) and key is not None:
                     raise ConfigError(
-                        self.source, f"line {key_node.start_mark.line + 1}", f"a key must be a name, not {key!r:.40}"
+                        self.source,
+                        f"line {key_node.start_mark.line + 1}",
+                        f"a key must be a name, not {preview(key, 40)}",
                     )
                 if key in seen:
                     raise ConfigError(
                         self.source,
                         f"line {key_node.start_mark.line + 1}",
-                        f"key {key!r:.60} is written twice in one mapping (first on line {seen[key]})",
+                        f"key {preview(key)} is written twice in one mapping (first on line {seen[key]})",
                     )
                 seen[key] = key_node.start_mark.line + 1
             return super().construct_mapping(node, deep=deep)
 
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
     return StrictLoader

@@ -159,6 +159,29 @@ def test_up_restarts_a_crashed_daemon(sandbox):
     assert out.stdout.strip().startswith("GPU-")
 
 
+@pytest.mark.parametrize("how", ["killed", "hung"])
+def test_up_restarts_a_dead_or_hung_slurmdbd_and_sacctmgr_answers(sandbox, how):
+    """slurmdbd 22.05.8 crashed after a `sacctmgr add account` with a hostile name, and
+    `sandbox up` said "already up" with no slurmdbd answering (#26 item 22). Killed, or alive
+    but answering nothing (stopped here), `up` restarts it and accounting answers again."""
+    pidfile = sandbox.root / "run" / "slurmdbd.pid"
+    old = read_pid(pidfile)
+    os.kill(old, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    try:
+        report = json.loads(sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json").stdout)
+    finally:
+        if is_alive(old):  # the old one, should up have left it: never leave a stopped daemon behind
+            os.kill(old, signal.SIGKILL)
+            os.kill(old, signal.SIGCONT)
+    assert "slurmdbd" in report["started"] + report["restarted"], report
+    new = read_pid(pidfile)
+    assert new != old and is_alive(new) and not is_alive(old)
+    out = sandbox.run(["sacctmgr", "-n", "-P", "show", "account", "format=Account"], timeout=60)
+    assert "sandbox" in out.stdout.split()
+    again = json.loads(sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json").stdout)
+    assert again["started"] == [] and again["restarted"] == [] and "slurmdbd" in again["running"]
+
+
 def test_restart_nodes_replaces_only_those_slurmds(sandbox):
     run = sandbox.root / "run"
     before = {p.stem: read_pid(p) for p in run.glob("*.pid")}

@@ -83,7 +83,12 @@ def test_no_shell_true():
 
 @pytest.mark.parametrize(
     "module",
-    ["slurm_gpupool.hooks.prolog", "slurm_gpupool.hooks.epilog", "slurm_gpupool.hooks.taskprolog", "slurm_gpupool.hooks.healthcheck"],
+    [
+        "slurm_gpupool.hooks.prolog",
+        "slurm_gpupool.hooks.epilog",
+        "slurm_gpupool.hooks.taskprolog",
+        "slurm_gpupool.hooks.healthcheck",
+    ],
 )
 def test_hooks_import_nothing_heavy(module):
     code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"

@@ -398,3 +398,31 @@ def test_untyped_gpu_types_name_whole_gpu_types_for_auto():
         cfg = parse_config(mutate(_set(["submit"], {"untyped_gpu_types": ["a100", name]})), "t.yaml", TOP)
         with pytest.raises(ConfigError, match=r"submit.untyped_gpu_types\[1\].*not a whole-GPU type"):
             submit_catalog(cfg)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("usage_interval_s", 1e-300),
+        ("usage_interval_s", -1),
+        ("usage_interval_s", 10**9),
+        ("epilog_kill_grace_s", -1),
+        ("epilog_kill_grace_s", 1e9),
+        ("temperature_margin_c", -3),
+        ("xid_window_s", 0),
+        ("critical_xids", [48, -1]),
+        ("ecc_uncorrected_max", -1),
+    ],
+)
+def test_hook_numbers_out_of_range_are_refused(key, value):
+    """A sampler period of 1e-300 s spins, a negative grace never waits (#26 item 18)."""
+    from slurm_gpupool.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        parse_config(mutate(lambda c: c.update(hooks={key: value})), "pool.yaml")
+    assert e.value.key == f"hooks.{key}" and "must be" in e.value.why
+
+
+def test_hook_numbers_in_range_and_a_sampler_turned_off_load():
+    cfg = parse_config(mutate(lambda c: c.update(hooks={"usage_interval_s": 0, "epilog_kill_grace_s": 0.5})), "p.yaml")
+    assert cfg.hooks.usage_interval_s == 0 and cfg.hooks.epilog_kill_grace_s == 0.5

@@ -452,3 +452,24 @@ def test_a_rewritten_job_submit_lua_is_dated_after_any_load_slurmctld_made(tmp_p
     assert int(lua.stat().st_mtime) > max(loaded, int(first) - 1) and lua.stat().st_mtime > first
     hooks = (tmp_path / "gpupool-hooks.json").stat().st_mtime
     assert hooks <= time.time()  # only the Lua script is dated ahead
+
+
+def test_a_planned_layout_previews_on_an_admin_host_without_a_sim_dir(tmp_path: Path, capsys):
+    """`gres render --planned day` on a host without the nodes needed an undocumented
+    `--sim-dir ANY --simulated-ids` (#26 item 21): `--preview` renders it, marked as a preview
+    in every file and on stderr; install has no such option."""
+    from slurm_gpupool.cli.main import main
+
+    config = str(Path(__file__).resolve().parents[2] / "etc" / "gpupool.yaml")
+    assert main(["--config", config, "gres", "render", "--planned", "day", "--nodes", "a100n1"]) == 1
+    assert "--preview" in capsys.readouterr().err  # the hint names it
+    assert main(["--config", config, "gres", "render", "--planned", "day", "--preview", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "a preview" in err and "a real driver may not choose" in err
+    files = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert set(files) == {"gres.conf", "gpupool-nodes.conf", "gpupool-gres.conf"}
+    for text in files.values():
+        assert text.splitlines()[1].startswith("# source: PREVIEW, not for install: planned layout day")
+    assert "nvidia-caps" in files["gres.conf"] and "Type=1g.5gb" in files["gres.conf"]
+    assert main(["--config", config, "gres", "render", "--preview"]) == 2  # goes with --planned
+    assert main(["--config", config, "gres", "install", "--planned", "day", "--preview"]) == 2

@@ -141,3 +141,19 @@ def test_device_keys_name_whole_gpus_mig_instances_and_shared_gpus_once():
     assert device_keys(state, devices) == ["3.1", "3", "3.5", "0"]  # a MIG job is in its GPU's file too
     with pytest.raises(HookError, match="not in the node state"):
         device_keys(state, [{"index": 0, "gpu": 3, "mig_uuid": "MIG-gone"}])
+
+
+@pytest.mark.parametrize("name", ["gpu", "lock"])
+def test_a_fifo_in_the_mapping_directory_blocks_no_hook(mapped: dict, name: str):
+    """A FIFO where a mapping file (or the lock) goes: opening it for reading waited for a
+    writer forever, with the lock held (#26 item 17).  Now it is opened non-blocking and
+    refused as not a regular file: the hook fails open at once, and the next job's runs."""
+    shared = index_of(mapped, "shared")
+    gpu = str(mapped["table"][shared]["gpu"])
+    mapped["map"].mkdir(parents=True)
+    os.mkfifo(mapped["map"] / (gpu if name == "gpu" else ".gpupool.lock"))
+    res = run(mapped, "prolog", SLURM_JOB_GPUS=str(shared))  # (run's timeout: 60 s)
+    assert res.returncode == 0 and "not a regular file" in res.stderr, res.stderr
+    assert (mapped["root"] / "spool" / NODE / "jobs" / "42.json").exists()  # the rest of the Prolog ran
+    assert stats(mapped)["hook_failures"] == {"prolog": 1}
+    assert run(mapped, "epilog", SLURM_JOB_GPUS=str(shared)).returncode == 0

@@ -286,3 +286,49 @@ def test_textfile_is_replaced_atomically_and_http_serves_it(cfg, tmp_path: Path)
     assert len(calls) == 1  # within --min-interval: the last result, Slurm not asked again
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(url + "/nope", timeout=10)
+
+
+def test_a_client_that_hangs_up_gets_no_traceback_and_the_server_serves_on(capfd):
+    """A scraper that times out (or a closed tab) resets the connection while the metrics are
+    rendered: socketserver printed a BrokenPipe/ConnectionReset traceback (#26 item 18)."""
+    import socket
+    import struct
+
+    bound: list[tuple] = []
+
+    def render() -> str:
+        time.sleep(0.2)  # the client is gone by the time the answer is written
+        return "gpupool_x 1\n" * 50000
+
+    threading.Thread(target=serve, args=(("127.0.0.1", 0), render, 0.0, bound.append), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not bound and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for _ in range(3):
+        s = socket.create_connection(bound[0][:2], timeout=10)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        s.close()
+    time.sleep(1.0)
+    with urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/metrics", timeout=10) as r:
+        assert r.read().startswith(b"gpupool_x 1\n")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_failed_render_answers_503_with_the_reason(capfd):
+    from slurm_gpupool.errors import SlurmUnavailableError
+
+    bound: list[tuple] = []
+
+    def render() -> str:
+        raise SlurmUnavailableError("sinfo", "slurmctld not responding")
+
+    threading.Thread(target=serve, args=(("127.0.0.1", 0), render, 0.0, bound.append), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not bound and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(urllib.error.HTTPError, match="503") as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/metrics", timeout=10)
+    assert b"slurmctld not responding" in e.value.read()
+    assert "Traceback" not in capfd.readouterr().err

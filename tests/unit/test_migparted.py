@@ -80,13 +80,13 @@ def test_nvidias_default_configs_import_unchanged_and_each_machine_gets_its_own(
                     or re.search(r"has no MIG profile \S+$", m.why)
                     or (config == "all-enabled" and "MIG enabled with no instances" in m.why)
                 ), (config, machine, m.why)
-    # GPUs that cannot do MIG (V100, L40S): `devices: all` entries leave them whole (mig-parted skips
-    # them), entries filtered to other GPUs miss them; no config cuts them
+    # GPUs that cannot do MIG (V100, L40S): `devices: all` entries skip them (as mig-parted does),
+    # entries filtered to other GPUs miss them: no config sets anything there, so none fits (each
+    # counted as a fit of every config, "whole", #26 item 21)
     for machine in ("dgx1-v100", "l40s-server"):
-        assert fits[machine], machine
-        for config in fits[machine]:
-            assert all(t == GpuTarget.whole() for _, t in found[(config, machine)].targets), (config, machine)
-        assert not found[("all-1g.10gb", machine)].applies
+        assert fits[machine] == set(), machine
+        assert all(not m.applies for (c, n), m in found.items() if n == machine), machine
+        assert "MIG-capable" in found[("all-disabled", machine)].why
     assert found[("all-balanced", "hgx-h100")].targets[0][1] == GpuTarget.mig_counts(
         {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     )
@@ -181,7 +181,7 @@ def test_entries_that_select_one_gpu_again_are_applied_in_order():
 
 def test_not_mig_capable_gpus_are_skipped_by_devices_all_and_refused_by_index():
     skipped = judge({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}, machine="dgx1-v100")
-    assert all(t == GpuTarget.whole() for _, t in skipped.targets)
+    assert skipped.targets is None and not skipped.applies and "none of its GPUs is MIG-capable" in skipped.why
     refused = judge({"devices": [0], "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}, machine="dgx1-v100")
     assert refused.targets is None and "not MIG-capable" in refused.why
 
@@ -333,3 +333,34 @@ def test_a_device_filter_matches_the_boards_own_device_id(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_machine_file(tmp_path / "machines" / "b200-2909.yaml")
     assert "gpus[0].pci_device_id: 0x2941 is not a B200 id (0x2901, 0x2909)" in e.value.message()
+
+
+def test_the_import_shows_node_sets_no_config_sets_and_counts_no_fit_without_mig(tmp_path: Path, capsys):
+    """An L40S node set counted as a fit of every config, and a node set no config selects
+    was left out of the table (#26 item 21)."""
+    from slurm_gpupool.cli.main import main
+
+    raw = yaml.safe_load((TOP / "etc" / "gpupool.yaml").read_text())
+    raw.pop("mig_parted")
+    raw["nodesets"]["lovelace"] = {"nodes": "l40sn1", "machine": "l40s-server"}
+    raw["nodesets"]["bare"] = {"nodes": "x1"}  # no machine description: cannot be judged
+    for layout in raw["layouts"].values():
+        layout["lovelace"] = {"all": "whole"}
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert (
+        main(["--config", str(path), "layout", "import-mig-parted", str(TOP / "etc" / "mig-parted" / "config.yaml")])
+        == 0
+    )
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["all-disabled"], ["all-1g"])]
+    assert {r[1] for r in rows if r[0] == "all-disabled"} == {"a30", "dgx", "hopper"}  # not lovelace, volta
+    listed = out.split("node sets no config sets a layout for:")[1]
+    assert "lovelace: none of its GPUs is MIG-capable (L40S)" in listed
+    assert "volta: none of its GPUs is MIG-capable (V100-SXM2-32GB)" in listed
+    assert "bare: no machine description" in listed
+    assert main(
+        ["--config", str(path), "layout", "import-mig-parted", str(DEFAULT), "--yaml"]
+    ) == 0  # fmt: skip
+    layouts = yaml.safe_load(capsys.readouterr().out)["layouts"]
+    assert not any("lovelace" in sets or "volta" in sets for sets in layouts.values())

@@ -282,3 +282,36 @@ def test_a_pause_or_a_pin_holds_the_schedule_until_its_time(tmp_path: Path):
     (tmp_path / "schedule-hold.json").write_text("{not json")
     with pytest.raises(StateError, match="schedule hold"):
         read_hold(tmp_path)
+
+
+def test_status_says_why_the_due_layout_differs_from_the_active_one(tmp_path: Path):
+    """Right after a switch by hand to day on a Saturday (the schedule has night due), status
+    said "due: layout night" and no more (#26 item 21): it now says the switch was by hand,
+    that the next scheduled run undoes it, and how to keep it; a pin and a pause say so."""
+    from slurm_gpupool.repartition.hold import Hold
+
+    cfg = load_config(EXAMPLE)
+    saturday = datetime(2026, 11, 21, 12, 0).astimezone()
+    j = Journal(tmp_path)
+    j.load()
+    j.start("day", ["a100n1"], "gpupool_day", 1e12, {"a100n1": "night"})  # `repartition --to day`: by hand
+    j.step("a100n1", jr.DONE)
+    j.cluster_step(jr.FINISHED)
+    data = Journal(tmp_path).load().data
+    assert data["run"]["trigger"] == jr.TRIGGER_BY_HAND and data["nodes"]["a100n1"]["trigger"] == jr.TRIGGER_BY_HAND
+    nodes = {"a100n1": NodeInfo("a100n1", "idle", frozenset(), "gpu:1g.5gb:28", ("a100", "layout_day"), "")}
+    st = pool_status(cfg, nodes, data, {}, saturday)
+    (n1,) = [n for n in st["nodes"] if n["node"] == "a100n1"]
+    assert st["due"] == st["schedule_due"] == "night" and st["due_why"] == "the schedule's"
+    assert n1["state"] == "scheduled" and n1["reason"].startswith("due: layout night (the schedule's)")
+    assert "switch by hand" in n1["reason"] and "`gpupool schedule pin day` keeps it" in n1["reason"]
+    pin = Hold("day", None, "root", "2026-11-21T11:00", "large run")
+    st = pool_status(cfg, nodes, data, {}, saturday, pin)
+    (n1,) = [n for n in st["nodes"] if n["node"] == "a100n1"]
+    assert st["due"] == "day" and st["schedule_due"] == "night" and "pinned to layout day" in st["due_why"]
+    assert n1["state"] == "done"
+    pause = Hold(None, None, "root", "2026-11-21T11:00")
+    st = pool_status(cfg, nodes, data, {}, saturday, pause)
+    (n1,) = [n for n in st["nodes"] if n["node"] == "a100n1"]
+    assert st["due"] is None and "paused" in st["due_why"]
+    assert n1["reason"] == "schedule paused: stays in layout day (the schedule has night due)"

@@ -31,14 +31,14 @@ def _utilization(n: int = 48, periods: bool = True) -> Report:
     t = pd.date_range(SINCE, periods=n, freq="h")
     alloc = np.clip(np.sin(np.arange(n) / 4) * 6 + 7, 0, None)
     cap = np.full(n, 14.0)
-    period = np.where((t.hour >= 8) & (t.hour < 20), "day", "night") if periods else np.full(n, "all")
+    layout = np.where((t.hour >= 8) & (t.hour < 20), "day", "night") if periods else np.full(n, "all")
     ts = pd.DataFrame(
-        {"time": t, "allocated_eq": alloc, "capacity_eq": cap, "util_pct": 100 * alloc / cap, "period": period}
+        {"time": t, "allocated_eq": alloc, "capacity_eq": cap, "util_pct": 100 * alloc / cap, "layout": layout}
     )
-    by_period = pd.DataFrame(
-        {"period": ["day", "night"], "capacity_eq_hours": [336.0, 336.0], "util_pct": [55.123, 40.0]}
+    by_layout = pd.DataFrame(
+        {"layout": ["day", "night"], "capacity_eq_hours": [336.0, 336.0], "util_pct": [55.123, 40.0]}
     )
-    return Report("utilization", "Pool utilization", SINCE, UNTIL, {"by period": by_period}, series={"utilization": ts})
+    return Report("utilization", "Pool utilization", SINCE, UNTIL, {"by layout": by_layout}, series={"utilization": ts})
 
 
 def _usage(groups: int = 20) -> Report:
@@ -61,7 +61,7 @@ def _waits(n: int = 300) -> Report:
     w = pd.DataFrame(
         {
             "gres": rng.choice(["gpu:a100", "gpu:1g.10gb", "shard:a100"], n),
-            "period": rng.choice(["day", "night"], n),
+            "layout": rng.choice(["day", "night"], n),
             "wait_s": rng.exponential(600, n) * rng.choice([1, 30], n),
         }
     )
@@ -143,7 +143,7 @@ def test_charts_tables_and_load_summary(page: str) -> None:
         assert ref in ids, ref
     # the utilization legend names the bands
     util = page[page.index('id="chart-utilization"') : page.index('id="chart-usage"')]
-    assert "period: night" in util and "period: day" in util
+    assert "layout: night" in util and "layout: day" in util
     # tables
     assert len(re.findall(r"<table[^>]*class=\"[^\"]*\bdata\b", page)) >= 5
     assert "acct00" in page and "acct19" in page and "add 1g.10gb slices" in page
@@ -186,7 +186,7 @@ def test_empty_and_degenerate_series() -> None:
         assert f'id="nochart-{name}"' in out
     assert "No load statistics" in out
 
-    # one point, NaNs, no schedule (period "all"), a single wait, zero waits only
+    # one point, NaNs, no schedule (layout "all"), a single wait, zero waits only
     one = _utilization(1, periods=False)
     nan = _utilization(6, periods=False)
     nan.series["utilization"].loc[2:4, ["allocated_eq", "util_pct"]] = np.nan
@@ -200,7 +200,7 @@ def test_empty_and_degenerate_series() -> None:
         html = render_html(reports, ctx)
         assert html.count('<figure class="chart"') == 1, reports[0].name
         assert "<svg" in html
-    assert "period: " not in render_html([one], ctx)  # no bands when there is no schedule
+    assert "layout: " not in render_html([one], ctx)  # no bands when there is no schedule
 
 
 def test_no_pyplot_figures_leak() -> None:

@@ -128,25 +128,25 @@ def test_cost_uses_model_prices_and_profile_fractions(data):
     assert c["chem"] == pytest.approx(0.5 * 2 * 3.0)  # running up to the file's horizon
 
 
-def test_waits_per_gres_type_and_period(data):
+def test_waits_per_gres_type_and_layout_in_force(data):
     d, _, _ = data
     r = compute.waits(d)
     w = r.tables["by type"].set_index("gres")
     assert w.loc["gpu:1g.5gb", "p50_s"] == 1800
     assert w.loc["gpu:3g.40gb", "max_s"] == 4 * 3600
     assert w.loc["gpu:a100", "jobs"] == 2 and w.loc["gpu:a100", "p50_s"] == pytest.approx(1800)
-    t = r.tables["by type and period"]
+    t = r.tables["by type and layout"]
     pend = t.set_index("gres")
     # never started: no wait percentile yet, but counted, with its wait so far (15:00 → 24:00)
     assert pend.loc["gpu:1g.10gb", "pending_now"] == 1 and pend.loc["gpu:1g.10gb", "jobs"] == 0
     assert pend.loc["gpu:1g.10gb", "oldest_pending_s"] == 9 * 3600
-    assert set(t["period"]) == {"day", "night"}
+    assert set(t["layout"]) == {"day", "night"}  # no journal: the schedule's layouts were in force
 
 
 def test_utilization_follows_the_schedules_layouts(data):
     d, _, _ = data
     r = compute.utilization(d)
-    t = r.tables["by type"].set_index(["period", "type"])
+    t = r.tables["by type"].set_index(["layout", "type"])
     # a100 whole GPUs: 2 per A100 node by day (12 h), 8 per node by night (12 h), two nodes
     assert t.loc[("day", "a100"), "capacity_eq_hours"] == pytest.approx(2 * 2 * 12)
     assert t.loc[("night", "a100"), "capacity_eq_hours"] == pytest.approx(8 * 2 * 12)
@@ -156,9 +156,9 @@ def test_utilization_follows_the_schedules_layouts(data):
     assert ("night", "1g.5gb") not in t.index  # the night layout has no slices
     ts = r.series["utilization"]
     assert len(ts) == 24 * 12  # 5-minute bins for a day
-    night, day = ts[ts["period"] == "night"], ts[ts["period"] == "day"]
+    night, day = ts[ts["layout"] == "night"], ts[ts["layout"] == "day"]
     assert len(day) == 12 * 12 and (night["capacity_eq"].min() > day["capacity_eq"].max())  # whole GPUs by night
-    assert ts["allocated_eq"].sum() * 300 / 3600 == pytest.approx(r.tables["by period"]["allocated_eq_hours"].sum())
+    assert ts["allocated_eq"].sum() * 300 / 3600 == pytest.approx(r.tables["by layout"]["allocated_eq_hours"].sum())
 
 
 def test_timeline_integrals_are_exact():
@@ -476,7 +476,7 @@ def test_a_config_without_schedule_assumes_one_layout_and_says_so(tmp_path):
     layout = c.layout_names()[0]
     assert set(d.jobs["layout"].astype(str)) == {layout}
     assert any(f"taken to be in layout {layout}" in n for n in d.notes)
-    assert set(compute.utilization(d).tables["by type"]["period"]) == {"all"}
+    assert set(compute.utilization(d).tables["by type"]["layout"]) == {layout}  # the one in force
 
 
 def test_before_the_journal_the_schedule_holds(cfg):
@@ -582,7 +582,7 @@ def test_capacity_starts_with_the_cluster_and_other_clusters_are_named(cfg, tmp_
     d, _, _ = build(cfg, Source(files=(f,)), since, until, now=until)
     cap = d.capacity
     assert cap["start"].min() == pytest.approx(datetime(2026, 11, 16, 22, tzinfo=UTC).timestamp())
-    t = compute.utilization(d).tables["by type"].set_index(["period", "type"])
+    t = compute.utilization(d).tables["by type"].set_index(["layout", "type"])
     assert t.loc[("night", "a100"), "capacity_eq_hours"] == pytest.approx(8 * 2 * 1)  # 2 nodes x 8, one hour
     assert any("capacity counted from 2026-11-16 22:00 UTC" in n for n in d.notes)
     other = tmp_path / "other.txt"
@@ -685,3 +685,116 @@ def test_a_job_starting_the_second_another_ends_is_not_held_with_it():
     assert (peak, mean, at) == (1.0, 0.5, 2.0)
     peak, _, at = compute.held_level(np.array([0.0, 1800.0]), end, np.array([1.0, 1.0]), 0.0, 4 * 3600.0, 2)
     assert (peak, at) == (2.0, 0.5)  # overlapping for half an hour
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1", "-2+3", "@SUM(A1)", "\tx", "'=already", "a#b", 'q"u,ote', "plain"]
+
+
+def test_csv_cells_are_never_spreadsheet_formulas_and_the_export_reads_back(tmp_path):
+    """OWASP's CSV injection: a job or account name that starts with = + - @ tab or CR is
+    written with a leading quote (text in every spreadsheet); the export reads back to the
+    same names (#26 item 18; a '#' cut the name on reading back, too)."""
+    import csv
+    import io
+
+    lines = [HEADER]
+    for k, name in enumerate(FORMULAS, 1):
+        lines.append(
+            f"{k}|{k}|{name}|u{k}|{'=acct' if k == 1 else 'bio'}|gpu|a100n1|COMPLETED|{D}10:00:00|{D}10:00:00|"
+            f"{D}11:00:00|60||gres/gpu:a100=1,gres/gpu=1"
+        )
+    src = tmp_path / "sacct.txt"
+    src.write_text("\n".join(lines) + "\n")
+    jobs, _ = load_files([src], tz="UTC")
+    text = export_jobs(jobs)
+    rows = list(csv.reader(io.StringIO(text.split("\n", 1)[1])))
+    for row in rows[1:]:
+        assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in row), row
+    back = tmp_path / "export.csv"
+    back.write_text(text)
+    again, _ = load_files([back])
+    assert sorted(again["name"].astype(str)) == sorted(FORMULAS)
+    assert export_jobs(again) == text
+    res = gpupool("report", "usage", "--from", str(src), "--by", "account", "--format", "csv", "--tz", "UTC")
+    assert res.returncode == 0, res.stderr
+    cells = [c for row in csv.reader(io.StringIO(res.stdout)) for c in row]
+    assert "'=acct" in cells and not any(c.startswith("=") for c in cells)
+
+
+def test_usage_counts_every_job_and_says_how_it_rounds(cfg, tmp_path):
+    """A MIG job that starts and ends in the same second has 0 GPU-hours (sacct's times are
+    whole seconds): usage dropped it (hours > 0), while waits counted it (#26 item 20)."""
+    f = tmp_path / "s.txt"
+    f.write_text(
+        HEADER
+        + "\n"
+        + row(
+            1, "physics", "a100n1", "COMPLETED", "09:00:00", "09:00:00", "09:00:00", "", "gres/gpu:1g.5gb=1,gres/gpu=1"
+        )
+        + "\n"
+        + row(2, "bio", "h100n1", "COMPLETED", "09:00:00", "09:00:00", "10:00:00", "", "gres/gpu:3g.40gb=1,gres/gpu=1")
+        + "\n"
+    )
+    d, _, _ = build(cfg, Source(files=(f,)), SINCE, UNTIL, now=UNTIL)
+    for by, key in (("gres-type", "gpu:1g.5gb"), ("account", "physics")):
+        r = compute.usage(d, by)
+        t = r.main.set_index(by)
+        assert t.loc[key, "gpu_jobs"] == 1 and t.loc[key, "gpu_hours"] == 0, (by, t)
+        assert r.meta["totals"]["gpu_jobs"] == 2
+        assert any("whole-second" in n and "2 decimals" in n for n in r.notes)
+        assert any("1 GPU jobs ran under a second" in n for n in r.notes)
+    assert compute.cost(d, "account").main.set_index("account").loc["physics", "gpu_jobs"] == 1
+    assert set(compute.waits(d).main["gres"].astype(str)) == {"gpu:1g.5gb", "gpu:3g.40gb"}
+
+
+def test_utilization_and_waits_split_by_the_layout_in_force_after_a_manual_switch(cfg, tmp_path):
+    """Saturday: the schedule says night all day; at 10:00 an admin switched every node to
+    day (the journal). The MIG jobs after it, and the pending one submitted then, count
+    under day; the capacity before under night, after under day; the chart's bands too."""
+    from slurm_gpupool.reports.html import render_html
+
+    sat = "2026-11-21T"
+    nodes = cfg.all_nodes()
+    log = tmp_path / "journal.log"
+    events = [{"at": f"{sat}10:00:00+0000", "run": "start", "target": "day", "previous": dict.fromkeys(nodes, "night")}]
+    events += [{"at": f"{sat}10:05:00+0000", "node": n, "step": "done"} for n in nodes]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    def job(jid, node, state, submit, start, end, req, alloc):
+        return (
+            f"{jid}|{jid}|j{jid}|u|acct|gpu|{node}|{state}|{sat}{submit}+00:00|"
+            f"{start if start == 'Unknown' else sat + start + '+00:00'}|{end if end == 'Unknown' else sat + end + '+00:00'}"
+            f"|60|{req}|{alloc}"
+        )
+
+    f = tmp_path / "s.txt"
+    f.write_text(
+        "\n".join(
+            [
+                HEADER,
+                job(1, "a100n1", "COMPLETED", "10:30:00", "11:00:00", "12:00:00", "", "gres/gpu:1g.5gb=2,gres/gpu=2"),
+                job(2, "a100n2", "COMPLETED", "08:00:00", "08:30:00", "09:30:00", "", "gres/gpu:a100=1,gres/gpu=1"),
+                job(3, "None assigned", "PENDING", "13:00:00", "Unknown", "Unknown", "gres/gpu:1g.10gb=1", ""),
+                job(4, "v100n1", "COMPLETED", "00:00:00", "00:00:00", "00:30:00", "", "gres/gpu:v100=1,gres/gpu=1"),
+            ]
+        )
+        + "\n"
+    )
+    since, until = datetime(2026, 11, 21, tzinfo=UTC), datetime(2026, 11, 22, tzinfo=UTC)
+    d, _, _ = build(cfg, Source(files=(f,)), since, until, journal=log, now=until)
+    u = compute.utilization(d)
+    t = u.tables["by type"].set_index(["layout", "type"])
+    assert t.loc[("day", "1g.5gb"), "allocated_eq_hours"] == pytest.approx(2 / 7)
+    assert ("night", "1g.5gb") not in t.index  # the schedule's due period said night
+    a100_day = 2 * 2 * (24 - 10 - 5 / 60)  # two whole A100s per DGX by day, from 10:05
+    assert t.loc[("day", "a100"), "capacity_eq_hours"] == pytest.approx(a100_day)
+    assert t.loc[("night", "a100"), "capacity_eq_hours"] == pytest.approx(2 * 8 * (10 + 5 / 60))
+    assert t.loc[("night", "a100"), "allocated_eq_hours"] == pytest.approx(1.0)
+    w = compute.waits(d).tables["by type and layout"].set_index(["gres", "layout"])
+    assert w.loc[("gpu:1g.5gb", "day"), "jobs"] == 1 and w.loc[("gpu:a100", "night"), "jobs"] == 1
+    assert w.loc[("gpu:1g.10gb", "day"), "pending_now"] == 1  # submitted after the switch: day
+    ts = u.series["utilization"]
+    hour = ts["time"].dt.hour
+    assert set(ts.loc[hour < 10, "layout"]) == {"night"} and set(ts.loc[hour >= 11, "layout"]) == {"day"}
+    page = render_html([u], {"title": "t", "since": since.isoformat(), "until": until.isoformat(), "load": {}})
+    assert "layout: day" in page and "layout: night" in page

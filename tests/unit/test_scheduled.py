@@ -37,7 +37,7 @@ def test_a_pause_does_nothing_and_a_pin_keeps_its_layout_without_reserving_ahead
     paused = scheduled_action(SCHEDULE, hold(None), MONDAY_7, 2 * 3600)
     assert paused.target is None and paused.said.startswith("nothing done: schedule paused until `gpupool schedule")
     pinned = scheduled_action(SCHEDULE, hold("night"), MONDAY_NOON, 10 * 3600)
-    assert pinned == ScheduledRun("night", said=hold("night").describe())  # day is due: the pin wins
+    assert pinned == ScheduledRun("night", said=hold("night").describe(), pinned=True)  # day is due: the pin wins
     expired = hold(None, until=MONDAY_7 - timedelta(minutes=1))
     assert scheduled_action(SCHEDULE, expired, MONDAY_NOON, 0).target == "day"  # the schedule rules again
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
 from slurm_gpupool.core.gres.records import NodeGres, accounting_types, fold
+from slurm_gpupool.errors import InternalError
+from slurm_gpupool.util.quoting import UnsafeValue, comment, file_url, finalizer
 from slurm_gpupool.util.resources import templates_dir
 
 HEADER = "managed by slurm_gpupool; do not edit: changes are overwritten by `gpupool gres install`"
@@ -31,18 +34,24 @@ class RenderedFiles:
         return self.files[role]
 
 
-def environment(site_dir: str | Path | None = None) -> jinja2.Environment:
-
+def environment(site_dir: str | Path | None = None, target: str = "slurm") -> jinja2.Environment:
+    """Templates of one format (``target``: slurm, cron, systemd or lua): every ``{{ value }}``
+    is quoted for it, or refused where it cannot be (util/quoting.py), as autoescape
+    quotes for HTML; ``| comment`` makes any text safe on a comment line."""
     dirs = [str(site_dir)] if site_dir else []
     dirs.append(str(templates_dir()))
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dirs),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=False,  # Slurm config, not HTML
+        autoescape=False,  # not HTML: the finalizer quotes for the target format
+        finalize=finalizer(target),
     )
+    env.filters["comment"] = comment
+    env.filters["file_url"] = file_url
+    return env
 
 
 def render_slurm_files(
@@ -55,7 +64,7 @@ def render_slurm_files(
     site_dir: str | Path | None = None,
 ) -> RenderedFiles:
     """gres.conf, the NodeName include and the GresTypes/AccountingStorageTRES include."""
-    env = environment(site_dir)
+    env = environment(site_dir, "slurm")
     node_lines, rec_groups = fold(nodes)
     tres = sorted(set(accounting_types(nodes)) | set(extra_accounting), key=lambda t: (t != "gres/gpu", t))
     gres_types = ["gpu"] + (["shard"] if any("shard" in n.counts for n in nodes) or "gres/shard" in tres else [])
@@ -70,4 +79,13 @@ def render_slurm_files(
         "accounting_tres": tres,
         "gres_types": gres_types,
     }
-    return RenderedFiles({name: env.get_template(f"{name}.j2").render(**ctx) for name in OUTPUTS})
+    return RenderedFiles({name: render_template(env, f"{name}.j2", ctx) for name in OUTPUTS})
+
+
+def render_template(env: jinja2.Environment, name: str, ctx: dict[str, Any]) -> str:
+    """``name`` rendered; a value its format cannot hold is a bug of the validation that let
+    it through (every config value is checked where it is parsed): an InternalError naming it."""
+    try:
+        return env.get_template(name).render(**ctx)
+    except UnsafeValue as e:
+        raise InternalError(f"rendering {name}", str(e)) from None

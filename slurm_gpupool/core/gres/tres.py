@@ -12,14 +12,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_COUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+_COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTP]?)$")
+_HEX = re.compile(r"^0[xX]([0-9a-fA-F]{1,16})$")
 _SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 GPU_KEYS = ("gres/gpu", "gres/shard")
 USAGE_KEYS = ("gres/gpumem", "gres/gpuutil")
+# Slurm's "no value" and "infinite" (slurm.h NO_VAL, INFINITE, NO_VAL64, INFINITE64): a
+# count Slurm never set, printed as a number; it is unknown, never a count
+NO_VAL_SENTINELS = frozenset({0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF})
+MAX_GPU_COUNT = 1 << 20  # GPUs or shards one job holds: more is damage (2**62 made 1.28e18 GPU-hours)
 
 
 class TresError(ValueError):
     """A TRES string that is not ``name=count[,name=count...]``."""
+
+
+class CountError(TresError):
+    """A GPU or shard count no job can hold: the record is damaged."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,7 @@ class GpuTres:
     shards: int = 0
     shard_types: tuple[tuple[str, int], ...] = ()
     unknown: tuple[str, ...] = ()  # other gres/* keys that are not usage figures
+    unset: tuple[str, ...] = ()  # GPU keys whose count is Slurm's NO_VAL: unknown, not counted
 
     @property
     def untyped_rest(self) -> int:
@@ -38,44 +48,62 @@ class GpuTres:
         return max(0, self.gpus - sum(c for _, c in self.typed))
 
 
-def parse_count(text: str) -> float:
-    """``2``, ``10G``, ``20500736K`` → a number (suffixes are powers of 1024)."""
-    m = _COUNT.match(text.strip())
+def parse_count(text: str) -> float | None:
+    """``2``, ``10G``, ``20500736K`` → a number (suffixes are powers of 1024); None for
+    Slurm's NO_VAL sentinels (``4294967294``, ``18446744073709551615``, ``0xfffffffe``...)."""
+    t = text.strip()
+    h = _HEX.match(t)
+    if h:
+        if int(h.group(1), 16) in NO_VAL_SENTINELS:
+            return None
+        raise TresError(f"not a TRES count: {text[:40]!r}")
+    m = _COUNT.match(t)
     if not m:
-        raise TresError(f"not a TRES count: {text!r}")
+        raise TresError(f"not a TRES count: {text[:40]!r}")
+    if not m.group(2) and "." not in m.group(1) and len(m.group(1)) <= 20 and int(m.group(1)) in NO_VAL_SENTINELS:
+        return None
     return float(m.group(1)) * _SCALE[m.group(2)]
 
 
-def parse_tres(text: str) -> dict[str, float]:
-    """``a=1,b=2G`` → ``{"a": 1.0, "b": 2147483648.0}``; empty text → {}."""
-    out: dict[str, float] = {}
+def parse_tres(text: str) -> dict[str, float | None]:
+    """``a=1,b=2G`` → ``{"a": 1.0, "b": 2147483648.0}``; empty text → {}; None: unset (NO_VAL)."""
+    out: dict[str, float | None] = {}
     text = text.strip()
     if not text:
         return out
     for item in text.split(","):
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise TresError(f"not name=count: {item!r}")
+            raise TresError(f"not name=count: {item[:40]!r}")
         out[name.strip()] = parse_count(value)
     return out
 
 
 def gpu_tres(text: str) -> GpuTres:
-    """The GPU part of a TRES string (``TresError`` if it does not parse)."""
+    """The GPU part of a TRES string (``TresError`` if it does not parse; ``CountError`` for
+    a GPU or shard count beyond MAX_GPU_COUNT).  A count that is Slurm's NO_VAL is left out
+    and named in ``unset``."""
     gpus = shards = 0
     typed: list[tuple[str, int]] = []
     shard_types: list[tuple[str, int]] = []
     unknown: list[str] = []
+    unset: list[str] = []
     for name, value in parse_tres(text).items():
         if not name.startswith("gres/"):
             continue
         base, _, typ = name.partition(":")
-        if base == "gres/gpu":
+        if base in GPU_KEYS:
+            if value is None:
+                unset.append(name)
+                continue
+            if value > MAX_GPU_COUNT:
+                raise CountError(f"{name}={value:.0f}: more than {MAX_GPU_COUNT:,} in one job")
+        if base == "gres/gpu" and value is not None:
             if typ:
                 typed.append((typ, int(value)))
             else:
                 gpus = int(value)
-        elif base == "gres/shard":
+        elif base == "gres/shard" and value is not None:
             if typ:
                 shard_types.append((typ, int(value)))
             else:
@@ -86,7 +114,9 @@ def gpu_tres(text: str) -> GpuTres:
         gpus = sum(c for _, c in typed)
     if not shards and shard_types:
         shards = sum(c for _, c in shard_types)
-    return GpuTres(gpus, tuple(sorted(typed)), shards, tuple(sorted(shard_types)), tuple(sorted(unknown)))
+    return GpuTres(
+        gpus, tuple(sorted(typed)), shards, tuple(sorted(shard_types)), tuple(sorted(unknown)), tuple(sorted(unset))
+    )
 
 
 def usage_tres(text: str) -> tuple[float | None, float | None]:
@@ -96,8 +126,10 @@ def usage_tres(text: str) -> tuple[float | None, float | None]:
         name, _, value = item.partition("=")
         if name in USAGE_KEYS:
             try:
-                found[name] = parse_count(value)
+                count = parse_count(value)
             except TresError:
                 continue
+            if count is not None:
+                found[name] = count
     mem = found.get("gres/gpumem")
     return (mem / (1 << 20) if mem is not None else None), found.get("gres/gpuutil")

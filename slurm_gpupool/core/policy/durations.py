@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import re
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])", re.IGNORECASE)
+_PART = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([smhd])", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 100 * 366 * 86400  # a century: longer is a typo (and overflows dates and timers)
 
 
 def parse_duration_s(text: str | int | float) -> int:
-    """Seconds in ``text``; ValueError with the reason if it is not a duration."""
+    """Seconds in ``text``; ValueError with the reason if it is not a duration, or longer
+    than MAX_DURATION_S (a 400-digit one overflowed later, in a date or a timer)."""
     if isinstance(text, bool):
         raise ValueError("expected a duration such as 30m, 2h or 90s")
     if isinstance(text, int | float):
-        if text < 0:
+        if not text >= 0:  # (NaN fails it too)
             raise ValueError("a duration cannot be negative")
-        return int(text)
+        return _bounded(text, text)
     s = text.strip().lower()
-    if s.isdigit():
-        return int(s)
+    if s.isascii() and s.isdigit():
+        return _bounded(int(s) if len(s) <= 20 else MAX_DURATION_S + 1, text)
     pos, total = 0, 0.0
     for m in _PART.finditer(s):
         if s[pos : m.start()].strip():
@@ -30,8 +32,15 @@ def parse_duration_s(text: str | int | float) -> int:
         total += float(m.group(1)) * _UNIT_S[m.group(2).lower()]
         pos = m.end()
     if pos == 0 or s[pos:].strip():
-        raise ValueError(f"{text!r} is not a duration (e.g. 30m, 2h, 1h30m, 90s)")
-    return int(total)
+        raise ValueError(f"{text[:40]!r} is not a duration (e.g. 30m, 2h, 1h30m, 90s)")
+    return _bounded(total, text)
+
+
+def _bounded(seconds: float, text: str | int | float) -> int:
+    if not seconds <= MAX_DURATION_S:
+        shown = text[:40] if isinstance(text, str) else f"{text:.3g}"
+        raise ValueError(f"{shown!s} is longer than a century ({MAX_DURATION_S} s): not a duration we can use")
+    return int(seconds)
 
 
 def format_duration(seconds: float) -> str:

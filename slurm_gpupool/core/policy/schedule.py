@@ -8,6 +8,7 @@ Pure: times come in, names go out.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, time, timedelta, tzinfo
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -105,10 +106,17 @@ def parse_days(text: str) -> frozenset[int]:
     return frozenset(out)
 
 
+_CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})")
+
+
 def parse_clock(text: str) -> time:
-    """``07:30`` → time(7, 30); ``24:00`` means the end of the day."""
-    h, m = text.strip().split(":")
-    hour, minute = int(h), int(m)
+    """``07:30`` → time(7, 30); ``24:00`` means the end of the day.  ASCII digits only,
+    two at most for the hour (ValueError otherwise: int() read 20-digit hours and
+    Arabic-Indic digits, and time() then overflowed)."""
+    m = _CLOCK.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not HH:MM: {text[:20]!r}")
+    hour, minute = int(m[1]), int(m[2])
     if (hour, minute) == (24, 0):
         return END_OF_DAY
     return time(hour, minute)
