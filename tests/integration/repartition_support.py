@@ -34,6 +34,30 @@ def repartition(sb, *args: str, env: dict[str, str] | None = None, timeout: floa
     return sb.run([*GPUPOOL, "repartition", *args], timeout=timeout, check=False, env={**sb.env, **(env or {})})
 
 
+class Background:
+    """A repartitioner run in the background, its output in files (a pipe could fill while
+    the test waits on something else)."""
+
+    def __init__(self, sb, tmp: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.out, self.err = (tmp / "run.out").open("w+"), (tmp / "run.err").open("w+")
+        argv = [*GPUPOOL, "repartition", *args]
+        self.proc = subprocess.Popen(argv, env={**sb.env, **(env or {})}, stdout=self.out, stderr=self.err, text=True)
+
+    def wait(self, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        rc = self.proc.wait(timeout=timeout)
+        self.out.seek(0), self.err.seek(0)
+        return subprocess.CompletedProcess(self.proc.args, rc, self.out.read(), self.err.read())
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # the test failed while it ran: no run left holding the lock
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close(), self.err.close()
+
+
 def report_of(proc: subprocess.CompletedProcess[str]) -> dict:
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
@@ -46,6 +70,12 @@ def nodes_info(sb) -> dict:
 def our_reservations(sb) -> dict:
     out = sb.run(["scontrol", "-o", "show", "reservation"]).stdout
     return {k: v for k, v in parse_reservations(out).items() if k.startswith("gpupool_")}
+
+
+def reserved(sb, reservation: str, node: str) -> bool:
+    """``node`` is in our reservation ``reservation`` (a run under way has reserved it)."""
+    resv = our_reservations(sb).get(reservation)
+    return resv is not None and node in resv.nodes
 
 
 def assert_converged(sb, layouts: dict[str, str]) -> None:
