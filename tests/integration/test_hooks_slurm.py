@@ -192,7 +192,9 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
         show = day.gpupool("--node", "a100n1", "health", "--show", check=False)
         assert show.returncode == 1 and "uncorrectable ECC" in show.stdout  # the readable reason
         day.run(["scontrol", "update", "nodename=a100n2", "state=resume"])
-        # Slurm delays a requeued batch job by 2 minutes; let it go now
+        # Slurm delays a requeued batch job by 2 minutes; let it go now (once it is requeued:
+        # an update before would be undone by the requeue's delay)
+        wait_for(lambda: state_of(day, job) == "PENDING", what="the job to be requeued")
         day.run(["scontrol", "update", f"jobid={job}", "starttime=now"])
         wait_for(lambda: (tmp_path / "rq.out").exists() and state_of(day, job) == "", what="the requeued job")
         assert (tmp_path / "rq.out").read_text().strip() == "a100n2"
