@@ -75,7 +75,7 @@ def elastic_config(sb, **extra: str) -> str:
 
 
 def step(sb, config: str, *args: str) -> dict:
-    proc = sb.run([*GPUPOOL, "--config", config, "repartition", "--elastic", "--json", *args], timeout=300, check=False)
+    proc = sb.run([*GPUPOOL, "--config", config, "repartition", "--elastic", "--json", *args], timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return report_of(proc)
 

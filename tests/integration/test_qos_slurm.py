@@ -71,7 +71,7 @@ def tiered(_sandbox_session, tmp_path_factory):
 
 
 def sbatch(sb, *args: str, tool: str = "sbatch") -> str:
-    return sb.run([tool, "--parsable", *args], timeout=120).stdout.strip().splitlines()[-1].split(";")[0]
+    return sb.run([tool, "--parsable", *args]).stdout.strip().splitlines()[-1].split(";")[0]
 
 
 def field(sb, job: str, name: str) -> str:

@@ -290,7 +290,7 @@ def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_pat
     assert all(i.layout == "day" for i in nodes_info(night).values())
     resv = our_reservations(night)["gpupool_night_ahead"]  # its own, apart from any run's
     assert resv.nodes == set(night.nodes) and resv.start == switch_at.replace(tzinfo=None)
-    short = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "1", "--wrap", "sleep 2"]).stdout.strip()
+    short = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "5", "--wrap", "sleep 2"]).stdout.strip()
     long = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "60", "--wrap", "sleep 2"]).stdout.strip()
     try:
         assert wait_jobs_done(night, [short]) == {short: "COMPLETED"}  # ends before the switch

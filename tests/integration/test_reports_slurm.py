@@ -152,7 +152,7 @@ def report(history, name: str, *args: str) -> dict:
             "json",
             *args,
         ],
-        timeout=120,
+        timeout=600,
     )
     return json.loads(proc.stdout)
 
@@ -250,7 +250,7 @@ def test_every_report_renders_as_one_html_file_with_its_charts(history):
             "-o",
             str(out),
         ],
-        timeout=120,
+        timeout=600,
     )
     html = out.read_text()
     for chart in ("utilization", "usage", "waits"):
@@ -264,11 +264,11 @@ def test_export_then_report_away_from_the_cluster_gives_the_same_usage(history):
     exported = tmp / "jobs.csv"
     base = [*GPUPOOL, "--config", str(cfg_path), "report"]
     window = ["--since", since.isoformat(), "--until", until.isoformat()]
-    sb.run([*base, "export", *window, "-o", str(exported)], timeout=120)
+    sb.run([*base, "export", *window, "-o", str(exported)], timeout=600)
     live = report(history, "usage", "--by", "account")
     away = json.loads(
         sb.run(
-            [*base, "usage", *window, "--by", "account", "--format", "json", "--from", str(exported)], timeout=120
+            [*base, "usage", *window, "--by", "account", "--format", "json", "--from", str(exported)], timeout=600
         ).stdout
     )
     assert live["reports"][0]["tables"] == away["reports"][0]["tables"]

@@ -79,7 +79,7 @@ def _submit(sb, plan, engine: Engine, layout: str, t0: float, ids: dict[str, tup
         args = ["sbatch", "--parsable", f"--gres={need.demand.gres}", "-t", str(LIMIT_MIN), "-o", "/dev/null"]
         if need.nodes > 1:
             args += ["-N", str(need.nodes)]
-        job = sb.run([*args, "--wrap", f"sleep {sleep_s}"], timeout=60).stdout.strip().split(";")[0]
+        job = sb.run([*args, "--wrap", f"sleep {sleep_s}"]).stdout.strip().split(";")[0]
         ids[job] = (req, sleep_s)
 
 
