@@ -181,7 +181,8 @@ def wait_running(sandbox, jobs: list[str], timeout: float = SLURM_WAIT_S) -> Non
     try:
         wait_until(lambda: all(squeue_state(sandbox, j) == "RUNNING" for j in jobs), "jobs to run", timeout)
     except AssertionError as e:
-        raise AssertionError(f"{e}: { ({j: squeue_state(sandbox, j) for j in jobs}) }") from None
+        states = {j: squeue_state(sandbox, j) for j in jobs}
+        raise AssertionError(f"{e}: {states}") from None
 
 
 def sbatch(sandbox, *args: str) -> str:
