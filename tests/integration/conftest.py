@@ -31,7 +31,7 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.poolconfig import node_map
 
-from .repartition_support import assert_converged, nodes_info, repartition
+from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, repartition
 
 WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
 
@@ -72,9 +72,11 @@ class SandboxHandle:
         return self.sandbox.root
 
     def run(
-        self, argv: Sequence[str], timeout: float = 60, check: bool = True, env: dict[str, str] | None = None
+        self, argv: Sequence[str], timeout: float = SLURM_WAIT_S, check: bool = True, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command (Slurm's or ours) with this cluster's environment (or ``env``).
+        """Run a command (Slurm's or ours) with this cluster's environment (or ``env``); the
+        timeout is for a command that hangs, not a measure: ``sbatch --wait`` and ``srun``
+        take what the machine's load makes them.
 
         Output is decoded with ``surrogateescape``: Slurm prints what jobs were given, and a
         job name of non-UTF-8 bytes (the submit oracle's, still remembered for MinJobAge)
@@ -91,7 +93,7 @@ class SandboxHandle:
             raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def gpupool(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def gpupool(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run([sys.executable, "-m", "slurm_gpupool.cli.main", *args], timeout=timeout, check=check)
 
     def switch(self, layout: str) -> None:

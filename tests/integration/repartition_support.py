@@ -1,12 +1,22 @@
-"""What the repartitioner's integration tests share: running it, reading Slurm, convergence."""
+"""What the repartitioner's integration tests share: running it, reading Slurm, convergence;
+and what every integration test needs on a loaded machine: waiting on Slurm's evidence
+rather than on a fixed time (#25).  Up to nine sandbox clusters share two cores in CI, so
+a step of a test may take many times what it takes on an idle machine: a test waits for
+what it expects with a deadline that only a failure reaches (:data:`SLURM_WAIT_S`), lets a
+job end when the test decides (:class:`Gate`), and takes "Slurm did not start it" from
+slurmctld's own counters (:func:`state_after_scheduling`), never from a sleep."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.controller.gres_install import render
@@ -14,10 +24,38 @@ from slurm_gpupool.slurm.parse import parse_reservations, parse_sinfo_json
 from slurm_gpupool.slurm.types import gres_counts
 
 GPUPOOL = [sys.executable, "-m", "slurm_gpupool.cli.main"]
+# How long a test waits for something Slurm does (a job to start or end, a node to register):
+# minutes, though it takes seconds on an idle machine. Only a failure waits it out.
+SLURM_WAIT_S = 300.0
+T = TypeVar("T")
 
 
 def repartition(sb, *args: str, env: dict[str, str] | None = None, timeout: float = 600):
     return sb.run([*GPUPOOL, "repartition", *args], timeout=timeout, check=False, env={**sb.env, **(env or {})})
+
+
+class Background:
+    """A repartitioner run in the background, its output in files (a pipe could fill while
+    the test waits on something else)."""
+
+    def __init__(self, sb, tmp: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.out, self.err = (tmp / "run.out").open("w+"), (tmp / "run.err").open("w+")
+        argv = [*GPUPOOL, "repartition", *args]
+        self.proc = subprocess.Popen(argv, env={**sb.env, **(env or {})}, stdout=self.out, stderr=self.err, text=True)
+
+    def wait(self, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        rc = self.proc.wait(timeout=timeout)
+        self.out.seek(0), self.err.seek(0)
+        return subprocess.CompletedProcess(self.proc.args, rc, self.out.read(), self.err.read())
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # the test failed while it ran: no run left holding the lock
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close(), self.err.close()
 
 
 def report_of(proc: subprocess.CompletedProcess[str]) -> dict:
@@ -32,6 +70,12 @@ def nodes_info(sb) -> dict:
 def our_reservations(sb) -> dict:
     out = sb.run(["scontrol", "-o", "show", "reservation"]).stdout
     return {k: v for k, v in parse_reservations(out).items() if k.startswith("gpupool_")}
+
+
+def reserved(sb, reservation: str, node: str) -> bool:
+    """``node`` is in our reservation ``reservation`` (a run under way has reserved it)."""
+    resv = our_reservations(sb).get(reservation)
+    return resv is not None and node in resv.nodes
 
 
 def assert_converged(sb, layouts: dict[str, str]) -> None:
@@ -68,7 +112,7 @@ def never_requeued(sb, jobs: list[str]) -> dict[str, list[str]]:
     return runs
 
 
-def wait_jobs_done(sb, jobs: list[str], timeout: float = 240) -> dict[str, str]:
+def wait_jobs_done(sb, jobs: list[str], timeout: float = SLURM_WAIT_S) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
@@ -91,3 +135,79 @@ class Gate:
 
     def open(self) -> None:
         self.path.touch()
+
+
+def wait_until(pred: Callable[[], T], what: str, timeout: float = SLURM_WAIT_S, interval: float = 0.5) -> T:
+    """``pred()``'s first truthy value, asked every ``interval`` s; a failure after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+    return got
+
+
+@dataclass(frozen=True)
+class Sdiag:
+    """What slurmctld counts (``sdiag``) that shows it has done something: passes of its main
+    scheduler and of its backfill, and node registrations processed.  The counts restart
+    from 0 with slurmctld (and at midnight UTC): ``since``, their start, tells."""
+
+    since: str
+    main: int
+    backfill: int
+    registrations: int
+
+    @classmethod
+    def read(cls, sb) -> Sdiag | None:
+        """Now; None while slurmctld does not answer (a restart, a reconfigure's re-exec)."""
+        proc = sb.run(["sdiag"], check=False)
+        since = re.search(r"^Data since\s+(.+)$", proc.stdout, re.M)
+        main_part = proc.stdout.partition("Main schedule statistics")[2].partition("Backfilling stats")[0]
+        main = re.search(r"Total cycles:\s*(\d+)", main_part)
+        backfill = re.search(r"Total cycles:\s*(\d+)", proc.stdout.partition("Backfilling stats")[2])
+        if proc.returncode != 0 or since is None or main is None or backfill is None:
+            return None
+        reg = re.search(r"MESSAGE_NODE_REGISTRATION_STATUS\s*\(\s*\d+\)\s*count:(\d+)", proc.stdout)
+        return cls(since[1].strip(), int(main[1]), int(backfill[1]), int(reg[1]) if reg else 0)
+
+    def grown(self, before: Sdiag) -> Sdiag:
+        """What was counted between ``before`` and this reading (all of it after a restart)."""
+        if self.since != before.since:
+            return self
+        return Sdiag(self.since, self.main - before.main, self.backfill - before.backfill,
+                     self.registrations - before.registrations)  # fmt: skip
+
+
+def sdiag_now(sb) -> Sdiag:
+    return wait_until(lambda: Sdiag.read(sb), "slurmctld to answer sdiag")
+
+
+def job_state(sb, job: str) -> tuple[str, str]:
+    """(state, reason) as squeue shows them, or the state accounting recorded once squeue
+    has forgotten the job."""
+    shown = sb.run(["squeue", "-h", "-j", job, "-o", "%T|%r"], check=False).stdout.strip()
+    if shown:
+        state, _, reason = shown.partition("|")
+        return state, reason
+    return sacct_states(sb, [job]).get(job, "").split(" ")[0], ""
+
+
+def state_after_scheduling(sb, job: str, passes: int = 2) -> tuple[str, str]:
+    """(state, reason) of ``job`` once it has left PENDING, or once slurmctld's main scheduler
+    and its backfill have each counted ``passes`` more passes with it still pending: a pass
+    that ended after the call began after it (``passes`` 2 at least), so Slurm had its
+    chance to start the job and did not, and the reason says why.  Call it after the
+    submission (or the change) whose effect is asked about; a fixed sleep can only guess
+    how long the scheduler takes on a loaded machine."""
+    before = sdiag_now(sb)
+
+    def settled() -> tuple[str, str] | None:
+        state, reason = job_state(sb, job)
+        if state != "PENDING":
+            return state, reason
+        now = Sdiag.read(sb)
+        done = now is not None and min(now.grown(before).main, now.grown(before).backfill) >= passes
+        return (state, reason) if done else None
+
+    return wait_until(settled, f"job {job} to start, or slurmctld's schedulers to pass over it {passes} times")

@@ -190,7 +190,7 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     # systemd's syntax: quoted words, % doubled
     unit_env = {k: v.replace("%%", "%") for k, v in re.findall(r'^Environment="([^=]+)=(.*)"$', unit, re.M)}
     exec_start = [w.replace("%%", "%") for w in shlex.split(re.search(r"^ExecStart=(.+)$", unit, re.M)[1])]
-    boot = sb.run(exec_start, env={"PATH": os.environ["PATH"], **unit_env}, timeout=120)
+    boot = sb.run(exec_start, env={"PATH": os.environ["PATH"], **unit_env}, timeout=600)
     assert f"applying the recorded layout {MIG_LAYOUT}" in boot.stderr
     sb.gpupool("--node", MIG_NODE, "node", "assert", MIG_LAYOUT)
     after = {d["mig_uuid"] for d in sb.node_state(MIG_NODE)["slurm_devices"] if d.get("mig_uuid")}
@@ -200,7 +200,7 @@ def test_slurm_has_the_rendered_gres_and_after_a_reboot_a_mig_job_gets_its_mig_u
     out = tmp_path / "mig.out"
     sb.run(
         ["sbatch", "--wait", "-w", MIG_NODE, f"--gres=gpu:{MIG_TYPE}:1", "-o", str(out), "--wrap", "env"],
-        timeout=120,
+        timeout=600,
     )
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     uuid = env["CUDA_VISIBLE_DEVICES"]

@@ -5,8 +5,15 @@ idle, it drains a busy node for jobs that have waited ``max_wait``.
 The pool config of the test: the sandbox's, with ``schedule.mode: elastic``; only the two
 DGX nodes may change (day or night), a floor of one 1g.5gb GPU-equivalent keeps that type
 submittable (job_submit.lua refuses a GRES type no node has), batching window 10 s,
-cool-down 60 s.  Every step is one ``gpupool repartition --elastic`` run, as cron makes it.
+cool-down 120 s.  Every step is one ``gpupool repartition --elastic`` run, as cron makes it.
 The test starts and ends with every node in the night layout.
+
+On a loaded machine a step takes many times what it takes alone (#25): the jobs whose
+running or waiting a step must see run until the test opens their gate, a job becomes due
+when the test says (``StartTime=now``), and where a step must come *before* a bound (a
+cool-down, ``max_wait``) the bound leaves minutes for what takes seconds on an idle machine;
+where it must come after one the test waits for the bound itself (a lower bound load
+cannot break).
 """
 
 from __future__ import annotations
@@ -23,17 +30,26 @@ from slurm_gpupool.config.load import load_config
 
 from .repartition_support import (
     GPUPOOL,
+    SLURM_WAIT_S,
+    Gate,
     assert_converged,
+    job_state,
     never_requeued,
     nodes_info,
     report_of,
     sacct_states,
     wait_jobs_done,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
 
-WINDOW_S, COOLDOWN_S = 10, 60
+# the batching window, and the cool-down: step 4 of the first test must come within it after a
+# switch, past a burst of jobs, seven submissions and a window (about 40 s on CI's load)
+WINDOW_S, COOLDOWN_S = 10, 120
+# the second test's max_wait: its first step must come before it (a window and a step after
+# the jobs were submitted: seconds), its second after it
+MAX_WAIT_S = 60
 
 
 def elastic_config(sb, **extra: str) -> str:
@@ -59,42 +75,45 @@ def elastic_config(sb, **extra: str) -> str:
 
 
 def step(sb, config: str, *args: str) -> dict:
-    proc = sb.run([*GPUPOOL, "--config", config, "repartition", "--elastic", "--json", *args], timeout=300, check=False)
+    proc = sb.run([*GPUPOOL, "--config", config, "repartition", "--elastic", "--json", *args], timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return report_of(proc)
 
 
-def submit(sb, gres: str, seconds: int, count: int, *extra: str) -> list[str]:
+def submit(sb, gres: str, wrap: str, count: int, *extra: str, limit_min: int = 30) -> list[str]:
     out = []
     for _ in range(count):
-        proc = sb.run(["sbatch", "--parsable", f"--gres={gres}", "-t", "2", *extra, "--wrap", f"sleep {seconds}"])
-        out.append(proc.stdout.strip().split(";")[0])
+        argv = ["sbatch", "--parsable", f"--gres={gres}", "-t", str(limit_min), *extra, "--wrap", wrap]
+        out.append(sb.run(argv).stdout.strip().split(";")[0])
     return out
 
 
-def begin_of(sb, job: str) -> float:
-    from datetime import datetime
+def elastic_state(sb) -> dict:
+    return json.loads((sb.root / "controller" / "elastic.json").read_text())
 
-    out = sb.run(["scontrol", "-o", "show", "job", job]).stdout
-    text = out.split("EligibleTime=")[1].split()[0]
-    return datetime.fromisoformat(text).timestamp()
+
+def sleep_until(epoch: float) -> None:
+    """Wait for a bound the next step must be past (a lower bound: load only adds to it)."""
+    while (left := epoch - time.time()) > 0:
+        time.sleep(min(left, 1.0))
 
 
 def layouts(sb) -> dict[str, str | None]:
     return {n: i.layout for n, i in nodes_info(sb).items()}
 
 
-def wait_started(sb, jobs: list[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_started(sb, jobs: list[str], timeout: float = SLURM_WAIT_S) -> None:
+    def started() -> bool:
         states = sacct_states(sb, jobs)
-        if all(states.get(j) in ("RUNNING", "COMPLETED") for j in jobs):
-            return
-        time.sleep(1)
-    raise AssertionError(f"jobs not started: {sacct_states(sb, jobs)}")
+        return all(states.get(j) in ("RUNNING", "COMPLETED") for j in jobs)
+
+    try:
+        wait_until(started, "jobs to start", timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {sacct_states(sb, jobs)}") from None
 
 
-def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_thrashes(night):
+def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_thrashes(night, tmp_path):
     sb = night
     config = elastic_config(sb)
     (sb.root / "controller" / "elastic.json").unlink(missing_ok=True)  # no cool-down from an earlier session
@@ -105,10 +124,14 @@ def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_th
     assert [(a["node"], a["to"], a["reason"]) for a in d["actions"]] == [("a100n1", "day", "floor")]
     assert d["outcomes"] == {"a100n1": "done"} and layouts(sb)["a100n1"] == "day"
     # 2. a burst of 8-GPU NVLink jobs is submitted now (a100n2 still has 8 whole A100: Slurm
-    # accepts them) to begin in a minute: until then they are not demand
-    burst = submit(sb, "gpu:a100:8", 5, 2, "--begin=now+50")
-    # a queue of slice jobs: 7 x 6 slices; a100n1 in day has 32 (5 jobs), 2 jobs wait
-    slices = submit(sb, "gpu:1g.5gb:6", 15, 7)
+    # accepts them) to begin in an hour (the test makes them due in 3.): until then they are
+    # not demand
+    burst = submit(sb, "gpu:a100:8", "sleep 2", 2, "--begin=now+3600")
+    # a queue of slice jobs, each until its gate opens: 7 x 6 slices; a100n1 in day has 32
+    # (5 jobs), 2 jobs wait
+    slices_gate = Gate(tmp_path, "slices")
+    slices = submit(sb, "gpu:1g.5gb:6", slices_gate.wrap(), 7)
+    wait_started(sb, slices[:5])
     time.sleep(WINDOW_S + 2)  # the jobs count once they waited the batching window
     dry = step(sb, config, "--dry-run")
     assert [(a["node"], a["to"]) for a in dry["actions"]] == [("a100n2", "day")] and dry["outcomes"] == {}
@@ -121,26 +144,36 @@ def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_th
     (u,) = d["unmet"]
     assert (u["request"], u["jobs"], u["gpu_eq"]) == ("gpu:1g.5gb:6", 2, round(12 / 7, 3))
     assert u["longest_wait_s"] >= WINDOW_S
-    wait_started(sb, slices)
-    states = wait_jobs_done(sb, slices, timeout=120)
+    wait_started(sb, slices)  # the two on a100n2, in day now
+    slices_gate.open()
+    states = wait_jobs_done(sb, slices)
     assert set(states.values()) == {"COMPLETED"}, states
-    # 3. the burst is due: both DGX are in day (2 whole A100 each), nothing holds 8
-    while time.time() < begin_of(sb, burst[0]) + WINDOW_S + 2:
-        time.sleep(1)
+    # 3. the burst is due (once a100n1's cool-down and the batching window are over): both
+    # DGX are in day (2 whole A100 each), nothing holds 8
+    state = elastic_state(sb)
+    sleep_until(max(state["switched_at"]["a100n1"] + COOLDOWN_S, state["last_decision_epoch"] + WINDOW_S) + 1)
+    for job in burst:
+        sb.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+    # (Slurm names the reason again once its scheduler has looked at them: then they are demand)
+    wait_until(lambda: all(job_state(sb, j)[1] not in ("BeginTime", "") for j in burst), "the burst to be due")
     d = step(sb, config)
     back = [(a["node"], a["to"]) for a in d["actions"]]
     # the floor keeps one DGX in day; a100n1 (switched first) is past its cool-down
     assert back == [("a100n1", "night")], d
     assert any("1g.5gb would drop" in h["why"] or "cool-down" in h["why"] for h in d["held"]), d["held"]
-    states = wait_jobs_done(sb, burst, timeout=120)
+    states = wait_jobs_done(sb, burst)
     assert set(states.values()) == {"COMPLETED"}, states  # one after the other on a100n1
     # 4. the load flips back to slices at once: a100n1 is cooling down, a100n2 holds 32
-    again = submit(sb, "gpu:1g.5gb:6", 15, 7)  # 5 start on a100n2, 2 wait for them
+    again_gate = Gate(tmp_path, "again")
+    again = submit(sb, "gpu:1g.5gb:6", again_gate.wrap(), 7)  # 5 start on a100n2, 2 wait for them
+    wait_started(sb, again[:5])
     time.sleep(WINDOW_S + 2)
     d = step(sb, config)
-    assert d["actions"] == [], d
-    assert any(h["node"] == "a100n1" and "cool-down" in h["why"] for h in d["held"]), d["held"]
-    states = wait_jobs_done(sb, again, timeout=120)
+    cooling_s = time.time() - elastic_state(sb)["switched_at"]["a100n1"]  # for the message: cool-down left?
+    assert d["actions"] == [], (cooling_s, d)
+    assert any(h["node"] == "a100n1" and "cool-down" in h["why"] for h in d["held"]), (cooling_s, d["held"])
+    again_gate.open()
+    states = wait_jobs_done(sb, again)
     assert set(states.values()) == {"COMPLETED"}, states  # they ran on a100n2, in turn
     # no job was killed, and the switches kept their bounds
     everything = [*slices, *burst, *again]
@@ -164,22 +197,26 @@ def test_slices_then_a_burst_of_eight_gpu_jobs_reshape_idle_nodes_and_nothing_th
     assert_converged(sb, {"a100n1": "night", "a100n2": "day", "h100n1": "night", "a30n1": "night", "v100n1": "night"})
 
 
-def test_with_no_idle_node_a_busy_node_is_drained_for_starving_jobs_and_its_job_runs_to_its_end(night):
+def test_with_no_idle_node_a_busy_node_is_drained_for_starving_jobs_and_its_job_runs_to_its_end(night, tmp_path):
     sb = night
-    config = elastic_config(sb, max_wait="20s", drain_within="3m")
+    config = elastic_config(sb, max_wait=f"{MAX_WAIT_S}s", drain_within="30m")
     (sb.root / "controller" / "elastic.json").unlink(missing_ok=True)
     d = step(sb, config)  # the floor: a100n1 to day (32 slices), a100n2 stays whole
     assert [(a["node"], a["to"], a["reason"]) for a in d["actions"]] == [("a100n1", "day", "floor")]
-    # every node busy: an 8-GPU job on a100n2 (75 s, limit 2 min), a100n1's slices held by 5
-    # long jobs (5 x 6 of 32); two more slice jobs wait, and no idle node can ever serve them
-    big = submit(sb, "gpu:a100:8", 75, 1)
-    fillers = submit(sb, "gpu:1g.5gb:6", 100, 5)
+    # every node busy, each job until its gate opens: an 8-GPU job on a100n2 (limit 20 min:
+    # due to end within drain_within), a100n1's slices held by 5 jobs (5 x 6 of 32); two more
+    # slice jobs wait, and no idle node can ever serve them
+    big_gate, fillers_gate = Gate(tmp_path, "big"), Gate(tmp_path, "fillers")
+    big = submit(sb, "gpu:a100:8", big_gate.wrap(), 1, limit_min=20)
+    fillers = submit(sb, "gpu:1g.5gb:6", fillers_gate.wrap(), 5)
     wait_started(sb, [*big, *fillers])
-    waiting = submit(sb, "gpu:1g.5gb:6", 10, 2)
+    waiting = submit(sb, "gpu:1g.5gb:6", "sleep 10", 2)
+    submitted = time.time()  # Slurm's submit times are at most this
     time.sleep(WINDOW_S + 2)
     d = step(sb, config)  # waited the window, not max_wait: nothing is drained yet
     assert d["actions"] == [] and d["unmet"][0]["jobs"] == 2, d
-    time.sleep(20)
+    assert d["unmet"][0]["longest_wait_s"] < MAX_WAIT_S, d  # (what the step saw: not starving yet)
+    sleep_until(submitted + MAX_WAIT_S + 1)
     d = step(sb, config)
     (a,) = d["actions"]
     assert (a["node"], a["from"], a["to"], a["reason"], sorted(a["jobs"])) == (
@@ -197,17 +234,17 @@ def test_with_no_idle_node_a_busy_node_is_drained_for_starving_jobs_and_its_job_
     assert layouts(sb)["a100n2"] == "night"
     again = step(sb, config)  # still busy: the drain is under way, the jobs are not demand again
     assert again["actions"] == [] and again["outcomes"] == {} and again["unmet"] == [], again
-    assert wait_jobs_done(sb, big, timeout=120) == {big[0]: "COMPLETED"}  # ran to its end
-    d = step(sb, config)  # the next step finishes the drain (once Slurm no longer shows the job completing)
-    for _ in range(10):
-        if d["outcomes"]:
-            break
+    big_gate.open()
+    assert wait_jobs_done(sb, big) == {big[0]: "COMPLETED"}  # ran to its end
+    # the next step finishes the drain (once Slurm no longer shows the job completing)
+    deadline = time.monotonic() + SLURM_WAIT_S
+    while not (d := step(sb, config))["outcomes"] and time.monotonic() < deadline:
         time.sleep(2)
-        d = step(sb, config)
     assert d["outcomes"] == {"a100n2": "done"} and layouts(sb)["a100n2"] == "day", d
     state = json.loads((sb.root / "controller" / "elastic.json").read_text())
     assert state["last"]["drains_finished"] == {"a100n2": "done"} and "a100n2" in state["switched_at"]
-    states = wait_jobs_done(sb, [*fillers, *waiting], timeout=180)
+    fillers_gate.open()
+    states = wait_jobs_done(sb, [*fillers, *waiting])
     assert set(states.values()) == {"COMPLETED"}, states
     every = [*big, *fillers, *waiting]
     assert never_requeued(sb, every) == {j: ["COMPLETED"] for j in every}  # the drain killed nothing
@@ -230,7 +267,8 @@ def test_in_an_elastic_period_the_wrapper_takes_an_idle_whole_gpu_when_no_slice_
     try:
 
         def via_wrapper() -> tuple[str, str]:
-            out = sb.run([wrapper(), "--parsable", "--gpu-mem=4G", "-t", "2", "--wrap", "sleep 60"]).stdout
+            # each job runs until the test cancels it: the slice stays busy while the test looks
+            out = sb.run([wrapper(), "--parsable", "--gpu-mem=4G", "-t", "30", "--wrap", "sleep 3600"]).stdout
             job = out.strip().split(";")[0]
             jobs.append(job)
             tres = sb.run(["scontrol", "-o", "show", "job", job]).stdout.split("TresPerNode=")[1].split()[0]
@@ -238,7 +276,10 @@ def test_in_an_elastic_period_the_wrapper_takes_an_idle_whole_gpu_when_no_slice_
 
         _, tres = via_wrapper()
         assert tres.endswith("gpu:1g.5gb:1") or tres.endswith("gpu:1g.5gb"), tres  # a slice is idle
-        fillers = [*submit(sb, "gpu:1g.5gb:8", 120, 3), *submit(sb, "gpu:1g.5gb:7", 120, 1)]  # the other 31
+        fillers = [
+            *submit(sb, "gpu:1g.5gb:8", "sleep 3600", 3),
+            *submit(sb, "gpu:1g.5gb:7", "sleep 3600", 1),
+        ]  # the other 31
         jobs += fillers
         wait_started(sb, fillers)
         job, tres = via_wrapper()

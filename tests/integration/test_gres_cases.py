@@ -63,7 +63,7 @@ def cluster(tmp_path_factory):
 
 
 def run(env: dict[str, str], *argv: str) -> str:
-    res = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=180)
+    res = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=600)  # a hang's bound
     assert res.returncode == 0, f"{argv}: {res.stdout}{res.stderr}"
     return res.stdout
 

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +22,8 @@ import pytest
 from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.sandbox import devices
 from tests.unit.test_gres import CASES, config_for, golden_name
+
+from .repartition_support import SLURM_WAIT_S, Gate, state_after_scheduling, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -147,7 +148,7 @@ def test_cluster_registers_exactly_the_rendered_gres(day):
 
 
 def job_gpus(sandbox, node: str, gres: str) -> list[int]:
-    out = sandbox.run(["srun", "-w", node, f"--gres={gres}", "printenv", "SLURM_STEP_GPUS"], timeout=60).stdout
+    out = sandbox.run(["srun", "-w", node, f"--gres={gres}", "printenv", "SLURM_STEP_GPUS"]).stdout
     return [int(x) for x in out.strip().split(",")]
 
 
@@ -176,13 +177,12 @@ def squeue_state(sandbox, job: str) -> str:
     return sandbox.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
 
 
-def wait_running(sandbox, jobs: list[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(squeue_state(sandbox, j) == "RUNNING" for j in jobs):
-            return
-        time.sleep(0.5)
-    raise AssertionError({j: squeue_state(sandbox, j) for j in jobs})
+def wait_running(sandbox, jobs: list[str], timeout: float = SLURM_WAIT_S) -> None:
+    try:
+        wait_until(lambda: all(squeue_state(sandbox, j) == "RUNNING" for j in jobs), "jobs to run", timeout)
+    except AssertionError as e:
+        states = {j: squeue_state(sandbox, j) for j in jobs}
+        raise AssertionError(f"{e}: {states}") from None
 
 
 def sbatch(sandbox, *args: str) -> str:
@@ -190,7 +190,9 @@ def sbatch(sandbox, *args: str) -> str:
 
 
 def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
-    # v100n1 by day: GPUs 0-3 time-sliced into 4 shares each (16 shards)
+    # v100n1 by day: GPUs 0-3 time-sliced into 4 shares each (16 shards); each job holds its
+    # shard until the test is done with it
+    gate = Gate(tmp_path, "shards")
     jobs = [
         sbatch(
             day,
@@ -200,21 +202,20 @@ def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
             "-o",
             str(tmp_path / f"s{k}.out"),
             "--wrap",
-            "echo $SLURM_JOB_GPUS; sleep 60",
+            f"echo $SLURM_JOB_GPUS; {gate.wrap()}",
         )
         for k in range(16)
     ]
     try:
         wait_running(day, jobs)
         outs = [tmp_path / f"s{k}.out" for k in range(16)]
-        deadline = time.monotonic() + 30  # RUNNING comes before the batch step writes its output
-        while not all(o.exists() and o.read_text().strip() for o in outs) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # RUNNING comes before the batch step writes its output
+        wait_until(lambda: all(o.exists() and o.read_text().strip() for o in outs), "the jobs' output")
         gpus = Counter(o.read_text().strip() for o in outs)
         assert sorted(gpus.values()) == [4, 4, 4, 4] and len(gpus) == 4  # four jobs on each shared GPU
         extra = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "true")
-        time.sleep(3)
-        assert squeue_state(day, extra) == "PENDING"
+        state, reason = state_after_scheduling(day, extra)  # both schedulers passed it over
+        assert state == "PENDING", (state, reason)
         day.run(["scancel", extra])
     finally:
         day.run(["scancel", *jobs], check=False)
@@ -239,12 +240,11 @@ def test_untyped_requests_and_shard_jobs_per_release(day):
 def second_job_state(day, first: str, second: str, meanwhile=None) -> str:
     """The state of a job asking for ``second`` on v100n1 while one asking for ``first`` runs
     (``meanwhile`` is called then, after the second is cancelled)."""
-    running = sbatch(day, "-w", "v100n1", first, "--wrap", "sleep 60")
+    running = sbatch(day, "-w", "v100n1", first, "--wrap", "sleep 3600")  # until cancelled below
     try:
         wait_running(day, [running])
-        other = sbatch(day, "-w", "v100n1", second, "--wrap", "sleep 60")
-        time.sleep(3)
-        state = squeue_state(day, other)
+        other = sbatch(day, "-w", "v100n1", second, "--wrap", "sleep 3600")
+        state, _ = state_after_scheduling(day, other)  # running, or passed over by both schedulers
         day.run(["scancel", other])
         if meanwhile is not None:
             meanwhile()
@@ -274,14 +274,12 @@ def test_untyped_and_shared_type_requests_are_refused_or_typed_by_default(day):
 
 def test_sacct_records_typed_usage(day, tmp_path: Path):
     job = sbatch(day, "--wait", "-w", "h100n1", "--gres=gpu:3g.40gb:1", "--wrap", "true")
-    deadline = time.monotonic() + 60
-    tres = ""
-    while time.monotonic() < deadline:
+
+    def alloc_tres() -> str:  # slurmctld sends accounting to slurmdbd asynchronously
         tres = day.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "AllocTRES"]).stdout.strip()
-        if "gres/gpu" in tres:
-            break
-        time.sleep(0.5)
-    items = tres.split(",")
+        return tres if "gres/gpu" in tres else ""
+
+    items = wait_until(alloc_tres, "the job's accounting").split(",")
     assert "gres/gpu:3g.40gb=1" in items and "gres/gpu=1" in items
 
 

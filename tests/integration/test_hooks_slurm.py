@@ -6,11 +6,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from .repartition_support import SLURM_WAIT_S, Gate, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +29,8 @@ def state_of(sandbox, job: str) -> str:
     return sandbox.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
 
 
-def wait_for(pred, timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(pred, timeout: float = SLURM_WAIT_S, what: str = "") -> None:
+    wait_until(pred, what, timeout, interval=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +54,14 @@ def slurm_device(sandbox, node: str, env: dict[str, str]) -> list[dict]:
 
 def test_two_jobs_on_one_gpu_each_see_their_own_mig_uuid(day, tmp_path: Path):
     outs = [tmp_path / f"m{k}.out" for k in range(2)]
-    jobs = [sbatch(day, "-w", "h100n1", "--gres=gpu:1g.10gb:1", "-o", str(o), "--wrap", "env; sleep 5") for o in outs]
-    wait_for(lambda: all(state_of(day, j) == "" for j in jobs), 90, "both MIG jobs to finish")
+    gate = Gate(tmp_path, "mig")  # both run at once: neither ends before both have printed
+    jobs = [
+        sbatch(day, "-w", "h100n1", "--gres=gpu:1g.10gb:1", "-o", str(o), "--wrap", f"env; {gate.wrap()}") for o in outs
+    ]
+    wait_for(lambda: all("CUDA_VISIBLE_DEVICES=" in (o.read_text() if o.exists() else "") for o in outs), what="envs")
+    assert all(state_of(day, j) == "RUNNING" for j in jobs)
+    gate.open()
+    wait_for(lambda: all(state_of(day, j) == "" for j in jobs), what="both MIG jobs to finish")
     envs = [parse_env(o.read_text()) for o in outs]
     uuids = [e["CUDA_VISIBLE_DEVICES"] for e in envs]
     assert all(re.fullmatch(r"MIG-[0-9a-f-]{36}", u) for u in uuids) and uuids[0] != uuids[1]
@@ -133,13 +136,13 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
         "-o",
         str(b_out),
         "--wrap",
-        "sleep 120 & echo $! > "
+        "sleep 3600 & echo $! > "
         + str(tmp_path / "b.pid")
         + "; "
         + register.format(gpu=0, pid="$!", uuid="$CUDA_VISIBLE_DEVICES")
         + "; wait",
     )
-    wait_for(lambda: (tmp_path / "b.pid").exists() and state_of(day, b) == "RUNNING", 60, "job B")
+    wait_for(lambda: (tmp_path / "b.pid").exists() and state_of(day, b) == "RUNNING", what="job B")
     # job A: daemonises a process that escapes Slurm's process tracking, then ends
     a = sbatch(
         day,
@@ -150,17 +153,17 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
         "-o",
         str(tmp_path / "a.out"),
         "--wrap",
-        "setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo $! > "
+        "setsid sleep 3600 < /dev/null > /dev/null 2>&1 & echo $! > "
         + str(tmp_path / "a.pid")
         + "; "
         + register.format(gpu=0, pid="$!", uuid="$CUDA_VISIBLE_DEVICES"),
     )
     a_pid, b_pid = int((tmp_path / "a.pid").read_text()), int((tmp_path / "b.pid").read_text())
     try:
-        wait_for(lambda: not os.path.exists(f"/proc/{a_pid}"), 30, "A's leftover to be ended")
+        wait_for(lambda: not os.path.exists(f"/proc/{a_pid}"), what="A's leftover to be ended")
         assert os.path.exists(f"/proc/{b_pid}")  # B's process on the same GPU lives
         rec_path = day.root / "nodes" / node / "spool" / "jobs" / f"{a}.json"
-        wait_for(lambda: "killed" in json.loads(rec_path.read_text()), 30, "A's epilog to finish")
+        wait_for(lambda: "killed" in json.loads(rec_path.read_text()), what="A's epilog to finish")
         rec = json.loads(rec_path.read_text())
         assert rec["killed"] == [a_pid]
         assert rec["usage"][0]["peak_memory_mib"] == 2000  # the leftover's memory counts
@@ -171,6 +174,8 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
         assert table[rec["devices"][0]["index"]]["mig_uuid"] == rec["devices"][0]["mig_uuid"]
     finally:
         day.run(["scancel", b], check=False)
+        if "a_pid" in locals() and os.path.exists(f"/proc/{a_pid}"):  # the epilog failed to end it
+            os.kill(a_pid, signal.SIGKILL)
         for pid in ("a_pid", "b_pid"):  # leave no stale entry whose pid a later process could reuse
             if pid in locals():
                 day.gpupool("--node", node, "sim", "process", "0", str(locals()[pid]), "--remove")
@@ -183,13 +188,15 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
     day.run(["scontrol", "update", "nodename=a100n2", "state=drain", "reason=test: kept free"])
     try:
         job = sbatch(day, "--gres=gpu:a100:1", "-o", str(tmp_path / "rq.out"), "--wrap", "echo $SLURMD_NODENAME")
-        wait_for(lambda: "Prolog error" in day.run(["sinfo", "-h", "-n", "a100n1", "-o", "%E"]).stdout, 60, "drain")
+        wait_for(lambda: "Prolog error" in day.run(["sinfo", "-h", "-n", "a100n1", "-o", "%E"]).stdout, what="drain")
         show = day.gpupool("--node", "a100n1", "health", "--show", check=False)
         assert show.returncode == 1 and "uncorrectable ECC" in show.stdout  # the readable reason
         day.run(["scontrol", "update", "nodename=a100n2", "state=resume"])
-        # Slurm delays a requeued batch job by 2 minutes; let it go now
+        # Slurm delays a requeued batch job by 2 minutes; let it go now (once it is requeued:
+        # an update before would be undone by the requeue's delay)
+        wait_for(lambda: state_of(day, job) == "PENDING", what="the job to be requeued")
         day.run(["scontrol", "update", f"jobid={job}", "starttime=now"])
-        wait_for(lambda: (tmp_path / "rq.out").exists() and state_of(day, job) == "", 90, "the requeued job")
+        wait_for(lambda: (tmp_path / "rq.out").exists() and state_of(day, job) == "", what="the requeued job")
         assert (tmp_path / "rq.out").read_text().strip() == "a100n2"
         info = day.run(["scontrol", "show", "job", job]).stdout
         assert "Restarts=1" in info
@@ -223,11 +230,17 @@ def test_slurmd_itself_runs_the_health_check_and_drains(sandbox):
     sandbox.gpupool("--node", "a30n1", "sim", "temperature", "2", "96")
     try:
         sandbox.gpupool("sandbox", "restart", "--root", str(sandbox.root), "--nodes", "a30n1")
-        deadline = time.monotonic() + 60
         reason = ""
-        while time.monotonic() < deadline and "GPU 2: 96 C" not in reason:
+
+        def drained() -> bool:
+            nonlocal reason
             reason = sandbox.run(["sinfo", "-h", "-n", "a30n1", "-o", "%T|%E"]).stdout.strip()
-            time.sleep(0.5)
+            return "GPU 2: 96 C" in reason
+
+        try:
+            wait_for(drained, what="the health check's drain")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {reason}") from None
         assert reason.startswith("drain") and "gpupool: GPU 2: 96 C" in reason, reason
     finally:
         sandbox.gpupool("--node", "a30n1", "sim", "temperature", "2", "34")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .repartition_support import GPUPOOL, assert_converged, repartition
+from .repartition_support import GPUPOOL, SLURM_WAIT_S, assert_converged, repartition
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(pred, timeout: float, what: str):
+def wait_for(pred, timeout: float = SLURM_WAIT_S, *, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = pred()
@@ -78,9 +78,17 @@ class Prometheus:
             stderr=subprocess.STDOUT,
         )
 
+    def ready(self) -> bool:
+        """Its HTTP API answers (it takes a while to start on a loaded machine)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=60) as r:
+                return r.status == 200
+        except OSError:  # not listening yet, or not ready (503)
+            return False
+
     def api(self, path: str, **params: str) -> dict:
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(url, timeout=60) as r:
             doc = json.loads(r.read())
         assert doc["status"] == "success", doc
         return doc["data"]
@@ -159,7 +167,7 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
     jobs: list[str] = []
     try:
         outs = {k: tmp_path / f"{k}.out" for k in ("mig", "shard")}
-        script = "echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS; sleep 300"
+        script = "echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS; sleep 3600"  # until cancelled below
         submit = {
             "mig": ["-w", "h100n1", "--gres=gpu:3g.40gb:1"],
             "shard": ["-w", "v100n1", "--gres=shard:3"],
@@ -177,7 +185,8 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
             running = set(squeue_tres(sb, "R", "JobID"))
             return {ids["mig"], ids["shard"]} <= running and all(o.exists() and o.read_text() for o in outs.values())
 
-        wait_for(started, 90, "the MIG and shard jobs to run")
+        wait_for(started, what="the MIG and shard jobs to run")
+        wait_for(prom.ready, what="Prometheus to start")
 
         # -- dcgm-exporter's mapping files while they run: <gpu>.<gi> for the MIG job, <gpu> for shards
         for k, node in (("mig", "h100n1"), ("shard", "v100n1")):
@@ -199,8 +208,7 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
                 and prom.scalar('sum(gpupool_allocated_devices{gres="gpu",type="3g.40gb"})') == 1
                 and prom.scalar("sum(gpupool_pending_devices)") is not None
             ),
-            60,
-            "Prometheus to scrape the running jobs",
+            what="Prometheus to scrape the running jobs",
         )
         assert prom.scalar("gpupool_slurm_up") == 1
         cap = {
@@ -269,7 +277,7 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
             return counts if before == after == counts else None
 
         try:
-            starts, dones, _ = wait_for(consistent, 60, "a scrape that agrees with the journal")
+            starts, dones, _ = wait_for(consistent, what="a scrape that agrees with the journal")
         except AssertionError as e:
             raise AssertionError(f"{e}: (scrape, journal, scrape) = {seen}") from None
         assert starts >= 1 and dones >= len(NODES)
@@ -290,9 +298,9 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
 
         # -- after the jobs: gone from the mapping files, and from what Prometheus sees
         sb.run(["scancel", *jobs])
-        wait_for(lambda: not set(jobs) & set(squeue_tres(sb, "PD,R,CG", "JobID")), 90, "the jobs to end")
-        wait_for(lambda: not mapping_files(sb, "h100n1") and not mapping_files(sb, "v100n1"), 30, "the Epilogs")
-        wait_for(lambda: prom.scalar("sum(gpupool_allocated_devices)") == 0, 30, "Prometheus to see them gone")
+        wait_for(lambda: not set(jobs) & set(squeue_tres(sb, "PD,R,CG", "JobID")), what="the jobs to end")
+        wait_for(lambda: not mapping_files(sb, "h100n1") and not mapping_files(sb, "v100n1"), what="the Epilogs")
+        wait_for(lambda: prom.scalar("sum(gpupool_allocated_devices)") == 0, what="Prometheus to see them gone")
     finally:
         if jobs:
             sb.run(["scancel", *jobs], check=False)

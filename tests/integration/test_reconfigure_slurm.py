@@ -21,7 +21,6 @@ asserted). The test ends with the node back in night by the ordinary restart seq
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -30,12 +29,20 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.slurm.types import gres_counts
 
-from .repartition_support import Gate, sacct_states, wait_jobs_done
+from .repartition_support import (
+    SLURM_WAIT_S,
+    Gate,
+    Sdiag,
+    sacct_states,
+    sdiag_now,
+    state_after_scheduling,
+    wait_jobs_done,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
 NODE, OTHER = "a100n2", "a100n1"
-SETTLE_S = 12  # how long a reconfigure is given to show the new GRES (22.05 answers in ms)
 
 
 @dataclass
@@ -64,29 +71,33 @@ def ctld_errors(lines: list[str]) -> list[str]:
 
 
 def node_now(sb):
-    for _ in range(30):  # from 23.11 slurmctld re-execs on reconfigure: a moment without answers
-        proc = sb.run(["sinfo", "--json"], check=False)
-        if proc.returncode == 0:
-            from slurm_gpupool.slurm.parse import parse_sinfo_json
+    from slurm_gpupool.slurm.parse import parse_sinfo_json
 
-            return parse_sinfo_json(proc.stdout)[NODE]
-        time.sleep(1)
-    raise AssertionError(f"slurmctld does not answer after reconfigure: {proc.stderr}")
+    # from 23.11 slurmctld re-execs on reconfigure: a moment without answers
+    proc = wait_until(lambda: (p := sb.run(["sinfo", "--json"], check=False)).returncode == 0 and p, "slurmctld")
+    return parse_sinfo_json(proc.stdout)[NODE]
+
+
+def registered_again(sb, before: Sdiag) -> bool:
+    """After a reconfigure every slurmd registers again (each reads the new files first):
+    slurmctld has processed as many registrations as there are nodes since ``before``."""
+    now = Sdiag.read(sb)
+    return now is not None and now.grown(before).registrations >= len(sb.nodes)
 
 
 def switch_by_reconfigure(sb, layout: str) -> Observed:
-    """The node's GPUs and the Slurm files to ``layout``, then ``scontrol reconfigure`` only."""
+    """The node's GPUs and the Slurm files to ``layout``, then ``scontrol reconfigure`` only;
+    observed once slurmctld has processed the nodes' registrations that follow it (what it
+    makes of the node's new GRES is decided there), not after a fixed settling time."""
     target = layout_counts(sb, layout)
     sb.gpupool("--node", NODE, "node", "apply", layout)
     sb.gpupool("gres", "install")
     start = len(log_lines(sb))
+    before = sdiag_now(sb)
     sb.run(["scontrol", "reconfigure"])
-    deadline = time.monotonic() + SETTLE_S
-    info = node_now(sb)
-    while time.monotonic() < deadline and gres_counts(info.gres) != target:
-        time.sleep(1)
-        info = node_now(sb)
-    time.sleep(3)  # the node's registration after a reconfigure follows it
+    wait_until(lambda: registered_again(sb, before), "the nodes to register after the reconfigure")
+    if sb.slurm_version >= (23, 11, 0):  # these take the new counts (asserted below): let them show
+        wait_until(lambda: gres_counts(node_now(sb).gres) == target, f"{NODE}'s GRES after the reconfigure")
     info = node_now(sb)
     obs = Observed(
         gres_counts(info.gres), info.flags, info.state, info.reason, info.layout, ctld_errors(log_lines(sb)[start:])
@@ -96,7 +107,7 @@ def switch_by_reconfigure(sb, layout: str) -> Observed:
 
 
 def submit(sb, node: str, gres: str, wrap: str) -> str:
-    proc = sb.run(["sbatch", "--parsable", "-w", node, f"--gres={gres}", "-t", "10", "--wrap", wrap])
+    proc = sb.run(["sbatch", "--parsable", "-w", node, f"--gres={gres}", "-t", "60", "--wrap", wrap])
     return proc.stdout.strip().split(";")[0]
 
 
@@ -104,13 +115,11 @@ def job_detail(sb, job: str) -> str:
     return sb.run(["scontrol", "-d", "show", "job", job], check=False).stdout
 
 
-def wait_running(sb, job: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if "JobState=RUNNING" in job_detail(sb, job):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"job {job} did not start: {job_detail(sb, job)}")
+def wait_running(sb, job: str, timeout: float = SLURM_WAIT_S) -> None:
+    try:
+        wait_until(lambda: "JobState=RUNNING" in job_detail(sb, job), f"job {job} to start", timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {job_detail(sb, job)}") from None
 
 
 def gres_idx(sb, job: str) -> str:
@@ -130,7 +139,7 @@ def restart_into_files(sb) -> None:
 
 def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
     sb = night
-    other_gate, mine_gate = Gate(tmp_path, "other"), Gate(tmp_path, "mine")
+    other_gate, mine_gate, probe_gate = Gate(tmp_path, "other"), Gate(tmp_path, "mine"), Gate(tmp_path, "probe")
     version = sb.slurm_version
     night_counts, day_counts = layout_counts(sb, "night"), layout_counts(sb, "day")
     assert night_counts == {"gpu:a100": 8} and sum(day_counts.values()) == 38
@@ -167,15 +176,19 @@ def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
         wait_running(sb, mine)
         assert gres_idx(sb, mine) == "36"  # GPU 6, after the 36 MIG records
         down = switch_by_reconfigure(sb, "night")
-        # may the node's 8 whole GPUs now go to another job while `mine` holds GPU 6?
-        probe = submit(sb, NODE, "gpu:a100:8", "sleep 1")
-        time.sleep(6)  # sched_interval=5: a startable job starts within this
-        probe_state, mine_state = sacct_states(sb, [probe, mine])[probe], sacct_states(sb, [mine])[mine]
+        # may the node's 8 whole GPUs now go to another job while `mine` holds GPU 6? (the probe
+        # runs until its gate opens: while it holds the GPUs, nothing else starts there)
+        probe = submit(sb, NODE, "gpu:a100:8", probe_gate.wrap())
+        probe_state, probe_reason = state_after_scheduling(sb, probe)
+        mine_state = sacct_states(sb, [mine])[mine]
         mine_idx = gres_idx(sb, mine)
         mine_detail = job_detail(sb, mine)
         history = sb.run(["sacct", "-X", "-D", "-n", "-P", "-j", mine, "-o", "State,ExitCode"]).stdout.split()
         assert down.layout == "night", down
-        print(f"job on GPU 6: {mine_state} IDX:{mine_idx} (accounting: {history}); gpu:a100:8 job: {probe_state}")
+        print(
+            f"job on GPU 6: {mine_state} IDX:{mine_idx} (accounting: {history});"
+            f" gpu:a100:8 job: {probe_state} ({probe_reason})"
+        )
         if version < (23, 11, 0):
             # Measured 2026-11-25 on 22.05.8: reconfigure refused ("from 38 to 8 invalid");
             # the slurmd now reports fewer GPUs than configured, so slurmctld sets the node
@@ -190,12 +203,12 @@ def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
             ], down.errors
             assert {"DRAIN", "INVALID_REG"} <= down.flags, down
             assert down.reason.startswith("gres/gpu count reported lower than configured (8 < 38)"), down
-            assert (mine_state, mine_idx, probe_state) == ("RUNNING", "36", "PENDING")
+            assert (mine_state, mine_idx, probe_state) == ("RUNNING", "36", "PENDING"), probe_reason
             assert history == ["RUNNING|0:0"], history
             sb.run(["scancel", probe])
             other_gate.open()
             mine_gate.open()
-            states = wait_jobs_done(sb, [other, mine], timeout=120)
+            states = wait_jobs_done(sb, [other, mine])
             assert states == {other: "COMPLETED", mine: "COMPLETED"}, states
         else:
             # Measured 2026-11-25 on 24.11.5 and 26.05.5: reconfigure takes the new counts, but the
@@ -212,7 +225,7 @@ def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
                 f"error: Aborting JobId={mine} due to use of invalid GRES configuration",
             ], down.errors
             assert down.state == "idle" and not down.flags & {"DRAIN", "INVALID", "INVALID_REG"}, down
-            assert (mine_state, mine_idx, probe_state) == ("PENDING", "", "COMPLETED")
+            assert (mine_state, mine_idx, probe_state) == ("PENDING", "", "RUNNING"), probe_reason
             assert "Restarts=1" in mine_detail, mine_detail
             # accounting names the killed run differently: REQUEUED on 24.11.5, NODE_FAIL
             # (exit 1) on 26.05.5 (measured 2026-11-25, twice each)
@@ -220,8 +233,9 @@ def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
             assert history == [first, "PENDING|0:0"], history
             sb.run(["scancel", mine])
             other_gate.open()
-            states = wait_jobs_done(sb, [other], timeout=120)
-            assert states == {other: "COMPLETED"}, states
+            probe_gate.open()
+            states = wait_jobs_done(sb, [other, probe])
+            assert states == {other: "COMPLETED", probe: "COMPLETED"}, states
     finally:
         sb.run(["scancel", "--full", "--user=root"], check=False)  # only what a failure left
         info = node_now(sb)

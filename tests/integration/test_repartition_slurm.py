@@ -20,13 +20,20 @@ import yaml
 
 from .repartition_support import (
     GPUPOOL,
+    Background,
+    Gate,
     assert_converged,
+    job_state,
+    never_requeued,
     nodes_info,
     our_reservations,
     repartition,
     report_of,
+    reserved,
     sacct_states,
+    state_after_scheduling,
     wait_jobs_done,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -71,37 +78,45 @@ class JobStream(threading.Thread):
             time.sleep(1.0)
 
 
-def test_day_night_day_with_a_stream_of_jobs_loses_none(night):
-    """Jobs keep coming through two switches; a long job holds its node until it ends; none is
-    killed, failed or lost; the night layout runs an 8-GPU NVLink job."""
+def test_day_night_day_with_a_stream_of_jobs_loses_none(night, tmp_path: Path):
+    """Jobs keep coming through two switches; a long job holds its node until it ends (the
+    test ends it once the switch waits for it); none is killed, failed or lost; the night
+    layout runs an 8-GPU NVLink job."""
+    gate = Gate(tmp_path, "long")
     long_job = night.run(
-        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:2", "-t", "3", "--wrap", "sleep 15"]
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:2", "-t", "30", "--wrap", gate.wrap()]
     ).stdout.strip()
+    wait_until(lambda: job_state(night, long_job)[0] == "RUNNING", "the long job to start")
     stream = JobStream(night)
     stream.start()
     try:
-        time.sleep(4)
-        day = repartition(night, "--to", "day", "--deadline", "3m", "--json")
+        time.sleep(4)  # (a few stream jobs first)
+        with Background(night, tmp_path, "--to", "day", "--deadline", "10m", "--json") as run:
+            # the switch has reserved v100n1 and waits for the long job, still running
+            wait_until(lambda: reserved(night, "gpupool_day", "v100n1"), "the switch to reserve v100n1")
+            assert job_state(night, long_job)[0] == "RUNNING"
+            gate.open()
+            day = run.wait()
         assert day.returncode == 0, day.stdout + day.stderr
         rep = report_of(day)
         assert {n: v["outcome"] for n, v in rep["nodes"].items()} == {n: "done" for n in night.nodes}
         assert sacct_states(night, [long_job])[long_job] == "COMPLETED"  # v100n1 waited for it
         time.sleep(3)
-        back = repartition(night, "--to", "night", "--deadline", "3m", "--json")
+        back = repartition(night, "--to", "night", "--deadline", "10m", "--json")
         assert back.returncode == 0, back.stdout + back.stderr
         wrapper = str(Path(sys.executable).parent / "gpupool-sbatch")
         nvlink = night.run(
             [wrapper, "--parsable", "--wait", "--gpus-nvlink=8", "-t", "2", "--wrap", "echo $SLURM_JOB_GPUS"],
-            timeout=120,
+            timeout=600,  # it waits for a whole A100 node among the stream's jobs
         )
         nv_job = nvlink.stdout.strip().split(";")[0]
         time.sleep(3)
-        again = repartition(night, "--to", "day", "--deadline", "3m", "--json")
+        again = repartition(night, "--to", "day", "--deadline", "10m", "--json")
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
         stream.stop.set()
         stream.join()
-    states = wait_jobs_done(night, [*stream.jobs, long_job, nv_job])
+    states = wait_jobs_done(night, [*stream.jobs, long_job, nv_job], timeout=600)
     assert len(stream.jobs) >= 10
     assert set(states.values()) == {"COMPLETED"}, {j: s for j, s in states.items() if s != "COMPLETED"}
     assert_converged(night, {n: "day" for n in night.nodes})
@@ -168,15 +183,14 @@ def test_slurmctld_refusing_the_new_config_is_reverted(night, tmp_path: Path):
     assert_converged(night, {n: "night" for n in night.nodes})
 
 
-def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night):
-    # the job outlives the run by far (a loaded CI machine once took over 20 s for it)
+def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night, tmp_path: Path):
+    # the job outlives the run whatever the run takes: it ends when the test opens its gate
+    # (it once ran 60 s, and a loaded CI machine took over 20 s for the run)
+    gate = Gate(tmp_path, "busy")
     job = night.run(
-        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "3", "--wrap", "sleep 60"]
+        ["sbatch", "--parsable", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "30", "--wrap", gate.wrap()]
     ).stdout.strip()
-    deadline = time.monotonic() + 30
-    while night.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    wait_until(lambda: job_state(night, job)[0] == "RUNNING", "the job to start")
     proc = repartition(night, "--to", "day", "--nodes", "v100n1,a30n1", "--deadline", "5s", "--json")
     assert proc.returncode == 75, proc.stdout + proc.stderr
     rep = report_of(proc)
@@ -185,17 +199,24 @@ def test_a_node_busy_past_the_deadline_is_skipped_and_its_job_completes(night):
     assert v["outcome"] == "skipped" and f"{job} (root" in v["reason"] and "not killed" in v["reason"]
     assert our_reservations(night)["gpupool_day"].nodes == {"v100n1"}  # still due: no new job lands there
     assert night.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() == "RUNNING"
+    gate.open()
     assert wait_jobs_done(night, [job]) == {job: "COMPLETED"}
     again = repartition(night, "--to", "day", "--nodes", "v100n1,a30n1", "--json")
     assert again.returncode == 0 and report_of(again)["nodes"]["v100n1"]["outcome"] == "done"
     assert_converged(night, {"v100n1": "day", "a30n1": "day", "a100n1": "night", "a100n2": "night", "h100n1": "night"})
 
 
-def _day_now_night_in_4_minutes(sb, tmp_path: Path) -> tuple[datetime, dict[str, str]]:
-    """A site config whose schedule has day due now and night in 4 minutes (lead time 10m):
-    the time of the night switch, and the environment that selects the config."""
+# The night switch of the scheduled tests comes this many minutes after they start: a whole
+# day switch, its checks and a short job (minutes on a loaded machine) all come before it.
+NIGHT_IN_MIN = 20
+
+
+def _day_now_night_soon(sb, tmp_path: Path) -> tuple[datetime, dict[str, str]]:
+    """A site config whose schedule has day due now and night in :data:`NIGHT_IN_MIN`
+    minutes (lead time 30m): the time of the night switch, and the environment that selects
+    the config."""
     now = datetime.now().astimezone()
-    switch_at = (now + timedelta(minutes=4)).replace(second=0, microsecond=0)
+    switch_at = (now + timedelta(minutes=NIGHT_IN_MIN)).replace(second=0, microsecond=0)
 
     def schedule(raw):
         raw["schedule"] = {
@@ -210,7 +231,7 @@ def _day_now_night_in_4_minutes(sb, tmp_path: Path) -> tuple[datetime, dict[str,
                 }
             ],
         }
-        raw["repartition"]["lead_time"] = "10m"
+        raw["repartition"]["lead_time"] = "30m"
 
     return switch_at, {"SLURM_GPUPOOL_CONFIG": str(_site_config(sb, tmp_path, schedule))}
 
@@ -219,7 +240,7 @@ def test_scheduled_runs_obey_a_pause_and_a_pin(night, tmp_path: Path):
     """An admin's hand switch is not undone by cron: paused, a scheduled run does nothing;
     pinned, it keeps the pinned layout and reserves nothing ahead; a pause deletes the
     reservation made ahead of the next switch; resumed, the schedule rules again."""
-    _, env = _day_now_night_in_4_minutes(night, tmp_path)
+    _, env = _day_now_night_soon(night, tmp_path)
 
     def schedule(*args: str) -> subprocess.CompletedProcess[str]:
         return night.run([*GPUPOOL, "schedule", *args], check=False, env={**night.env, **env})
@@ -260,20 +281,20 @@ def _paused_then_pinned(night, env: dict[str, str], schedule) -> None:
 
 
 def test_scheduled_run_switches_the_due_layout_and_reserves_ahead(night, tmp_path: Path):
-    """--scheduled: day is due now and night starts in 4 minutes (lead time 10m): the run
+    """--scheduled: day is due now and night starts in 20 minutes (lead time 30m): the run
     switches to day and reserves the nodes from the night switch; short jobs still start
     on them, jobs that would run past the switch wait."""
-    switch_at, env = _day_now_night_in_4_minutes(night, tmp_path)
-    proc = repartition(night, "--scheduled", "--deadline", "2m", "--json", env=env)
+    switch_at, env = _day_now_night_soon(night, tmp_path)
+    proc = repartition(night, "--scheduled", "--deadline", "10m", "--json", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(i.layout == "day" for i in nodes_info(night).values())
     resv = our_reservations(night)["gpupool_night_ahead"]  # its own, apart from any run's
     assert resv.nodes == set(night.nodes) and resv.start == switch_at.replace(tzinfo=None)
-    short = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "1", "--wrap", "sleep 2"]).stdout.strip()
-    long = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "30", "--wrap", "sleep 2"]).stdout.strip()
+    short = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "5", "--wrap", "sleep 2"]).stdout.strip()
+    long = night.run(["sbatch", "--parsable", "-w", "a30n1", "-t", "60", "--wrap", "sleep 2"]).stdout.strip()
     try:
-        assert wait_jobs_done(night, [short], timeout=60) == {short: "COMPLETED"}  # ends before the switch
-        state, reason = night.run(["squeue", "-h", "-j", long, "-o", "%T|%r"]).stdout.strip().split("|")
+        assert wait_jobs_done(night, [short]) == {short: "COMPLETED"}  # ends before the switch
+        state, reason = state_after_scheduling(night, long)  # both schedulers passed it over
         # squeue: "ReqNodeNotAvail, Reserved for maintenance"
         assert state == "PENDING" and reason.startswith("ReqNodeNotAvail") and "maintenance" in reason, reason
     finally:
@@ -297,10 +318,7 @@ def test_a_partial_switch_leaves_no_slurmd_with_an_old_slurm_conf(night):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         offset = log.stat().st_size
         night.sandbox.restart(controller=True, files=False)  # slurmctld asks every slurmd to register
-        deadline = time.monotonic() + 60
-        while not all(i.responding for i in nodes_info(night).values()):
-            assert time.monotonic() < deadline, nodes_info(night)
-            time.sleep(1)
+        wait_until(lambda: all(i.responding for i in nodes_info(night).values()), "every node to register")
         with log.open("rb") as f:
             f.seek(offset)
             warned = [ln for ln in f.read().decode(errors="replace").splitlines() if "different slurm.conf" in ln]
@@ -311,34 +329,37 @@ def test_a_partial_switch_leaves_no_slurmd_with_an_old_slurm_conf(night):
 
 
 def test_two_runs_never_overlap(night, tmp_path: Path):
-    """While one run holds the lock, another exits 75 at once."""
-    first = subprocess.Popen(
-        [*GPUPOOL, "repartition", "--to", "day", "--nodes", "a30n1", "--json"],
-        env=night.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lock = night.root / "controller" / "repartition.lock"
-    deadline = time.monotonic() + 20
-    while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    second = repartition(night, "--to", "day", "--nodes", "a30n1")
-    assert second.returncode == 75 and "another run" in second.stderr
-    out, err = first.communicate(timeout=300)
-    assert first.returncode == 0, out + err
+    """While one run holds the lock, another exits 75 at once.  The first holds it as long as
+    the test needs: it waits for a job on its node that ends when the test opens its gate."""
+    gate = Gate(tmp_path, "busy")
+    job = night.run(
+        ["sbatch", "--parsable", "-w", "a30n1", "--gres=gpu:a30:1", "-t", "30", "--wrap", gate.wrap()]
+    ).stdout.strip()
+    wait_until(lambda: job_state(night, job)[0] == "RUNNING", "the job to start")
+    with Background(night, tmp_path, "--to", "day", "--nodes", "a30n1", "--deadline", "30m", "--json") as first:
+        lock = night.root / "controller" / "repartition.lock"
+        wait_until(lambda: lock.exists() and lock.read_text().strip() == str(first.proc.pid), "the lock", interval=0.05)
+        second = repartition(night, "--to", "day", "--nodes", "a30n1")
+        assert second.returncode == 75 and "another run" in second.stderr
+        assert first.proc.poll() is None  # the lock was the first run's all along
+        gate.open()
+        done = first.wait()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert report_of(done)["nodes"]["a30n1"]["outcome"] == "done"
 
 
 def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Path):
     """--requeue at the deadline: SIGUSR1 to the requeueable job, requeue after the grace
-    time; the job that may not be requeued runs to its end, then the node switches."""
+    time; the job that may not be requeued runs to its end, then the node switches.  Both
+    jobs run until the test ends them (the first until requeued, the second until its gate
+    opens), so both are running at the deadline whatever the run's own speed."""
 
     def quick(raw):
         raw["repartition"]["checkpoint_grace"] = "3s"
 
     conf = _site_config(night, tmp_path, quick)
     marker = tmp_path / "checkpointed"
+    gate = Gate(tmp_path, "keep")
     ckpt = night.run(
         [
             "sbatch",
@@ -348,36 +369,33 @@ def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Pat
             "v100n1",
             "--gres=gpu:v100:1",
             "-t",
-            "5",
+            "30",
             "--wrap",
-            f"trap 'touch {marker}' USR1; for i in $(seq 120); do sleep 1; done",
+            f"trap 'touch {marker}' USR1; while :; do sleep 1; done",
         ]
     ).stdout.strip()
     keep = night.run(
-        ["sbatch", "--parsable", "--no-requeue", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "5", "--wrap", "sleep 15"]
+        ["sbatch", "--parsable", "--no-requeue", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "30", "--wrap", gate.wrap()]
     ).stdout.strip()
-    deadline = time.monotonic() + 30
-    while {night.run(["squeue", "-h", "-j", j, "-o", "%T"]).stdout.strip() for j in (ckpt, keep)} != {"RUNNING"}:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    wait_until(lambda: {job_state(night, j)[0] for j in (ckpt, keep)} == {"RUNNING"}, "both jobs to run")
     try:
-        proc = repartition(
-            night,
-            "--to",
-            "day",
-            "--nodes",
-            "v100n1",
-            "--deadline",
-            "3s",
-            "--requeue",
-            "--json",
-            env={"SLURM_GPUPOOL_CONFIG": str(conf)},
-        )
+        args = ["--to", "day", "--nodes", "v100n1", "--deadline", "3s", "--requeue", "--json"]
+        with Background(night, tmp_path, *args, env={"SLURM_GPUPOOL_CONFIG": str(conf)}) as run:
+            # at the deadline the checkpoint signal reaches the job's batch script, then it is
+            # requeued (pending again: requeued, not killed); the other still runs
+            wait_until(marker.exists, "the checkpoint signal")
+            assert job_state(night, keep)[0] == "RUNNING"
+
+            def requeued() -> str:
+                shown = night.run(["scontrol", "-o", "show", "job", ckpt]).stdout
+                return shown if "Restarts=1" in shown and "JobState=PENDING" in shown else ""
+
+            wait_until(requeued, "the requeue")
+            gate.open()  # the other runs to its end now; the switch waits for it
+            proc = run.wait()
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert report_of(proc)["nodes"]["v100n1"]["outcome"] == "done"
-        assert marker.exists()  # the checkpoint signal reached the job's batch script
-        shown = night.run(["scontrol", "-o", "show", "job", ckpt]).stdout
-        assert "Restarts=1" in shown and "JobState=PENDING" in shown  # requeued, not killed
-        assert sacct_states(night, [keep])[keep] == "COMPLETED"  # ran to its end before the switch
+        assert never_requeued(night, [keep]) == {keep: ["COMPLETED"]}  # ran to its end before the switch
+        assert "Restarts=1" in night.run(["scontrol", "-o", "show", "job", ckpt]).stdout
     finally:
-        night.run(["scancel", ckpt], check=False)
+        night.run(["scancel", ckpt, keep], check=False)

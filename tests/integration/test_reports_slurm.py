@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .repartition_support import SLURM_WAIT_S, Background, Gate, job_state, reserved, wait_until
+
 pytestmark = pytest.mark.integration
 
 GPUPOOL = [sys.executable, "-m", "slurm_gpupool.cli.main"]
@@ -28,7 +30,7 @@ EXPECT = {
     "mig": ("phys", 1, 1 / 7, "H100-SXM5-80GB", "day"),  # 1g.10gb: 1 of 7 compute slices
     "shard": ("bio", 0, 2 / 4, "V100-SXM2-32GB", "day"),  # 2 shards of a GPU shared 4 ways
     "held": ("bio", 1, 3 / 7, "A100-SXM4-40GB", "day"),  # 3g.20gb, held 3 s before release
-    "across": ("phys", 1, 1.0, "V100-SXM2-32GB", "day"),  # whole V100, running during the switch
+    "across": ("phys", 1, 1.0, "V100-SXM2-32GB", "day"),  # whole V100, running as the switch begins
     "night2": ("phys", 2, 2.0, "A100-SXM4-40GB", "night"),
     "night1": ("bio", 1, 1.0, "A30", "night"),
 }
@@ -46,7 +48,7 @@ QUOTA_JOBS = {
 
 
 def sbatch(sb, *args: str) -> str:
-    return sb.run(["sbatch", "--parsable", *args], timeout=120).stdout.strip().split(";")[0]
+    return sb.run(["sbatch", "--parsable", *args], timeout=600).stdout.strip().split(";")[0]
 
 
 def repartition(sb, layout: str) -> None:
@@ -63,7 +65,7 @@ def sacct_times(sb, ids: list[str]) -> dict[str, tuple[datetime, datetime, datet
     return times
 
 
-def wait_done(sb, ids: list[str], timeout: float = 120) -> None:
+def wait_done(sb, ids: list[str], timeout: float = SLURM_WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = sb.run(["sacct", "-X", "-n", "-P", "-o", "JobIDRaw,State", "-j", ",".join(ids)]).stdout
@@ -84,9 +86,10 @@ def history(_sandbox_session, tmp_path_factory):
     since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     ids: dict[str, str] = {}
     register = "gpupool --node h100n1 sim process 0 $$ --mig-uuid $CUDA_VISIBLE_DEVICES --memory-mib 900"
+    across = Gate(tmp, "across")  # still running when the night switch starts, whatever the load
     ids["across"] = sbatch(
-        sb, "-A", "phys", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "1", "-o", "/dev/null", "--wrap", "sleep 14"
-    )  # still running when the night switch starts
+        sb, "-A", "phys", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "30", "-o", "/dev/null", "--wrap", across.wrap()
+    )
     ids["held"] = sbatch(
         sb, "--hold", "-A", "bio", "-w", "a100n1", "--gres=gpu:3g.20gb:1", "-o", "/dev/null", "--wrap", "sleep 2"
     )
@@ -108,7 +111,12 @@ def history(_sandbox_session, tmp_path_factory):
         sb, "--wait", "-A", "bio", "-w", "v100n1", "--gres=shard:2", "-o", "/dev/null", "--wrap", "sleep 2"
     )
     wait_done(sb, [ids["held"]])
-    repartition(sb, "night")  # v100n1 waits for "across"; no job is killed
+    with Background(sb, tmp, "--to", "night", "--quiet") as run:  # v100n1 waits for "across"; no job is killed
+        wait_until(lambda: reserved(sb, "gpupool_night", "v100n1"), "the night switch to reserve v100n1")
+        assert job_state(sb, ids["across"])[0] == "RUNNING"
+        across.open()
+        proc = run.wait()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     ids["night2"] = sbatch(
         sb, "--wait", "-A", "phys", "-w", "a100n2", "--gres=gpu:a100:2", "-o", "/dev/null", "--wrap", "sleep 2"
     )
@@ -144,7 +152,7 @@ def report(history, name: str, *args: str) -> dict:
             "json",
             *args,
         ],
-        timeout=120,
+        timeout=600,
     )
     return json.loads(proc.stdout)
 
@@ -242,7 +250,7 @@ def test_every_report_renders_as_one_html_file_with_its_charts(history):
             "-o",
             str(out),
         ],
-        timeout=120,
+        timeout=600,
     )
     html = out.read_text()
     for chart in ("utilization", "usage", "waits"):
@@ -256,11 +264,11 @@ def test_export_then_report_away_from_the_cluster_gives_the_same_usage(history):
     exported = tmp / "jobs.csv"
     base = [*GPUPOOL, "--config", str(cfg_path), "report"]
     window = ["--since", since.isoformat(), "--until", until.isoformat()]
-    sb.run([*base, "export", *window, "-o", str(exported)], timeout=120)
+    sb.run([*base, "export", *window, "-o", str(exported)], timeout=600)
     live = report(history, "usage", "--by", "account")
     away = json.loads(
         sb.run(
-            [*base, "usage", *window, "--by", "account", "--format", "json", "--from", str(exported)], timeout=120
+            [*base, "usage", *window, "--by", "account", "--format", "json", "--from", str(exported)], timeout=600
         ).stdout
     )
     assert live["reports"][0]["tables"] == away["reports"][0]["tables"]

@@ -18,6 +18,7 @@ from slurm_gpupool.core.mig.catalog import get_model
 from slurm_gpupool.sandbox.procs import is_alive, read_pid
 
 from .conftest import TEST_ROOT
+from .repartition_support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -70,9 +71,7 @@ def gpu_job(_sandbox_session, tmp_path_factory):
     """A batch job with one GPU that prints its environment: (job id, env)."""
     sandbox = _sandbox_session.ready()
     out = tmp_path_factory.mktemp("job") / "env.out"
-    proc = sandbox.run(
-        ["sbatch", "--parsable", "--wait", "-C", "a30", "--gres=gpu:1", "-o", str(out), "--wrap", "env"], timeout=120
-    )
+    proc = sandbox.run(["sbatch", "--parsable", "--wait", "-C", "a30", "--gres=gpu:1", "-o", str(out), "--wrap", "env"])
     job_id = proc.stdout.strip().split(";")[0]
     return job_id, parse_env(out.read_text())
 
@@ -88,7 +87,7 @@ def test_batch_job_sees_its_gpu(gpu_job):
 
 
 def test_srun_step_gets_two_gpus_on_a_chosen_node(sandbox):
-    out = sandbox.run(["srun", "-w", "h100n1", "--gres=gpu:h100_80gb_hbm3:2", "env"], timeout=60).stdout
+    out = sandbox.run(["srun", "-w", "h100n1", "--gres=gpu:h100_80gb_hbm3:2", "env"]).stdout
     env = parse_env(out)
     assert env["SLURMD_NODENAME"] == "h100n1"
     assert len(env["SLURM_STEP_GPUS"].split(",")) == 2
@@ -97,28 +96,36 @@ def test_srun_step_gets_two_gpus_on_a_chosen_node(sandbox):
 
 def test_sacct_records_the_gpu(sandbox, gpu_job):
     job_id, _ = gpu_job
-    deadline = time.monotonic() + 60
-    row = ""
-    while time.monotonic() < deadline:  # slurmctld sends accounting to slurmdbd asynchronously
+
+    def recorded() -> str:  # slurmctld sends accounting to slurmdbd asynchronously
         row = sandbox.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,AllocTRES"]).stdout.strip()
-        if "COMPLETED" in row and "gres/gpu=1" in row:
-            break
-        time.sleep(0.5)
-    job, state, tres = row.split("|")
+        return row if "COMPLETED" in row and "gres/gpu=1" in row else ""
+
+    job, state, tres = wait_until(recorded, "the job's accounting").split("|")
     assert (job, state) == (job_id, "COMPLETED")
     assert "gres/gpu=1" in tres.split(",")
     assert any(t.startswith("gres/gpu:") and t.endswith("=1") for t in tres.split(","))  # typed usage too
 
 
 def test_up_again_is_a_fast_no_op(sandbox):
+    """``up`` on a running sandbox starts, stops and restarts nothing, and waits for nothing:
+    it costs about what ``sandbox status`` costs (both read the pids and ask Slurm), measured
+    against it in the same run rather than in seconds (#25): interleaved, the fastest of
+    three each, so a loaded machine slows both alike.  (Alone: 0.3 s and 0.2 s.)"""
     pids = {p.name: read_pid(p) for p in (sandbox.root / "run").glob("*.pid")}
-    t0 = time.monotonic()
-    proc = sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json")
-    elapsed = time.monotonic() - t0
-    report = json.loads(proc.stdout)
-    assert report["started"] == [] and report["restarted"] == [] and report["stopped"] == []
-    assert sorted(report["running"]) == sorted(p.removesuffix(".pid") for p in pids)
-    assert report["seconds"] < 3 and elapsed < 10
+    ups: list[float] = []
+    statuses: list[float] = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        proc = sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json")
+        ups.append(time.monotonic() - t0)
+        report = json.loads(proc.stdout)
+        assert report["started"] == [] and report["restarted"] == [] and report["stopped"] == []
+        assert sorted(report["running"]) == sorted(p.removesuffix(".pid") for p in pids)
+        t0 = time.monotonic()
+        sandbox.gpupool("sandbox", "status", "--root", str(sandbox.root), "--json")
+        statuses.append(time.monotonic() - t0)
+    assert min(ups) <= 4 * min(statuses), (ups, statuses)
     assert {p.name: read_pid(p) for p in (sandbox.root / "run").glob("*.pid")} == pids
 
 
@@ -146,16 +153,14 @@ def test_up_restarts_a_crashed_daemon(sandbox):
     pidfile = sandbox.root / "run" / "slurmd-a30n1.pid"
     old = read_pid(pidfile)
     os.kill(old, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while is_alive(old) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not is_alive(old), "the killed slurmd to be gone", interval=0.05)
     st = json.loads(sandbox.gpupool("sandbox", "status", "--root", str(sandbox.root), "--json", check=False).stdout)
     assert st["up"] is False
     report = json.loads(sandbox.gpupool("sandbox", "up", "--root", str(sandbox.root), "--json").stdout)
     assert report["started"] == ["slurmd-a30n1"]
     new = read_pid(pidfile)
     assert new != old and is_alive(new)
-    out = sandbox.run(["srun", "-w", "a30n1", "--gres=gpu:a30:1", "printenv", "CUDA_VISIBLE_DEVICES"], timeout=60)
+    out = sandbox.run(["srun", "-w", "a30n1", "--gres=gpu:a30:1", "printenv", "CUDA_VISIBLE_DEVICES"])
     assert out.stdout.strip().startswith("GPU-")
 
 

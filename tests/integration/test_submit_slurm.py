@@ -97,7 +97,7 @@ def submit(sandbox, program: str, args: list[str], stdin: str | None = None, tmp
             capture_output=True,
             text=True,
             env=sandbox.env,
-            timeout=60,
+            timeout=300,  # a hang, not a measure
         )
     return proc
 

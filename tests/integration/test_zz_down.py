@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from slurm_gpupool.sandbox.procs import MARK_ENV, is_alive, read_pid
+
+from .repartition_support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +44,7 @@ def test_down_leaves_nothing_running(sandbox):
     root = sandbox.root
     # a running job, so slurmstepd and the job's own processes must go too
     sandbox.run(["sbatch", "--gres=gpu:a30:1", "-o", "/dev/null", "--wrap", "sleep 600"])
-    deadline = time.monotonic() + 30
-    while "RUNNING" not in sandbox.run(["squeue", "-h", "-o", "%T"]).stdout:
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.2)
+    wait_until(lambda: "RUNNING" in sandbox.run(["squeue", "-h", "-o", "%T"]).stdout, "the job to start", interval=0.2)
     pids = {p.stem: read_pid(p) for p in (root / "run").glob("*.pid")}
     assert {"munged", "mysqld", "slurmdbd", "slurmctld"} <= set(pids)
     assert all(is_alive(pid) for pid in pids.values())
