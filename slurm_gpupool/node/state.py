@@ -7,7 +7,6 @@ MIG instances with placements, UUIDs and device files.  The GRES generator
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import Any
 from slurm_gpupool.core.gres.records import GresGpu, MigInstance, device_order
 from slurm_gpupool.core.mig.catalog import identify
 from slurm_gpupool.core.mig.layouts import MIG, SHARED, WHOLE, GpuTarget
-from slurm_gpupool.errors import StateError
 from slurm_gpupool.model import NodeInventory
 from slurm_gpupool.util.atomic import write_json_atomic
+from slurm_gpupool.util.records import read_record
 
 SCHEMA = 1
 FILE_NAME = "node-state.json"
@@ -30,16 +29,7 @@ def state_file(state_dir: Path) -> Path:
 
 def read_node_state(state_dir: Path) -> dict[str, Any] | None:
     """The recorded state, None if there is none; StateError if it is corrupt."""
-    path = state_file(state_dir)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise StateError(f"node state {path}", f"unreadable: {e}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise StateError(f"node state {path}", f"unknown schema (expected {SCHEMA})")
-    return data
+    return read_record(state_file(state_dir), "node state", SCHEMA)
 
 
 def build_node_state(

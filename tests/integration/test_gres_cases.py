@@ -22,7 +22,10 @@ from .conftest import worker_port, worker_root
 
 pytestmark = pytest.mark.integration
 
-ROOT = worker_root("/var/tmp/slurm-gpupool-sandbox-cases")
+# Beside the main test sandbox: its root (SLURM_GPUPOOL_TEST_SANDBOX) with "-cases", 6000 ports above its base
+_TEST_ROOT = os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX")
+ROOT = worker_root(f"{_TEST_ROOT}-cases" if _TEST_ROOT else "/var/tmp/slurm-gpupool-sandbox-cases")
+PORT_BASE = int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800")) + 6000
 NODES = {
     "dgxa1": "dgx-a100",
     "hgxh1": "hgx-h100",
@@ -54,7 +57,7 @@ def cluster(tmp_path_factory):
         "slurm": {"type_naming": "model_profile"},
     }
     cfg.write_text(yaml.safe_dump(raw))
-    sb = Sandbox(ROOT, config=cfg, base_port=worker_port(23800))
+    sb = Sandbox(ROOT, config=cfg, base_port=worker_port(PORT_BASE))
     sb.up()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(sb.env())

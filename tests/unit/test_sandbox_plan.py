@@ -107,21 +107,21 @@ def test_purge_retries_while_a_leftover_process_writes_and_then_says_so(tmp_path
     import shutil
 
     from slurm_gpupool.errors import BusyError
-    from slurm_gpupool.sandbox import cluster
+    from slurm_gpupool.sandbox import teardown
 
     root = tmp_path / "sb"
     root.mkdir()
     (root / "sandbox.json").write_text("{}")
     real = shutil.rmtree
     failures = [OSError(errno.ENOTEMPTY, "Directory not empty", str(root / "spool"))] * 2
-    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    monkeypatch.setattr(teardown.time, "sleep", lambda s: None)
 
     def flaky(path, *a, **kw):
         if failures:
             raise failures.pop()
         real(path, *a, **kw)
 
-    monkeypatch.setattr(cluster.shutil, "rmtree", flaky)
+    monkeypatch.setattr(teardown.shutil, "rmtree", flaky)
     Sandbox(root, config=default_config_path())._purge()
     assert not root.exists()
 
