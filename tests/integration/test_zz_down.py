@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from slurm_gpupool.sandbox.procs import MARK_ENV, is_alive, read_pid
+from slurm_gpupool.sandbox.procs import MARK_ENV, is_alive, read_pid, same_mount_namespace
 
 from .repartition_support import wait_until
 
@@ -24,12 +24,15 @@ def _proc_file(pid: int, name: str) -> bytes:
 
 
 def processes_of(root) -> list[tuple[int, str, str]]:
-    """Live processes tied to this root: by command line, by the daemons' mark, or a job's SLURM_CONF."""
+    """Live processes tied to this root: by command line, by the daemons' mark, or a job's SLURM_CONF;
+    in our mount namespace (the other releases' containers run sandboxes at the same path)."""
     marks = [f"{MARK_ENV}={root}".encode(), f"SLURM_CONF={root}/etc/slurm.conf".encode()]
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me or not is_alive(int(entry)):
+            continue
+        if not same_mount_namespace(int(entry)):  # a container's sandbox may have the same root path
             continue
         pid = int(entry)
         comm = _proc_file(pid, "comm").decode().strip()
