@@ -15,7 +15,9 @@ with :meth:`Journal.note`, they count only for the process that took the run
 
 ``SLURM_GPUPOOL_KILL_AT=<step>`` makes the process SIGKILL itself right after
 recording that step: the fault injection the convergence tests use (the unit tests
-inject a hook that raises instead: ``Journal(kill=...)``).
+inject a hook that raises instead: ``Journal(kill=...)``).  ``SLURM_GPUPOOL_FAULT_AT=<step>``
+with ``SLURM_GPUPOOL_FAULT_CMD=<JSON argv>`` runs that command there instead (once; no shell)
+and goes on: how the real-Slurm tests kill slurmctld or a slurmd at a chosen step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import fcntl
 import json
 import os
 import signal
+import subprocess
 import syslog
 import threading
 from collections.abc import Callable, Iterator
@@ -39,6 +42,9 @@ from slurm_gpupool.util.oplog import log as syslog_line
 
 SCHEMA = 1
 KILL_ENV = "SLURM_GPUPOOL_KILL_AT"
+FAULT_AT_ENV = "SLURM_GPUPOOL_FAULT_AT"
+FAULT_CMD_ENV = "SLURM_GPUPOOL_FAULT_CMD"
+_faulted: list[str] = []  # the fault command runs once per process
 
 # The steps, named once in rules.py (which reads them purely); here for the journal's readers.
 WAITING = _steps.WAITING
@@ -257,9 +263,16 @@ class Journal:
 
 def kill_point(step: str) -> None:
     """Fault injection for the convergence tests: SIGKILL ourselves when ``$SLURM_GPUPOOL_KILL_AT``
-    names this point (a journaled step, or ``restart:K``/``others:K``: after the K-th restart command)."""
+    names this point (a journaled step, or ``restart:K``/``others:K``: after the K-th restart command);
+    run ``$SLURM_GPUPOOL_FAULT_CMD`` (a JSON argv, e.g. one that kills slurmctld with -9) the first
+    time ``$SLURM_GPUPOOL_FAULT_AT`` names it, and go on."""
     if os.environ.get(KILL_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(FAULT_AT_ENV) == step and not _faulted:
+        _faulted.append(step)
+        argv = json.loads(os.environ.get(FAULT_CMD_ENV, "[]"))
+        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+            subprocess.run(argv, check=False, timeout=600, stdin=subprocess.DEVNULL, capture_output=True)
 
 
 @contextlib.contextmanager

@@ -76,6 +76,7 @@ from slurm_gpupool.repartition.rules import (
     describe_jobs,
     held_for_s,
     held_problem,
+    ours,
     ready_problem,
     redo_first,
     still_held,
@@ -373,7 +374,7 @@ def _waiting_node(n: str, r: NodeRecord, view: ClusterView, now: float, policy: 
         if busy_at is not None and now < busy_at + 2 * policy.poll_s:
             return Wait(busy_at + 2 * policy.poll_s - now, f"{n}: GPUs busy")
         info = view.nodes.get(n)
-        return Apply(n, r.target, resume_first=r.drained_by_us and info is not None and info.drained)
+        return Apply(n, r.target, resume_first=_ours_to_resume(r, info))
     signalled = _fresh(r.signalled_at, run.taken)
     requeued = _fresh(r.requeued_at, run.taken)
     if signalled is not None and requeued is None:
@@ -460,7 +461,7 @@ def _verify_node(
         return SeenSwitched(n, now)
     if now < seen + policy.confirm_s:
         return Wait(seen + policy.confirm_s - now, f"{n}: looking again")
-    return Release(n, resume=r.drained_by_us and info is not None and info.drained)
+    return Release(n, resume=_ours_to_resume(r, info))
 
 
 def the_end(journal: JournalState, view: ClusterView, now: float, policy: Policy) -> Action:
@@ -485,6 +486,13 @@ def the_end(journal: JournalState, view: ClusterView, now: float, policy: Policy
 def _wave(journal: JournalState) -> list[str]:
     """The nodes of the wave under way: applied and drained (and verifying), reverts aside."""
     return [n for n in journal.at(DRAINED, VERIFYING) if not journal.nodes[n].revert]
+
+
+def _ours_to_resume(r: NodeRecord, info: NodeInfo | None) -> bool:
+    """Drained by this run, or by an earlier one (Slurm shows our reason): a drain Slurm
+    restored after slurmctld was killed, or a node an earlier run failed.  Ours to resume
+    (the run's reservation holds the node meanwhile); an admin's drain never is."""
+    return info is not None and info.drained and (r.drained_by_us or ours(info))
 
 
 def _held_by_run(r: NodeRecord, taken: float) -> bool:

@@ -252,14 +252,15 @@ def held_for_s(jobs: Iterable[JobInfo], held: Iterable[str], now: float) -> int:
 
 def node_views(infos: Mapping[str, NodeInfo], midway: Iterable[str]) -> dict[str, NodeView]:
     """Slurm's nodes as the switch plan sees them: a node drained by someone else is not
-    usable; one drained by an earlier switch that failed is switched again (``retry``)."""
+    usable; one drained by an earlier switch (it failed there, or slurmctld, killed, came back
+    with a drain the switch had lifted) is switched again (``retry``): never left drained."""
     unfinished = set(midway)
     out = {}
     for name, i in infos.items():
         foreign_drain = i.drained and name not in unfinished and not ours(i)
         usable = i.usable and not foreign_drain
         state = f"drained: {i.reason}" if foreign_drain else i.state
-        retry = ours(i) and name not in unfinished and not i.reason.startswith(OUR_DRAIN)
+        retry = ours(i) and name not in unfinished  # failed, or a drain slurmctld restored after a crash
         out[name] = NodeView(name, i.layout, usable, state, retry=retry, reason=i.reason if retry else "")
     return out
 

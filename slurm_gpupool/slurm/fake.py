@@ -6,7 +6,20 @@ What the real commands would do elsewhere is injected: ``srun`` runs a handler (
 tests run the real ``gpupool node apply`` in process on simulated GPUs); a node's slurmd
 that starts shows what the installed node lines (``nodes_conf``) say, as slurmctld would,
 unless it is dead.  Faults: slurmctld down or refusing its files, a dead slurmd, a node
-that answers late, and a "kill -9" at a chosen moment (:class:`Killed`).
+that answers late, and a "kill -9" at a chosen moment (:class:`Killed`); slurmctld or one
+slurmd killed with -9 (:meth:`FakeSlurm.crash_controller`, :meth:`FakeSlurm.kill_slurmd`).
+
+**What a slurmctld killed with -9 keeps** (Slurm 22.05.8, measured on the sandbox):
+slurmctld writes its state (``node_state``, ``resv_state``, ``job_state`` in
+StateSaveLocation) from a thread that saves a change at once if it saved nothing in the
+last 5 s (``SAVE_MAX_WAIT``), else 5 s after its last save; a graceful stop (SIGTERM,
+``systemctl restart``) saves everything.  Killed with -9, it comes back with the state of
+its last save: a reservation made, a node drained or resumed, a reservation deleted or a
+job submitted less than 5 s after an earlier save is undone (a drain reappears, a deleted
+reservation is back, the job is gone and its running processes killed as orphans); what
+is older survives.  The fake saves the same way on its clock (``save_interval_s``; None:
+only :meth:`FakeSlurm.save_state` and a graceful restart save, the worst case).  A killed
+slurmd leaves its jobs running (slurmstepd) and its node's drain as it was.
 
 :class:`FakeClock` is time that moves only when someone waits.  The real-Slurm tests
 (``tests/integration/test_repartition_*.py``) prove what this stands in for.
@@ -14,6 +27,7 @@ that answers late, and a "kill -9" at a chosen moment (:class:`Killed`).
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,9 +39,10 @@ from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.slurm.runner import Result
-from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, gres_counts
 
 SrunHandler = Callable[[str, Sequence[str]], Result]  # (node, argv) -> what srun printed
+SAVE_MAX_WAIT_S = 5.0  # slurmctld's state save thread (src/slurmctld/state_save.c): a change waits at most this
 
 
 class Killed(BaseException):
@@ -83,6 +98,88 @@ class FakeSlurm:
         self.calls: list[tuple] = []
         self.kill_at: str | None = None  # "srun": killed while srun runs
         self._lock = threading.RLock()
+        # slurmctld's saved state (see the module's docstring): what a kill -9 comes back with
+        self.save_interval_s: float | None = SAVE_MAX_WAIT_S
+        self.killed_slurmd: set[str] = set()  # killed with -9, not started again (yet)
+        self.crashes = 0
+        self._saved: tuple | None = None
+        self._last_save = float("-inf")
+        self._dirty = False
+
+    # -- slurmctld's state save, and its kill -9 ----------------------------------------------
+
+    def _changed(self) -> None:
+        """A change slurmctld keeps in its state files (a drain, a reservation, a job)."""
+        self._dirty = True
+        self._tick()
+
+    def _tick(self) -> None:
+        """What slurmctld's save thread has written by now (see the module's docstring)."""
+        if self.save_interval_s is None or not self._dirty:
+            return
+        if self.clock.time() >= self._last_save + self.save_interval_s:
+            self.save_state()
+
+    def save_state(self) -> None:
+        """slurmctld writes its state files now (as at a graceful stop)."""
+        with self._lock:
+            nodes = {n: (v.flags & {"DRAIN"}, v.reason) for n, v in self.nodes_.items()}
+            self._saved = (nodes, dict(self.resv), list(self.jobs_), dict(self.ends))
+            self._last_save, self._dirty = self.clock.time(), False
+
+    def crash_controller(self, up_again: bool = True) -> None:
+        """slurmctld killed with -9 (``up_again``: and started again at once, as systemd or an
+        admin would): it comes back with its last saved state.  Drains, reservations and jobs
+        changed since are as they were then; each node's slurmd registers again (a node whose
+        installed node line differs from the GRES it showed is INVAL until its slurmd restarts)."""
+        with self._lock:
+            self._tick()
+            self.crashes += 1
+            self.calls.append(("crash", "slurmctld", self.clock.time()))
+            if self._saved is not None:
+                nodes, resv, jobs, ends = copy.deepcopy(self._saved)
+                for name, (drain, reason) in nodes.items():
+                    n = self.nodes_[name]
+                    n.flags = (n.flags - {"DRAIN"}) | drain
+                    n.reason = reason
+                self.resv, self.jobs_, self.ends = resv, jobs, ends
+            self._dirty = False
+            self.ctld_up = up_again
+            if up_again:
+                self._registered_again()
+
+    def _registered_again(self) -> None:
+        """A new slurmctld reads the installed node lines; running slurmds register again."""
+        lines = self._node_lines()
+        for name, n in self.nodes_.items():
+            if n.state == "down" or name in self.killed_slurmd:
+                continue
+            gres, features = lines.get(name, (n.gres, n.features))
+            if gres_counts(gres) != gres_counts(n.gres):  # slurmd has the old gres.conf: INVAL
+                n.flags.add("INVALID")
+            else:
+                n.features = features
+
+    def kill_slurmd(self, node: str) -> None:
+        """A node's slurmd killed with -9: its jobs run on (slurmstepd), its drain stays; srun
+        cannot start there; slurmctld shows it not responding (after SlurmdTimeout: at once
+        here) until a start command (``start-slurmd``, ``systemctl start slurmd``) runs."""
+        with self._lock:
+            self.killed_slurmd.add(node)
+            self.calls.append(("crash", node, self.clock.time()))
+            self.nodes_[node].state = "down"
+            self.nodes_[node].flags.add("NOT_RESPONDING")
+
+    def _node_lines(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        out: dict[str, tuple[str, tuple[str, ...]]] = {}
+        if self.nodes_conf is None:
+            return out
+        for line in self.nodes_conf.read_text().splitlines():
+            if line.startswith("NodeName="):
+                fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+                for name in NodeSet(fields["NodeName"]):
+                    out[name] = (fields.get("Gres", ""), tuple(fields.get("Features", "").split(",")))
+        return out
 
     # -- what the caller reads (sinfo, squeue, scontrol show) --------------------------------
 
@@ -93,6 +190,7 @@ class FakeSlurm:
     def nodes(self) -> dict[str, NodeInfo]:
         self._need_ctld("sinfo --json")
         with self._lock:
+            self._tick()
             now = datetime.fromtimestamp(self.clock.time())
             out = {}
             for name, n in self.nodes_.items():
@@ -118,10 +216,13 @@ class FakeSlurm:
             self.jobs_.append(job)
             if ends_at is not None:
                 self.ends[job.job_id] = ends_at
+            self._changed()
 
     def reservations(self) -> dict[str, Reservation]:
         self._need_ctld("show reservation")
-        return dict(self.resv)
+        with self._lock:
+            self._tick()
+            return dict(self.resv)
 
     def partition_max_time_s(self, partition: str | None) -> int | None:
         return 86400
@@ -150,6 +251,7 @@ class FakeSlurm:
                 self.nodes_[n].flags.add("DRAIN")
                 self.nodes_[n].reason = reason
             self.calls.append(("drain", tuple(nodes)))
+            self._changed()
 
     def resume(self, nodes: Iterable[str]) -> None:
         self._need_ctld("resume")
@@ -159,6 +261,7 @@ class FakeSlurm:
                 self.nodes_[n].flags.discard("DRAIN")
                 self.nodes_[n].reason = ""
             self.calls.append(("resume", tuple(nodes)))
+            self._changed()
 
     def create_reservation(self, name: str, nodes: Iterable[str], start: datetime | None, duration_s: int) -> None:
         self._need_ctld("create reservation")
@@ -171,6 +274,7 @@ class FakeSlurm:
                 name, nodes, begin, begin + timedelta(seconds=duration_s), frozenset({"MAINT"})
             )
             self.calls.append(("reserve", name, tuple(sorted(nodes)), start is not None))
+            self._changed()
 
     def update_reservation(
         self,
@@ -181,25 +285,42 @@ class FakeSlurm:
     ) -> None:
         self._need_ctld("update reservation")
         with self._lock:
+            if name not in self.resv:  # scontrol: "Reservation not found" (as the real one says)
+                raise SlurmUnavailableError(f"update reservation {name}", "Requested reservation is invalid")
             r = self.resv[name]
             r = replace(r, nodes=frozenset(nodes) if nodes is not None else r.nodes, start=start or r.start)
             if duration_s is not None:
                 r = replace(r, end=r.start + timedelta(seconds=duration_s))
             self.resv[name] = r
             self.calls.append(("update", name, tuple(sorted(r.nodes)), self.clock.time()))
+            self._changed()
 
     def delete_reservation(self, name: str) -> None:
         self._need_ctld("delete reservation")
         with self._lock:
             self.resv.pop(name, None)
             self.calls.append(("delete", name, self.clock.time()))
+            self._changed()
 
     def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float) -> Result:
-        """The injected handler runs the command "on" the node (exit 1 without one)."""
+        """The injected handler runs the command "on" the node (exit 1 without one).  As real
+        srun, it starts nothing without the reservation, on a drained node (22.05: even inside
+        a MAINT reservation) or where slurmd does not answer, and says why (exit 1)."""
         self._need_ctld("srun")
         if self.kill_at == "srun":
             raise Killed
-        if self.srun_handler is None:
+        with self._lock:
+            info = self.nodes_[node]
+            refused = (
+                "Requested reservation is invalid"
+                if reservation not in self.resv
+                else "Required node not available (down, drained or reserved)"
+                if info.flags & {"DRAIN", "NOT_RESPONDING", "INVALID"} or info.state == "down"
+                else ""
+            )
+        if refused:
+            r = Result(tuple(argv), 1, "", f"srun: error: Unable to allocate resources: {refused}\n")
+        elif self.srun_handler is None:
             r = Result(tuple(argv), 1, "", "srun: no handler in this fake")
         else:
             r = self.srun_handler(node, argv)
@@ -232,8 +353,13 @@ class FakeSlurm:
                 n.flags.add("NOT_RESPONDING")
 
     def restart_controller(self, ok: bool = True) -> None:
-        """slurmctld restarted; ``ok=False``: it refused its files and stays down."""
-        self.ctld_up = ok
+        """slurmctld restarted (a graceful stop saves its state first); ``ok=False``: it
+        refused its files and stays down.  A slurmctld down after a kill -9 comes back with
+        what it had saved."""
+        with self._lock:
+            if self.ctld_up:
+                self.save_state()
+            self.ctld_up = ok
 
     def register_from_files(self, nodes: Iterable[str]) -> None:
         """Their slurmd started: each shows what its installed node line says (a dead one: down)."""
@@ -252,7 +378,8 @@ class FakeSlurm:
                     if name in self.dead_slurmd:
                         n.state, n.flags = "down", n.flags | {"NOT_RESPONDING"}
                         continue
+                    self.killed_slurmd.discard(name)
                     n.state = "idle"
-                    n.flags.discard("NOT_RESPONDING")
+                    n.flags -= {"NOT_RESPONDING", "INVALID"}
                     n.gres = fields.get("Gres", "")
                     n.features = tuple(fields.get("Features", "").split(","))
