@@ -1,0 +1,95 @@
+"""slurmctld killed with -9 in the middle of a switch, and started again at once (as systemd
+would), on the real sandbox Slurm of each release; and a switching node's slurmd killed with
+-9.  The run goes on against a Slurm that lost what it had not saved (#26 item 9: the run's
+reservation, a drain, a resume); it or the next run converges, and no job is lost.
+
+Killed at every journaled step and restart command, both directions, on the shipped fake
+Slurm (tests/unit/test_repartition_crashes.py, which models what a killed slurmctld keeps,
+measured on 22.05); here the points where what Slurm loses matters most: the reservation
+just made, the daemons' restart under way (where the defect was found), a node just
+resumed (its drain comes back).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from slurm_gpupool.slurm.fake import SAVE_MAX_WAIT_S
+
+from .repartition_support import GPUPOOL, assert_converged, job_state, nodes_info, repartition, wait_until
+
+pytestmark = pytest.mark.integration
+
+NODES = ["a30n1", "v100n1"]
+CTLD_POINTS = ["reserved", "restart:1", "done"]
+
+
+def crash_ctld(sb) -> list[str]:
+    """The fault command the journal runs (no shell): kill -9 this sandbox's slurmctld, then
+    ``gpupool sandbox up``, which starts the daemon that died."""
+    script = (
+        "import os, signal, subprocess, sys, time\n"
+        "root = sys.argv[1]\n"
+        "pid = int(open(root + '/run/slurmctld.pid').read())\n"
+        "os.kill(pid, signal.SIGKILL)\n"
+        "while os.path.exists(f'/proc/{pid}') and open(f'/proc/{pid}/stat').read().split()[2] != 'Z':\n"
+        "    time.sleep(0.05)\n"
+        "subprocess.run([*sys.argv[2:], 'sandbox', 'up', '--root', root], check=True, capture_output=True)\n"
+    )
+    return [GPUPOOL[0], "-c", script, str(sb.root), *GPUPOOL]
+
+
+def kill_slurmd(sb, node: str) -> list[str]:
+    script = "import os, signal, sys\nos.kill(int(open(sys.argv[1]).read()), signal.SIGKILL)\n"
+    return [GPUPOOL[0], "-c", script, str(sb.root / "run" / f"slurmd-{node}.pid")]
+
+
+def switch_with_fault(sb, target: str, point: str, fault: list[str]) -> list[dict]:
+    """The run with the fault at ``point``, then runs until one changes nothing (at most two);
+    every run's exit code and report."""
+    env = {"SLURM_GPUPOOL_FAULT_AT": point, "SLURM_GPUPOOL_FAULT_CMD": json.dumps(fault)}
+    runs = []
+    for attempt in range(3):
+        proc = repartition(sb, "--to", target, "--nodes", ",".join(NODES), "--json", env=env if not attempt else None)
+        report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {"stderr": proc.stderr}
+        runs.append({"rc": proc.returncode, **report})
+        if attempt and proc.returncode == 0 and not report.get("nodes"):
+            break
+    return runs
+
+
+def test_slurmctld_killed_mid_switch_loses_what_it_had_not_saved_and_the_switch_converges(night):
+    """A GPU job runs through it all on a node that does not switch: it runs on after every
+    crash.  (A job submitted less than 5 s before a kill -9 is lost by slurmctld itself, which
+    then gives its id to the next job and drains the node "Duplicate jobid": Slurm's loss, not
+    the switch's, so the job is in slurmctld's saved state before the first crash.)"""
+    rest = {n: "night" for n in night.nodes if n not in NODES}
+    gpu = "--gres=gpu:" + next(k for k in nodes_info(night)["h100n1"].gres_counts() if k.startswith("gpu:"))[4:] + ":1"
+    long = submit(night, "-w", "h100n1", gpu, "-t", "600", "--wrap", "sleep 36000")
+    wait_until(lambda: job_state(night, long)[0] == "RUNNING", "the long job to start")
+    time.sleep(SAVE_MAX_WAIT_S + 1)  # slurmctld has saved it (state_save.c)
+    try:
+        for i, point in enumerate(CTLD_POINTS):
+            target = "day" if i % 2 == 0 else "night"
+            runs = switch_with_fault(night, target, point, crash_ctld(night))
+            assert runs[-1]["rc"] == 0, (point, runs)
+            assert_converged(night, {**rest, **{n: target for n in NODES}})
+            wait_until(lambda: all(i.responding for i in nodes_info(night).values()), f"nodes responding after {point}")
+            assert job_state(night, long)[0] == "RUNNING", point
+    finally:
+        night.run(["scancel", long], check=False)
+
+
+def test_a_switching_nodes_slurmd_killed_mid_switch_and_the_switch_converges(night):
+    """Killed once drained: the switch's own restart of that node starts it again."""
+    rest = {n: "night" for n in night.nodes if n not in NODES}
+    runs = switch_with_fault(night, "day", "drained", kill_slurmd(night, "v100n1"))
+    assert runs[-1]["rc"] == 0, runs
+    assert_converged(night, {**rest, **{n: "day" for n in NODES}})
+
+
+def submit(sb, *args: str) -> str:
+    return sb.run(["sbatch", "--parsable", *args]).stdout.strip().split(";")[0]
