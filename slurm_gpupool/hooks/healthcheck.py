@@ -65,7 +65,7 @@ def _body(env: dict[str, str]) -> int:
         return 0
     log("healthcheck", None, "GPU health check failed: " + "; ".join(problems), 3)
     argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason(problems)}"]
-    drained = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    drained = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30, check=False)
     if drained.returncode != 0:
         raise HookError(f"scontrol update nodename={node} state=drain: {drained.stderr.strip()}")
     count_event(state_dir, "health_drains", "healthcheck")  # for `gpupool metrics`

@@ -436,7 +436,7 @@ class NvmlBackend:
 
         cmd = ["nvidia-smi", "--gpu-reset", "-i", gpu.pci_bus_id]
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=self._reset_timeout_s)
+            res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=self._reset_timeout_s)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise GpuOperationError(f"reset GPU {index} on {self.node}", str(e)) from None
         if res.returncode != 0:

@@ -44,7 +44,13 @@ def run_command(argv: Sequence[str], timeout_s: float, clock: Clock = SYSTEM) ->
     t0 = clock.time()
     try:
         p = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False, start_new_session=True
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
+            start_new_session=True,
         )
         out, rc = (p.stdout + p.stderr), p.returncode
     except FileNotFoundError:

@@ -30,6 +30,7 @@ def run_client(
             input=input_text,
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout_s,
             check=False,
         )

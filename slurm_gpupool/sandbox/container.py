@@ -338,7 +338,12 @@ class Container:
         timeout_s: float | None = None,
     ) -> subprocess.CompletedProcess:
         return subprocess.run(
-            self.argv(cmd, env, cwd), capture_output=capture, text=True, timeout=timeout_s, check=False
+            self.argv(cmd, env, cwd),
+            capture_output=capture,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
         )
 
     def _require_running(self) -> int:
@@ -403,7 +408,7 @@ def _inside_dir_exists(pid: int, path: str) -> bool:
 
 def _check(argv: list[str], what: str, timeout_s: float = 60) -> None:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise SlurmUnavailableError(what, f"timed out after {timeout_s:.0f} s") from None
     if proc.returncode != 0:

@@ -138,7 +138,13 @@ def image_for(rel: SlurmRelease, reqs: list[str] | None = None) -> Image:
 def _run(argv: list[str], what: str, timeout_s: float, env: dict[str, str] | None = None) -> str:
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=env or dict(os.environ)
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
+            env=env or dict(os.environ),
         )
     except FileNotFoundError:
         raise SlurmUnavailableError(what, f"{argv[0]} not found") from None

@@ -87,7 +87,13 @@ def bootstrap(socket_path: Path, password: str, timeout_s: float = 30) -> None:
     argv = [program("mariadb", "mysql"), "--no-defaults", f"--socket={socket_path}", "-u", "root", "--batch"]
     try:
         proc = subprocess.run(
-            argv, input=bootstrap_sql(password), capture_output=True, text=True, timeout=timeout_s, check=False
+            argv,
+            input=bootstrap_sql(password),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise SlurmUnavailableError("MariaDB setup for slurmdbd", f"timed out after {timeout_s:.0f} s") from None

@@ -148,6 +148,7 @@ def spawn(argv: list[str], log: Path, pidfile: Path, env: Mapping[str, str], cwd
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
+        errors="replace",
         timeout=timeout_s,
         check=False,
     )

@@ -40,6 +40,7 @@ def missing_packages(packages: Sequence[str] = PACKAGES, timeout_s: float = 30) 
             ["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\\n", *packages],
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout_s,
             check=False,
         )
@@ -58,10 +59,14 @@ def install_packages(packages: Sequence[str], timeout_s: float = 1800) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     cmd = ["apt-get", "install", "-y", "-q", *packages]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+        )
         if proc.returncode != 0:
             subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=timeout_s, check=False)
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+            proc = subprocess.run(
+                cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+            )
     except subprocess.TimeoutExpired:
         raise SlurmUnavailableError(
             f"apt-get install {' '.join(packages)}", f"timed out after {timeout_s:.0f} s"
@@ -75,7 +80,9 @@ def host_release() -> SlurmRelease | None:
     """The Slurm release this host runs natively: its installed ``sinfo -V``, else what
     its Debian suite ships (``VERSION_CODENAME`` in /etc/os-release); None if neither is known."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired, SlurmUnavailableError, UsageError):
-        proc = subprocess.run([program("sinfo"), "-V"], capture_output=True, text=True, timeout=10, check=False)
+        proc = subprocess.run(
+            [program("sinfo"), "-V"], capture_output=True, text=True, errors="replace", timeout=10, check=False
+        )
         if proc.returncode == 0:
             return release(proc.stdout.split()[-1])
     with contextlib.suppress(OSError):

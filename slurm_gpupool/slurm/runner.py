@@ -42,6 +42,7 @@ class SlurmRunner:
                 list(argv),
                 capture_output=True,
                 text=True,
+                errors="replace",
                 env=self.env,
                 timeout=timeout_s or self.timeout_s,
                 input=input_text,

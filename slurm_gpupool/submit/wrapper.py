@@ -262,7 +262,12 @@ def _submit_and_explain(
     while time.monotonic() < deadline:
         try:
             out = subprocess.run(
-                [squeue, "-h", "-j", job, "-o", "%T|%r|%a|%q"], capture_output=True, text=True, timeout=10, check=False
+                [squeue, "-h", "-j", job, "-o", "%T|%r|%a|%q"],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=10,
+                check=False,
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return 0

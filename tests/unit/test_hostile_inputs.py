@@ -278,3 +278,17 @@ def test_sacct_json_no_val_counts_and_times_are_unknown(tmp_path: Path):
     totals = json.loads(out)["reports"][0]["totals"]
     assert totals["gpu_hours"] < 1, totals  # the sandbox's jobs last seconds
     assert any("NO_VAL" in n for n in json.loads(out)["notes"])
+
+
+def test_slurm_output_with_a_latin1_job_name_is_read_not_a_crash(tmp_path):
+    """A job name is the user's bytes: Slurm prints them as they are (0xe9, Latin-1 "é"). Every
+    Slurm command we read, and the sandbox's, takes such output (the repartitioner and `sandbox
+    restart` ended in exit 70 with a UnicodeDecodeError when a job had such a name)."""
+    import sys
+
+    from slurm_gpupool.sandbox.client import run_client
+    from slurm_gpupool.slurm.runner import SlurmRunner
+
+    argv = [sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'JobName=caf\\xe9 x\\n')"]
+    assert SlurmRunner().run(argv).stdout == "JobName=caf\ufffd x\n"
+    assert run_client({}, tuple(argv)).stdout == "JobName=caf\ufffd x\n"
