@@ -125,3 +125,8 @@ def job(
 
 def outcome(report, node: str) -> str:
     return report.every_node()[node]["outcome"]
+
+
+def site_templates(tmp_path_factory) -> dict[str, Site]:
+    """Every node night, and every node day (a module's fixture: each test works on a copy)."""
+    return {layout: make_site(tmp_path_factory.mktemp(layout), layout) for layout in ("night", "day")}

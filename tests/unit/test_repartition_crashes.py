@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from .repartition_site import Site, repartitioner
-from .test_repartition_kills import KILL_POINTS, SWITCHING, assert_converged, busy_site, templates  # noqa: F401
+from .repartition_site import Site, repartitioner, site_templates
+from .test_repartition_kills import KILL_POINTS, SWITCHING, assert_converged, busy_site
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Site]:
+    return site_templates(tmp_path_factory)
 
 
 class CrashAt:

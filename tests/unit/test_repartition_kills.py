@@ -25,7 +25,7 @@ from slurm_gpupool.slurm.fake import Killed
 from slurm_gpupool.slurm.types import gres_counts
 from tests.integration.test_repartition_kill_slurm import SLURM_STEPS
 
-from .repartition_site import START, KillAt, Site, copy_site, job, make_site, repartitioner
+from .repartition_site import START, KillAt, Site, copy_site, job, repartitioner, site_templates
 
 # The points that change only the journal and the simulated GPUs (no Slurm release sees them
 # differently): proven here only.  With SLURM_STEPS, every kill point of a switch.
@@ -55,8 +55,7 @@ def test_the_two_lists_are_every_journaled_step_and_restart_once():
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory) -> dict[str, Site]:
-    """Every node night, and every node day: each test works on a copy."""
-    return {layout: make_site(tmp_path_factory.mktemp(layout), layout) for layout in ("night", "day")}
+    return site_templates(tmp_path_factory)
 
 
 def busy_site(tmp_path: Path, template: Site) -> Site:
