@@ -1,11 +1,10 @@
-"""Session order: the longest modules first (integration, then unit).
+"""Session order: the longest integration modules first.
 
 ``scripts/test`` runs pytest-xdist with ``--dist loadfile --no-loadscope-reorder``,
 which hands out whole modules in collection order as workers free up; starting with
 the longest ones (measured alone on the host: about 7, 6, 5, 5, 3 and 1-2 minutes)
 keeps the workers' loads even, instead of one worker ending on a long module while
-the others idle.  The unit tests (``-n 2``, tests handed out one by one) take the
-same rule for their few long tests.
+the others idle.
 """
 
 from __future__ import annotations
@@ -18,21 +17,12 @@ SLOW_FIRST = (
     "test_simulate_slurm.py",
     "test_ansible.py",
     "test_repartition_kill_slurm.py",
-    "test_repartition_crash_slurm.py",
     "test_reports_slurm.py",
     "test_gres_cases.py",
     "test_qos_slurm.py",
     "test_hooks_slurm.py",
     "test_reconfigure_slurm.py",
     "test_gres_slurm.py",
-    # the unit tests' longest (two workers: a long one left for the end holds one of them)
-    "test_fuzz.py",
-    "test_benchmarks_smoke.py",
-    "test_ansible_role.py",
-    "test_repartition_crashes.py",
-    "test_repartition_kills.py",
-    "test_simulate_packing.py",
-    "test_simulate_inputs.py",
 )
 
 
