@@ -270,14 +270,15 @@ def _task(item: tuple[int, int, float]) -> dict[str, float]:
 def figures(res: Result, gpus: int, slowdown: float) -> dict[str, float]:
     """What advice compares, from one replay (see the module's docstring)."""
     s = summarise(res)
-    window = res.window_s
-    cap = gpus * window
+    window, since = res.window_s, res.window_from_s
+    cap = gpus * (window - since)
     served = 0.0
     for j in res.jobs:
         if j.start_s < 0 or j.start_s >= window:
             continue
         end = j.end_s if j.end_s >= 0 else res.horizon_s
-        served += j.requested_eq * max(0.0, min(end, window) - j.start_s) / (slowdown if j.kind == "shard" else 1.0)
+        held = max(0.0, min(end, window) - max(j.start_s, since))
+        served += j.requested_eq * held / (slowdown if j.kind == "shard" else 1.0)
     return {
         "p50_wait_s": s["wait_s"]["p50"],
         "p90_wait_s": s["wait_s"]["p90"],

@@ -122,6 +122,7 @@ class Engine(Switching, Backfill):
             policy=self.sw.name,
             horizon_s=horizon,
             window_s=self.window,
+            window_from_s=self.window_from,
             jobs=self.recs,
             capacity=self.meter.cap_int,
             allocated=self.meter.alloc_int,
@@ -161,9 +162,12 @@ class Engine(Switching, Backfill):
         self.switches = self.skipped = self.requeued = self.started = 0
         self.oos_s = self.reserved_s = 0.0
         self.window = p.window_s if p.window_s is not None else max((j.submit_s for j in jobs), default=0.0)
-        self.meter = Meter(self.window, sw.due(0.0), p.typical_share)
+        first = min((j.submit_s for j in jobs), default=0.0)
+        self.window_from = min(self.window, p.window_from_s if p.window_from_s is not None else first)
+        self.meter = Meter(self.window, sw.due(0.0), p.typical_share, self.window_from)
         for n in self.nodes:
             self.meter.capacity(n, +1, self.now)
+            self.meter.begin(n.layout)
         for i, j in enumerate(jobs):
             self._push(j.submit_s, SUBMIT, i)
         for t, lay in sw.upcoming(0.0):

@@ -80,7 +80,7 @@ def summarise(res: Result) -> dict[str, Any]:
         "rejected_why": _reasons(res.jobs),
         "timeouts": sum(1 for j in finished if j.timeout),
         "horizon_h": res.horizon_s / 3600,
-        "window_h": res.window_s / 3600,
+        "window_h": (res.window_s - res.window_from_s) / 3600,
         "utilisation": alloc / cap if cap else math.nan,
         "capacity_eq_h": cap / 3600,
         "allocated_eq_h": alloc / 3600,

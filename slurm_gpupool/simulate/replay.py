@@ -69,8 +69,11 @@ class ReplayState:
     bound_lists: dict[tuple[tuple[str, ...], int], list[tuple[float, int, str]]]
     bounds_epoch: int
 
-    # capacity, switches and samples are measured while jobs arrive: after the last
-    # submission only the drain of the longest jobs is left, which no policy changes
+    # capacity, switches and samples are measured while jobs arrive, [window_from, window]:
+    # before the first submission the pool only waits (an accounting trace's epoch is its
+    # first day's midnight), after the last only the drain of the longest jobs is left,
+    # which no policy changes
+    window_from: float
     window: float
     meter: Meter
     switches: int
@@ -78,6 +81,10 @@ class ReplayState:
     requeued: int
     oos_s: float
     reserved_s: float
+
+    def _in_window(self) -> bool:
+        """Whether now counts in the switches measured (see ``window``)."""
+        return self.window_from <= self.now <= self.window
 
     def _push(self, t: float, kind: int, payload: object) -> None:
         self.seq += 1

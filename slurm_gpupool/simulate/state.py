@@ -44,6 +44,7 @@ class Params:
     typical_share: float = 0.95  # FGD's typical jobs: the most frequent requests covering this share
     any_model: bool = True  # a request that names no model takes any type that holds it (untyped gpu:N)
     window_s: float | None = None  # measure utilisation and switches up to here (None: the last submission)
+    window_from_s: float | None = None  # ... and from here (None: the first submission, not the epoch's midnight)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class Result:
 
     policy: str
     horizon_s: float  # when the last job ended
-    window_s: float  # utilisation, switches and samples are measured over [0, window_s]
+    window_s: float  # utilisation, switches and samples are measured over [window_from_s, window_s]
     jobs: list[JobRecord]
     capacity: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds offered
     allocated: dict[tuple[str, str], float]  # (period, type) -> GPU-eq seconds allocated
@@ -134,3 +135,4 @@ class Result:
     samples: list[tuple[float, float, float, float]]  # (t, capacity eq, idle eq, fragmented eq)
     layout_seconds: dict[str, float]  # node-seconds in each layout
     nodes: int
+    window_from_s: float = 0.0

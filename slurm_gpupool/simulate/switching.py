@@ -98,7 +98,7 @@ class Switching(Scheduler):
         else:
             if not n.skipped:
                 n.skipped = True
-                self.skipped += self.now <= self.window and not n.drain  # a drain skips by design
+                self.skipped += self._in_window() and not n.drain  # a drain skips by design
             step = self.p.cron_s
             self._push(math.ceil(self.now / step) * step if step > 0 else self.now, CRON, n.index)
 
@@ -124,12 +124,12 @@ class Switching(Scheduler):
             rec.requeues += 1
             rec.start_s = rec.end_s = -1.0
             self.gen[i] += 1
-            self.requeued += self.now <= self.window
+            self.requeued += self._in_window()
             self._enqueue(i)
 
     def _go(self, n: SimNode) -> None:
         """Apply the node's new layout: out of service for ``switch_s``."""
-        if self.now <= self.window:  # counted while jobs arrive, not while the last ones drain
+        if self._in_window():  # counted while jobs arrive, not while the last ones drain
             self.reserved_s += max(0.0, self.now - n.idle_since)
             self.switches += 1
             self.oos_s += min(self.p.switch_s, self.window - self.now)

@@ -190,3 +190,25 @@ def test_since_without_a_trace_means_this_sites_accounting(tmp_path, monkeypatch
     assert "slurm" in capsys.readouterr().err.lower()  # it asks Slurm, not the Philly trace
     assert main(["simulate", "--trace", "philly", "--since", "1d"]) == 2
     assert "--since is for --trace accounting" in capsys.readouterr().err
+
+
+def test_accounting_replay_measures_utilisation_over_the_traces_window_not_from_midnight(tmp_path, monkeypatch, capsys):
+    """#27: `simulate --from` counted utilisation from the first day's midnight, so a morning's
+    runs at 28-74 % read 1.4-6.9 %.  Four whole A100s, submitted 10:00, 10:20, 10:40 and
+    11:00 and each run 2 h at once: over the window (10:00-11:00) they hold 2 GPU-hours."""
+    from slurm_gpupool.cli.main import main
+    from tests.unit.test_reports import HEADER, row
+
+    alloc = "gres/gpu:a100=1,gres/gpu=1"
+    times = [("10:00:00", "12:00:00"), ("10:20:00", "12:20:00"), ("10:40:00", "12:40:00"), ("11:00:00", "13:00:00")]
+    rows = [row(k + 1, "physics", "a100n1", "COMPLETED", s, s, e, "", alloc) for k, (s, e) in enumerate(times)]
+    f = tmp_path / "sacct.txt"
+    f.write_text("\n".join([HEADER, *rows]) + "\n")
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(ROOT / "etc" / "gpupool.yaml"))
+    code = main(["simulate", "--from", str(f), "--tz", "UTC", "--policy", "static:night", "--format", "json"])
+    assert code == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["window_h"] == pytest.approx(1.0)
+    assert run["allocated_eq_h"] == pytest.approx(2.0)
+    gpus = run["capacity_eq_h"] / run["window_h"]
+    assert gpus >= 8 and run["utilisation"] == pytest.approx(2.0 / gpus)
