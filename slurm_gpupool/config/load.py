@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.config.elastic import parse_elastic
-from slurm_gpupool.config.migparted import layouts_from_mig_parted
 from slurm_gpupool.config.model import DEFAULT_SLURM_CONF, LayoutEntry, PoolConfig
 from slurm_gpupool.config.schema import parse_path
 from slurm_gpupool.config.sections import (
@@ -68,6 +67,8 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     nodesets = parse_nodesets(top.require(raw, "nodesets", dict), top, machine_dirs)
     extra: dict[str, list[LayoutEntry]] = {}
     if raw.get("mig_parted") is not None:
+        from slurm_gpupool.config.migparted import layouts_from_mig_parted  # only for a site that uses it
+
         extra = layouts_from_mig_parted(raw["mig_parted"], top.key("mig_parted"), base, nodesets)
     layouts = parse_layouts(raw.get("layouts") or {}, top, nodesets, extra)
     schedule = parse_schedule(raw.get("schedule"), top, layouts)
