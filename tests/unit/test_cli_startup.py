@@ -121,6 +121,9 @@ def test_the_most_run_commands_load_no_reports_templates_or_dataframes(tmp_path)
         "slurm_gpupool.observe",
         "slurm_gpupool.sandbox",
         "slurm_gpupool.config.migparted",  # only for a config with a mig_parted section
+        "slurm_gpupool.config.elastic",  # only for a schedule with a mode or elastic settings
+        "slurm_gpupool.config.tiers",  # only for a config with tiers or quotas
+        "slurm_gpupool.core.policy.elastic",
     }
     assert not heavy_in(mods, banned), sorted(heavy_in(mods, banned))
 
