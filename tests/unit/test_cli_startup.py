@@ -183,3 +183,20 @@ def test_an_unknown_command_is_a_usage_error_without_a_traceback():
         [sys.executable, "-m", "slurm_gpupool.cli.main", "nosuch"], capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 2 and "No such command 'nosuch'" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "banned"),
+    [
+        # the repartitioner's dry runs, checks and cron runs with nothing due render nothing
+        ("slurm_gpupool.repartition.executor", {"jinja2", "slurm_gpupool.controller.job_submit", "pandas"}),
+        ("slurm_gpupool.controller.gres_install", {"jinja2", "slurm_gpupool.controller.support_files"}),
+        ("slurm_gpupool.observe.status", {"jinja2", "pandas", "pynvml"}),
+        ("slurm_gpupool.node.apply", {"jinja2", "pandas", "slurm_gpupool.controller"}),
+        ("slurm_gpupool.config.load", {"jinja2", "pandas", "yaml", "slurm_gpupool.config.migparted"}),
+    ],
+)
+def test_modules_the_commands_start_with_load_their_heavy_parts_only_when_used(module, banned):
+    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert not heavy_in(set(json.loads(out)), banned), sorted(heavy_in(set(json.loads(out)), banned))
