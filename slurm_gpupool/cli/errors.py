@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable
 
 import click
 
 from slurm_gpupool.errors import EXIT_INTERNAL, EXIT_USAGE, GpupoolError
+
+
+def _print_traceback() -> None:
+    import traceback  # only with --debug: not at every start
+
+    traceback.print_exc()
 
 
 def format_error(e: GpupoolError, prog: str = "gpupool") -> str:
@@ -31,7 +36,7 @@ def run(entry: Callable[[], object], prog: str = "gpupool") -> int:
         return rc if isinstance(rc, int) else 0
     except GpupoolError as e:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         click.echo(format_error(e, prog), err=True)
         return e.exit_code
     except click.exceptions.Exit as e:
@@ -49,7 +54,7 @@ def run(entry: Callable[[], object], prog: str = "gpupool") -> int:
         return 0
     except Exception as e:  # a bug: say so, keep the traceback for --debug
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         click.echo(f"{prog}: internal error: {type(e).__name__}: {e}", err=True)
         click.echo("hint: this is a bug in slurm_gpupool; rerun with --debug and report the traceback", err=True)
         return EXIT_INTERNAL

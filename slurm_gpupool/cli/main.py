@@ -1,8 +1,14 @@
-"""``gpupool``: the admin command.  Thin click commands over ``ops`` and ``hw``."""
+"""``gpupool``: the admin command.  Thin click commands over ``ops`` and ``hw``.
+
+Admins, cron and CI start it all day, so its start is kept short: this module imports click and
+nothing heavy; each subcommand's module is imported only when that command runs, and imports
+its own heavy dependencies inside the command (benchmarks/bench_cli.py measures it)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any, NamedTuple
 
 import click
 
@@ -11,10 +17,19 @@ from slurm_gpupool.cli.context import AppContext
 from slurm_gpupool.cli.errors import run
 
 
-class LazyGroup(click.Group):
-    """Subcommands live in their own modules and are imported on first use."""
+class Lazy(NamedTuple):
+    """Where a subcommand lives, and the first paragraph of its help (what ``--help`` lists)."""
 
-    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs) -> None:
+    target: str  # "module:attribute"
+    summary: str
+
+
+class LazyGroup(click.Group):
+    """Subcommands live in their own modules and are imported on first use (click's documented
+    LazyGroup pattern).  ``gpupool --help`` lists them from the static table without importing
+    any: tests/unit/test_cli_startup.py holds the table equal to the commands' own help."""
+
+    def __init__(self, *args: Any, lazy: dict[str, Lazy] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._lazy = lazy or {}
 
@@ -22,28 +37,84 @@ class LazyGroup(click.Group):
         return sorted({*super().list_commands(ctx), *self._lazy})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self._lazy:
-            module, attr = self._lazy[name].split(":")
-            mod = __import__(module, fromlist=[attr])
-            return getattr(mod, attr)
+        if name in self._lazy and name not in self.commands:
+            module, attr = self._lazy[name].target.split(":")
+            self.commands[name] = getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own listing, with a stand-in carrying the summary for a command not imported yet
+        (click shortens it to the line exactly as it shortens the real command's help)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name) or click.Command(name, help=self._lazy[name].summary)
+            if not cmd.hidden:
+                rows.append((name, cmd))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
 
 COMMANDS = {
-    "inventory": "slurm_gpupool.cli.inventory:inventory",
-    "sim": "slurm_gpupool.cli.sim:sim",
-    "sandbox": "slurm_gpupool.cli.sandbox:sandbox",
-    "layout": "slurm_gpupool.cli.layout:layout",
-    "node": "slurm_gpupool.cli.node:node",
-    "gres": "slurm_gpupool.cli.gres:gres",
-    "health": "slurm_gpupool.cli.health:health",
-    "repartition": "slurm_gpupool.cli.repartition:repartition",
-    "status": "slurm_gpupool.cli.repartition:status",
-    "report": "slurm_gpupool.cli.report:report",
-    "simulate": "slurm_gpupool.cli.simulate:simulate",
-    "schedule": "slurm_gpupool.cli.repartition:schedule",
-    "metrics": "slurm_gpupool.cli.metrics:metrics",
-    "qos": "slurm_gpupool.cli.qos:qos",
+    "inventory": Lazy(
+        "slurm_gpupool.cli.inventory:inventory",
+        "Show GPUs, MIG mode, GPU and compute instances, and topology.",
+    ),
+    "sim": Lazy(
+        "slurm_gpupool.cli.sim:sim",
+        "Simulated GPUs: create nodes, inject processes, errors and NVML faults.",
+    ),
+    "sandbox": Lazy(
+        "slurm_gpupool.cli.sandbox:sandbox",
+        "A real Slurm cluster on this machine: emulated GPU nodes, simulated GPUs.",
+    ),
+    "layout": Lazy(
+        "slurm_gpupool.cli.layout:layout",
+        "Layouts: check a config, list a GPU model's MIG profiles, see what is due.",
+    ),
+    "node": Lazy(
+        "slurm_gpupool.cli.node:node",
+        "Make this node's GPUs match a layout (mig-parted style, done incrementally).",
+    ),
+    "gres": Lazy(
+        "slurm_gpupool.cli.gres:gres",
+        "Slurm GRES for the pool: gres.conf, NodeName lines, GresTypes and TRES.",
+    ),
+    "health": Lazy(
+        "slurm_gpupool.cli.health:health",
+        "Check every GPU of this node: ECC, row remapping, temperature, Xids, MIG drift.",
+    ),
+    "repartition": Lazy(
+        "slurm_gpupool.cli.repartition:repartition",
+        "Switch nodes to a layout without killing a job (controller, as root).",
+    ),
+    "status": Lazy(
+        "slurm_gpupool.cli.repartition:status",
+        "Per node: active and desired layout, switch state, since when and why; the next switch.",
+    ),
+    "report": Lazy(
+        "slurm_gpupool.cli.report:report",
+        "Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, quota, advice.",
+    ),
+    "simulate": Lazy(
+        "slurm_gpupool.cli.simulate:simulate",
+        "Replay jobs against the pool's layouts and schedule, side by side.",
+    ),
+    "schedule": Lazy(
+        "slurm_gpupool.cli.repartition:schedule",
+        "The cron entry (or systemd timer) that runs `gpupool repartition --scheduled`.",
+    ),
+    "metrics": Lazy(
+        "slurm_gpupool.cli.metrics:metrics",
+        "Pool capacity, allocation and pending demand per GRES type, MIG profile and shard type"
+        " (devices and GPU-equivalents, by layout); per node layout and switch state; repartition"
+        " runs, outcomes and out-of-service time; hook failures and health drains.",
+    ),
+    "qos": Lazy(
+        "slurm_gpupool.cli.qos:qos",
+        "Service tiers (QOS priority, preemption, grace) and GPU quotas, via sacctmgr.",
+    ),
 }
 
 

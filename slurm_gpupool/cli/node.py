@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-import yaml
 
 from slurm_gpupool.cli.context import AppContext, pass_app
 from slurm_gpupool.cli.output import emit_json
@@ -43,7 +42,6 @@ def apply(
     GPUs alone (exit 0).
     """
     from slurm_gpupool.errors import UsageError
-    from slurm_gpupool.node.apply import apply_node
 
     if bool(layout_name) == recorded:
         raise UsageError("node apply", "give exactly one of LAYOUT and --recorded")
@@ -59,6 +57,8 @@ def apply(
             return 0
         click.echo(why, err=True)
     assert layout_name is not None  # one of LAYOUT and --recorded (checked above)
+    from slurm_gpupool.node.apply import apply_node
+
     report = apply_node(app.gpu_backend(), app.config(), layout_name, app.state_dir(), dry_run=dry_run, force=force)
     if as_json:
         from slurm_gpupool.node.state import read_node_state
@@ -150,6 +150,8 @@ def export(app: AppContext, layout_name: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(data)
     else:
+        import yaml
+
         click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
 
 

@@ -304,9 +304,11 @@ def status(app: AppContext, as_json: bool) -> None:
     cluster = SlurmCluster()
     now = datetime.now(cfg.schedule.tz) if cfg.schedule and cfg.schedule.tz else datetime.now().astimezone()
     ctl = Path(cfg.paths.controller_dir)
-    from slurm_gpupool.repartition.elastic import State
+    last = None
+    if cfg.elastic is not None:
+        from slurm_gpupool.repartition.elastic import State
 
-    last = State.load(ctl).last if cfg.elastic is not None else None
+        last = State.load(ctl).last
     st = pool_status(cfg, cluster.nodes(), Journal(ctl).load().data, cluster.reservations(), now, read_hold(ctl), last)
     if as_json:
         emit_json(st)

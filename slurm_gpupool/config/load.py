@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurm_gpupool.config.elastic import parse_elastic
-from slurm_gpupool.config.migparted import layouts_from_mig_parted
 from slurm_gpupool.config.model import DEFAULT_SLURM_CONF, LayoutEntry, PoolConfig
 from slurm_gpupool.config.schema import parse_path
 from slurm_gpupool.config.sections import (
@@ -22,9 +21,12 @@ from slurm_gpupool.config.sections import (
     parse_slurm,
     parse_submit,
 )
-from slurm_gpupool.config.tiers import parse_quotas, parse_tiers
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.util.validate import Where, load_yaml
+
+if TYPE_CHECKING:
+    from slurm_gpupool.config.elastic import ElasticSettings
+    from slurm_gpupool.config.tiers import Limits, Tier
 
 CONFIG_ENV = "SLURM_GPUPOOL_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpupool/gpupool.yaml"
@@ -68,10 +70,12 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     nodesets = parse_nodesets(top.require(raw, "nodesets", dict), top, machine_dirs)
     extra: dict[str, list[LayoutEntry]] = {}
     if raw.get("mig_parted") is not None:
+        from slurm_gpupool.config.migparted import layouts_from_mig_parted  # only for a site that uses it
+
         extra = layouts_from_mig_parted(raw["mig_parted"], top.key("mig_parted"), base, nodesets)
     layouts = parse_layouts(raw.get("layouts") or {}, top, nodesets, extra)
     schedule = parse_schedule(raw.get("schedule"), top, layouts)
-    elastic = parse_elastic(raw.get("schedule"), top, nodesets, layouts)
+    elastic = _elastic(raw.get("schedule"), top, nodesets, layouts)
     slurm = parse_slurm(raw.get("slurm"), top, base, nodesets)
     hooks = parse_hooks(raw.get("hooks"), top)
     sim = top.optional(raw, "simulation", dict, {})
@@ -82,8 +86,7 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
     submit = parse_submit(raw.get("submit"), top)
     repartition = parse_repartition(raw.get("repartition"), top)
     reports = parse_reports(raw.get("reports"), top)
-    tiers = parse_tiers(raw.get("tiers"), top)
-    quotas = parse_quotas(raw.get("quotas"), top)
+    tiers, quotas = _tiers_and_quotas(raw.get("tiers"), raw.get("quotas"), top)
     if (tiers or quotas) and submit["untyped_gpus"] == "leave":
         raise (
             top.key("submit")
@@ -111,6 +114,25 @@ def parse_config(raw: Any, source: str, base_dir: Path | None = None) -> PoolCon
         quotas,
         elastic,
     )
+
+
+def _elastic(schedule: Any, top: Where, nodesets: Iterable[str], layouts: Iterable[str]) -> ElasticSettings | None:
+    """The elastic settings; their module (and the elastic policy) loaded only for a schedule
+    that names a mode or elastic settings: without either, the mode is clock (None)."""
+    if not (isinstance(schedule, dict) and ("mode" in schedule or "elastic" in schedule)):
+        return None
+    from slurm_gpupool.config.elastic import parse_elastic
+
+    return parse_elastic(schedule, top, nodesets, layouts)
+
+
+def _tiers_and_quotas(tiers: Any, quotas: Any, top: Where) -> tuple[tuple[Tier, ...], dict[str, Limits]]:
+    """``tiers`` and ``quotas``; their module loaded only when the config has either."""
+    if tiers is None and quotas is None:
+        return (), {}
+    from slurm_gpupool.config.tiers import parse_quotas, parse_tiers
+
+    return parse_tiers(tiers, top), parse_quotas(quotas, top)
 
 
 def config_path(path: str | Path | None = None) -> Path:

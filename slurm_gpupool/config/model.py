@@ -13,18 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurm_gpupool.config.elastic import ElasticSettings
 from slurm_gpupool.config.machines import MachineSpec
 from slurm_gpupool.config.schema import check_target
-from slurm_gpupool.config.tiers import Limits, Tier
 from slurm_gpupool.core.gres.records import merge_params
 from slurm_gpupool.core.mig.catalog import GpuModel, get_model
 from slurm_gpupool.core.mig.layouts import GpuTarget, Selector, spread
 from slurm_gpupool.core.policy.schedule import Schedule
 from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.util.validate import Where
+
+if TYPE_CHECKING:  # loaded only by a config with those sections (gpupool's start, #29)
+    from slurm_gpupool.config.elastic import ElasticSettings
+    from slurm_gpupool.config.tiers import Limits, Tier
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"  # Debian's; where Slurm looks without $SLURM_CONF
 

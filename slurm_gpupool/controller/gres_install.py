@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_gpupool.config.model import PoolConfig
-from slurm_gpupool.controller.support_files import SYSLOG, render_support_files
 from slurm_gpupool.controller.versions import mig_files_mode
 from slurm_gpupool.core.gres.hostlist import slurm_hostlist
 from slurm_gpupool.core.gres.records import (
@@ -217,6 +216,8 @@ def diff(cfg: PoolConfig, rendered: Rendered) -> str:
     """Unified diff of the installed files (GRES and support files) against a fresh
     rendering, '' when identical: what ``gres install`` would change."""
 
+    from slurm_gpupool.controller.support_files import render_support_files  # not for `gres render`
+
     files = {path: rendered.files[role] for role, path in installed_paths(cfg).items()}
     files.update(render_support_files(cfg, rendered.installed_layout()))
     out: list[str] = []
@@ -307,6 +308,8 @@ def restart_plan(old: dict[str, str], new: RenderedFiles, reconfigure_ok: bool =
 
 def install(cfg: PoolConfig, rendered: Rendered, backup: bool = True, reconfigure_ok: bool = False) -> RestartPlan:
     """Write the three files atomically (backups beside them), return the restart plan."""
+    from slurm_gpupool.controller.support_files import SYSLOG
+
     paths = installed_paths(cfg)
     old = {}
     for role, path in paths.items():

@@ -39,14 +39,10 @@ from typing import Any
 
 from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller.gres_install import check_type_ids, install, installed_paths, render
-from slurm_gpupool.controller.job_submit import FILE_NAME as LUA
-from slurm_gpupool.controller.support_files import install_support_files
 from slurm_gpupool.core.policy.durations import format_duration
 from slurm_gpupool.core.policy.switch_plan import KEEP, SKIP, SwitchPlan, changing_after, plan_switch
 from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
 from slurm_gpupool.node.state import FILE_NAME, controller_copy_dir
-from slurm_gpupool.pool.submit_catalog import FILE_NAME as CATALOG
-from slurm_gpupool.pool.tiers import tier_of_qos
 from slurm_gpupool.repartition import journal as jr
 from slurm_gpupool.repartition.actions import (
     ON_NODES,
@@ -111,6 +107,8 @@ PRIORITIES = "pending-priorities.json"  # pending jobs' priorities before a swit
 def checkpoint_of(cfg: PoolConfig, qos: str) -> tuple[str, int]:
     """The signal and grace before a requeue of a job of this QOS: its tier's (docs/tiers.md),
     else ``repartition.checkpoint_signal`` / ``checkpoint_grace``."""
+
+    from slurm_gpupool.pool.tiers import tier_of_qos  # only when a job is requeued
 
     s = cfg.repartition
     tier = tier_of_qos(cfg, qos)
@@ -636,6 +634,8 @@ class Repartitioner:
         j.cluster_step(jr.GRES_INSTALLING)
         rendered = render(self.cfg, self.cfg.all_nodes(), None)
         changed = install(self.cfg, rendered, backup=False).gres_changed
+        from slurm_gpupool.controller.support_files import install_support_files  # a switch only: not dry runs
+
         install_support_files(self.cfg, rendered.installed_layout())
         expected = {n.node: gres_counts(n.gres_value()) for n in rendered.nodes}
         restart = sorted(set(a.nodes) | set(changed))
@@ -667,6 +667,9 @@ class Repartitioner:
         return self.dir / "runs" / run["id"] / f"wave{run.get('wave', 1)}"
 
     def _installed_files(self) -> list[Path]:
+        from slurm_gpupool.controller.job_submit import FILE_NAME as LUA
+        from slurm_gpupool.pool.submit_catalog import FILE_NAME as CATALOG
+
         conf = Path(self.cfg.slurm.config_dir)
         return [*installed_paths(self.cfg).values(), conf / CATALOG, conf / LUA]
 

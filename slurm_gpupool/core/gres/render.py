@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from slurm_gpupool.core.gres.records import NodeGres, accounting_types, fold
 from slurm_gpupool.errors import InternalError
 from slurm_gpupool.util.quoting import UnsafeValue, comment, file_url, finalizer
 from slurm_gpupool.util.resources import templates_dir
+
+if TYPE_CHECKING:
+    import jinja2
 
 HEADER = "managed by slurm_gpupool; do not edit: changes are overwritten by `gpupool gres install`"
 OUTPUTS = ("gres.conf", "nodes.conf", "gres-types.conf")
@@ -38,6 +39,8 @@ def environment(site_dir: str | Path | None = None, target: str = "slurm") -> ji
     """Templates of one format (``target``: slurm, cron, systemd or lua): every ``{{ value }}``
     is quoted for it, or refused where it cannot be (util/quoting.py), as autoescape
     quotes for HTML; ``| comment`` makes any text safe on a comment line."""
+    import jinja2  # here, not at import: the repartitioner's dry runs and checks render nothing
+
     dirs = [str(site_dir)] if site_dir else []
     dirs.append(str(templates_dir()))
     env = jinja2.Environment(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-_PART = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([smhd])", re.IGNORECASE)
+_PART = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([smhd])")  # matched against lower-cased text
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_S = 100 * 366 * 86400  # a century: longer is a typo (and overflows dates and timers)
 

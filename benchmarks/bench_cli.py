@@ -1,0 +1,191 @@
+"""Benchmark: start-up of the admin command ``gpupool``, per command, against the plain interpreter (#29).
+
+Admins, cron and CI run ``gpupool`` all day (CI alone runs ``node apply``/``node assert``
+and friends thousands of times), so each command's start matters.  Every command runs as
+an admin runs it: a fresh process of the installed entry point, from a wheel installed
+(not editable) into a throwaway venv; ``--editable`` measures the dev venv's script
+instead.  The site is the shipped pool (etc/gpupool.yaml) with its paths in a temporary
+directory; ``h100n1`` is a simulated HGX H100 already in the day layout (so ``node
+apply day`` is the idempotent re-apply cron and CI mostly do), and Slurm is a small
+``/bin/sh`` stand-in on PATH that prints output recorded from Slurm 22.05
+(tests/fixtures/slurm): its own start (a few ms per Slurm command) is in the figures of
+``status``, ``metrics`` and ``repartition``, as the real commands' would be.
+
+The floor, measured in the same run, interleaved, is the plain system interpreter
+``/usr/bin/python3 -c pass``; the venv's own ``python -c pass`` is shown too.  Reports
+medians of wall time and of the child's CPU time (user + sys, from ``RUSAGE_CHILDREN``),
+each with its ratio to the floor's median.  Target: every command within 3x the floor.
+Each run's output is checked (the help lists every command, the node matches its layout,
+the status names the nodes, ...).
+
+    python -m benchmarks.bench_cli [--runs 20] [--editable] [--floor /usr/bin/python3] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from benchmarks.common import (
+    SYSTEM_PYTHON,
+    TOP,
+    check,
+    installed_venv,
+    python_version,
+    run_main,
+    system_python,
+    table,
+    timed_child,
+)
+
+NODE = "h100n1"
+TARGET_X = 3.0  # every command's median within this many times the floor's
+RECORDED = TOP / "tests" / "fixtures" / "slurm" / "22.05"
+
+# what the stand-in answers, by command line prefix (the calls status, metrics and repartition make)
+SLURM_ANSWERS = {
+    "sinfo --json": "sinfo.json",
+    "squeue --json": "squeue.json",
+    "scontrol -o show reservation": "reservations.txt",
+    "scontrol ping": "ping.txt",
+}
+
+
+def _has(*needles: str) -> Callable[[str], bool]:
+    return lambda out: all(n in out for n in needles)
+
+
+def _status_ok(out: str) -> bool:
+    return {n["node"] for n in json.loads(out)["nodes"]} >= {NODE}
+
+
+def _plan_ok(out: str) -> bool:
+    return "nodes" in json.loads(out)
+
+
+# (name, arguments after `gpupool`, a check of its stdout); the most-run commands first after --help
+COMMANDS: list[tuple[str, list[str], Callable[[str], bool]]] = [
+    ("--help", ["--help"], _has("node", "repartition", "status", "metrics", "report")),
+    ("node apply day", ["--node", NODE, "node", "apply", "day"], _has(f"node {NODE}: layout day")),
+    ("node assert day", ["--node", NODE, "node", "assert", "day"], _has(f"node {NODE} matches layout day")),
+    ("gres render", ["gres", "render", "--nodes", NODE], _has(f"NodeName={NODE}")),
+    ("gres install", ["gres", "install", "--nodes", NODE, "--no-backup"], _has("gres.conf")),
+    ("repartition --dry-run", ["repartition", "--to", "day", "--dry-run", "--json"], _plan_ok),
+    ("status --json", ["status", "--json"], _status_ok),
+    ("metrics", ["metrics"], _has("gpupool_build_info")),
+]
+
+
+def fake_slurm(bindir: Path) -> None:
+    """``sinfo``, ``squeue``, ``scontrol``: one /bin/sh script printing the recorded answers."""
+    cases = "\n".join(f'  "{k}"*) exec cat "{RECORDED / v}";;' for k, v in SLURM_ANSWERS.items())
+    script = f'#!/bin/sh\ncase "${{0##*/}} $*" in\n{cases}\n  *) echo "unrecorded: ${{0##*/}} $*" >&2; exit 1;;\nesac\n'
+    bindir.mkdir(parents=True)
+    (bindir / "slurm-answers").write_text(script)
+    (bindir / "slurm-answers").chmod(0o755)
+    for name in ("sinfo", "squeue", "scontrol"):
+        (bindir / name).symlink_to("slurm-answers")
+
+
+def setup(root: Path, scripts: Path) -> dict[str, str]:
+    """The shipped pool under ``root``, its node ``h100n1`` simulated and in the day layout;
+    the environment every command runs with."""
+    sys.path.insert(0, str(TOP))
+    from tests.unit.site import shipped_raw
+
+    raw = shipped_raw(root)
+    raw["slurm"] = {"config_dir": str(root / "etc"), "version": "22.05.8"}
+    (root / "etc").mkdir(parents=True)
+    (root / "pool.yaml").write_text(yaml.safe_dump(raw))
+    fake_slurm(root / "bin")
+    env = {
+        "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
+        "SLURM_GPUPOOL_CONFIG": str(root / "pool.yaml"),
+        "SLURM_GPUPOOL_SIM_DIR": str(root / "sim"),
+        "SLURM_CONF": str(root / "etc" / "slurm.conf"),
+        "LANG": "C.UTF-8",
+    }
+    gpupool = str(scripts / "gpupool")
+    for argv in (
+        ["--node", NODE, "sim", "init", "hgx-h100", "--dev-root", str(root / "dev")],
+        ["--node", NODE, "node", "apply", "day"],
+    ):
+        timed_child([gpupool, *argv], env)
+    return env
+
+
+def measure(runs: int, scripts: Path, floor_python: str, root: Path) -> dict[str, list[tuple[float, float]]]:
+    env = setup(root, scripts)
+    gpupool = str(scripts / "gpupool")
+    programs: dict[str, tuple[list[str], Callable[[str], bool] | None]] = {
+        f"{floor_python} -c pass (floor)": ([floor_python, "-c", "pass"], None),
+        "venv python -c pass": ([str(scripts / "python"), "-c", "pass"], None),
+        **{f"gpupool {name}": ([gpupool, *args], ok) for name, args, ok in COMMANDS},
+    }
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in programs}
+    for _ in range(runs):  # interleaved, so machine noise hits every line alike
+        for name, (argv, ok) in programs.items():
+            wall, cpu, out = timed_child(argv, env)
+            results[name].append((wall, cpu))
+            if ok is not None:
+                check(ok(out), f"{name}: unexpected output: {out[:300]!r}")
+    return results
+
+
+def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str, pythons: str) -> None:
+    floor_name = next(iter(results))
+    floor = statistics.median(w for w, _ in results[floor_name])
+    cpu_floor = statistics.median(c for _, c in results[floor_name])
+    rows, worst = [], (0.0, "")
+    for name, xs in results.items():
+        med, cmed = statistics.median(w for w, _ in xs), statistics.median(c for _, c in xs)
+        ratios = (med / floor, cmed / cpu_floor)
+        rows.append([name, f"{med * 1e3:.1f} ms", f"{ratios[0]:.2f}x", f"{cmed * 1e3:.1f} ms", f"{ratios[1]:.2f}x"])
+        if name.startswith("gpupool "):
+            worst = max(worst, (max(ratios), name))
+    print(f"# gpupool start-up per command, {datetime.date.today()}, {runs} runs, shipped pool, simulated {NODE}")
+    print(f"# gpupool: {where}; {pythons}; Slurm: a /bin/sh stand-in printing Slurm 22.05's recorded output")
+    print(table(rows, ["program", "wall median", "/ floor", "CPU median", "/ floor"]))
+    verdict = "PASS" if worst[0] <= TARGET_X else "FAIL"
+    print(f"target: every command within {TARGET_X:g}x the floor: {verdict} (worst {worst[1]}: {worst[0]:.2f}x)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--editable", action="store_true", help="measure the dev venv's (editable) gpupool")
+    ap.add_argument("--floor", default=SYSTEM_PYTHON, help=f"the plain interpreter (default {SYSTEM_PYTHON})")
+    ap.add_argument("--smoke", action="store_true", help="2 runs: the same path in seconds")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.runs = 2
+    floor_python = system_python(args.floor)
+    root = Path(tempfile.mkdtemp(prefix="gpupool-bench-cli-"))
+    try:
+        if args.editable:
+            scripts = Path(sysconfig.get_path("scripts"))
+            where = f"{scripts} (editable dev install)"
+        else:
+            scripts = installed_venv(root / "install")
+            where = "a wheel of this tree installed into a fresh venv"
+        results = measure(args.runs, scripts, floor_python, root / "site")
+        pythons = f"floor {python_version(floor_python)}, gpupool {python_version(str(scripts / 'python'))}"
+        report(results, args.runs, where, pythons)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
