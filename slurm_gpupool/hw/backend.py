@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from slurm_gpupool.model import GpuHealth, GpuInfo, GpuProcess, NodeInventory, Placement
 
 
@@ -30,6 +32,12 @@ class GpuBackend(Protocol):
 
     def health(self, index: int) -> GpuHealth:
         """ECC, page retirement / row remapping, temperature."""
+
+    def health_counters(self, index: int) -> dict[str, Any]:
+        """:meth:`health`'s fields as a plain dict (the hooks' path: no dataclasses)."""
+
+    def mig_state(self, index: int) -> tuple[bool, list[str]]:
+        """(MIG mode on, the UUIDs of the GPU's MIG devices)."""
 
     def device_usage(self, index: int, mig_uuid: str | None = None) -> dict[str, int | None]:
         """Memory in use and utilization (None where NVML cannot say)."""
