@@ -118,7 +118,7 @@ def _defer_ctypes_util() -> None:
         return ctypes.util
 
     def find_library(name: str) -> str | None:
-        return real().find_library(name)  # type: ignore[no-any-return]
+        return real().find_library(name)
 
     def __getattr__(name: str) -> object:
         if name.startswith("__"):  # the import system asks for __path__ & co.: not a use
