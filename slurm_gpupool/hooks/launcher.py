@@ -75,7 +75,8 @@ def package_paths() -> list[str]:
 
 def install(dest: str, python: str | None = None) -> list[str]:
     """Write every launcher into ``dest`` (created 0755), each atomically (temporary file,
-    fsync, rename) with mode 0755; returns their paths.  ``python``: the interpreter to
+    fsync, rename) with mode 0755, unless it already holds that text and mode; returns the
+    paths written (none on a rerun: Ansible's ``changed``).  ``python``: the interpreter to
     name (default: this one, as the console scripts do)."""
     python = python or sys.executable
     paths = package_paths()
@@ -83,10 +84,17 @@ def install(dest: str, python: str | None = None) -> list[str]:
     written = []
     for name in HOOKS:
         target = os.path.join(dest, name)
+        text = render(name, python, paths).encode()
+        try:
+            with open(target, "rb") as f:
+                if f.read() == text and os.fstat(f.fileno()).st_mode & 0o7777 == 0o755:
+                    continue
+        except OSError:
+            pass
         tmp = os.path.join(dest, f".{name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
         try:
-            os.write(fd, render(name, python, paths).encode())
+            os.write(fd, text)
             os.fchmod(fd, 0o755)
             os.fsync(fd)
         except BaseException:
@@ -151,7 +159,8 @@ def run(module: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m slurm_gpupool.hooks.launcher DIR``: write the launchers into DIR."""
+    """``python -m slurm_gpupool.hooks.launcher DIR``: write the launchers into DIR; prints
+    the ones written (nothing when all were up to date)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
         sys.stderr.write(

@@ -28,6 +28,10 @@ def launchers(tmp_path: Path) -> Path:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [str(dest / n) for n in launcher.HOOKS]
+    again = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.hooks.launcher", str(dest)], capture_output=True, text=True, timeout=60
+    )
+    assert (again.returncode, again.stdout) == (0, "")  # up to date: nothing written (Ansible's changed)
     return dest
 
 
