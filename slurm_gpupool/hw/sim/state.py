@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -93,6 +92,8 @@ class SimStore:
 
 
 def _hex(seed: str, n: int) -> str:
+    import hashlib  # here: only node creation needs it, not every hook's NVML call (#29)
+
     return hashlib.sha256(seed.encode()).hexdigest()[:n]
 
 
