@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool.hooks import launcher
+from tests.contract.conftest import MACHINE_FOR_MODEL, make_sim_node
 from tests.unit.test_hooks import NODE, hook_env, index_of, site  # noqa: F401  (site: a fixture)
 
 TOP = Path(__file__).resolve().parents[2]
@@ -172,3 +173,36 @@ def test_the_ctypes_util_stand_in_answers_as_the_real_one():
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == real.stdout and res.stdout.strip() != "None"
+
+
+@pytest.mark.parametrize("model", sorted(MACHINE_FOR_MODEL))
+def test_the_simulations_copied_model_facts_answer_as_the_catalog(tmp_path: Path, model: str):
+    """The simulated node keeps a few facts of each GPU's model in its state so that a hook's
+    NVML calls need not load the MIG catalog: with and without them, every call a hook makes
+    answers the same, on every model (fidelity, DESIGN.md section 2)."""
+    from slurm_gpupool.core.mig import catalog
+    from slurm_gpupool.hw import open_backend
+    from slurm_gpupool.hw.sim.state import model_facts
+
+    store = make_sim_node(tmp_path, model)
+    key = store.read()["gpus"][0]["model"]
+    assert store.read()["gpus"][0]["model_facts"] == model_facts(catalog.get_model(key))
+
+    def answers() -> list:
+        with open_backend("simnode", tmp_path) as b:
+            out = []
+            for i in range(b.gpu_count()):
+                out += [b.health_counters(i), b.mig_state(i)]
+                mig_capable = catalog.get_model(key).mig is not None
+                if mig_capable:
+                    b.set_mig_mode(i, True)
+                    out.append(b.mig_state(i))
+            return out
+
+    with_facts = answers()
+    with store.modify() as st:
+        for g in st["gpus"]:
+            del g["model_facts"]
+            if g["mig"] is not None:
+                g["mig"]["current"] = g["mig"]["pending"] = 0
+    assert answers() == with_facts
