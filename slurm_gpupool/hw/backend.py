@@ -30,6 +30,9 @@ class GpuBackend(Protocol):
     def processes(self, index: int) -> list[GpuProcess]:
         """Compute processes on a GPU, with their MIG instance."""
 
+    def process_records(self, index: int) -> list[dict[str, int | None]]:
+        """:meth:`processes` as plain dicts (the Epilog's path: no dataclasses)."""
+
     def health(self, index: int) -> GpuHealth:
         """ECC, page retirement / row remapping, temperature."""
 

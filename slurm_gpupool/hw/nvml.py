@@ -338,10 +338,10 @@ class NvmlBackend:
         )
 
     # -- processes and health -----------------------------------------------------------------
-    def processes(self, index: int) -> list[GpuProcess]:
-        """Compute processes on a GPU, with their MIG instance (``nvidia-smi --query-compute-apps``)."""
-        from slurm_gpupool.model import GpuProcess
-
+    def process_records(self, index: int) -> list[dict[str, int | None]]:
+        """Compute processes on a GPU, with their MIG instance (``nvidia-smi --query-compute-apps``):
+        the fields of :class:`~slurm_gpupool.model.GpuProcess` as plain dicts (the Epilog's
+        path: no dataclasses, #29)."""
         h = self._handle(index)
         with nvml_errors(f"list processes on GPU {index} of {self.node}"):
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
@@ -351,14 +351,20 @@ class NvmlBackend:
             ci = getattr(p, "computeInstanceId", _NO_ID)
             mem = p.usedGpuMemory
             out.append(
-                GpuProcess(
-                    pid=int(p.pid),
-                    used_memory_mib=None if mem is None else int(mem) >> 20,
-                    gi_id=None if gi == _NO_ID else int(gi),
-                    ci_id=None if ci == _NO_ID else int(ci),
-                )
+                {
+                    "pid": int(p.pid),
+                    "used_memory_mib": None if mem is None else int(mem) >> 20,
+                    "gi_id": None if gi == _NO_ID else int(gi),
+                    "ci_id": None if ci == _NO_ID else int(ci),
+                }
             )
         return out
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        """:meth:`process_records` as :class:`~slurm_gpupool.model.GpuProcess` values."""
+        from slurm_gpupool.model import GpuProcess
+
+        return [GpuProcess(**r) for r in self.process_records(index)]  # type: ignore[arg-type]
 
     def health_counters(self, index: int) -> dict[str, Any]:
         """ECC, retired pages / remapped rows and temperature.
