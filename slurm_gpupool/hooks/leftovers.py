@@ -12,7 +12,10 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _owner(pid: int) -> int | None:
@@ -69,10 +72,10 @@ def candidates(backend: Any, state: dict[str, Any], devices: Iterable[dict[str, 
         by_gpu.setdefault(d["gpu"], []).append(d)
     for gpu, devs in sorted(by_gpu.items()):
         mine = {mig_ids[d["mig_uuid"]][1:] for d in devs if d.get("mig_uuid") in mig_ids}
-        for p in backend.processes(gpu):
-            if mine and (p.gi_id, p.ci_id) not in mine:
+        for p in backend.process_records(gpu):
+            if mine and (p["gi_id"], p["ci_id"]) not in mine:
                 continue  # another MIG device of the same GPU: another job's
-            out.append((gpu, p.pid))
+            out.append((gpu, p["pid"]))
     return out
 
 

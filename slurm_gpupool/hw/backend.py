@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from slurm_gpupool.model import GpuHealth, GpuInfo, GpuProcess, NodeInventory, Placement
 
 
@@ -28,8 +30,17 @@ class GpuBackend(Protocol):
     def processes(self, index: int) -> list[GpuProcess]:
         """Compute processes on a GPU, with their MIG instance."""
 
+    def process_records(self, index: int) -> list[dict[str, int | None]]:
+        """:meth:`processes` as plain dicts (the Epilog's path: no dataclasses)."""
+
     def health(self, index: int) -> GpuHealth:
         """ECC, page retirement / row remapping, temperature."""
+
+    def health_counters(self, index: int) -> dict[str, Any]:
+        """:meth:`health`'s fields as a plain dict (the hooks' path: no dataclasses)."""
+
+    def mig_state(self, index: int) -> tuple[bool, list[str]]:
+        """(MIG mode on, the UUIDs of the GPU's MIG devices)."""
 
     def device_usage(self, index: int, mig_uuid: str | None = None) -> dict[str, int | None]:
         """Memory in use and utilization (None where NVML cannot say)."""

@@ -12,30 +12,30 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import pynvml
 
-if TYPE_CHECKING:
-    from typing import Any
-
 from slurm_gpupool.core.gres.devices import gpu_device_file, mig_device_files
-from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.errors import (
     GpuBusyError,
     GpuOperationError,
     NvmlUnavailableError,
 )
-from slurm_gpupool.model import (
-    GpuHealth,
-    GpuInfo,
-    GpuInstanceInfo,
-    GpuProcess,
-    MigDevice,
-    NodeInventory,
-    Placement,
-    Topology,
-)
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_gpupool.model import (
+        GpuHealth,
+        GpuInfo,
+        GpuInstanceInfo,
+        GpuProcess,
+        NodeInventory,
+        Placement,
+        Topology,
+    )
+
 
 _LEVEL_NAMES = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 _UNAVAILABLE = {
@@ -146,6 +146,8 @@ class NvmlBackend:
     # -- inventory ----------------------------------------------------------------------------
     def inventory(self) -> NodeInventory:
         """Everything ``nvidia-smi -q``, ``nvidia-smi mig -lgi -lci`` and ``topo -m`` show."""
+        from slurm_gpupool.model import NodeInventory
+
         with nvml_errors(f"read GPUs of {self.node}"):
             cuda = pynvml.nvmlSystemGetCudaDriverVersion()
             n = pynvml.nvmlDeviceGetCount()
@@ -168,6 +170,9 @@ class NvmlBackend:
             return self._gpu_info(index, h)
 
     def _gpu_info(self, index: int, h: Any) -> GpuInfo:
+        from slurm_gpupool.core.mig import catalog
+        from slurm_gpupool.model import GpuInfo
+
         name = _ensure_str(pynvml.nvmlDeviceGetName(h))
         pci = pynvml.nvmlDeviceGetPciInfo(h)
         device_id = pci.pciDeviceId >> 16
@@ -207,6 +212,8 @@ class NvmlBackend:
 
     def _gi_profiles(self, h: Any) -> list[Any]:
         """GI profile infos offered by this GPU (``nvidia-smi mig -lgip``)."""
+        from slurm_gpupool.core.mig import catalog
+
         out = []
         # an older nvidia-ml-py's count predates +gfx, -me, +me.all (0xA-0x10): ask for those too
         for enum in range(max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, catalog.gi_profile_enum_span())):
@@ -219,6 +226,8 @@ class NvmlBackend:
 
     def _instances(self, index: int, h: Any, minor: int) -> tuple[GpuInstanceInfo, ...]:
         """GPU and compute instances (``nvidia-smi mig -lgi`` and ``-lci``)."""
+        from slurm_gpupool.model import GpuInstanceInfo, MigDevice, Placement
+
         uuid_by_ids: dict[tuple[int, int], tuple[str, int]] = {}
         for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
             try:
@@ -290,6 +299,8 @@ class NvmlBackend:
         Like Slurm's NVML plugin: walk links until NOT_SUPPORTED, skip
         INVALID_ARGUMENT, and count active links whose peer is a local GPU.
         """
+        from slurm_gpupool.model import Topology
+
         n = len(handles)
         bus_to_index = {g.pci_bus_id: g.index for g in gpus}
         links = [[0] * n for _ in range(n)]
@@ -327,8 +338,10 @@ class NvmlBackend:
         )
 
     # -- processes and health -----------------------------------------------------------------
-    def processes(self, index: int) -> list[GpuProcess]:
-        """Compute processes on a GPU, with their MIG instance (``nvidia-smi --query-compute-apps``)."""
+    def process_records(self, index: int) -> list[dict[str, int | None]]:
+        """Compute processes on a GPU, with their MIG instance (``nvidia-smi --query-compute-apps``):
+        the fields of :class:`~slurm_gpupool.model.GpuProcess` as plain dicts (the Epilog's
+        path: no dataclasses, #29)."""
         h = self._handle(index)
         with nvml_errors(f"list processes on GPU {index} of {self.node}"):
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
@@ -338,20 +351,28 @@ class NvmlBackend:
             ci = getattr(p, "computeInstanceId", _NO_ID)
             mem = p.usedGpuMemory
             out.append(
-                GpuProcess(
-                    pid=int(p.pid),
-                    used_memory_mib=None if mem is None else int(mem) >> 20,
-                    gi_id=None if gi == _NO_ID else int(gi),
-                    ci_id=None if ci == _NO_ID else int(ci),
-                )
+                {
+                    "pid": int(p.pid),
+                    "used_memory_mib": None if mem is None else int(mem) >> 20,
+                    "gi_id": None if gi == _NO_ID else int(gi),
+                    "ci_id": None if ci == _NO_ID else int(ci),
+                }
             )
         return out
 
-    def health(self, index: int) -> GpuHealth:
+    def processes(self, index: int) -> list[GpuProcess]:
+        """:meth:`process_records` as :class:`~slurm_gpupool.model.GpuProcess` values."""
+        from slurm_gpupool.model import GpuProcess
+
+        return [GpuProcess(**r) for r in self.process_records(index)]  # type: ignore[arg-type]
+
+    def health_counters(self, index: int) -> dict[str, Any]:
         """ECC, retired pages / remapped rows and temperature.
 
         Like ``nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,TEMPERATURE``; a
         counter NVML does not support here (e.g. remapped rows with MIG on) is None.
+        The fields of :class:`~slurm_gpupool.model.GpuHealth` as a plain dict: the job hooks
+        check these without loading the model's dataclasses (~15 ms a job, #29).
         """
         h = self._handle(index)
 
@@ -378,7 +399,7 @@ class NvmlBackend:
         remap = opt(pynvml.nvmlDeviceGetRemappedRows)
         temp = opt(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
         slowdown = opt(pynvml.nvmlDeviceGetTemperatureThreshold, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
-        return GpuHealth(
+        return dict(
             gpu_index=index,
             ecc_uncorrected_volatile=ecc_unc_v,
             ecc_uncorrected_aggregate=ecc_unc_a,
@@ -392,6 +413,37 @@ class NvmlBackend:
             temperature_c=temp,
             temperature_slowdown_c=slowdown,
         )
+
+    def health(self, index: int) -> GpuHealth:
+        """:meth:`health_counters` as a :class:`~slurm_gpupool.model.GpuHealth`."""
+        from slurm_gpupool.model import GpuHealth
+
+        return GpuHealth(**self.health_counters(index))
+
+    def mig_state(self, index: int) -> tuple[bool, list[str]]:
+        """(MIG mode on, the UUIDs of the GPU's MIG devices): what ``nvidia-smi -L`` lists under
+        it, walked the way Slurm walks them.  The hooks' drift check needs only this, not
+        :meth:`gpu`'s whole instance tree (a dozen NVML calls instead of ~150)."""
+        h = self._handle(index)
+        with nvml_errors(f"read MIG devices of GPU {index} on {self.node}"):
+            try:
+                cur, _pend = pynvml.nvmlDeviceGetMigMode(h)
+            except pynvml.NVMLError as e:
+                if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                    raise
+                return False, []
+            if cur != 1:
+                return False, []
+            uuids = []
+            for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+                try:
+                    mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, mig_index)
+                except pynvml.NVMLError as e:
+                    if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                        break  # Slurm stops at the first missing index too
+                    raise
+                uuids.append(_ensure_str(pynvml.nvmlDeviceGetUUID(mh)))
+        return True, uuids
 
     def device_usage(self, index: int, mig_uuid: str | None = None) -> dict[str, int | None]:
         """Memory in use and, for a whole GPU, utilization (``nvidia-smi --query-gpu=memory.used,utilization.gpu``).
@@ -456,6 +508,8 @@ class NvmlBackend:
 
     def create_compute_instance(self, index: int, gi_id: int, ci_slices: int) -> tuple[int, str]:
         """``nvidia-smi mig -i N -gi G -cci <profile>``; returns (CI ID, MIG UUID)."""
+        from slurm_gpupool.core.mig import catalog
+
         h = self._handle(index)
         what = f"create compute instance in GI {gi_id} on GPU {index} of {self.node}"
         with nvml_errors(what):

@@ -27,19 +27,26 @@ DEF_MEM_PER_CPU_MIB = 1024
 ANSIBLE_ROLE_MARKER = "# {mark} slurm_gpupool (managed by Ansible, role gpupool)"
 
 
-def hook_programs() -> dict[str, str]:
-    """Absolute paths of the installed hook programs (this interpreter's scripts dir)."""
-    import sysconfig
+def hook_programs(dest: Path, changed: set[Path]) -> dict[str, str]:
+    """The hook programs slurmd runs: the isolated launchers (``-IS``: no site, no ``.pth``
+    files; #29) of this interpreter, written into ``dest`` as the Ansible role writes them
+    (``python -m slurm_gpupool.hooks.launcher``); their paths by hook."""
+    import sys
 
-    scripts = Path(sysconfig.get_path("scripts"))
-    out = {}
-    for name in ("prolog", "epilog", "taskprolog", "healthcheck"):
-        path = scripts / f"gpupool-{name}"
-        if not path.exists():
-            raise StateError(
-                f"hook program {path}", "not installed", hint="pip install the package (scripts/bootstrap)"
-            )
-        out[name] = str(path)
+    from slurm_gpupool.hooks import launcher
+
+    try:
+        paths = launcher.package_paths()
+        out = {}
+        for name in launcher.HOOKS:
+            path = dest / name
+            if write_if_changed(path, launcher.render(name, sys.executable, paths), 0o755):
+                changed.add(path)
+            out[name.removeprefix("gpupool-")] = str(path)
+    except (RuntimeError, ValueError) as e:
+        raise StateError(
+            f"hook launchers in {dest}", str(e), hint="pip install the package (scripts/bootstrap)"
+        ) from None
     return out
 
 
@@ -123,7 +130,7 @@ def write_daemon_configs(
         "ports": ports,
         "munge_socket": str(p.munge_socket),
     }
-    hooks = hook_programs()
+    hooks = hook_programs(p.root / "libexec", changed)
     hooks["healthcheck"] = healthcheck_shim(p, hooks["healthcheck"], changed)
     slurm_conf = render_template(
         "slurm.conf.j2",

@@ -145,9 +145,9 @@ def test_first_run_deploys_and_slurm_uses_the_installed_hooks(deployed: Deployed
     sb, role = deployed.sandbox, deployed.sandbox.root / "ansible"
     conf = show_config(sb)
     listed = "[0]" if sb.slurm_version >= (24, 11, 0) else ""  # 24.11 lists each of several scripts
-    assert conf[f"Prolog{listed}"] == f"{role}/venv/bin/gpupool-prolog"
-    assert conf[f"Epilog{listed}"] == f"{role}/venv/bin/gpupool-epilog"
-    assert conf["TaskProlog"] == f"{role}/venv/bin/gpupool-taskprolog"
+    assert conf[f"Prolog{listed}"] == f"{role}/venv/libexec/gpupool-prolog"
+    assert conf[f"Epilog{listed}"] == f"{role}/venv/libexec/gpupool-epilog"
+    assert conf["TaskProlog"] == f"{role}/venv/libexec/gpupool-taskprolog"
     assert conf["HealthCheckProgram"] == f"{role}/sbin/gpupool-healthcheck"
     assert "Alloc" in conf["PrologFlags"] and conf["PrologEpilogTimeout"] == "60"
     slurm_conf = (sb.root / "etc" / "slurm.conf").read_text()

@@ -5,9 +5,7 @@ placements inside a GPU instance, create, destroy, list, and the MIG device a CI
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
-from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.hw.sim import cabi
 from slurm_gpupool.hw.sim.cargs import (
     CARG,
@@ -25,6 +23,17 @@ from slurm_gpupool.hw.sim.cargs import (
 from slurm_gpupool.hw.sim.dispatch import SimLibraryBase, c_api
 from slurm_gpupool.hw.sim.state import mig_uuid
 
+TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _catalog() -> Any:
+    """The MIG catalog, loaded on first use: a hook's calls never need it (#29)."""
+    from slurm_gpupool.core.mig import catalog
+
+    return catalog
+
 
 class ComputeInstances(SimLibraryBase):
     """The ``nvmlGpuInstance*ComputeInstance*`` calls and the MIG device handle queries."""
@@ -34,9 +43,9 @@ class ComputeInstances(SimLibraryBase):
         e = as_int(enum)
         if not 0 <= e < cabi.CI_ENUM_COUNT:
             raise NvmlReturn(cabi.INVALID_ARGUMENT)
-        slices = catalog.ci_slices_for_enum(e)
+        slices = _catalog().ci_slices_for_enum(e)
         prof = self._profile_by_id(g, gi["profile_id"])
-        if slices is None or slices not in catalog.ci_sizes(prof.compute_slices):
+        if slices is None or slices not in _catalog().ci_sizes(prof.compute_slices):
             raise NvmlReturn(cabi.NOT_SUPPORTED)
         return slices
 
@@ -50,7 +59,7 @@ class ComputeInstances(SimLibraryBase):
         info = deref(ref)
         if info.version != cabi.CI_PROFILE_INFO_V2:
             raise NvmlReturn(cabi.ARGUMENT_VERSION_MISMATCH)
-        info.id = catalog.ci_profile_id(slices)
+        info.id = _catalog().ci_profile_id(slices)
         info.sliceCount = slices
         info.instanceCount = prof.compute_slices // slices
         info.multiprocessorCount = prof.sm_count * slices // prof.compute_slices
@@ -104,7 +113,7 @@ class ComputeInstances(SimLibraryBase):
         serial = self._next_serial()
         ci = {
             "id": min(set(range(8)) - taken),
-            "profile_id": catalog.ci_profile_id(slices),
+            "profile_id": _catalog().ci_profile_id(slices),
             "slices": slices,
             "start": start,
             "serial": serial,
@@ -191,14 +200,13 @@ class ComputeInstances(SimLibraryBase):
     @c_api("nvmlDeviceGetMaxMigDeviceCount")
     def _max_mig(self, h: Any, ref: Any) -> None:
         g = self._dev(h)
-        geo = self._model(g).mig
-        enabled = geo is not None and g["mig"] is not None and g["mig"]["current"] == 1
-        deref(ref).value = geo.max_mig_devices if enabled and geo else 0
+        enabled = g["mig"] is not None and g["mig"]["current"] == 1
+        deref(ref).value = self._facts(g)["max_mig_devices"] if enabled else 0
 
     @c_api("nvmlDeviceGetMigDeviceHandleByIndex")
     def _mig_by_index(self, h: Any, index: Any, ref: Any) -> None:
         g = self._dev(h)
-        self._geometry(g)
+        self._require_mig_enabled(g)
         devs = self._mig_devices(g)
         i = as_int(index)
         if not 0 <= i < len(devs):

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
-from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.hw.sim import cabi
 from slurm_gpupool.hw.sim.cargs import Kind, NvmlReturn, as_int, decode_handle, handle_value
 from slurm_gpupool.hw.sim.procs import pid_alive
-from slurm_gpupool.hw.sim.state import SimStore
+from slurm_gpupool.hw.sim.state import SimStore, model_facts
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_gpupool.core.mig import catalog
+
 
 API: dict[str, tuple[Callable[..., Any], bool, bool]] = {}
 
@@ -165,7 +170,21 @@ class SimLibraryBase:
 
     @staticmethod
     def _model(g: dict) -> catalog.GpuModel:
+        from slurm_gpupool.core.mig import catalog
+
         return catalog.get_model(g["model"])
+
+    def _facts(self, g: dict) -> dict[str, Any]:
+        """The few facts of the GPU's model that a job hook's calls need, copied into the
+        node's state when it was created (``model_facts``), so those calls never load the
+        MIG catalog (~15 ms a process, #29); from the catalog for an older state file."""
+        facts = g.get("model_facts")
+        return facts if isinstance(facts, dict) else model_facts(self._model(g))
+
+    def _require_mig_enabled(self, g: dict) -> None:
+        """:meth:`_geometry`'s check (MIG-capable, MIG mode on) from the facts alone."""
+        if not self._facts(g)["max_mig_devices"] or g["mig"] is None or g["mig"]["current"] != 1:
+            raise NvmlReturn(cabi.NOT_SUPPORTED)
 
     def _geometry(self, g: dict, need_enabled: bool = True) -> catalog.MigGeometry:
         geo = self._model(g).mig

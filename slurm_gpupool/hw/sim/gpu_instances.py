@@ -5,9 +5,7 @@ the memory-slice axis, room and remaining capacity, create, destroy, list
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
-from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.hw.sim import cabi
 from slurm_gpupool.hw.sim.cargs import (
     CARG,
@@ -21,6 +19,12 @@ from slurm_gpupool.hw.sim.cargs import (
     set_ptr_field,
 )
 from slurm_gpupool.hw.sim.dispatch import SimLibraryBase, c_api
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_gpupool.core.mig import catalog
 
 
 class GpuInstances(SimLibraryBase):
@@ -147,6 +151,8 @@ class GpuInstances(SimLibraryBase):
         geo = self._geometry(g)
         if not self._room_for(g, geo, prof, start):
             raise NvmlReturn(cabi.INSUFFICIENT_RESOURCES)
+        from slurm_gpupool.core.mig import catalog
+
         gi_id = catalog.gi_slot_id(geo, start, prof.memory_slices)
         taken = {gi["id"] for gi in g["gis"]}
         if gi_id in taken:

@@ -3,11 +3,13 @@ and counts, retired pages (Volta), remapped rows (Ampere on), temperatures and t
 
 from __future__ import annotations
 
-from typing import Any
-
 from slurm_gpupool.hw.sim import cabi
 from slurm_gpupool.hw.sim.cargs import NvmlReturn, as_int, deref
 from slurm_gpupool.hw.sim.dispatch import SimLibraryBase, c_api
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Health(SimLibraryBase):
@@ -51,7 +53,7 @@ class Health(SimLibraryBase):
         deref(ref).value = g["health"]["ecc"][kind][ct]
 
     def _volta_only(self, g: dict) -> None:
-        if self._model(g).architecture != "volta":
+        if self._facts(g)["architecture"] != "volta":
             raise NvmlReturn(cabi.NOT_SUPPORTED)  # Ampere+ remap rows instead of retiring pages
 
     @c_api("nvmlDeviceGetRetiredPages")
@@ -81,7 +83,7 @@ class Health(SimLibraryBase):
     @c_api("nvmlDeviceGetRemappedRows")
     def _remapped(self, h: Any, corr: Any, unc: Any, pend: Any, fail: Any) -> None:
         g = self._dev(h)
-        if self._model(g).architecture == "volta":
+        if self._facts(g)["architecture"] == "volta":
             raise NvmlReturn(cabi.NOT_SUPPORTED)
         if g["mig"] and g["mig"]["current"] == 1 and g["gis"]:
             raise NvmlReturn(cabi.NOT_SUPPORTED)  # not available with active MIG instances
@@ -101,8 +103,8 @@ class Health(SimLibraryBase):
     @c_api("nvmlDeviceGetTemperatureThreshold")
     def _temperature_threshold(self, h: Any, which: Any, ref: Any) -> None:
         g = self._dev(h)
-        m = self._model(g)
-        values = {0: m.temp_shutdown_c, 1: m.temp_slowdown_c, 2: 95, 3: m.temp_slowdown_c - 3}
+        m = self._facts(g)
+        values = {0: m["temp_shutdown_c"], 1: m["temp_slowdown_c"], 2: 95, 3: m["temp_slowdown_c"] - 3}
         w = as_int(which)
         if w not in values:
             raise NvmlReturn(cabi.INVALID_ARGUMENT)

@@ -1,0 +1,208 @@
+"""The hooks' isolated launchers (#29): the same main() as the console scripts, in an
+interpreter started with ``-IS`` that loads nothing beyond the standard library,
+slurm_gpupool and pynvml."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.hooks import launcher
+from tests.contract.conftest import MACHINE_FOR_MODEL, make_sim_node
+from tests.unit.test_hooks import NODE, hook_env, index_of, site  # noqa: F401  (site: a fixture)
+
+TOP = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def launchers(tmp_path: Path) -> Path:
+    dest = tmp_path / "libexec"
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.hooks.launcher", str(dest)], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(dest / n) for n in launcher.HOOKS]
+    again = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.hooks.launcher", str(dest)], capture_output=True, text=True, timeout=60
+    )
+    assert (again.returncode, again.stdout) == (0, "")  # up to date: nothing written (Ansible's changed)
+    return dest
+
+
+def test_launchers_are_the_console_scripts_hooks():
+    cfg = configparser.ConfigParser()
+    cfg.read(TOP / "setup.cfg")
+    scripts = dict(line.split("=", 1) for line in cfg["options.entry_points"]["console_scripts"].strip().splitlines())
+    scripts = {k.strip(): v.strip() for k, v in scripts.items()}
+    assert {name: f"{mod}:main" for name, mod in launcher.HOOKS.items()} == {
+        k: v for k, v in scripts.items() if k in launcher.HOOKS
+    }
+    assert set(launcher.HOOKS) == {k for k, v in scripts.items() if v.startswith("slurm_gpupool.hooks.")}
+
+
+def test_a_launcher_starts_isolated_and_puts_only_the_package_on_the_path(launchers: Path):
+    text = (launchers / "gpupool-prolog").read_text()
+    first, *rest = text.splitlines()
+    assert first == f"#!{sys.executable} -IS"
+    assert os.stat(launchers / "gpupool-prolog").st_mode & 0o777 == 0o755
+    code = [line for line in rest if not line.startswith("#")]
+    assert code == [
+        "import sys",
+        f"sys.path.extend({launcher.package_paths()!r})",
+        "from slurm_gpupool.hooks.launcher import run",
+        "run('slurm_gpupool.hooks.prolog')",
+    ]
+    assert not list(launchers.glob(".*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("bad", ["relative/python", "/with space/python", "/new\nline"])
+def test_render_refuses_paths_a_shebang_cannot_carry(bad: str):
+    with pytest.raises(ValueError):
+        launcher.render("gpupool-prolog", bad, ["/x"])
+
+
+def _record(site_: dict) -> dict:
+    rec = json.loads((site_["root"] / "spool" / NODE / "jobs" / "42.json").read_text())
+    rec.pop("start_time")
+    return rec
+
+
+def test_launcher_and_console_script_write_the_same_record(site: dict, launchers: Path):  # noqa: F811
+    i = index_of(site, "mig", "1g.10gb")
+    env = hook_env(site, SLURM_JOB_GPUS=str(i), SLURM_STEP_GPUS=str(i))
+    script = Path(sysconfig.get_path("scripts")) / "gpupool-prolog"
+    outs = []
+    for prog in (script, launchers / "gpupool-prolog"):
+        res = subprocess.run([str(prog)], capture_output=True, text=True, timeout=60, env=env)
+        assert res.returncode == 0 and not res.stderr, res.stderr
+        outs.append(_record(site))
+        (site["root"] / "spool" / NODE / "jobs" / "42.json").unlink()
+    assert outs[0] == outs[1] and outs[0]["devices"]
+    task = [
+        subprocess.run([str(p)], capture_output=True, text=True, timeout=60, env=env).stdout
+        for p in (Path(sysconfig.get_path("scripts")) / "gpupool-taskprolog", launchers / "gpupool-taskprolog")
+    ]
+    assert task[0] == task[1] and "export CUDA_VISIBLE_DEVICES=MIG-" in task[0]
+
+
+def test_a_health_failure_exits_1_through_the_launcher_too(site: dict, launchers: Path):  # noqa: F811
+    from slurm_gpupool.hw.sim import inject
+    from slurm_gpupool.hw.sim.state import SimStore
+
+    i = index_of(site, "mig", "1g.10gb")
+    gpu = site["table"][i]["gpu"]
+    inject.add_ecc_errors(SimStore(site["sim"] / f"{NODE}.json"), gpu, uncorrected=3)
+    env = hook_env(site, SLURM_JOB_GPUS=str(i))
+    res = subprocess.run([str(launchers / "gpupool-prolog")], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 1 and "uncorrectable ECC" in res.stderr
+
+
+def test_a_launched_hook_loads_only_stdlib_slurm_gpupool_and_pynvml(site: dict, launchers: Path):  # noqa: F811
+    """Run the prolog as the launcher does, then list sys.modules (the launcher's own lines,
+    with a report appended before run() exits)."""
+    i = index_of(site, "mig", "1g.10gb")
+    src = (launchers / "gpupool-prolog").read_text().splitlines()
+    probe = "\n".join(
+        [
+            *src[1:-2],
+            "from slurm_gpupool.hooks import launcher",
+            "launcher._defer_ctypes_util()",
+            "from slurm_gpupool.hooks.prolog import main",
+            "rc = main()",
+            "import json",
+            "print(json.dumps({'rc': rc, 'mods': sorted(sys.modules), 'flags': [sys.flags.isolated, sys.flags.no_site]}))",
+        ]
+    )
+    env = hook_env(site, SLURM_JOB_GPUS=str(i))
+    res = subprocess.run([sys.executable, "-IS", "-c", probe], capture_output=True, text=True, timeout=60, env=env)
+    data = json.loads(res.stdout)
+    assert data["rc"] == 0 and data["flags"] == [1, 1], res.stderr
+    outside = {
+        m
+        for m in data["mods"]
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and m.split(".")[0] not in ("slurm_gpupool", "pynvml", "__main__")
+    }
+    assert not outside
+    assert not {"site", "typing", "subprocess", "tempfile"} & set(data["mods"])
+
+
+def test_the_nvml_path_of_the_hooks_loads_no_dataclasses_catalog_or_subprocess():
+    """What a hook imports on a real GPU node (the simulation, beneath pynvml, needs the MIG
+    catalog and so dataclasses; NVML does not)."""
+    code = (
+        "import sys\n"
+        f"sys.path.extend({launcher.package_paths()!r})\n"
+        "from slurm_gpupool.hooks import launcher\n"
+        "launcher._defer_ctypes_util()\n"
+        "import slurm_gpupool.hooks.prolog, slurm_gpupool.hooks.epilog, slurm_gpupool.hooks.taskprolog\n"
+        "import slurm_gpupool.hooks.health, slurm_gpupool.hooks.allocation, slurm_gpupool.hooks.sampler\n"
+        "import slurm_gpupool.hooks.healthcheck, slurm_gpupool.hw.nvml\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    res = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    mods = set(res.stdout.split())
+    assert "pynvml" in mods
+    heavy = {"typing", "dataclasses", "inspect", "slurm_gpupool.model", "slurm_gpupool.core.mig.catalog", "tempfile"}
+    assert not heavy & mods
+
+
+def test_the_ctypes_util_stand_in_answers_as_the_real_one():
+    code = (
+        "import sys\n"
+        "from slurm_gpupool.hooks import launcher\n"
+        "launcher._defer_ctypes_util()\n"
+        "from ctypes.util import find_library\n"
+        "assert 'subprocess' not in sys.modules\n"
+        "print(find_library('c'))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    real = subprocess.run(
+        [sys.executable, "-c", "from ctypes.util import find_library; print(find_library('c'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == real.stdout and res.stdout.strip() != "None"
+
+
+@pytest.mark.parametrize("model", sorted(MACHINE_FOR_MODEL))
+def test_the_simulations_copied_model_facts_answer_as_the_catalog(tmp_path: Path, model: str):
+    """The simulated node keeps a few facts of each GPU's model in its state so that a hook's
+    NVML calls need not load the MIG catalog: with and without them, every call a hook makes
+    answers the same, on every model (fidelity, DESIGN.md section 2)."""
+    from slurm_gpupool.core.mig import catalog
+    from slurm_gpupool.hw import open_backend
+    from slurm_gpupool.hw.sim.state import model_facts
+
+    store = make_sim_node(tmp_path, model)
+    key = store.read()["gpus"][0]["model"]
+    assert store.read()["gpus"][0]["model_facts"] == model_facts(catalog.get_model(key))
+
+    def answers() -> list:
+        with open_backend("simnode", tmp_path) as b:
+            out = []
+            for i in range(b.gpu_count()):
+                out += [b.health_counters(i), b.mig_state(i)]
+                mig_capable = catalog.get_model(key).mig is not None
+                if mig_capable:
+                    b.set_mig_mode(i, True)
+                    out.append(b.mig_state(i))
+            return out
+
+    with_facts = answers()
+    with store.modify() as st:
+        for g in st["gpus"]:
+            del g["model_facts"]
+            if g["mig"] is not None:
+                g["mig"]["current"] = g["mig"]["pending"] = 0
+    assert answers() == with_facts
