@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 
-def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` atomically.  ``O_NOFOLLOW|O_EXCL`` on the temp file means a
-    planted symlink is never written through."""
+    planted symlink is never written through.  ``durable=False`` skips the fsync: the
+    rename alone keeps the file whole for every reader and across a killed writer, and
+    only a machine crash could leave it empty (the simulated GPUs' state, which a real
+    GPU does not keep across a crash either)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
@@ -20,7 +23,8 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -49,13 +49,14 @@ class SimStore:
     def exists(self) -> bool:
         return os.path.isfile(self._path)
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self, cached: bool = True) -> dict[str, Any]:
+        """The state, parsed again only when the file changed (a ``stat``, not an open, per
+        NVML call: a ``node assert`` makes thousands); ``cached=False``: a private copy."""
         try:
+            if cached and self._cache is not None and _key(os.stat(self._path)) == self._cache_key:
+                return self._cache
             with open(self._path, "rb") as f:
-                st = os.fstat(f.fileno())
-                key = (st.st_ino, st.st_size, st.st_mtime_ns)
-                if self._cache is not None and key == self._cache_key:
-                    return self._cache
+                key = _key(os.fstat(f.fileno()))
                 data = json.loads(f.read())
         except FileNotFoundError:
             raise StateError(
@@ -67,7 +68,8 @@ class SimStore:
             raise StateError(f"simulated GPU state {self.path}", f"unreadable: {e}") from None
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise StateError(f"simulated GPU state {self.path}", f"unknown schema (expected {SCHEMA})")
-        self._cache, self._cache_key = data, key
+        if cached:
+            self._cache, self._cache_key = data, key
         return data
 
     def read(self) -> dict[str, Any]:
@@ -76,19 +78,27 @@ class SimStore:
 
     @contextlib.contextmanager
     def modify(self) -> Iterator[dict[str, Any]]:
-        """Exclusive read-modify-write.  Nothing is written if the body raises."""
-        from slurm_gpupool.util.atomic import write_json_atomic
+        """Exclusive read-modify-write.  Nothing is written if the body raises.  Written
+        compact (the C encoder; an indented dump takes json's pure-Python path, and a
+        ``node apply`` writes the state once per NVML change) and without an fsync (see
+        ``write_bytes_atomic``); what was written is then the cache."""
+        from slurm_gpupool.util.atomic import write_bytes_atomic
 
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._cache = None
-            data = json.loads(json.dumps(self._load()))  # private deep copy
+            data = self._load(cached=False)  # freshly parsed: private
             yield data
-            write_json_atomic(self.path, data)
-            self._cache = None
+            write_bytes_atomic(self.path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
+            self._cache, self._cache_key = data, _key(os.stat(self._path))  # still ours: we hold the lock
         finally:
             os.close(fd)
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int]:
+    """What changes when the state file is replaced or rewritten."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def model_facts(model: Any) -> dict[str, Any]:
