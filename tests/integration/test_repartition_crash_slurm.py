@@ -35,9 +35,10 @@ def crash_ctld(sb) -> list[str]:
     ``gpupool sandbox up``, which starts the daemon that died, as systemd's Restart= would:
     again if it fails (at most three times), each attempt's output kept in
     ``log/crash-restart.log``.  (The journal runs the fault command with its output captured:
-    once, under load, the dead slurmctld was reaped between the wait's ``exists`` and its
-    read of ``/proc/PID/stat``, the script died of the FileNotFoundError before any restart,
-    and the rest of that CI run had no controller.)"""
+    once, under load, slurmctld was never restarted after a kill and the rest of that run had
+    no controller; the likely cause, a dead process reaped between the wait's ``exists`` and
+    its read of ``/proc/PID/stat``, killed the script with FileNotFoundError before it
+    restarted anything.)"""
     script = (
         "import os, signal, subprocess, sys, time\n"
         "root = sys.argv[1]\n"
