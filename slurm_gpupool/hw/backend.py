@@ -27,6 +27,10 @@ class GpuBackend(Protocol):
 
     def gpu_count(self) -> int: ...
 
+    def driver_version(self) -> str:
+        """``nvidia-smi --query-gpu=driver_version``."""
+        ...
+
     def processes(self, index: int) -> list[GpuProcess]:
         """Compute processes on a GPU, with their MIG instance."""
 
