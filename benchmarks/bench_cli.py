@@ -23,14 +23,12 @@ the status names the nodes, ...).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import shutil
 import statistics
 import sys
-import sysconfig
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -38,12 +36,12 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import (
-    SYSTEM_PYTHON,
     TOP,
     check,
-    installed_venv,
     python_version,
     run_main,
+    scripts_under_test,
+    start_up_args,
     system_python,
     table,
     timed_child,
@@ -162,23 +160,11 @@ def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--editable", action="store_true", help="measure the dev venv's (editable) gpupool")
-    ap.add_argument("--floor", default=SYSTEM_PYTHON, help=f"the plain interpreter (default {SYSTEM_PYTHON})")
-    ap.add_argument("--smoke", action="store_true", help="2 runs: the same path in seconds")
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.runs = 2
+    args = start_up_args(argv, 20, 2, "gpupool", "2 runs: the same path in seconds")
     floor_python = system_python(args.floor)
     root = Path(tempfile.mkdtemp(prefix="gpupool-bench-cli-"))
     try:
-        if args.editable:
-            scripts = Path(sysconfig.get_path("scripts"))
-            where = f"{scripts} (editable dev install)"
-        else:
-            scripts = installed_venv(root / "install")
-            where = "a wheel of this tree installed into a fresh venv"
+        scripts, where = scripts_under_test(args.editable, root)
         results = measure(args.runs, scripts, floor_python, root / "site")
         pythons = f"floor {python_version(floor_python)}, gpupool {python_version(str(scripts / 'python'))}"
         report(results, args.runs, where, pythons)

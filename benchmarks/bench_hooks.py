@@ -21,7 +21,6 @@ line, and no hook failing open.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -29,17 +28,16 @@ import shutil
 import signal
 import statistics
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
 from benchmarks.common import (
-    SYSTEM_PYTHON,
     check,
-    installed_venv,
     python_version,
     run_checked,
     run_main,
+    scripts_under_test,
+    start_up_args,
     system_python,
     table,
     timed_child,
@@ -197,23 +195,11 @@ def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--editable", action="store_true", help="measure the dev venv's (editable) scripts")
-    ap.add_argument("--floor", default=SYSTEM_PYTHON, help=f"the plain interpreter (default {SYSTEM_PYTHON})")
-    ap.add_argument("--smoke", action="store_true", help="3 runs: the same path in seconds")
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.runs = 3
+    args = start_up_args(argv, 40, 3, "scripts", "3 runs: the same path in seconds")
     floor_python = system_python(args.floor)
     root = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
     try:
-        if args.editable:
-            scripts = Path(sysconfig.get_path("scripts"))
-            where = f"{scripts} (editable dev install)"
-        else:
-            scripts = installed_venv(root / "install")
-            where = "a wheel of this tree installed into a fresh venv"
+        scripts, where = scripts_under_test(args.editable, root)
         try:
             results = measure(args.runs, scripts, floor_python, root / "node")
         finally:

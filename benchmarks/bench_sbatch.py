@@ -22,7 +22,6 @@ call reached it and that ``--gpu-mem`` became a GRES request.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -34,12 +33,12 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import (
-    SYSTEM_PYTHON,
     TOP,
     check,
     installed_venv,
     python_version,
     run_main,
+    start_up_args,
     system_python,
     table,
     timed_child,
@@ -138,14 +137,7 @@ def report(results: dict[str, list[tuple[float, float]]], runs: int, wrapper: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--editable", action="store_true", help="measure the dev venv's (editable) script")
-    ap.add_argument("--floor", default=SYSTEM_PYTHON, help=f"the plain interpreter (default {SYSTEM_PYTHON})")
-    ap.add_argument("--smoke", action="store_true", help="3 runs against a stand-in sbatch: no Slurm needed")
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.runs = 3
+    args = start_up_args(argv, 20, 3, "script", "3 runs against a stand-in sbatch: no Slurm needed")
     floor = system_python(args.floor)
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp_:
         tmp = Path(tmp_)

@@ -3,6 +3,7 @@ child process, the installed wheel, sanity checks, and one way to fail."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -190,3 +191,26 @@ def table(rows: Sequence[Sequence[object]], headers: list[str]) -> str:
     cells = [headers, *([str(c) for c in r] for r in rows)]
     w = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in cells)
+
+
+def start_up_args(argv: list[str] | None, runs: int, smoke_runs: int, what: str, smoke: str) -> argparse.Namespace:
+    """The options every start-up benchmark takes (--runs, --editable, --floor, --smoke);
+    ``--smoke`` sets ``runs`` to ``smoke_runs``."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--editable", action="store_true", help=f"measure the dev venv's (editable) {what}")
+    ap.add_argument("--floor", default=SYSTEM_PYTHON, help=f"the plain interpreter (default {SYSTEM_PYTHON})")
+    ap.add_argument("--smoke", action="store_true", help=smoke)
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.runs = smoke_runs
+    return args
+
+
+def scripts_under_test(editable: bool, root: Path) -> tuple[Path, str]:
+    """(the scripts directory to measure, how it was installed): the dev venv's with
+    ``editable``, else a wheel of this tree installed into a fresh venv under ``root``."""
+    if editable:
+        scripts = Path(sysconfig.get_path("scripts"))
+        return scripts, f"{scripts} (editable dev install)"
+    return installed_venv(root / "install"), "a wheel of this tree installed into a fresh venv"

@@ -48,6 +48,18 @@ _CPU_WORDS = 16  # affinity masks for up to 1024 CPUs
 _NO_ID = 0xFFFFFFFF
 
 
+def _mig_handles(h: Any) -> Iterator[tuple[int, Any]]:
+    """(index, handle) of each MIG device of GPU handle ``h``, by
+    ``nvmlDeviceGetMigDeviceHandleByIndex`` (what ``nvidia-smi -L`` lists under a GPU)."""
+    for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+        try:
+            yield mig_index, pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, mig_index)
+        except pynvml.NVMLError as e:
+            if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                return  # Slurm stops at the first missing index too
+            raise
+
+
 def classify(e: Exception, what: str) -> Exception:
     """Turn an NVML exception into our error hierarchy (the one place that does)."""
     if isinstance(e, pynvml.NVMLLibraryMismatchError):
@@ -229,13 +241,7 @@ class NvmlBackend:
         from slurm_gpupool.model import GpuInstanceInfo, MigDevice, Placement
 
         uuid_by_ids: dict[tuple[int, int], tuple[str, int]] = {}
-        for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
-            try:
-                mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, mig_index)
-            except pynvml.NVMLError as e:
-                if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
-                    break  # Slurm stops at the first missing index too
-                raise
+        for mig_index, mh in _mig_handles(h):
             ids = (pynvml.nvmlDeviceGetGpuInstanceId(mh), pynvml.nvmlDeviceGetComputeInstanceId(mh))
             uuid_by_ids[ids] = (_ensure_str(pynvml.nvmlDeviceGetUUID(mh)), mig_index)
         result: list[GpuInstanceInfo] = []
@@ -434,15 +440,7 @@ class NvmlBackend:
                 return False, []
             if cur != 1:
                 return False, []
-            uuids = []
-            for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
-                try:
-                    mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, mig_index)
-                except pynvml.NVMLError as e:
-                    if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
-                        break  # Slurm stops at the first missing index too
-                    raise
-                uuids.append(_ensure_str(pynvml.nvmlDeviceGetUUID(mh)))
+            uuids = [_ensure_str(pynvml.nvmlDeviceGetUUID(mh)) for _, mh in _mig_handles(h)]
         return True, uuids
 
     def device_usage(self, index: int, mig_uuid: str | None = None) -> dict[str, int | None]:
