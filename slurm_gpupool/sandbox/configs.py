@@ -31,23 +31,15 @@ def hook_programs(dest: Path, changed: set[Path]) -> dict[str, str]:
     """The hook programs slurmd runs: the isolated launchers (``-IS``: no site, no ``.pth``
     files; #29) of this interpreter, written into ``dest`` as the Ansible role writes them
     (``python -m slurm_gpupool.hooks.launcher``); their paths by hook."""
-    import sys
-
     from slurm_gpupool.hooks import launcher
 
     try:
-        paths = launcher.package_paths()
-        out = {}
-        for name in launcher.HOOKS:
-            path = dest / name
-            if write_if_changed(path, launcher.render(name, sys.executable, paths), 0o755):
-                changed.add(path)
-            out[name.removeprefix("gpupool-")] = str(path)
-    except (RuntimeError, ValueError) as e:
+        changed.update(Path(written) for written in launcher.install(str(dest)))
+    except (OSError, RuntimeError, ValueError) as e:
         raise StateError(
             f"hook launchers in {dest}", str(e), hint="pip install the package (scripts/bootstrap)"
         ) from None
-    return out
+    return {name.removeprefix("gpupool-"): str(dest / name) for name in launcher.HOOKS}
 
 
 def render_template(template: str, **context: Any) -> str:
