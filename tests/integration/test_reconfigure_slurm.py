@@ -33,7 +33,7 @@ from .repartition_support import (
     SLURM_WAIT_S,
     Gate,
     Sdiag,
-    sacct_states,
+    job_state,
     sdiag_now,
     state_after_scheduling,
     wait_jobs_done,
@@ -148,7 +148,9 @@ def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
         other = submit(sb, OTHER, "gpu:a100:1", other_gate.wrap())
         wait_running(sb, other)
         up = switch_by_reconfigure(sb, "day")
-        other_state = sacct_states(sb, [other])[other]
+        # the controller's view (squeue): accounting learns of a start later, and under load
+        # `sacct` still said PENDING for a job slurmctld had been running for seconds
+        other_state = job_state(sb, other)[0]
         assert up.layout == "day", up  # features follow a reconfigure on every release
         if version < (23, 11, 0):
             # Measured 2026-11-25 on 22.05.8: slurmctld keeps the old count ("Attempt to change
@@ -180,7 +182,7 @@ def test_reconfigure_alone_after_a_gres_change(night, tmp_path):
         # runs until its gate opens: while it holds the GPUs, nothing else starts there)
         probe = submit(sb, NODE, "gpu:a100:8", probe_gate.wrap())
         probe_state, probe_reason = state_after_scheduling(sb, probe)
-        mine_state = sacct_states(sb, [mine])[mine]
+        mine_state = job_state(sb, mine)[0]
         mine_idx = gres_idx(sb, mine)
         mine_detail = job_detail(sb, mine)
         history = sb.run(["sacct", "-X", "-D", "-n", "-P", "-j", mine, "-o", "State,ExitCode"]).stdout.split()
