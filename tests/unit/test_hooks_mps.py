@@ -281,3 +281,24 @@ def _running(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# ------------------------------------------------------------------ one set of settings
+
+
+def test_the_config_the_hook_settings_file_and_the_hooks_defaults_agree(tmp_path: Path):
+    """hooks.mps* in the pool config -> gpupool-hooks.json (pool/hook_settings.py) -> the
+    hooks' defaults (hooks/runtime.py): the same keys, the same default values."""
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.config.model import HookSettings
+    from slurm_gpupool.hooks.runtime import DEFAULTS, load_settings
+    from slurm_gpupool.pool.hook_settings import hook_settings
+    from tests.unit.test_hooks import CONFIG
+
+    written = hook_settings(parse_config(CONFIG, "t.yaml", Path(".")))
+    assert written["mps"] == DEFAULTS["mps"]  # defaults: the config's run_dir is the hooks' run_dir
+    assert written["shard_memory_limit"] == DEFAULTS["shard_memory_limit"] == HookSettings().shard_memory_limit
+    on = {**CONFIG, "hooks": {"mps": True, "mps_control": "/opt/bin/mps-control", "mps_timeout_s": 2}}
+    (tmp_path / "gpupool-hooks.json").write_text(json.dumps(hook_settings(parse_config(on, "t.yaml", Path(".")))))
+    loaded = load_settings({"SLURM_CONF": str(tmp_path / "slurm.conf")})["mps"]
+    assert loaded == {**DEFAULTS["mps"], "enabled": True, "control": "/opt/bin/mps-control", "timeout_s": 2.0}
