@@ -142,13 +142,16 @@ def _control(settings: dict[str, Any], env: dict[str, str], args: list[str], std
     import subprocess
 
     timeout = float(settings["mps"].get("timeout_s", 5.0))
+    # -d: the daemon may keep inherited descriptors; a captured pipe would then never close
+    out = subprocess.DEVNULL if args == ["-d"] else subprocess.PIPE
     try:
         proc = subprocess.run(
             [str(settings["mps"]["control"]), *args],
             input=stdin,
             env=env,
             timeout=timeout,
-            capture_output=True,
+            stdout=out,
+            stderr=out,
             check=False,
         )
     except (OSError, subprocess.SubprocessError):

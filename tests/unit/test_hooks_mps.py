@@ -302,3 +302,22 @@ def test_the_config_the_hook_settings_file_and_the_hooks_defaults_agree(tmp_path
     (tmp_path / "gpupool-hooks.json").write_text(json.dumps(hook_settings(parse_config(on, "t.yaml", Path(".")))))
     loaded = load_settings({"SLURM_CONF": str(tmp_path / "slurm.conf")})["mps"]
     assert loaded == {**DEFAULTS["mps"], "enabled": True, "control": "/opt/bin/mps-control", "timeout_s": 2.0}
+
+
+def test_the_sandbox_installs_the_stand_in_and_names_it_in_its_config(tmp_path: Path):
+    """Beside the hook launchers, written once (then only if it changed); the sandbox's pool
+    config names it as hooks.mps_control, so `hooks: {mps: true}` works on a sandbox."""
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.sandbox.configs import MPS_CONTROL, mps_control_stand_in
+    from slurm_gpupool.sandbox.poolconfig import sandbox_config
+    from tests.unit.test_hooks import CONFIG
+
+    changed: set[Path] = set()
+    mps_control_stand_in(tmp_path, changed)
+    assert changed == {tmp_path / MPS_CONTROL} and os.access(tmp_path / MPS_CONTROL, os.X_OK)
+    again: set[Path] = set()
+    mps_control_stand_in(tmp_path, again)
+    assert not again
+    raw = sandbox_config(parse_config(CONFIG, "t.yaml", Path(".")), tmp_path, {NODE: ("127.0.0.2", 6818)})
+    assert raw["hooks"]["mps_control"] == f"{tmp_path}/libexec/{MPS_CONTROL}"
+    assert parse_config(raw, "sandbox.yaml", tmp_path).hooks.mps_control == raw["hooks"]["mps_control"]

@@ -207,17 +207,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def stand_in_text(python: str | None = None) -> str:
+    """The stand-in's script for ``python`` (default: this interpreter)."""
+    body = "import sys\nfrom slurm_gpupool.hw.sim.mps_control import main\nsys.exit(main())\n"
+    return f"#!{python or sys.executable}\n{body}"
+
+
 def write_stand_in(path: str, python: str | None = None) -> None:
     """Install the stand-in as an executable ``path`` for ``python`` (tests, the sandbox)."""
     from pathlib import Path
 
     from slurm_gpupool.util.atomic import write_bytes_atomic
 
-    text = (
-        f"#!{python or sys.executable}\n"
-        "import sys\nfrom slurm_gpupool.hw.sim.mps_control import main\nsys.exit(main())\n"
-    )
-    write_bytes_atomic(Path(path), text.encode(), 0o755)
+    write_bytes_atomic(Path(path), stand_in_text(python).encode(), 0o755)
 
 
 if __name__ == "__main__":
