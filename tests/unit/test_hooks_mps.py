@@ -321,3 +321,15 @@ def test_the_sandbox_installs_the_stand_in_and_names_it_in_its_config(tmp_path: 
     raw = sandbox_config(parse_config(CONFIG, "t.yaml", Path(".")), tmp_path, {NODE: ("127.0.0.2", 6818)})
     assert raw["hooks"]["mps_control"] == f"{tmp_path}/libexec/{MPS_CONTROL}"
     assert parse_config(raw, "sandbox.yaml", tmp_path).hooks.mps_control == raw["hooks"]["mps_control"]
+
+
+def test_a_job_can_lower_its_own_memory_limit_never_raise_it(site: dict, control: dict):  # noqa: F811
+    i = str(index_of(site, "shared"))
+    ids = {"SLURM_JOB_ID": "91", "SLURM_JOB_UID": "1000", "SLURM_JOB_USER": "alice"}
+    assert run(site, "prolog", SLURM_JOB_GPUS=i, **ids).returncode == 0
+    for asked, limit in (("4000", "0=4000M"), ("90000", "0=20389M"), ("4000M", "0=20389M")):
+        tp = run(
+            site, "taskprolog", SLURM_STEP_GPUS=i, SLURM_SHARDS_ON_NODE="1", SLURM_GPUPOOL_GPU_MEM_MIB=asked, **ids
+        )
+        assert f"export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}" in tp.stdout.splitlines(), (asked, tp.stdout)
+    end_job(site, "91")
