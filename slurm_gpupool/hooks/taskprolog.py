@@ -74,16 +74,20 @@ def exports(env: dict[str, str], state: dict, settings: dict, mps: dict | None =
     return out
 
 
-def mps_lines(env: dict[str, str], settings: dict, mps: dict | None) -> list[str]:
-    """Lines for a shard job that runs without MPS although the site has it: a note in the
-    job's output (Slurm writes a TaskProlog's ``print`` lines to the task's stdout), and no
-    inherited pipe directory of ours, so CUDA never waits for another user's server."""
-    if not mps or mps.get("pipe_dir") or not mps.get("note"):
-        return []
-    out = [f"print gpupool: this job runs without CUDA MPS: {mps['note']}; its shard limits are not enforced"]
-    inherited = env.get("CUDA_MPS_PIPE_DIRECTORY", "")
-    base = str(settings.get("mps", {}).get("pipe_dir", "")).split("{node}")[0]
-    if inherited and base and inherited.startswith(base):
+def mps_lines(env: dict[str, str], settings: dict, node: str, mps: dict | None) -> list[str]:
+    """Lines for a GPU job not admitted to an MPS daemon: for a shard job the Prolog kept off
+    MPS, a note in its output (Slurm writes a TaskProlog's ``print`` lines to the task's
+    stdout); and for any such job, no pipe directory of ours inherited from where it was
+    submitted (sbatch's ``--export=ALL`` from inside an MPS job), so CUDA never waits for
+    another user's server nor reaches another GPU's daemon."""
+    if mps and mps.get("pipe_dir"):
+        return []  # admitted: its exports name its own daemon
+    out = []
+    if mps and mps.get("note"):
+        out.append(f"print gpupool: this job runs without CUDA MPS: {mps['note']}; its shard limits are not enforced")
+    inherited = os.path.normpath(env.get("CUDA_MPS_PIPE_DIRECTORY") or "/")
+    base = os.path.normpath(node_path(settings.get("mps", {}), "pipe_dir", node)) if settings.get("mps") else ""
+    if base not in ("", "/") and (inherited == base or inherited.startswith(base + "/")):
         out.append("unset CUDA_MPS_PIPE_DIRECTORY")
     return out
 
@@ -117,7 +121,8 @@ def _body(env: dict[str, str]) -> int:
         raise HookError("no node state (run `gpupool node apply` on this node)") from None
     mps = job_mps(env, settings, node)
     lines = [f"export {k}={v}" for k, v in exports(env, state, settings, mps)]
-    lines += mps_lines(env, settings, mps)
+    if env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"):
+        lines += mps_lines(env, settings, node, mps)
     sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
 

@@ -333,3 +333,18 @@ def test_a_job_can_lower_its_own_memory_limit_never_raise_it(site: dict, control
         )
         assert f"export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}" in tp.stdout.splitlines(), (asked, tp.stdout)
     end_job(site, "91")
+
+
+def test_an_inherited_pipe_directory_of_ours_is_unset_unless_the_job_is_admitted(site: dict, control: dict):  # noqa: F811
+    """A job submitted from inside an MPS job inherits its CUDA_MPS_PIPE_DIRECTORY (sbatch's
+    --export=ALL): pointing at another user's daemon, CUDA would wait there."""
+    shard_job(site, "95", 1000, "alice")
+    theirs = str(control["base"] / site["table"][index_of(site, "shared")]["gpu_uuid"])
+    mig = str(index_of(site, "mig"))
+    ids = {"SLURM_JOB_ID": "96", "SLURM_JOB_UID": "1001", "CUDA_MPS_PIPE_DIRECTORY": theirs}
+    assert run(site, "prolog", SLURM_JOB_GPUS=mig, **ids).returncode == 0
+    tp = run(site, "taskprolog", SLURM_STEP_GPUS=mig, CUDA_VISIBLE_DEVICES="0", **ids)
+    assert "unset CUDA_MPS_PIPE_DIRECTORY" in tp.stdout.splitlines()
+    other = run(site, "taskprolog", SLURM_STEP_GPUS=mig, **{**ids, "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"})
+    assert "unset" not in other.stdout  # the user's own MPS elsewhere is theirs to use
+    end_job(site, "95")
