@@ -179,6 +179,16 @@ def _daemon_pid(pipes: str) -> int | None:
     return pid if ("CUDA_MPS_PIPE_DIRECTORY=" + pipes).encode() in environ else None
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie nobody reaped yet has)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :][:1] != b"Z"
+
+
 def daemon_state(settings: dict[str, Any], env: dict[str, str], pipes: str) -> tuple[str, int | None]:
     """``absent``, ``running``, ``dead`` or ``wedged``, and the daemon's pid
     (``echo get_server_list | nvidia-cuda-mps-control`` is the probe)."""
@@ -203,8 +213,8 @@ def stop_daemon(settings: dict[str, Any], env: dict[str, str], pipes: str) -> No
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + float(settings["mps"].get("timeout_s", 5.0))
-    while pid is not None and os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.01)  # the daemon ends (a zombie of init counts as gone below)
+    while pid is not None and _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the daemon ends
     with contextlib.suppress(OSError):
         fd = os.open(pipes, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
