@@ -120,6 +120,7 @@ class HookSettings:
     check_mig_drift: bool = True
     mps: bool = False
     mps_control: str = "nvidia-cuda-mps-control"
+    mps_timeout_s: float = 5.0  # how long a hook waits for nvidia-cuda-mps-control (start, probe, quit)
     shard_memory_limit: bool = False
     epilog_kill_grace_s: float = 3.0
     usage_interval_s: float = 10.0  # the usage sampler's period; 0 turns it off

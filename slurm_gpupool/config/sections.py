@@ -290,6 +290,7 @@ HOOK_RANGES: dict[str, tuple[float, float]] = {
     "critical_xids": (1, 65535),  # each Xid
     "epilog_kill_grace_s": (0, 300),  # the Epilog waits this long: longer holds the node COMPLETING
     "usage_interval_s": (1, 86400),  # or 0: off
+    "mps_timeout_s": (0.5, 60),  # a Prolog waits this long for a daemon: longer delays the job
 }
 
 

@@ -5,7 +5,8 @@
 2. Adds the job's GPU usage to its spool record (memory per device and
    utilization where NVML gives them; Slurm has no MIG utilization).
 3. Runs the post-job health check: a failure exits 1, which drains the node.
-4. Removes the job's runtime files.
+4. Takes the job off its GPU's MPS daemon; the last job stops the daemon.
+5. Removes the job's runtime files.
 
 Like the Prolog it fails open on its own errors and calls no Slurm command.
 """
@@ -80,6 +81,7 @@ def _body(env: dict[str, str]) -> int:
     jid = job_id(env)
     indices = gpu_indices(env.get("SLURM_JOB_GPUS"))
     run_dir = node_path(settings, "run_dir", node)
+    state_for_mps: dict | None = None
     try:
         if not indices:
             return 0
@@ -88,6 +90,7 @@ def _body(env: dict[str, str]) -> int:
             state = read_json(os.path.join(state_dir, "node-state.json"))
         except FileNotFoundError:
             raise HookError("no node state (run `gpupool node apply` on this node)") from None
+        state_for_mps = state
         from slurm_gpupool.hooks.allocation import devices_for, gpus_of
         from slurm_gpupool.hooks.health import check_gpus
         from slurm_gpupool.hooks.leftovers import belongs_to_job, candidates, end_processes, lineage
@@ -116,9 +119,28 @@ def _body(env: dict[str, str]) -> int:
             return 1
         return 0
     finally:
+        if indices and settings["mps"].get("enabled"):
+            release_mps(settings, node, env, jid, state_for_mps)
         if indices and settings.get("dcgm_job_mapping_dir"):
             unmap_job(settings, node, env, jid, run_dir)
         _cleanup(run_dir, jid)
+
+
+def release_mps(settings: dict, node: str, env: dict[str, str], jid: str, state: dict | None) -> None:
+    """Take the job off its GPUs' MPS daemons; the last job's Epilog stops a daemon (logged,
+    counted on failure; it runs before the job's runtime files go)."""
+    from slurm_gpupool.hooks.allocation import devices_for
+    from slurm_gpupool.hooks.mps import release_mps as release
+
+    try:
+        if state is None:
+            return
+        shared = [d for d in devices_for(state, gpu_indices(env.get("SLURM_JOB_GPUS"))) if d["kind"] == "shared"]
+        if shared:
+            release(settings, node, jid, shared)
+    except Exception as e:  # fail open
+        log("epilog", jid, f"MPS daemon not released: {type(e).__name__}: {e}", 3)
+        count_failure("epilog", env)
 
 
 def unmap_job(settings: dict, node: str, env: dict[str, str], jid: str, run_dir: str) -> None:

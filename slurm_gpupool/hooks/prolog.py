@@ -4,7 +4,9 @@
    root-owned ``health.json`` in the state directory (``gpupool health --show``)
    and to syslog, and exits 1: Slurm drains the node and requeues the job.
 2. A job → GPU record in the spool (``jobs/<id>.json``), written atomically.
-3. For shard jobs, if the site enables it, the MPS control daemon for the GPU.
+3. For shard jobs, if the site enables it, the GPU's MPS control daemon (started for the
+   first job of a user, joined by that user's next ones; another user's job runs without
+   MPS: ``hooks/mps.py``).
 
 It never calls a Slurm command.  Any error of its own (no NVML, a corrupt
 state file, an unwritable spool) fails open: exit 0, logged.
@@ -103,13 +105,32 @@ def _body(env: dict[str, str]) -> int:
         from slurm_gpupool.hooks.sampler import ensure_running
 
         ensure_running(settings, node, env)
-    if settings["mps"].get("enabled") and any(d["kind"] == "shared" for d in devices):
-        from slurm_gpupool.hooks.mps import start_mps
-
-        start_mps(settings, node, [d for d in devices if d["kind"] == "shared"])
+    shared = [d for d in devices if d["kind"] == "shared"]
+    if settings["mps"].get("enabled") and shared:
+        admit_mps(settings, node, env, shared)
     if settings.get("dcgm_job_mapping_dir"):
         map_job(settings, node, env, state, devices)
     return 0
+
+
+def admit_mps(settings: dict, node: str, env: dict[str, str], shared: list[dict]) -> None:
+    """Admit the job to its GPU's MPS daemon, or decide it runs without MPS; the decision
+    goes to ``<run_dir>/<id>.mps`` for the TaskProlog.  A failure here is logged and
+    counted, and the job runs on without MPS (no file: the TaskProlog gives no pipe
+    directory, so CUDA never waits for a daemon)."""
+    from slurm_gpupool.hooks.mps import start_mps
+
+    jid = job_id(env)
+    try:
+        decision = start_mps(settings, node, env, shared)
+        run_fd = open_dir(node_path(settings, "run_dir", node))
+        try:
+            write_in_dir(run_fd, f"{jid}.mps", json.dumps(decision).encode(), 0o644)
+        finally:
+            os.close(run_fd)
+    except Exception as e:  # fail open
+        log("prolog", jid, f"MPS not set up, the job runs without it: {type(e).__name__}: {e}", 3)
+        count_failure("prolog", env)
 
 
 def map_job(settings: dict, node: str, env: dict[str, str], state: dict, devices: list[dict]) -> None:

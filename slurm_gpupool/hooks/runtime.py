@@ -53,7 +53,14 @@ DEFAULTS: dict[str, Any] = {
         "critical_xids": [48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120],
         "check_mig_drift": True,
     },
-    "mps": {"enabled": False, "control": "nvidia-cuda-mps-control", "pipe_dir": "/run/slurm-gpupool/mps"},
+    # gpupool-hooks.json's "mps" is written by pool/hook_settings.py from the config's hooks.mps*
+    # (test_hooks_mps.py holds the three equal): pipe_dir/<gpu uuid> is each GPU's daemon
+    "mps": {
+        "enabled": False,
+        "control": "nvidia-cuda-mps-control",
+        "pipe_dir": "/run/slurm-gpupool/mps",
+        "timeout_s": 5.0,
+    },
     "shard_memory_limit": False,
     "epilog_kill_grace_s": 3.0,
     "usage_interval_s": 10.0,

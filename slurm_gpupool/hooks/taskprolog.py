@@ -4,8 +4,10 @@ Slurm applies the ``export NAME=value`` lines it prints.  Without NVML in Slurm,
 ``CUDA_VISIBLE_DEVICES`` holds GRES indices, which are wrong for MIG (and for
 whole GPUs listed after MIG records): this hook replaces them with the UUIDs of
 exactly the allocated devices; an allocation that mixes types (``--exclusive``) is
-narrowed to the types the job asked for (``SLURM_TRES_PER_NODE``).  Shard jobs get an MPS thread percentage in
-proportion to their shares.  It prints nothing when it cannot help (fail open).
+narrowed to the types the job asked for (``SLURM_TRES_PER_NODE``).  Shard jobs get their
+MPS limits (``hooks/mps.py`` ``client_env``), and under MPS their GPU's pipe and log
+directories; a shard job the Prolog kept off MPS gets a ``print`` note instead.  It
+prints nothing when it cannot help (fail open).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ gets SLURM_GPUPOOL_LAYOUT and SLURM_GPUPOOL_PROFILE.
 """
 
 
-def exports(env: dict[str, str], state: dict, settings: dict) -> list[tuple[str, str]]:
-    """The variables to set for this task (pure: environment and node state in)."""
+def exports(env: dict[str, str], state: dict, settings: dict, mps: dict | None = None) -> list[tuple[str, str]]:
+    """The variables to set for this task (pure: environment, node state and the Prolog's
+    MPS decision for the job in)."""
     from slurm_gpupool.hooks.allocation import devices_for, for_request, requested_gpu_types, visible_devices
 
     raw = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
@@ -46,22 +49,60 @@ def exports(env: dict[str, str], state: dict, settings: dict) -> list[tuple[str,
     # Slurm's record of the request (23.11+), else what gpupool-sbatch handed down (22.05)
     request = env.get("SLURM_TRES_PER_NODE") or env.get("SLURM_GPUPOOL_GRES")
     devices = for_request(allocated, requested_gpu_types(request))
-    if env.get("CUDA_VISIBLE_DEVICES", "").startswith(("MIG-", "GPU-")) and devices == allocated:
-        return []  # Slurm (built with NVML) already set the UUIDs of exactly these devices
-    out = [("CUDA_VISIBLE_DEVICES", visible_devices(devices))]
-    if state.get("layout"):
-        out.append(("SLURM_GPUPOOL_LAYOUT", str(state["layout"])))
-    out.append(("SLURM_GPUPOOL_PROFILE", ",".join(d.get("profile") or d["type"] for d in devices)))
+    out: list[tuple[str, str]] = []
+    if not (env.get("CUDA_VISIBLE_DEVICES", "").startswith(("MIG-", "GPU-")) and devices == allocated):
+        # (else Slurm, built with NVML, already set the UUIDs of exactly these devices)
+        out.append(("CUDA_VISIBLE_DEVICES", visible_devices(devices)))
+        if state.get("layout"):
+            out.append(("SLURM_GPUPOOL_LAYOUT", str(state["layout"])))
+        out.append(("SLURM_GPUPOOL_PROFILE", ",".join(d.get("profile") or d["type"] for d in devices)))
     shards = env.get("SLURM_SHARDS_ON_NODE")
     if shards and shards.isdigit() and devices and all(d["kind"] == "shared" for d in devices):
+        from slurm_gpupool.hooks.mps import client_env
+
         shares = sum(d.get("shares", 0) for d in devices) // len(devices) or 1
-        pct = max(1, min(100, round(100 * int(shards) / shares)))
-        out.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)))
-        limit = settings.get("shard_memory_limit")
-        mem = state_gpu_memory(state, devices[0]["gpu"])
-        if limit and mem:
-            out.append(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", f"0={mem * int(shards) // shares}M"))
+        daemon = mps if mps and mps.get("pipe_dir") else None
+        request = env.get("SLURM_GPUPOOL_GPU_MEM_MIB", "")
+        out += client_env(
+            int(shards),
+            shares,
+            state_gpu_memory(state, devices[0]["gpu"]),
+            mps=daemon,
+            memory_limit=bool(settings.get("shard_memory_limit")),
+            mem_request_mib=int(request) if request.isdigit() and len(request) < 10 else None,
+        )
     return out
+
+
+def mps_lines(env: dict[str, str], settings: dict, node: str, mps: dict | None) -> list[str]:
+    """Lines for a GPU job not admitted to an MPS daemon: for a shard job the Prolog kept off
+    MPS, a note in its output (Slurm writes a TaskProlog's ``print`` lines to the task's
+    stdout); and for any such job, no pipe directory of ours inherited from where it was
+    submitted (sbatch's ``--export=ALL`` from inside an MPS job), so CUDA never waits for
+    another user's server nor reaches another GPU's daemon."""
+    if mps and mps.get("pipe_dir"):
+        return []  # admitted: its exports name its own daemon
+    out = []
+    if mps and mps.get("note"):
+        out.append(f"print gpupool: this job runs without CUDA MPS: {mps['note']}; its shard limits are not enforced")
+    inherited = os.path.normpath(env.get("CUDA_MPS_PIPE_DIRECTORY") or "/")
+    base = os.path.normpath(node_path(settings.get("mps", {}), "pipe_dir", node)) if settings.get("mps") else ""
+    if base not in ("", "/") and (inherited == base or inherited.startswith(base + "/")):
+        out.append("unset CUDA_MPS_PIPE_DIRECTORY")
+    return out
+
+
+def job_mps(env: dict[str, str], settings: dict, node: str) -> dict | None:
+    """The Prolog's MPS decision for this job (``<run_dir>/<id>.mps``), None if there is none."""
+    if not settings.get("mps", {}).get("enabled") or not env.get("SLURM_SHARDS_ON_NODE"):
+        return None
+    from slurm_gpupool.hooks.runtime import job_id
+
+    try:
+        found = read_json(os.path.join(node_path(settings, "run_dir", node), f"{job_id(env)}.mps"))
+    except (OSError, ValueError, HookError):
+        return None  # no decision: the job runs without MPS and no pipe directory is given
+    return found if isinstance(found, dict) else None
 
 
 def state_gpu_memory(state: dict, index: int) -> int | None:
@@ -78,8 +119,11 @@ def _body(env: dict[str, str]) -> int:
         state = read_json(os.path.join(node_path(settings, "state_dir", node), "node-state.json"))
     except FileNotFoundError:
         raise HookError("no node state (run `gpupool node apply` on this node)") from None
-    lines = "".join(f"export {k}={v}\n" for k, v in exports(env, state, settings))
-    sys.stdout.write(lines)
+    mps = job_mps(env, settings, node)
+    lines = [f"export {k}={v}" for k, v in exports(env, state, settings, mps)]
+    if env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"):
+        lines += mps_lines(env, settings, node, mps)
+    sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
 
 

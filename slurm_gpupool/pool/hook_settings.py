@@ -31,7 +31,12 @@ def hook_settings(cfg: PoolConfig) -> dict[str, Any]:
             "critical_xids": list(h.critical_xids),
             "check_mig_drift": h.check_mig_drift,
         },
-        "mps": {"enabled": h.mps, "control": h.mps_control, "pipe_dir": f"{cfg.paths.run_dir}/mps"},
+        "mps": {
+            "enabled": h.mps,
+            "control": h.mps_control,
+            "pipe_dir": f"{cfg.paths.run_dir}/mps",
+            "timeout_s": h.mps_timeout_s,
+        },
         "shard_memory_limit": h.shard_memory_limit,
         "epilog_kill_grace_s": h.epilog_kill_grace_s,
         "usage_interval_s": h.usage_interval_s,

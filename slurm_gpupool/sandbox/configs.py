@@ -35,11 +35,26 @@ def hook_programs(dest: Path, changed: set[Path]) -> dict[str, str]:
 
     try:
         changed.update(Path(written) for written in launcher.install(str(dest)))
+        mps_control_stand_in(dest, changed)
     except (OSError, RuntimeError, ValueError) as e:
         raise StateError(
             f"hook launchers in {dest}", str(e), hint="pip install the package (scripts/bootstrap)"
         ) from None
     return {name.removeprefix("gpupool-"): str(dest / name) for name in launcher.HOOKS}
+
+
+MPS_CONTROL = "nvidia-cuda-mps-control"  # <root>/libexec/: the simulated GPUs' stand-in (hooks.mps_control)
+
+
+def mps_control_stand_in(dest: Path, changed: set[Path]) -> None:
+    """The stand-in ``nvidia-cuda-mps-control`` for the simulated GPUs (``hw/sim/mps_control.py``),
+    beside the launchers; the sandbox's config names it as ``hooks.mps_control``."""
+    from slurm_gpupool.hw.sim.mps_control import stand_in_text, write_stand_in
+
+    path = dest / MPS_CONTROL
+    if not path.is_file() or path.read_text() != stand_in_text():
+        write_stand_in(str(path))
+        changed.add(path)
 
 
 def render_template(template: str, **context: Any) -> str:

@@ -70,7 +70,12 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
     raw["slurm"] = slurm
     raw["simulation"] = {"sim_dir": f"{root}/sim"}
     # dcgm-exporter's job mapping files per node (tests/integration/test_metrics_slurm.py reads them)
-    hooks = {"usage_interval_s": 1.0, "dcgm_job_mapping_dir": f"{root}/nodes/{{node}}/dcgm-job-map"}
+    # and the simulated GPUs' nvidia-cuda-mps-control (configs.mps_control_stand_in), for hooks.mps: true
+    hooks = {
+        "usage_interval_s": 1.0,
+        "dcgm_job_mapping_dir": f"{root}/nodes/{{node}}/dcgm-job-map",
+        "mps_control": f"{root}/libexec/nvidia-cuda-mps-control",
+    }
     raw["hooks"] = {**hooks, **(raw.get("hooks") or {})}
     # the repartitioner runs gpupool on the nodes through srun, and restarts the sandbox's daemons
     gpupool = str(Path(sysconfig.get_path("scripts")) / "gpupool")

@@ -236,6 +236,19 @@ def sampler_processes(root: Path) -> list[int]:
     return sorted(out)
 
 
+def mps_daemons(root: Path) -> list[int]:
+    """This sandbox's simulated MPS control daemons (``<root>/libexec/nvidia-cuda-mps-control -d``,
+    started by Prologs and left to the last job's Epilog)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            cmd = _read_proc(int(entry), "cmdline")
+            ours = b"nvidia-cuda-mps-control" in cmd and _names_root(cmd, root)
+            if ours and same_mount_namespace(int(entry)):
+                out.append(int(entry))
+    return sorted(out)
+
+
 def tcp_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
     """Whether something accepts TCP connections on host:port (like ``nc -z``)."""
     try:

@@ -67,6 +67,10 @@ def stop_all(paths: SandboxPaths, slurm: SlurmCommand, progress: Callable[[str],
     for pidfile in paths.slurm_run.glob("*.pid") if paths.slurm_run.is_dir() else []:
         pidfile.unlink(missing_ok=True)
     (paths.munge_dir / "munged.pid").unlink(missing_ok=True)
+    for pid in procs.mps_daemons(root):
+        progress(f"stopping simulated MPS daemon (pid {pid})")
+        procs.stop(pid, timeout_s=10)
+        stopped.append(f"mps[{pid}]")
     for pid in procs.sampler_processes(root):
         progress(f"stopping usage sampler (pid {pid})")
         procs.stop(pid, timeout_s=10)

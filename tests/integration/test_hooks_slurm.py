@@ -122,6 +122,39 @@ def test_shards_get_a_thread_percentage_and_whole_gpus_do_not(day, tmp_path: Pat
     assert whole["CUDA_VISIBLE_DEVICES"] == wdev["gpu_uuid"] and wdev["kind"] == "whole"
 
 
+def _write_hooks_settings(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.test")
+    tmp.write_bytes(data)
+    tmp.chmod(path.stat().st_mode & 0o777)
+    os.replace(tmp, path)
+
+
+def test_a_shard_job_runs_under_its_gpus_mps_daemon_and_the_last_epilog_stops_it(day, tmp_path: Path):
+    """hooks.mps on (the hooks read gpupool-hooks.json at every job: no restart) with the
+    simulated GPUs' stand-in nvidia-cuda-mps-control: the job gets its GPU's daemon."""
+    from slurm_gpupool.sandbox.configs import MPS_CONTROL, mps_control_stand_in
+
+    mps_control_stand_in(day.root / "libexec", set())
+    hooks = day.root / "etc" / "gpupool-hooks.json"
+    saved = hooks.read_bytes()
+    on = json.loads(saved)
+    on["mps"] = {**on.get("mps", {}), "enabled": True, "control": str(day.root / "libexec" / MPS_CONTROL)}
+    _write_hooks_settings(hooks, json.dumps(on).encode())
+    try:
+        _, env = job_env(day, tmp_path, "mps", "-w", "v100n1", "--gres=shard:1")
+        pipes = Path(env["CUDA_MPS_PIPE_DIRECTORY"])
+        # the job was the GPU's only shard job: its Epilog stopped the daemon
+        wait_for(lambda: not (pipes / "nvidia-cuda-mps-control.pid").exists(), what="the MPS daemon to stop")
+    finally:
+        _write_hooks_settings(hooks, saved)
+    (dev,) = slurm_device(day, "v100n1", env)
+    assert pipes.name == dev["gpu_uuid"] and env["CUDA_MPS_LOG_DIRECTORY"] == f"{pipes}.log"
+    assert "started (simulated)" in (Path(f"{pipes}.log") / "control.log").read_text()
+    memory = next(g["memory_mib"] for g in day.node_state("v100n1")["gpus"] if g["index"] == dev["gpu"])
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"  # 1 of the GPU's 4 shares
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory // 4}M"
+
+
 def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Path):
     """Two jobs on two MIG devices of GPU 0; job A leaves a daemonised process behind."""
     node, table = "h100n1", day.node_state("h100n1")["slurm_devices"]

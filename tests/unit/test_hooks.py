@@ -331,25 +331,6 @@ def test_the_sampler_records_peak_memory_between_prolog_and_epilog(site: dict):
     assert not usage_file.exists()  # runtime files removed
 
 
-def test_prolog_starts_mps_for_shard_jobs_when_enabled(site: dict, tmp_path: Path):
-    calls = tmp_path / "mps-calls"
-    fake = tmp_path / "nvidia-cuda-mps-control"
-    fake.write_text(
-        f'#!/bin/sh\necho "$* $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY" >> {calls}\nmkdir -p "$CUDA_MPS_PIPE_DIRECTORY" && touch "$CUDA_MPS_PIPE_DIRECTORY/control"\n'
-    )
-    fake.chmod(0o755)
-    settings = {**site["settings"], "mps": {"enabled": True, "control": str(fake), "pipe_dir": str(tmp_path / "mps")}}
-    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(settings))
-    i = index_of(site, "shared")
-    uuid = site["table"][i]["gpu_uuid"]
-    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
-    assert calls.read_text().splitlines() == [f"-d {uuid} {tmp_path / 'mps' / uuid}"]
-    assert run(site, "prolog", SLURM_JOB_ID="43", SLURM_JOB_GPUS=str(i)).returncode == 0
-    assert len(calls.read_text().splitlines()) == 1  # already running for that GPU
-    assert run(site, "prolog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(index_of(site, "mig"))).returncode == 0
-    assert len(calls.read_text().splitlines()) == 1  # MIG jobs get no MPS
-
-
 def test_a_symlinked_spool_directory_itself_is_not_followed(site: dict, tmp_path: Path):
     """Not only the last component: spool_dir itself (nodes/<n>/spool in the sandbox) a
     symlink to another root-owned directory put jobs/<id>.json there (measured)."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 
 def process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), None if gone."""
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), None
+    if gone.  A zombie (state Z: exited, not yet reaped) counts as gone: it holds no GPU context."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(b")") + 2 :].split()[19])  # after "pid (comm) ": state is field 3
+    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) ": state is field 3
+    return None if fields[0] == b"Z" else int(fields[19])
 
 
 def pid_alive(pid: int, start: int | None = None) -> bool:
