@@ -140,9 +140,9 @@ def schedule_view(cfg: PoolConfig, hold: Hold | None, now: datetime) -> Schedule
 
 
 def next_switch(
-    cfg: PoolConfig, nodes: Sequence[str], active: str | None, view: ScheduleView, now: datetime
+    cfg: PoolConfig, nodes: Sequence[str], current: str | None, view: ScheduleView, now: datetime
 ) -> tuple[datetime, str] | None:
-    """When the schedule next brings these nodes a layout other than ``active``: a hold's end
+    """When the schedule next brings these nodes a layout other than ``current``: a hold's end
     if the schedule then has another layout due, else its next change to a layout that
     covers them.  None: no schedule, paused until resumed, or demand decides."""
     sched = cfg.schedule
@@ -150,7 +150,6 @@ def next_switch(
         return None
     resuming = view.mode in ("paused", "pinned") and view.resumes is not None
     start = view.resumes if resuming and view.resumes is not None else now
-    current = active
     if resuming:  # the schedule takes over again when the hold ends
         due = sched.due(start)
         if due != current and any(cfg.covers(due, n) for n in nodes):
@@ -190,7 +189,7 @@ def nodeset_views(
         active = next(iter(layouts)) if len(layouts) == 1 and "unknown" not in layouts else None
         target = run.get("target") if run and switching and set(run.get("nodes", ())) & set(ns.nodes) else None
         due = view.due if view.due is not None and any(cfg.covers(view.due, n) for n in ns.nodes) else None
-        nxt = next_switch(cfg, ns.nodes, active, view, now)
+        nxt = next_switch(cfg, ns.nodes, due or active, view, now)  # from the layout they are in or going to
         out.append(
             {
                 "name": ns.name,
