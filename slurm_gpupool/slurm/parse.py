@@ -141,9 +141,14 @@ def slurm_time(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S")
 
 
-# sbatch.c (_job_will_run), 17.11 to 26.05: info("Job %u to start at %s using %u processors on
-# nodes %s in partition %s"), then "  Preempts: 12,13" when it would preempt jobs
-_WILL_RUN = re.compile(r"Job (\d+) to start at (\S+) using (\d+) processors on nodes (\S+)(?: in partition (\S+))?")
+# sbatch.c (_job_will_run), 17.11 to 24.11: "Job %u to start at %s using %u processors on nodes %s
+# in partition %s"; 26.05 (libslurmfull): "Job %u to start at %s%s%s a using ..." (words after the
+# time), "... using %u processors on %s" without a partition, and "%pI to start at %s on cluster %s
+# using ..." in a federation; then "  Preempts: 12,13" when it would preempt jobs
+_WILL_RUN = re.compile(
+    r"(?:Job (\d+)|JobId=(\d+)) to start at (\S+).*? using (\d+) processors on (?:nodes )?(\S+)"
+    r"(?: in partition (\S+))?"
+)
 _PREEMPTS = re.compile(r"Preempts: ([0-9,\s]+)")
 
 
@@ -157,7 +162,7 @@ def parse_will_run(stderr: str) -> WillRun:
     m = _WILL_RUN.search(stderr)
     if m is not None:
         try:
-            start = datetime.fromisoformat(m.group(2))
+            start = datetime.fromisoformat(m.group(3))
         except ValueError:
             start = None
         if start is not None:
@@ -165,9 +170,9 @@ def parse_will_run(stderr: str) -> WillRun:
             preempts = tuple(int(x) for x in re.split(r"[,\s]+", p.group(1)) if x) if p else ()
             return WillRun(
                 start=start,
-                cpus=int(m.group(3)),
-                nodes=frozenset(NodeSet(m.group(4))),
-                partition=m.group(5) or "",
+                cpus=int(m.group(4)),
+                nodes=frozenset(NodeSet(m.group(5))),
+                partition=m.group(6) or "",
                 preempts=preempts,
             )
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]

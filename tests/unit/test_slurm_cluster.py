@@ -284,8 +284,8 @@ def will_run_cases(series: str) -> dict[str, dict]:
     return json.loads(recorded(series, "will-run.json"))["cases"]
 
 
-def test_sbatch_test_only_is_recorded_on_the_hosts_release():
-    assert "22.05" in WILL_RUN_RECORDED
+def test_sbatch_test_only_is_recorded_on_every_release():
+    assert tuple(WILL_RUN_RECORDED) == SERIES
 
 
 @pytest.mark.parametrize("series", WILL_RUN_RECORDED)
@@ -320,6 +320,11 @@ def test_sbatch_test_only_preemption_and_other_time_formats():
     text += "sbatch:   Preempts: 12,13\n"
     w = parse_will_run(text)
     assert w.preempts == (12, 13) and w.cpus == 8
+    # 26.05's libslurmfull also has these forms (without a partition; in a federation)
+    other = parse_will_run("sbatch: Job 4 to start at 2026-03-03T08:00:00 using 2 processors on a30n1\n")
+    assert other.nodes == frozenset({"a30n1"}) and other.partition == "" and other.start is not None
+    fed = "sbatch: JobId=7 to start at 2026-03-03T08:00:00 on cluster c1 using 2 processors on nodes a[1-2] in"
+    assert parse_will_run(fed + " partition gpu\n").nodes == frozenset({"a1", "a2"})
     # SLURM_TIME_FORMAT=relative would print "Tomorr 08:00": not a time we read; never a wrong one
     assert parse_will_run(text.replace("2026-03-03T08:00:00", "Tomorr")).start is None
 
