@@ -187,13 +187,14 @@ def render_request(r: dict[str, Any], now: datetime) -> list[str]:
     s = r["slurm"]
     if s is None:
         return out
+    where = ",".join(s["nodes"]) or "(no node named)"
     if s["refused"]:
         out.append(f"  Slurm (sbatch --test-only): refused: {s['refused']}")
     elif s["starts_now"]:
-        out.append(f"  Slurm (sbatch --test-only): starts now on {','.join(s['nodes'])} in partition {s['partition']}")
+        out.append(f"  Slurm (sbatch --test-only): starts now on {where} in partition {s['partition']}")
     else:
         out.append(
-            f"  Slurm (sbatch --test-only): starts at {_when(s['starts_at'], now)} on {','.join(s['nodes'])}"
+            f"  Slurm (sbatch --test-only): starts at {_when(s['starts_at'], now)} on {where}"
             f" in partition {s['partition']}"
         )
     return out

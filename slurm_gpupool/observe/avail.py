@@ -239,6 +239,16 @@ class Translated:
     table: OptionTable
 
 
+# slurmctld's refusals of a name the user gave that does not exist (slurm_errno.c's texts)
+NO_SUCH_NAME = ("Invalid partition name specified", "Invalid account", "Invalid qos specification")
+
+
+def user_mistake(w: WillRun) -> bool:
+    """Slurm refused the request for a mistake in it (a malformed option, a partition,
+    account or QOS that does not exist), not for what the cluster has: a usage error."""
+    return w.start is None and (w.by_sbatch or any(t in w.reason for t in NO_SUCH_NAME))
+
+
 def per_node(t: Translated) -> tuple[dict[tuple[str, str], int], int, str | None]:
     """GPU and shard GRES per node (``--gres``, ``--gpus-per-node``), nodes (``-N``, its
     minimum) and partition of the translated command line."""

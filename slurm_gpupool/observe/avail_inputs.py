@@ -19,7 +19,7 @@ from slurm_gpupool.core.submit.plan import plan
 from slurm_gpupool.core.submit.request import RequestError
 from slurm_gpupool.core.submit.sbatch_args import ArgError
 from slurm_gpupool.errors import StateError, UsageError
-from slurm_gpupool.observe.avail import Translated, availability, request_view
+from slurm_gpupool.observe.avail import Translated, availability, request_view, user_mistake
 from slurm_gpupool.repartition.hold import Hold, read_hold
 from slurm_gpupool.repartition.journal import Journal
 from slurm_gpupool.slurm.protocol import Slurm
@@ -97,5 +97,7 @@ def gather(
     if t is not None:
         # only a later layout offers it: Slurm refuses it now (job_submit.lua says when)
         will = slurm.will_run(list(t.argv)) if t.later is None else None  # sbatch --test-only
+        if will is not None and user_mistake(will):
+            raise UsageError("request", f"Slurm refuses it: {will.refused}")
         request = request_view(t, infos, will, now)
     return availability(cfg, infos, run, hold, catalog, now, request, notes)

@@ -146,8 +146,8 @@ def slurm_time(t: datetime) -> str:
 # time), "... using %u processors on %s" without a partition, and "%pI to start at %s on cluster %s
 # using ..." in a federation; then "  Preempts: 12,13" when it would preempt jobs
 _WILL_RUN = re.compile(
-    r"(?:Job (\d+)|JobId=(\d+)) to start at (\S+).*? using (\d+) processors on (?:nodes )?(\S+)"
-    r"(?: in partition (\S+))?"
+    r"(?:Job (\d+)|JobId=(\d+)) to start at (\S+).*? using (\d+) processors on (?:nodes )?(\S*)"
+    r"(?: +in partition (\S+))?"
 )
 _PREEMPTS = re.compile(r"Preempts: ([0-9,\s]+)")
 
@@ -158,7 +158,8 @@ def parse_will_run(stderr: str) -> WillRun:
     Its time is printed in ``SLURM_TIME_FORMAT``: the caller runs sbatch with
     ``standard`` (``2026-11-28T13:29:10``).  Without the start line, the refusal is
     sbatch's error lines (job_submit.lua's message among them), else its
-    ``allocation failure: ...`` line."""
+    ``allocation failure: ...`` line (slurmctld's); error lines without one are sbatch's
+    own refusal of the command line (``"abc" is not a valid node count``, exit 255)."""
     m = _WILL_RUN.search(stderr)
     if m is not None:
         try:
@@ -171,7 +172,7 @@ def parse_will_run(stderr: str) -> WillRun:
             return WillRun(
                 start=start,
                 cpus=int(m.group(4)),
-                nodes=frozenset(NodeSet(m.group(5))),
+                nodes=frozenset(NodeSet(m.group(5))) if m.group(5) else frozenset(),
                 partition=m.group(6) or "",
                 preempts=preempts,
             )
@@ -179,4 +180,4 @@ def parse_will_run(stderr: str) -> WillRun:
     errors = [ln.removeprefix("sbatch: error:").strip() for ln in lines if ln.startswith("sbatch: error:")]
     failure = [ln.removeprefix("allocation failure:").strip() for ln in lines if ln.startswith("allocation failure:")]
     why = "; ".join(errors) or "; ".join(failure) or (lines[-1] if lines else "sbatch --test-only gave no answer")
-    return WillRun(start=None, refused=why)
+    return WillRun(start=None, refused=why, by_sbatch=bool(errors) and not failure, reason="; ".join(failure))

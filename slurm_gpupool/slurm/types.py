@@ -159,6 +159,8 @@ class WillRun:
     partition: str = ""
     refused: str = ""  # Slurm's reason (and job_submit.lua's message) when start is None
     preempts: tuple[int, ...] = ()  # jobs it would preempt to start then
+    by_sbatch: bool = False  # refused by sbatch itself (a malformed option), before slurmctld saw it
+    reason: str = ""  # slurmctld's own reason ("allocation failure: ..."), beside job_submit.lua's words
 
 
 @dataclass(frozen=True)

@@ -311,3 +311,22 @@ def test_in_an_elastic_period_demand_decides_and_no_switch_is_announced(tmp_path
     a = gather(cfg, fake, catalog, fake.clock)
     assert a["schedule"]["mode"] == "clock" and a["schedule"]["due"] == "night"
     assert a["schedule"]["next_switch"] is None
+
+
+@pytest.mark.parametrize("series", ["22.05", "24.11", "26.05"])
+def test_a_mistake_slurm_finds_in_the_request_is_a_usage_error(cfg, catalog, series):
+    """As recorded: an unknown partition (slurmctld's refusal), a malformed node count
+    (sbatch's own); a GRES no node has is an answer, not a mistake."""
+    from slurm_gpupool.slurm.parse import parse_will_run
+
+    cases = json.loads((FIXTURES / series / "will-run.json").read_text())["cases"]
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    fake.will_run_reply = parse_will_run(cases["bad_partition"]["stderr"])
+    rc, out, err = cli(cfg, catalog, fake, "avail", "--gres", "gpu:a100:1", "-p", "nosuch")
+    assert rc == 2 and out == "" and err == "gpupool: request: Slurm refuses it: invalid partition specified: nosuch\n"
+    fake.will_run_reply = parse_will_run('sbatch: error: "abc" is not a valid node count\n')
+    rc, _, err = cli(cfg, catalog, fake, "avail", "--gres", "gpu:a100:1", "-N", "abc")
+    assert rc == 2 and err == 'gpupool: request: Slurm refuses it: "abc" is not a valid node count\n'
+    fake.will_run_reply = parse_will_run(cases["no_such_gres"]["stderr"])
+    rc, out, _ = cli(cfg, catalog, fake, "avail", "--gres", "gpu:a100:1")
+    assert rc == 0 and "refused: Requested node configuration is not available" in out

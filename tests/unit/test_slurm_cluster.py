@@ -351,3 +351,16 @@ def test_will_run_without_a_controller_is_slurm_unavailable():
 
     with pytest.raises(SlurmUnavailableError):
         SlurmCluster(Down(env={})).will_run(["--wrap", "true"])
+
+
+def test_sbatch_test_only_zero_nodes_and_sbatchs_own_refusals():
+    """Measured on 22.05: ``-N 0`` starts "on nodes  in partition gpu" (no node named);
+    ``-N abc`` is refused by sbatch itself (exit 255, no ``allocation failure`` line)."""
+    zero = parse_will_run(
+        "sbatch: Job 28 to start at 2026-11-28T13:37:54 using 0 processors on nodes  in partition gpu\n"
+    )
+    assert zero.nodes == frozenset() and zero.partition == "gpu" and zero.start is not None
+    own = parse_will_run('sbatch: error: "abc" is not a valid node count\n')
+    assert own.by_sbatch and own.refused == '"abc" is not a valid node count'
+    ctld = parse_will_run("allocation failure: Requested node configuration is not available\n")
+    assert not ctld.by_sbatch and ctld.start is None
