@@ -330,3 +330,43 @@ def test_a_mistake_slurm_finds_in_the_request_is_a_usage_error(cfg, catalog, ser
     fake.will_run_reply = parse_will_run(cases["no_such_gres"]["stderr"])
     rc, out, _ = cli(cfg, catalog, fake, "avail", "--gres", "gpu:a100:1")
     assert rc == 0 and "refused: Requested node configuration is not available" in out
+
+
+def test_hostile_request_options_never_end_in_an_internal_error(cfg, catalog):
+    """Seeded: every request option gets hostile strings (newlines, huge numbers, NUL, hostlist
+    bombs, odd units); the answer is an answer (0) or a one-line usage error (2), never 70."""
+    import random
+
+    from tests.fuzzing import HOSTILE
+
+    rng = random.Random(30)
+    words = [v for v in HOSTILE if isinstance(v, str) and "\x00" not in v] + [
+        "10G",
+        "0.25",
+        "1/0",
+        "1e3",
+        "٠.٥",
+        "gpu:a100:1",
+        "gpu:a100:99999999999",
+        "shard:-1",
+        "gpu",
+        "2-1",
+        "gpu:1g.5gb:1,shard:2",
+    ]
+    options = ["--gpu-mem", "--gpu-share", "--gpus-nvlink", "--gres", "-N", "-p", "-t"]
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    fake.will_run_reply = WillRun(None, refused="Requested node configuration is not available", reason="x")
+    seen = set()
+    for _ in range(150):
+        args = ["avail", "--json"]
+        for opt in rng.sample(options, rng.randint(1, 3)):
+            args += [opt, rng.choice(words)]
+        rc, out, err = cli(cfg, catalog, fake, *args)
+        seen.add(rc)
+        assert rc in (0, 2), (args, rc, err)
+        assert "Traceback" not in err and "internal error" not in err, (args, err)
+        if rc == 2:
+            assert err.startswith("gpupool: ") and len(err.rstrip("\n").splitlines()) <= 2, (args, err)
+        else:
+            json.loads(out)
+    assert seen == {0, 2}
