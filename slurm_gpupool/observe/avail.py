@@ -131,7 +131,8 @@ def schedule_view(cfg: PoolConfig, hold: Hold | None, now: datetime) -> Schedule
     held = hold is not None and hold.active(now)
     resumes = getattr(hold, "until", None) if held else None
     if held and run.target is None:
-        return ScheduleView(None, run.said, "paused", hold.describe() if hold else "", resumes)
+        said = hold.describe() if hold else run.said
+        return ScheduleView(None, said, "paused", said, resumes)
     if run.pinned:
         return ScheduleView(run.target, run.said, "pinned", run.said, resumes)
     if run.elastic:
