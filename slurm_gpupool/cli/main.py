@@ -57,6 +57,10 @@ class LazyGroup(click.Group):
 
 
 COMMANDS = {
+    "avail": Lazy(
+        "slurm_gpupool.cli.avail:avail",
+        "What each GPU type and share offers now, per node set and partition; the layouts and the next switch.",
+    ),
     "inventory": Lazy(
         "slurm_gpupool.cli.inventory:inventory",
         "Show GPUs, MIG mode, GPU and compute instances, and topology.",

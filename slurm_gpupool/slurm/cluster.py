@@ -13,6 +13,7 @@ what differs between data parser versions is read in :mod:`.json_output`.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -24,15 +25,21 @@ from slurm_gpupool.slurm.parse import (
     parse_reservations,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_will_run,
     slurm_time,
 )
 from slurm_gpupool.slurm.runner import Result, SlurmRunner, slurm_version
-from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, hostlist
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, WillRun, hostlist
 from slurm_gpupool.slurm.versions import restart_crashes_on_finished_shard_jobs
 
 READ_ATTEMPTS = 3
 # what Slurm's clients print when a connection to slurmctld failed midway (not a refusal)
 TRANSIENT = ("Connection reset by peer", "Socket timed out", "Resource temporarily unavailable")
+
+
+def _controller_down(stderr: str) -> bool:
+    """sbatch could not ask slurmctld at all (not a refusal of the job)."""
+    return any(t in stderr for t in ("Unable to contact slurm controller", "Could not establish a configuration"))
 
 
 class SlurmCluster:
@@ -125,6 +132,20 @@ class SlurmCluster:
         if found:
             progress(f"warning: slurmctld still remembers shard job(s) {', '.join(map(str, found))}; restarting")
         return found
+
+    def will_run(self, argv: Sequence[str]) -> WillRun:
+        """``sbatch --test-only ARGV``: when and where Slurm would start the job now (nothing is
+        submitted; job_submit.lua runs as for a real submission).  Run with
+        ``SLURM_TIME_FORMAT=standard`` so the time reads the same whatever the caller set."""
+        runner = self.runner
+        if isinstance(runner, SlurmRunner) and runner.env.get("SLURM_TIME_FORMAT", "standard") != "standard":
+            runner = copy.copy(runner)
+            runner.env = {**runner.env, "SLURM_TIME_FORMAT": "standard"}
+        r = runner.run(["sbatch", "--test-only", *argv], timeout_s=30)
+        answer = parse_will_run(r.stderr + r.stdout)
+        if answer.start is None and _controller_down(r.stderr):
+            r.check("sbatch --test-only")
+        return answer
 
     def ping(self) -> bool:
         """``scontrol ping`` says the primary controller is UP."""

@@ -39,7 +39,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.slurm.runner import Result
-from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, gres_counts
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, WillRun, gres_counts
 
 SrunHandler = Callable[[str, Sequence[str]], Result]  # (node, argv) -> what srun printed
 SAVE_MAX_WAIT_S = 5.0  # slurmctld's state save thread (src/slurmctld/state_save.c): a change waits at most this
@@ -79,6 +79,8 @@ class Node:
     gres: str = ""
     features: tuple[str, ...] = ()
     reason: str = ""
+    gres_used: str = ""  # sinfo's GresUsed (gpu:1g.5gb:2(IDX:0-1))
+    partitions: tuple[str, ...] = ("gpu",)
 
 
 class FakeSlurm:
@@ -96,6 +98,8 @@ class FakeSlurm:
         self.dead_slurmd: set[str] = set()
         self.late: dict[str, int] = {}  # node -> reads it still shows NOT_RESPONDING after a restart
         self.calls: list[tuple] = []
+        # what `sbatch --test-only` answers (None: a refusal saying the fake has no answer)
+        self.will_run_reply: WillRun | None = None
         self.kill_at: str | None = None  # "srun": killed while srun runs
         self._lock = threading.RLock()
         # slurmctld's saved state (see the module's docstring): what a kill -9 comes back with
@@ -200,7 +204,16 @@ class FakeSlurm:
                     flags.add("NOT_RESPONDING")
                 if any(name in r.nodes and r.start <= now for r in self.resv.values()):
                     flags.add("MAINTENANCE")
-                out[name] = NodeInfo(name, n.state, frozenset(flags), n.gres, n.features, n.reason)
+                out[name] = NodeInfo(
+                    name,
+                    n.state,
+                    frozenset(flags),
+                    n.gres,
+                    n.features,
+                    n.reason,
+                    gres_used=n.gres_used,
+                    partitions=n.partitions,
+                )
             return out
 
     def jobs(self) -> list[JobInfo]:
@@ -229,6 +242,11 @@ class FakeSlurm:
 
     def ping(self) -> bool:
         return self.ctld_up
+
+    def will_run(self, argv: Sequence[str]) -> WillRun:
+        self._need_ctld("sbatch --test-only")
+        self.calls.append(("will_run", tuple(argv)))
+        return self.will_run_reply or WillRun(None, refused="the fake Slurm was given no --test-only answer")
 
     def config(self) -> dict[str, str]:
         return {"MinJobAge": "300 sec"}

@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime
 
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.slurm import json_output as jo
-from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, WillRun
 
 
 def _node_info(name: str, n: dict, group: dict | None = None) -> NodeInfo:
@@ -22,12 +23,14 @@ def _node_info(name: str, n: dict, group: dict | None = None) -> NodeInfo:
         features = jo.text_list(n.get("active_features") or n.get("features"))
         gres, reason = jo.text(n.get("gres"), "total"), jo.text(n.get("reason"))
         used, tres_used = jo.text(n.get("gres_used")), jo.text(n.get("tres_used"))
+        partitions = jo.text_list(n.get("partitions"))
     else:  # (sinfo --json groups nodes by GRES used too: every node of a group has the group's)
         base, flags = jo.state((group.get("node") or {}).get("state"))
         feats = group.get("features") or {}
         features = jo.text_list(feats.get("active") or feats.get("total"))
         gres, reason = jo.text(group.get("gres"), "total"), jo.text(group.get("reason"))
         used, tres_used = jo.text(group.get("gres"), "used"), ""
+        partitions = tuple(p for p in [jo.text(group.get("partition"), "name")] if p)
     return NodeInfo(
         name=name,
         state=base,
@@ -37,6 +40,7 @@ def _node_info(name: str, n: dict, group: dict | None = None) -> NodeInfo:
         reason=reason,
         gres_used=used,
         tres_used=tres_used,
+        partitions=partitions,
     )
 
 
@@ -52,7 +56,11 @@ def parse_sinfo_json(text: str) -> dict[str, NodeInfo]:
     if isinstance(doc.get("sinfo"), list):
         for group in doc["sinfo"]:
             for name in ((group.get("nodes") or {}).get("nodes")) or []:
-                out.setdefault(name, _node_info(name, {}, group))
+                seen = _node_info(name, {}, group)
+                if name in out:  # listed again for another partition: one node, in both
+                    known = out[name].partitions
+                    seen = replace(out[name], partitions=known + tuple(p for p in seen.partitions if p not in known))
+                out[name] = seen
     elif isinstance(doc.get("nodes"), list):
         for n in doc["nodes"]:
             if isinstance(n, dict) and n.get("name"):
@@ -131,3 +139,45 @@ def slurm_time(t: datetime) -> str:
     if t.tzinfo is not None:
         t = t.astimezone().replace(tzinfo=None)
     return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+# sbatch.c (_job_will_run), 17.11 to 24.11: "Job %u to start at %s using %u processors on nodes %s
+# in partition %s"; 26.05 (libslurmfull): "Job %u to start at %s%s%s a using ..." (words after the
+# time), "... using %u processors on %s" without a partition, and "%pI to start at %s on cluster %s
+# using ..." in a federation; then "  Preempts: 12,13" when it would preempt jobs
+_WILL_RUN = re.compile(
+    r"(?:Job (\d+)|JobId=(\d+)) to start at (\S+).*? using (\d+) processors on (?:nodes )?(\S*)"
+    r"(?: +in partition (\S+))?"
+)
+_PREEMPTS = re.compile(r"Preempts: ([0-9,\s]+)")
+
+
+def parse_will_run(stderr: str) -> WillRun:
+    """``sbatch --test-only ...``'s messages (on stderr) → :class:`WillRun`.
+
+    Its time is printed in ``SLURM_TIME_FORMAT``: the caller runs sbatch with
+    ``standard`` (``2026-11-28T13:29:10``).  Without the start line, the refusal is
+    sbatch's error lines (job_submit.lua's message among them), else its
+    ``allocation failure: ...`` line (slurmctld's); error lines without one are sbatch's
+    own refusal of the command line (``"abc" is not a valid node count``, exit 255)."""
+    m = _WILL_RUN.search(stderr)
+    if m is not None:
+        try:
+            start = datetime.fromisoformat(m.group(3))
+        except ValueError:
+            start = None
+        if start is not None:
+            p = _PREEMPTS.search(stderr)
+            preempts = tuple(int(x) for x in re.split(r"[,\s]+", p.group(1)) if x) if p else ()
+            return WillRun(
+                start=start,
+                cpus=int(m.group(4)),
+                nodes=frozenset(NodeSet(m.group(5))) if m.group(5) else frozenset(),
+                partition=m.group(6) or "",
+                preempts=preempts,
+            )
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln.removeprefix("sbatch: error:").strip() for ln in lines if ln.startswith("sbatch: error:")]
+    failure = [ln.removeprefix("allocation failure:").strip() for ln in lines if ln.startswith("allocation failure:")]
+    why = "; ".join(errors) or "; ".join(failure) or (lines[-1] if lines else "sbatch --test-only gave no answer")
+    return WillRun(start=None, refused=why, by_sbatch=bool(errors) and not failure, reason="; ".join(failure))

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from slurm_gpupool.slurm.runner import Result
-from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation
+from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, WillRun
 
 
 class Slurm(Protocol):
@@ -34,6 +34,8 @@ class Slurm(Protocol):
     def version(self) -> tuple[int, int, int]: ...
 
     def ping(self) -> bool: ...
+
+    def will_run(self, argv: Sequence[str]) -> WillRun: ...
 
     def await_forgotten_shard_jobs(
         self, nodes: Iterable[str], progress: Callable[[str], None], poll_s: float = 1.0

@@ -29,6 +29,7 @@ class NodeInfo:
     reason: str
     gres_used: str = ""  # gpu:1g.5gb:2(IDX:0-1),shard:v100_shared:1(IDX:0) (22.05), shard:a30:3(3/4,0/4) (24.11+)
     tres_used: str = ""  # cpu=2,gres/shard=3 (22.05 only: later sinfo --json has no TRES)
+    partitions: tuple[str, ...] = ()  # the partitions the node is in (sinfo's PARTITION column)
 
     @property
     def layout(self) -> str | None:
@@ -145,6 +146,21 @@ class JobInfo:
 FINISHED_STATES = frozenset(
     {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
 )
+
+
+@dataclass(frozen=True)
+class WillRun:
+    """What ``sbatch --test-only`` says of a job: when, where and with how many CPUs it would
+    start (Slurm's own estimate, backfill included), or why Slurm would not take it."""
+
+    start: datetime | None  # naive local time, as Slurm prints it; None: refused
+    cpus: int = 0
+    nodes: frozenset[str] = frozenset()
+    partition: str = ""
+    refused: str = ""  # Slurm's reason (and job_submit.lua's message) when start is None
+    preempts: tuple[int, ...] = ()  # jobs it would preempt to start then
+    by_sbatch: bool = False  # refused by sbatch itself (a malformed option), before slurmctld saw it
+    reason: str = ""  # slurmctld's own reason ("allocation failure: ..."), beside job_submit.lua's words
 
 
 @dataclass(frozen=True)

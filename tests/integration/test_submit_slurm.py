@@ -284,6 +284,52 @@ def test_the_installed_layout_is_offered_whatever_the_clock(day):
         day.run(["scancel", jid], check=False)
 
 
+def test_gpupool_avail_agrees_with_scontrol_and_with_what_slurm_does(day):
+    """``gpupool avail --json``, a user's command: its GRES per node set are ``scontrol show
+    node``'s, and a request it says Slurm starts now does start, where it said, when submitted
+    right after as gpupool-sbatch would submit it."""
+    import time
+
+    from ClusterShell.NodeSet import NodeSet
+
+    from slurm_gpupool.core.gres.node_gres import gres_by_type
+    from slurm_gpupool.slurm.parse import parse_one_line
+
+    a = json.loads(day.gpupool("avail", "--json", "--gpu-mem=18G", "-t", "5").stdout)
+    shown = {}
+    for line in day.run(["scontrol", "-d", "-o", "show", "node"]).stdout.splitlines():
+        f = parse_one_line(line)
+        shown[f["NodeName"]] = (gres_by_type(f["Gres"]), gres_by_type(f.get("GresUsed", "")), f["ActiveFeatures"])
+    for s in a["nodesets"]:
+        total: dict[tuple[str, str], int] = {}
+        used: dict[tuple[str, str], int] = {}
+        for node in NodeSet(s["nodes"]):
+            gres, held, features = shown[node]
+            assert "layout_day" in features.split(",") and s["layout"] == "day"
+            for key, n in gres.items():
+                if n and key[0] in ("gpu", "shard"):
+                    total[key] = total.get(key, 0) + n
+                    used[key] = used.get(key, 0) + min(n, held.get(key, 0))
+        assert {(g["gres"], g["type"]): (g["total"], g["used"]) for g in s["gres"]} == {
+            k: (total[k], used[k]) for k in total
+        }, s["name"]
+    r = a["request"]
+    assert r["per_node"] == [{"gres": "gpu", "type": "3g.20gb", "count": 1}] and r["later"] is None
+    assert r["slurm"]["starts_now"] and r["fits_now"], r
+    assert set(r["slurm"]["nodes"]) <= set(r["free_on"]) == {"a100n1", "a100n2"}
+    job = day.run(["sbatch", "--parsable", "-o", "/dev/null", *r["sbatch"]]).stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60  # a hang, not a measure
+        while (rec := dict(re.findall(r"(\w+)=(\S*)", day.run(["scontrol", "-o", "show", "job", job]).stdout)))[
+            "JobState"
+        ] == "PENDING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rec["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), rec
+        assert rec["NodeList"] in r["free_on"]
+    finally:
+        day.run(["scancel", job], check=False)
+
+
 def test_a_night_only_request_by_day_is_reported_with_its_start(day):
     ends = catalog_now(day, "day", until_minutes=120)
     res = day.run([wrapper(), "--gpus-nvlink=8", "--wrap", "true"], check=False)

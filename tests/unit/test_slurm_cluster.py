@@ -15,7 +15,13 @@ import pytest
 from slurm_gpupool.core.policy.durations import format_duration, parse_duration_s, parse_slurm_time_s
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.slurm.cluster import SlurmCluster
-from slurm_gpupool.slurm.parse import parse_one_line, parse_reservations, parse_sinfo_json, parse_squeue_json
+from slurm_gpupool.slurm.parse import (
+    parse_one_line,
+    parse_reservations,
+    parse_sinfo_json,
+    parse_squeue_json,
+    parse_will_run,
+)
 from slurm_gpupool.slurm.runner import Result, SlurmRunner
 from slurm_gpupool.slurm.types import gres_counts
 from slurm_gpupool.slurm.versions import preempt_user_signal_setting, requeues_again_after_grace_preemption
@@ -251,3 +257,110 @@ def test_only_24_11_requeues_a_grace_preempted_job_twice():
         True,
         False,
     ]
+
+
+@pytest.mark.parametrize("series", SERIES)
+def test_sinfo_json_names_each_nodes_partitions(series):
+    nodes = parse_sinfo_json(recorded(series, "sinfo.json"))
+    assert {n.partitions for n in nodes.values()} == {("gpu",)}
+
+
+def test_a_node_listed_for_two_partitions_is_in_both():
+    """v0.0.40 and later list a node once per partition (sinfo groups)."""
+    doc = json.loads(recorded("24.11", "sinfo.json"))
+    extra = json.loads(json.dumps(doc["sinfo"][0]))
+    extra["partition"]["name"] = "debug"
+    doc["sinfo"].append(extra)
+    nodes = parse_sinfo_json(json.dumps(doc))
+    name = extra["nodes"]["nodes"][0]
+    assert nodes[name].partitions == ("gpu", "debug")
+    assert nodes[name].gres == parse_sinfo_json(recorded("24.11", "sinfo.json"))[name].gres
+
+
+WILL_RUN_RECORDED = [s for s in SERIES if (FIXTURES / s / "will-run.json").exists()]
+
+
+def will_run_cases(series: str) -> dict[str, dict]:
+    return json.loads(recorded(series, "will-run.json"))["cases"]
+
+
+def test_sbatch_test_only_is_recorded_on_every_release():
+    assert tuple(WILL_RUN_RECORDED) == SERIES
+
+
+@pytest.mark.parametrize("series", WILL_RUN_RECORDED)
+def test_sbatch_test_only_start_lines(series):
+    from datetime import datetime, timedelta
+
+    cases = will_run_cases(series)
+    now = parse_will_run(cases["now"]["stderr"])
+    assert now.nodes == frozenset({"a30n1"}) and now.partition == "gpu" and now.cpus >= 1 and not now.refused
+    assert datetime.fromisoformat(cases["now"]["before"]) <= now.start <= datetime.fromisoformat(cases["now"]["after"])
+    two = parse_will_run(cases["two_nodes"]["stderr"])
+    assert two.nodes == frozenset({"a100n1", "a100n2"}) and two.start is not None
+    # behind a running job holding every A30 GPU for 10 minutes: it starts when that one ends
+    waits = parse_will_run(cases["waits"]["stderr"])
+    assert waits.nodes == frozenset({"a30n1"}) and waits.start is not None
+    assert waits.start >= datetime.fromisoformat(cases["waits"]["before"]) + timedelta(minutes=9)
+
+
+@pytest.mark.parametrize("series", WILL_RUN_RECORDED)
+def test_sbatch_test_only_refusals_say_why(series):
+    cases = will_run_cases(series)
+    bad = parse_will_run(cases["bad_partition"]["stderr"])
+    assert bad.start is None and "nosuch" in bad.refused and cases["bad_partition"]["returncode"] != 0
+    gres = parse_will_run(cases["no_such_gres"]["stderr"])
+    assert gres.start is None and gres.refused == "Requested node configuration is not available"
+    lua = parse_will_run(cases["day_only_type"]["stderr"])
+    assert lua.start is None and lua.refused.startswith("gpupool: gpu:1g.6gb is offered only by layout day")
+
+
+def test_sbatch_test_only_preemption_and_other_time_formats():
+    text = "sbatch: Job 9 to start at 2026-03-03T08:00:00 using 8 processors on nodes a100n1 in partition gpu\n"
+    text += "sbatch:   Preempts: 12,13\n"
+    w = parse_will_run(text)
+    assert w.preempts == (12, 13) and w.cpus == 8
+    # 26.05's libslurmfull also has these forms (without a partition; in a federation)
+    other = parse_will_run("sbatch: Job 4 to start at 2026-03-03T08:00:00 using 2 processors on a30n1\n")
+    assert other.nodes == frozenset({"a30n1"}) and other.partition == "" and other.start is not None
+    fed = "sbatch: JobId=7 to start at 2026-03-03T08:00:00 on cluster c1 using 2 processors on nodes a[1-2] in"
+    assert parse_will_run(fed + " partition gpu\n").nodes == frozenset({"a1", "a2"})
+    # SLURM_TIME_FORMAT=relative would print "Tomorr 08:00": not a time we read; never a wrong one
+    assert parse_will_run(text.replace("2026-03-03T08:00:00", "Tomorr")).start is None
+
+
+def test_will_run_asks_sbatch_with_the_standard_time_format():
+    seen = {}
+
+    class Runner(SlurmRunner):
+        def run(self, argv, timeout_s=None, input_text=None):
+            seen["argv"], seen["fmt"] = list(argv), self.env.get("SLURM_TIME_FORMAT")
+            line = "sbatch: Job 3 to start at 2026-03-03T08:00:00 using 2 processors on nodes a30n1 in partition gpu"
+            return Result(tuple(argv), 0, "", line + "\n")
+
+    w = SlurmCluster(Runner(env={"SLURM_TIME_FORMAT": "relative"})).will_run(["-N", "1", "--wrap", "true"])
+    assert seen == {"argv": ["sbatch", "--test-only", "-N", "1", "--wrap", "true"], "fmt": "standard"}
+    assert w.nodes == frozenset({"a30n1"})
+
+
+def test_will_run_without_a_controller_is_slurm_unavailable():
+    class Down(SlurmRunner):
+        def run(self, argv, timeout_s=None, input_text=None):
+            err = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n"
+            return Result(tuple(argv), 1, "", err)
+
+    with pytest.raises(SlurmUnavailableError):
+        SlurmCluster(Down(env={})).will_run(["--wrap", "true"])
+
+
+def test_sbatch_test_only_zero_nodes_and_sbatchs_own_refusals():
+    """Measured on 22.05: ``-N 0`` starts "on nodes  in partition gpu" (no node named);
+    ``-N abc`` is refused by sbatch itself (exit 255, no ``allocation failure`` line)."""
+    zero = parse_will_run(
+        "sbatch: Job 28 to start at 2026-11-28T13:37:54 using 0 processors on nodes  in partition gpu\n"
+    )
+    assert zero.nodes == frozenset() and zero.partition == "gpu" and zero.start is not None
+    own = parse_will_run('sbatch: error: "abc" is not a valid node count\n')
+    assert own.by_sbatch and own.refused == '"abc" is not a valid node count'
+    ctld = parse_will_run("allocation failure: Requested node configuration is not available\n")
+    assert not ctld.by_sbatch and ctld.start is None
