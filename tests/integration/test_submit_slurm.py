@@ -319,7 +319,9 @@ def test_gpupool_avail_agrees_with_scontrol_and_with_what_slurm_does(day):
     assert set(r["slurm"]["nodes"]) <= set(r["free_on"]) == {"a100n1", "a100n2"}
     job = day.run(["sbatch", "--parsable", "-o", "/dev/null", *r["sbatch"]]).stdout.strip().split(";")[0]
     try:
-        deadline = time.monotonic() + 60  # a hang, not a measure
+        from .repartition_support import SLURM_WAIT_S
+
+        deadline = time.monotonic() + SLURM_WAIT_S  # a hang, not a measure
         while (rec := dict(re.findall(r"(\w+)=(\S*)", day.run(["scontrol", "-o", "show", "job", job]).stdout)))[
             "JobState"
         ] == "PENDING" and time.monotonic() < deadline:
