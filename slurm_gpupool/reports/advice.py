@@ -120,6 +120,7 @@ class Smaller:
     memory_mib: float
     compute: float  # of the GPU: compute slices / the GPU's, or 1 / shares
     eq: float  # GPU-equivalents, as the reports count them
+    profile: str = ""  # mig: NVIDIA's profile name
 
 
 def _offered(
@@ -135,17 +136,22 @@ def _offered(
         frac = mig_fraction(model, p.name)
         if p.has_media_extensions or p.memory_mib >= (info.memory_mib or 0) or frac > current:
             continue
-        name = next(
-            (t for t, i in types.items() if i.model == model.key and i.kind == MIG and i.memory_mib == p.memory_mib),
+        name = next(  # the pool's type for this profile: same memory and compute
+            (
+                t
+                for t, i in types.items()
+                if i.model == model.key
+                and i.kind == MIG
+                and i.memory_mib == p.memory_mib
+                and abs(i.fraction - frac) < 1e-9
+            ),
             p.name,
         )
-        out.append(Smaller(name, MIG, p.memory_mib, frac, frac))
+        out.append(Smaller(name, MIG, p.memory_mib, frac, frac, p.name))
     for shares in sorted(share_counts):
         if 1 / shares < current:
-            shared = next(t for t, i in types.items() if i.kind == "shared" and i.model == model.key)
-            out.append(
-                Smaller(f"{shared} (1 of {shares} shares)", "shared", model.memory_mib / shares, 1 / shares, 1 / shares)
-            )
+            name = f"shares (1 of {shares} of a {model.key})"
+            out.append(Smaller(name, "shared", model.memory_mib / shares, 1 / shares, 1 / shares))
     return current, sorted((c for c in out if c.eq < info.fraction), key=lambda c: (c.eq, c.memory_mib))
 
 
@@ -165,7 +171,9 @@ def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[
         if info is None or info.kind not in (MIG, "whole") or info.model is None or len(grp) < s.min_jobs:
             continue
         model = get_model(info.model)
-        current, candidates = _offered(types, model, info, shares.get(model.key, set()))
+        # time-slicing works on any GPU: the shares this model has in the pool, else any the pool uses
+        counts = shares.get(model.key) or set().union(*shares.values())
+        current, candidates = _offered(types, model, info, counts)
         if info.kind == MIG and model.mig is None:
             continue
         act = grp["activity_pct"] if "activity_pct" in grp else pd.Series(np.nan, index=grp.index)
@@ -213,20 +221,8 @@ def _all_offers(cfg: PoolConfig | None) -> Iterator[Any]:
 def _feasibility(cfg: PoolConfig | None, layout: str | None, name: str, info: Any, model: GpuModel, c: Smaller) -> str:
     """The layout change, placed by the planner; or why none is proposed."""
     if c.kind == "shared":
-        return "time-slicing needs no placement: raise shares on the GPUs that serve these jobs"
-    profile = model.mig.by_name(c.name) if model.mig else None
-    small = (
-        c.name
-        if profile is not None
-        else next(
-            (
-                p.name
-                for p in (model.mig.profiles if model.mig else ())
-                if p.memory_mib == c.memory_mib and not p.has_media_extensions
-            ),
-            c.name,
-        )
-    )
+        return f"time-slicing needs no placement: {{shared: {round(1 / c.compute)}}} on GPUs that serve these jobs"
+    small = c.profile
     if info.kind == MIG:
         change = smaller_instead(cfg, layout, name, c.name, model.key) if cfg and layout else None
         return change.text() if change else "no MIG mix of this pool's layouts makes room for it (planner)"

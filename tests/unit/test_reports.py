@@ -857,3 +857,35 @@ def test_advice_keeps_the_slice_when_the_measured_activity_needs_it(cfg, tmp_pat
     d, _, records = _measured_job4(cfg, tmp_path, sm_pct=90.0)  # the memory fits 1g, the compute does not
     t = advice(d, records).main
     assert not (t["rule"] == "oversized slices").any()
+
+
+def _measured_job3(cfg, tmp_path, peak_mib: int, util_pct: float):
+    """Job 3 (a whole A100, 1.5 h, in the night layout) measured by the hooks: NVML's utilization."""
+    spool = tmp_path / "a100n2" / "jobs"
+    spool.mkdir(parents=True)
+    start = datetime(2026, 11, 16, 22, 0, tzinfo=UTC).timestamp()
+    dev = {"index": 0, "type": "a100", "memory_total_mib": 40960, "peak_memory_mib": peak_mib}
+    dev["mean_utilization_pct"] = util_pct
+    rec = {"job_id": "3", "node": "a100n2", "start_time": start, "devices": [dev], "usage": [dev]}
+    (spool / "3.json").write_text(json.dumps(rec))
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "a100n2"),), now=UNTIL)
+
+
+@pytest.mark.parametrize(
+    ("peak_mib", "util", "offer", "check"),
+    [
+        (3000, 10.0, "offer more 1g.5gb", "a whole A100-SXM4-40GB as mig {1g.5gb: 7} (placed by the planner)"),
+        # 6 GB and 18 % of the GPU: more than 1g.10gb's compute, 2g.10gb is 2/7 of the GPU, a
+        # quarter share fits (the pool shares no A100: the share counts it uses elsewhere)
+        (6000, 18.0, "offer more shares (1 of 4 of a A100-SXM4-40GB)", "time-slicing needs no placement: {shared: 4}"),
+    ],
+)
+def test_advice_moves_a_small_whole_gpu_job_to_a_slice_or_a_share(cfg, tmp_path, peak_mib, util, offer, check):
+    d, _, records = _measured_job3(cfg, tmp_path, peak_mib, util)
+    t = advice(d, records).main
+    rows = t[t["rule"] == "whole GPU to slice or share"]
+    assert len(rows) == 1, t.to_string()
+    assert offer in rows["advice"].iloc[0] and rows["layout_change"].iloc[0].startswith(check)
+    assert "free " in rows["advice"].iloc[0]
