@@ -103,3 +103,22 @@ def test_gpm_calls_on_an_ampere_gpu_are_not_supported_as_in_nvml(tmp_path: Path)
         with pytest.raises(pynvml.NVMLError_NotSupported):
             pynvml.nvmlGpmSampleGet(h, sample)
         pynvml.nvmlGpmSampleFree(sample)
+
+
+def test_gpupool_sim_activity_puts_the_load_gpm_measures(tmp_path: Path):
+    import subprocess
+    import sys
+
+    def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "slurm_gpupool.cli.main", "--sim-dir", str(tmp_path), "--node", "h1", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    _node(tmp_path, "h1", "hgx-h100")
+    run = gpupool("sim", "activity", "1", "42", "--tensor-pct", "7")
+    assert run.returncode == 0, run.stderr
+    with open_backend("h1", tmp_path) as b:
+        b.activity(1)
+        assert b.activity(1) == pytest.approx(
+            {"sm_activity_pct": 42, "tensor_activity_pct": 7, "dram_bw_pct": 0}, abs=0.1
+        )
+    assert gpupool("sim", "activity", "1", "142").returncode == 2  # a percentage is 0-100
