@@ -1,10 +1,13 @@
 """Concrete recommendations, each with the numbers behind it.
 
-Three rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
+Four rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
 ``simulate``) the simulator's recommendation (``simulated``):
 
 * **oversized slices**: most jobs on a MIG type peaked below the memory of a
-  smaller profile of the same GPU → offer more of the smaller one;
+  smaller profile of the same GPU, and their measured activity fits its compute →
+  offer more of the smaller one, saying the jobs and GPU-hours it would free;
+* **whole GPU to slice or share**: the same for whole-GPU jobs, towards a MIG profile
+  or a share of the GPU;
 * **idle capacity**: a GRES type sat idle most of a layout's hours → offer less;
 * **long waits**: a type's p90 queue wait is above ``long_wait`` → offer more.
 
