@@ -174,11 +174,11 @@ def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[
         if info is None or info.kind not in (MIG, "whole") or info.model is None or len(grp) < s.min_jobs:
             continue
         model = get_model(info.model)
+        if info.kind == MIG and model.mig is None:
+            continue
         # time-slicing works on any GPU: the shares this model has in the pool, else any the pool uses
         counts = shares.get(model.key) or set().union(*shares.values())
         current, candidates = _offered(types, model, info, counts)
-        if info.kind == MIG and model.mig is None:
-            continue
         act = grp["activity_pct"] if "activity_pct" in grp else pd.Series(np.nan, index=grp.index)
         used = act / 100 * current  # of the whole GPU
         for c in candidates:
