@@ -147,6 +147,23 @@ def temperature(app: AppContext, gpu: int, celsius: int) -> None:
     inject.set_temperature(_store(app), gpu, celsius)
 
 
+@sim.command("activity")
+@click.argument("gpu", type=int)
+@click.argument("sm_pct", type=click.FloatRange(0, 100))
+@click.option("--tensor-pct", type=click.FloatRange(0, 100), default=0.0, show_default=True)
+@click.option("--dram-pct", type=click.FloatRange(0, 100), default=0.0, show_default=True)
+@click.option("--mig-uuid", help="The load is on this MIG device's GPU instance.")
+@pass_app
+def activity(
+    app: AppContext, gpu: int, sm_pct: float, tensor_pct: float, dram_pct: float, mig_uuid: str | None
+) -> None:
+    """Put a load on a GPU or a MIG instance from now on: what GPM measures (Hopper and
+    later), and for a whole GPU NVML's utilization too."""
+    from slurm_gpupool.hw.sim import inject
+
+    inject.set_activity(_store(app), gpu, sm_pct, tensor_pct, dram_pct, mig_uuid)
+
+
 @sim.command("clients")
 @click.argument("gpu", type=int)
 @click.argument("count", type=int)

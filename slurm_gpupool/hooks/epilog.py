@@ -48,8 +48,10 @@ GPUs' health (exit 1 drains the node) and removes the job's runtime files.
 
 
 def usage(backend, devices: list[dict], sampled: dict) -> list[dict]:
-    """Per device: peak memory (the sampler's peaks and what is in use now) and
-    utilization where NVML gives it (whole GPUs; never MIG devices)."""
+    """Per device: peak memory (the sampler's peaks and what is in use now), utilization where
+    NVML gives it (whole GPUs; never MIG devices), and the sampler's GPM activity (Hopper+).
+    On a shared GPU the sampler measured the job's own processes: what the device holds now
+    is every job's, so it does not count."""
     out = []
     for d in devices:
         entry = {"index": d["index"], "type": d["type"], "gpu": d["gpu"], "mig_uuid": d.get("mig_uuid")}
@@ -57,12 +59,24 @@ def usage(backend, devices: list[dict], sampled: dict) -> list[dict]:
         seen = sampled.get("devices", {}).get(str(d["index"]), {})
         entry["memory_total_mib"] = now["memory_total_mib"]
         entry["memory_used_at_end_mib"] = now["memory_used_mib"]
-        entry["peak_memory_mib"] = max(now["memory_used_mib"] or 0, seen.get("peak_memory_mib", 0))
+        at_end = 0 if seen.get("own_processes") else now["memory_used_mib"] or 0
+        entry["peak_memory_mib"] = max(at_end, seen.get("peak_memory_mib", 0))
+        if d.get("shares"):
+            entry["shares"] = d["shares"]
         if seen.get("util_samples"):
             entry["mean_utilization_pct"] = round(seen["util_sum"] / seen["util_samples"], 1)
             entry["peak_utilization_pct"] = seen["peak_utilization_pct"]
+            if seen.get("own_processes"):
+                entry["utilization_source"] = "share of the GPU's, by the job's process memory"
         else:
-            entry["mean_utilization_pct"] = now["utilization_pct"]
+            entry["mean_utilization_pct"] = None if seen.get("own_processes") else now["utilization_pct"]
+        if seen.get("sm_activity_samples"):
+            entry["activity_source"] = "gpm"
+            for name in ("sm_activity", "tensor_activity", "dram_bw"):
+                n = seen.get(f"{name}_samples")
+                if n:
+                    entry[f"mean_{name}_pct"] = round(seen[f"{name}_sum"] / n, 1)
+                    entry[f"peak_{name}_pct"] = seen.get(f"peak_{name}_pct")
         entry["samples"] = sampled.get("samples", 0)
         out.append(entry)
     return out

@@ -1,11 +1,13 @@
-"""The node's GPU usage sampler: peak memory and utilization of running jobs.
+"""The node's GPU usage sampler: peak memory, utilization and activity of running jobs.
 
 NVML cannot say after the fact how much memory a job used, and has no
 utilization for MIG devices at all, so the Epilog alone cannot record a peak.
 The Prolog starts this sampler (one per node, if none runs) and leaves it a
 ``<run_dir>/<job>.devices`` file; every ``usage_interval_s`` the sampler reads
-memory in use per device (MIG devices included) and, for whole GPUs,
-utilization, keeping per-job peaks in ``<job>.usage.json``.  The Epilog merges
+memory in use per device (MIG devices included), for whole GPUs utilization,
+on Hopper and later GPM's SM, tensor and DRAM activity per MIG instance or GPU,
+and on a shared GPU the job's own processes' memory and share of the utilization,
+keeping per-job sums and peaks in ``<job>.usage.json``.  The Epilog merges
 them into the spool record.  With no job left for a few rounds, it exits.
 """
 
@@ -70,21 +72,62 @@ def ensure_running(settings: dict[str, Any], node: str, env: dict[str, str]) -> 
     )
 
 
-def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any]) -> dict[str, Any]:
+def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any], job: str = "") -> dict[str, Any]:
+    """One round for one job: peak memory per device; SM / tensor / DRAM activity where GPM
+    measures it (a MIG instance or a whole GPU, Hopper and later); utilization where NVML
+    gives it (whole GPUs), and on a shared GPU the job's own processes' memory and its
+    share of the GPU's utilization (no per-job counter exists for time slices)."""
     out = {"samples": prev.get("samples", 0) + 1, "devices": {}}
     for d in devices:
         key = str(d["index"])
-        u = backend.device_usage(d["gpu"], d.get("mig_uuid"))
         old = prev.get("devices", {}).get(key, {})
+        entry = dict(old)
+        u = backend.device_usage(d["gpu"], d.get("mig_uuid"))
         mem = u.get("memory_used_mib") or 0
         util = u.get("utilization_pct")
-        entry = {"peak_memory_mib": max(mem, old.get("peak_memory_mib", 0))}
+        if d.get("kind") == "shared" and job:
+            mem, util = _own_share(backend, d["gpu"], job, util)
+            entry["own_processes"] = True
+        entry["peak_memory_mib"] = max(mem, old.get("peak_memory_mib", 0))
         if util is not None:
-            entry["util_sum"] = old.get("util_sum", 0) + util
-            entry["util_samples"] = old.get("util_samples", 0) + 1
-            entry["peak_utilization_pct"] = max(util, old.get("peak_utilization_pct", 0))
+            _add(entry, "util", util)
+        if d.get("kind") != "shared":  # GPM of a shared GPU is every job's: not this one's
+            act = _activity(backend, d, job)
+            if act:
+                for name, value in act.items():
+                    if value is not None:
+                        _add(entry, name.removesuffix("_pct"), value)
         out["devices"][key] = entry
     return out
+
+
+def _add(entry: dict[str, Any], name: str, value: float) -> None:
+    """Running sum, count and peak of one measure (``util`` keeps its historic names)."""
+    entry[f"{name}_sum"] = entry.get(f"{name}_sum", 0) + value
+    entry[f"{name}_samples"] = entry.get(f"{name}_samples", 0) + 1
+    peak = "peak_utilization_pct" if name == "util" else f"peak_{name}_pct"
+    entry[peak] = max(value, entry.get(peak, 0))
+
+
+def _activity(backend: Any, d: dict[str, Any], job: str) -> dict[str, float | None] | None:
+    """GPM since the previous round (None: unsupported, or the first round); never fatal."""
+    try:
+        return backend.activity(d["gpu"], d.get("mig_uuid"))
+    except Exception as e:  # memory is still worth recording without activity
+        log("sampler", job, f"activity of GPU {d['gpu']} not sampled: {type(e).__name__}: {e}", 6)
+        return None
+
+
+def _own_share(backend: Any, gpu: int, job: str, util: int | None) -> tuple[int, float | None]:
+    """The job's processes' memory on a shared GPU, and the GPU's utilization split by their
+    share of the memory its processes use (``nvidia-smi --query-compute-apps=pid,used_memory``)."""
+    from slurm_gpupool.hooks.leftovers import belongs_to_job
+
+    procs = [p for p in backend.process_records(gpu) if p.get("used_memory_mib") is not None]
+    total = sum(p["used_memory_mib"] for p in procs)
+    own = sum(p["used_memory_mib"] for p in procs if belongs_to_job(p["pid"], job, None))
+    share = None if util is None or not total else round(util * own / total, 1)
+    return own, share
 
 
 def run(env: dict[str, str]) -> int:
@@ -123,7 +166,7 @@ def sample_round(fd: int, backend: Any) -> int:
                 prev = json.loads(_read(fd, f"{job}.usage.json"))
             except FileNotFoundError:
                 prev = {}
-            write_in_dir(fd, f"{job}.usage.json", json.dumps(_sample(backend, devices, prev)).encode())
+            write_in_dir(fd, f"{job}.usage.json", json.dumps(_sample(backend, devices, prev, job)).encode())
             if not _exists(fd, f"{job}.devices"):  # the Epilog cleaned up meanwhile
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{job}.usage.json", dir_fd=fd)

@@ -49,6 +49,12 @@ class GpuBackend(Protocol):
     def device_usage(self, index: int, mig_uuid: str | None = None) -> dict[str, int | None]:
         """Memory in use and utilization (None where NVML cannot say)."""
 
+    def activity_support(self, index: int) -> tuple[bool, str]:
+        """Whether GPM measures this GPU (Hopper and later), and if not, why."""
+
+    def activity(self, index: int, mig_uuid: str | None = None) -> dict[str, float | None] | None:
+        """SM / tensor activity and DRAM bandwidth (percent) since the previous call; None if unmeasured."""
+
     def set_mig_mode(self, index: int, enabled: bool) -> tuple[bool, bool, int]:
         """``nvidia-smi -mig``: returns (current, pending, activation status)."""
 

@@ -45,6 +45,13 @@ _UNAVAILABLE = {
     pynvml.NVML_ERROR_UNINITIALIZED,
 }
 _CPU_WORDS = 16  # affinity masks for up to 1024 CPUs
+# what GPM measures for a job, by NVML_GPM_METRIC_* (DCGM's 1002 SM active, 1004 tensor active, 1005 DRAM active)
+_GPM_METRICS = (
+    ("sm_activity_pct", pynvml.NVML_GPM_METRIC_SM_UTIL),
+    ("tensor_activity_pct", pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL),
+    ("dram_bw_pct", pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL),
+)
+_ARCH_NAMES = {5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada", 9: "Hopper", 10: "Blackwell"}
 _NO_ID = 0xFFFFFFFF
 
 
@@ -124,11 +131,17 @@ class NvmlBackend:
         with nvml_errors(f"initialise NVML on {self.node}"):
             pynvml.nvmlInit()
         self._open = True
+        self._gpm_ok: dict[int, bool] = {}  # per GPU: does GPM measure it (asked once)
+        self._gpm_last: dict[tuple[int, str | None], Any] = {}  # the previous GPM sample per GPU / MIG device
 
     def close(self) -> None:
         if not self._open:
             return
         self._open = False
+        for sample in self._gpm_last.values():
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlGpmSampleFree(sample)
+        self._gpm_last.clear()
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
         if self._library is not None and pynvml.nvmlLib is self._library:
@@ -463,6 +476,68 @@ class NvmlBackend:
             "memory_used_mib": int(mem.used) >> 20,
             "memory_total_mib": int(mem.total) >> 20,
             "utilization_pct": util,
+        }
+
+    # -- activity (GPM) -----------------------------------------------------------------------
+    def activity_support(self, index: int) -> tuple[bool, str]:
+        """Whether GPM measures this GPU and its MIG instances (``nvidia-smi dmon --gpm-metrics 2,5,10``
+        works), and if not, why: GPM needs a Hopper or later GPU and an R520+ driver."""
+        h = self._handle(index)
+        try:
+            with nvml_errors(f"GPM support of GPU {index} on {self.node}"):
+                if pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                    return True, ""
+                arch = _ARCH_NAMES.get(int(pynvml.nvmlDeviceGetArchitecture(h)), "an older architecture")
+        except GpuOperationError as e:
+            if e.nvml_code in (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                return False, f"the driver has no GPM (NVML error {e.nvml_code}): R520 or later is needed"
+            raise
+        return False, f"GPM needs a Hopper or later GPU; GPU {index} is {arch}"
+
+    def activity(self, index: int, mig_uuid: str | None = None) -> dict[str, float | None] | None:
+        """SM activity, tensor activity and DRAM bandwidth (percent) of a GPU or of the GPU instance
+        of a MIG device, since this backend's previous call for it (``dcgmi dmon -e 1002,1004,1005``;
+        ``nvidia-smi dmon --gpm-metrics 2,5,10``; per instance: ``--gpm-options``).
+
+        None where GPM cannot measure (before Hopper: :meth:`activity_support` says why) and at
+        the first call, which only takes the first sample.  A metric NVML refuses is None.
+        """
+        if not self._gpm_ok.setdefault(index, self.activity_support(index)[0]):
+            return None
+        h = self._handle(index)
+        key = (index, mig_uuid)
+        with nvml_errors(f"GPM sample of {mig_uuid or f'GPU {index}'} on {self.node}"):
+            sample = pynvml.nvmlGpmSampleAlloc()
+            try:
+                if mig_uuid:
+                    gi_id = pynvml.nvmlDeviceGetGpuInstanceId(pynvml.nvmlDeviceGetHandleByUUID(mig_uuid))
+                    pynvml.nvmlGpmMigSampleGet(h, gi_id, sample)
+                else:
+                    pynvml.nvmlGpmSampleGet(h, sample)
+            except pynvml.NVMLError:
+                pynvml.nvmlGpmSampleFree(sample)
+                raise
+            prev = self._gpm_last.pop(key, None)
+            self._gpm_last[key] = sample
+            if prev is None:
+                return None
+            get = pynvml.c_nvmlGpmMetricsGet_t()
+            get.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            get.numMetrics = len(_GPM_METRICS)
+            get.sample1, get.sample2 = prev, sample
+            for i, (_, metric) in enumerate(_GPM_METRICS):
+                get.metrics[i].metricId = metric
+            try:
+                pynvml.nvmlGpmMetricsGet(get)
+            except pynvml.NVMLError as e:
+                if _is(e, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    return None  # the instance was re-created between the samples: start again
+                raise
+            finally:
+                pynvml.nvmlGpmSampleFree(prev)
+        return {
+            name: round(float(get.metrics[i].value), 1) if get.metrics[i].nvmlReturn == pynvml.NVML_SUCCESS else None
+            for i, (name, _) in enumerate(_GPM_METRICS)
         }
 
     # -- changes ----------------------------------------------------------------------------

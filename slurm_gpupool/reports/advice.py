@@ -1,10 +1,13 @@
 """Concrete recommendations, each with the numbers behind it.
 
-Three rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
+Four rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
 ``simulate``) the simulator's recommendation (``simulated``):
 
 * **oversized slices**: most jobs on a MIG type peaked below the memory of a
-  smaller profile of the same GPU → offer more of the smaller one;
+  smaller profile of the same GPU, and their measured activity fits its compute →
+  offer more of the smaller one, saying the jobs and GPU-hours it would free;
+* **whole GPU to slice or share**: the same for whole-GPU jobs, towards a MIG profile
+  or a share of the GPU;
 * **idle capacity**: a GRES type sat idle most of a layout's hours → offer less;
 * **long waits**: a type's p90 queue wait is above ``long_wait`` → offer more.
 
@@ -107,6 +110,131 @@ def smaller_instead(cfg: PoolConfig, layout: str, big: str, small: str, model_ke
     return None
 
 
+ACTIVITY_HEADROOM = 0.8  # a smaller slice is offered only if the job's activity stays under 80 % of it
+FIT_SHARE = 0.6  # ... and only when this share of the type's jobs fit it
+
+
+@dataclass(frozen=True)
+class Smaller:
+    """Something smaller a job could have run on: a MIG profile or a share of a GPU."""
+
+    name: str  # GRES type (or profile name, if the pool offers no type for it)
+    kind: str  # mig | shared
+    memory_mib: float
+    compute: float  # of the GPU: compute slices / the GPU's, or 1 / shares
+    eq: float  # GPU-equivalents, as the reports count them
+    profile: str = ""  # mig: NVIDIA's profile name
+
+
+def _offered(
+    types: Mapping[str, Any], model: GpuModel, info: Any, share_counts: set[int]
+) -> tuple[float, list[Smaller]]:
+    """What a device of this type offers (compute share of its GPU), and the smaller MIG
+    profiles of the same GPU and shares of it that the pool or the catalog offer, smallest first."""
+    from slurm_gpupool.pool.capacity import mig_fraction
+
+    current = 1.0 if info.kind != MIG else info.fraction
+    out: list[Smaller] = []
+    for p in model.mig.profiles if model.mig else ():
+        frac = mig_fraction(model, p.name)
+        if p.has_media_extensions or p.memory_mib >= (info.memory_mib or 0) or frac > current:
+            continue
+        name = next(  # the pool's type for this profile: same memory and compute
+            (
+                t
+                for t, i in types.items()
+                if i.model == model.key
+                and i.kind == MIG
+                and i.memory_mib == p.memory_mib
+                and abs(i.fraction - frac) < 1e-9
+            ),
+            p.name,
+        )
+        out.append(Smaller(name, MIG, p.memory_mib, frac, frac, p.name))
+    for shares in sorted(share_counts):
+        if 1 / shares < current:
+            name = f"shares (1 of {shares} of a {model.key})"
+            out.append(Smaller(name, "shared", model.memory_mib / shares, 1 / shares, 1 / shares))
+    return current, sorted((c for c in out if c.eq < info.fraction), key=lambda c: (c.eq, c.memory_mib))
+
+
+def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[tuple[str, str, float, str]]:
+    """Per MIG or whole-GPU type: the smallest smaller profile, or share of the GPU, that most of
+    its jobs' measured peak memory and activity fit, with the jobs and GPU-equivalent hours it
+    would free; a MIG mix is proposed only where the planner places it."""
+    s, cfg = data.settings, data.cfg
+    shares: dict[str, set[int]] = {}  # model -> the shares per GPU the pool's layouts offer
+    for o in _all_offers(cfg):
+        if o.shares:
+            shares.setdefault(o.model, set()).add(o.shares)
+    rows: list[tuple[str, str, float, str]] = []
+    for typ, grp in eff[eff["peak_mem_mib"].notna()].groupby(eff["gres"].astype(str)):
+        name = typ.removeprefix("gpu:")
+        info = types.get(name)
+        if info is None or info.kind not in (MIG, "whole") or info.model is None or len(grp) < s.min_jobs:
+            continue
+        model = get_model(info.model)
+        if info.kind == MIG and model.mig is None:
+            continue
+        # time-slicing works on any GPU: the shares this model has in the pool, else any the pool uses
+        counts = shares.get(model.key) or set().union(*shares.values())
+        current, candidates = _offered(types, model, info, counts)
+        act = grp["activity_pct"] if "activity_pct" in grp else pd.Series(np.nan, index=grp.index)
+        used = act / 100 * current  # of the whole GPU
+        for c in candidates:
+            fits = (grp["peak_mem_mib"] <= c.memory_mib) & (used.isna() | (used <= c.compute * ACTIVITY_HEADROOM))
+            if fits.mean() < FIT_SHARE:
+                continue
+            freed = float((grp.loc[fits, "eq_hours"] * (1 - c.eq / max(info.fraction, c.eq))).sum())
+            layout = _layout_of(data, grp)
+            check = _feasibility(cfg, layout, name, info, model, c)
+            measured = act.notna().sum()
+            rows.append(
+                (
+                    "oversized slices" if info.kind == MIG else "whole GPU to slice or share",
+                    f"most {name} jobs ({int(fits.sum())} of {len(grp)}) peaked below {_gb(c.memory_mib)} "
+                    f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))})"
+                    + (
+                        f" and would keep it under {ACTIVITY_HEADROOM:.0%} busy (p75 activity "
+                        f"{act.quantile(0.75):.0f} % of the {name}, {measured} measured)"
+                        if measured
+                        else ""
+                    )
+                    + f": offer more {c.name}"
+                    + (f" in the {layout} layout" if layout else "")
+                    + f"; it would free {freed:,.1f} GPU-eq-h over {int(fits.sum())} jobs",
+                    float(grp["eq_hours"].sum()),
+                    check,
+                )
+            )
+            break
+    return rows
+
+
+def _all_offers(cfg: PoolConfig | None) -> Iterator[Any]:
+    from slurm_gpupool.pool.capacity import node_offers
+
+    if cfg is None:
+        return
+    for layout in cfg.layout_names():
+        for node in cfg.all_nodes():
+            yield from node_offers(cfg, layout, node)
+
+
+def _feasibility(cfg: PoolConfig | None, layout: str | None, name: str, info: Any, model: GpuModel, c: Smaller) -> str:
+    """The layout change, placed by the planner; or why none is proposed."""
+    if c.kind == "shared":
+        return f"time-slicing needs no placement: {{shared: {round(1 / c.compute)}}} on GPUs that serve these jobs"
+    small = c.profile
+    if info.kind == MIG:
+        change = smaller_instead(cfg, layout, name, c.name, model.key) if cfg and layout else None
+        return change.text() if change else "no MIG mix of this pool's layouts makes room for it (planner)"
+    n = 0  # a whole GPU becomes as many of the smaller profile as the planner places
+    while feasible(model, {small: n + 1}):
+        n += 1
+    return f"a whole {model.key} as mig {{{small}: {n}}} (placed by the planner)" if n else "no MIG placement"
+
+
 def _gb(mib: float) -> str:
     return f"{mib / 1024:.1f} GB"
 
@@ -131,43 +259,9 @@ def advice(
     util = (done.get("utilization") or compute.utilization(data)).tables["by type"]
     idle_rank = util.assign(idle_share=util["idle_eq_hours"] / util["capacity_eq_hours"].replace(0, np.nan))
 
-    # 1. oversized MIG slices
+    # 1. oversized slices and whole GPUs: the measured peak memory and activity fit less
     eff = (done.get("efficiency") or compute.efficiency(data, spool)).series["per_job"]
-    for typ, grp in eff[eff["peak_mem_mib"].notna()].groupby(eff["gres"].astype(str)):
-        name = typ.removeprefix("gpu:")
-        info = types.get(name)
-        if info is None or info.kind != MIG or info.model is None or len(grp) < s.min_jobs:
-            continue
-        model = get_model(info.model)
-        assert model.mig is not None
-        smaller = sorted(
-            (p for p in model.mig.profiles if p.memory_mib < (info.memory_mib or 0) and not p.has_media_extensions),
-            key=lambda p: p.memory_mib,
-        )
-        for p in smaller:
-            fits = grp["peak_mem_mib"] <= p.memory_mib
-            if fits.mean() >= 0.6:
-                small = next(
-                    (
-                        t
-                        for t, i in types.items()
-                        if i.model == model.key and i.memory_mib == p.memory_mib and i.kind == MIG
-                    ),
-                    p.name,
-                )
-                layout = _layout_of(data, grp)
-                change = smaller_instead(cfg, layout, name, small, model.key) if cfg and layout else None
-                rows.append(
-                    (
-                        "oversized slices",
-                        f"most {name} jobs ({int(fits.sum())} of {len(grp)}) peaked below {_gb(p.memory_mib)} "
-                        f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))}): offer more {small}"
-                        + (f" in the {layout} layout" if layout else ""),
-                        float(grp["eq_hours"].sum()),
-                        change.text() if change else "",
-                    )
-                )
-                break
+    rows += right_size(data, eff, types)
 
     # 2. idle capacity, per layout in force and type (the five largest; at least a GPU-hour offered)
     idle = idle_rank[(idle_rank["capacity_eq_hours"] >= 1) & (idle_rank["idle_share"] >= s.idle_fraction)]

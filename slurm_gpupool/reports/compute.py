@@ -420,8 +420,38 @@ def quota(data: Data) -> Report:
 # -- efficiency -----------------------------------------------------------------------
 
 
+def _measured_by(per_job: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per user or account: GPU-equivalent hours, and activity and peak memory against what
+    the slices or shares offered, each weighted by the jobs' GPU-equivalent hours."""
+    cols = [key, "jobs", "eq_hours", "mem_used_pct", "max_mem_used_pct", "activity_pct", "sm_activity_pct"]
+    if not len(per_job):
+        return pd.DataFrame(columns=cols)
+
+    def weighted(g: pd.DataFrame, col: str) -> float:
+        ok = g[col].notna() & (g["eq_hours"] > 0)
+        return float(np.average(g.loc[ok, col], weights=g.loc[ok, "eq_hours"])) if ok.any() else np.nan
+
+    rows = [
+        (
+            k,
+            len(g),
+            float(g["eq_hours"].sum()),
+            weighted(g, "mem_used_pct"),
+            float(g["mem_used_pct"].max()),
+            weighted(g, "activity_pct"),
+            weighted(g, "sm_activity_pct"),
+        )
+        for k, g in per_job.groupby(per_job[key].astype(str))
+    ]
+    return pd.DataFrame(rows, columns=cols).sort_values("eq_hours", ascending=False).reset_index(drop=True)
+
+
 def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report:
-    """Jobs whose peak GPU memory was far below their slice's, or that held a GPU idle."""
+    """Jobs whose peak GPU memory was far below their slice's, or that held a GPU idle; and per
+    job, user and account, the measured activity and peak memory against what was offered.
+
+    Activity is NVML's utilization where it exists (whole GPUs; a shared GPU's split by the
+    job's processes), else GPM's SM activity (MIG instances and GPUs, Hopper and later)."""
     s = data.settings
     jobs = data.jobs
     g = _grants_with(data, ["job_id", "user", "account", "hours", "gpumem_mib", "gpuutil_pct"])
@@ -440,6 +470,7 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
     acct = jobs[["job_id", "gpumem_mib", "gpuutil_pct"]].reindex(per_job.index)
     per_job["peak_mem_mib"] = pd.to_numeric(acct["gpumem_mib"], errors="coerce")
     per_job["util_pct"] = pd.to_numeric(acct["gpuutil_pct"], errors="coerce")
+    per_job["sm_activity_pct"] = per_job["peak_sm_activity_pct"] = per_job["tensor_pct"] = np.nan
     if len(usage_records):
         u = usage_records.set_index("job_id")
         ids = per_job["job_id"].astype(str)
@@ -450,16 +481,20 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
         per_job["peak_mem_mib"] = ids.map(u["peak_mem_mib"]).fillna(per_job["peak_mem_mib"])
         per_job["util_pct"] = ids.map(u["mean_util_pct"]).fillna(per_job["util_pct"])
         per_job["slice_mib"] = per_job["slice_mib"].fillna(ids.map(u["memory_mib"]))  # untyped: the device's
+        for col in ("sm_activity_pct", "peak_sm_activity_pct", "tensor_pct"):
+            if col in u:
+                per_job[col] = pd.to_numeric(ids.map(u[col]), errors="coerce")
     measured = per_job["peak_mem_mib"].notna()
     per_job["mem_used_pct"] = 100 * per_job["peak_mem_mib"] / per_job["slice_mib"]
+    per_job["activity_pct"] = per_job["util_pct"].fillna(per_job["sm_activity_pct"])
     low_mem = measured & (per_job["mem_used_pct"] < 100 * s.low_memory_fraction)
-    idle = per_job["util_pct"].notna() & (per_job["util_pct"] < s.idle_utilization_pct)
+    idle = per_job["activity_pct"].notna() & (per_job["activity_pct"] < s.idle_utilization_pct)
     per_job["why"] = np.select(
         [low_mem & idle, low_mem, idle],
         [
-            f"memory < {s.low_memory_fraction:.0%} and utilization < {s.idle_utilization_pct:g} %",
+            f"memory < {s.low_memory_fraction:.0%} and activity < {s.idle_utilization_pct:g} %",
             f"peak memory < {s.low_memory_fraction:.0%} of the slice",
-            f"utilization < {s.idle_utilization_pct:g} %",
+            f"activity < {s.idle_utilization_pct:g} %",
         ],
         "",
     )
@@ -474,6 +509,7 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
         "slice_mib",
         "mem_used_pct",
         "util_pct",
+        "sm_activity_pct",
         "why",
     ]
     wasters = (
@@ -483,9 +519,14 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
         .head(top)
         .reset_index()
     )
+    seen = per_job[measured | per_job["activity_pct"].notna()]
+    measured_cols = ["job_id", "user", "account", "gres", "eq_hours", "peak_mem_mib", "slice_mib"]
+    measured_cols += ["mem_used_pct", "util_pct", "sm_activity_pct", "peak_sm_activity_pct", "tensor_pct"]
     notes = [
         f"{int(measured.sum())} of {len(per_job)} GPU jobs have a measured peak memory "
         "(hooks' usage spool, or sacct gres/gpumem)",
+        f"{int(per_job['sm_activity_pct'].notna().sum())} have GPM's SM activity (MIG instances and GPUs, "
+        "Hopper and later); utilization, where NVML gives it, counts as activity otherwise",
     ]
     if len(flagged) > top * 5:  # said, not silently cut: every flagged job is in --format json/csv
         notes.append(f"the {top * 5} of {len(flagged)} flagged jobs with the most GPU-equivalent hours are listed")
@@ -494,7 +535,15 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
         "GPU efficiency: oversized slices and idle GPUs",
         data.since,
         data.until,
-        {"jobs": flagged[cols].head(top * 5).reset_index(drop=True), "top wasters": wasters},
+        {
+            "jobs": flagged[cols].head(top * 5).reset_index(drop=True),
+            "top wasters": wasters,
+            "measured jobs": seen.sort_values("eq_hours", ascending=False)[measured_cols]
+            .head(top * 5)
+            .reset_index(drop=True),
+            "by user": _measured_by(seen, "user"),
+            "by account": _measured_by(seen, "account"),
+        },
         notes=notes,
         meta={"flagged": len(flagged), "measured": int(measured.sum())},
         series={"per_job": per_job.reset_index(drop=True)},

@@ -170,6 +170,41 @@ def test_v100_has_no_mig(gpu_factory):
         pynvml.nvmlDeviceGetMigMode(gpu.handle)
 
 
+@pytest.mark.parametrize(("model", "supported"), [("H100-SXM5-80GB", 1), ("A100-SXM4-40GB", 0), ("V100-SXM2-32GB", 0)])
+def test_gpm_is_hopper_and_later_and_two_samples_give_percentages(gpu_factory, model, supported):
+    """nvmlGpmQueryDeviceSupport; on a supported GPU, SM/tensor/DRAM activity from two samples
+    lies in 0-100; elsewhere a sample is NOT_SUPPORTED (NVML API reference, GPM functions)."""
+    gpu = gpu_factory(model, destructive=False)
+    assert pynvml.nvmlGpmQueryDeviceSupport(gpu.handle).isSupportedDevice == supported
+    a, b = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+    try:
+        if not supported:
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                pynvml.nvmlGpmSampleGet(gpu.handle, a)
+            return
+        pynvml.nvmlGpmSampleGet(gpu.handle, a)
+        if gpu.kind == "real":  # NVML asks for more than 100 ms between the two samples
+            import time
+
+            time.sleep(0.2)
+        pynvml.nvmlGpmSampleGet(gpu.handle, b)
+        get = pynvml.c_nvmlGpmMetricsGet_t()
+        get.version, get.numMetrics, get.sample1, get.sample2 = pynvml.NVML_GPM_METRICS_GET_VERSION, 3, a, b
+        ids = (
+            pynvml.NVML_GPM_METRIC_SM_UTIL,
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+        )
+        for i, metric in enumerate(ids):
+            get.metrics[i].metricId = metric
+        pynvml.nvmlGpmMetricsGet(get)
+        for i in range(3):
+            assert get.metrics[i].nvmlReturn == pynvml.NVML_SUCCESS and 0.0 <= get.metrics[i].value <= 100.0
+    finally:
+        pynvml.nvmlGpmSampleFree(a)
+        pynvml.nvmlGpmSampleFree(b)
+
+
 def test_mig_devices_handles_names_and_uuids(gpu_factory):
     gpu = gpu_factory("A100-SXM4-40GB")
     gpu.set_mig(True)

@@ -214,6 +214,42 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
                 day.gpupool("--node", node, "sim", "process", "0", str(locals()[pid]), "--remove")
 
 
+def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: Path):
+    """A job on an H100 MIG instance under load: the sampler (started by the real Prolog)
+    measures GPM's SM activity of that instance, and the Epilog writes it into the record."""
+    node, gate = "h100n1", Gate(tmp_path, "gpm")
+    uuid_file = tmp_path / "uuid"
+    job = sbatch(
+        day, "-w", node, "--gres=gpu:1g.10gb:1", "-o", "/dev/null",
+        "--wrap", f"echo $CUDA_VISIBLE_DEVICES > {uuid_file}; {gate.wrap()}",
+    )  # fmt: skip
+    wait_for(lambda: uuid_file.exists() and uuid_file.read_text().strip(), what="the job to start")
+    uuid = uuid_file.read_text().strip()
+    gpu = next(d["gpu"] for d in day.node_state(node)["slurm_devices"] if d.get("mig_uuid") == uuid)
+    run_dir = day.root / "nodes" / node / "run"
+    try:
+        day.gpupool("--node", node, "sim", "activity", str(gpu), "55", "--tensor-pct", "30", "--mig-uuid", uuid)
+
+        def sampled() -> bool:
+            try:
+                devices = json.loads((run_dir / f"{job}.usage.json").read_text())["devices"]
+            except (OSError, ValueError):
+                return 0
+            return min(d.get("sm_activity_samples", 0) for d in devices.values()) >= 2  # a whole interval
+
+        wait_for(sampled, what="two GPM intervals sampled")
+        gate.open()
+        rec_path = day.root / "nodes" / node / "spool" / "jobs" / f"{job}.json"
+        wait_for(lambda: "usage" in json.loads(rec_path.read_text()), what="the epilog's record")
+        (u,) = json.loads(rec_path.read_text())["usage"]
+        assert u["activity_source"] == "gpm" and u["mig_uuid"] == uuid
+        assert (u["peak_sm_activity_pct"], u["peak_tensor_activity_pct"]) == (55.0, 30.0)
+        assert 0 < u["mean_sm_activity_pct"] <= 55.0  # the first interval may have begun before the load
+    finally:
+        gate.open()
+        day.gpupool("--node", node, "sim", "activity", str(gpu), "0", "--mig-uuid", uuid, check=False)
+
+
 def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Path):
     """Both a100 nodes are alike; a100n2 is held out so the job first lands on a100n1."""
     for g in range(8):

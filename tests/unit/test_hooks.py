@@ -369,9 +369,9 @@ def test_a_sample_racing_the_epilog_leaves_no_usage_file(site: dict, monkeypatch
     assert (run_dir / "42.devices").exists()
     real = sampler._sample
 
-    def epilog_meanwhile(backend, devices, prev):
+    def epilog_meanwhile(backend, devices, prev, *job):
         epilog._cleanup(str(run_dir), "42")
-        return real(backend, devices, prev)
+        return real(backend, devices, prev, *job)
 
     monkeypatch.setattr(sampler, "_sample", epilog_meanwhile)
     fd = open_dir(str(run_dir))
@@ -432,3 +432,66 @@ def test_healthcheck_program_fails_open_on_its_own_errors(site: dict):
     res = healthcheck(site)
     assert res.returncode == 0 and "internal error, failing open" in res.stderr
     assert not log.exists()
+
+
+def _sample_rounds(site: dict, rounds: int) -> None:
+    """What the node's sampler does every usage_interval_s, here in-process and on cue."""
+    from slurm_gpupool.hooks import sampler
+    from slurm_gpupool.hooks.runtime import open_dir
+
+    fd = open_dir(str(site["root"] / "run" / NODE))
+    try:
+        with open_backend(NODE, site["sim"]) as backend:  # one backend: GPM's previous sample
+            for _ in range(rounds):
+                assert sampler.sample_round(fd, backend) == 1
+    finally:
+        os.close(fd)
+
+
+def test_the_sampler_records_gpm_activity_of_a_mig_job_into_its_record(site: dict):
+    i = index_of(site, "mig", "3g.40gb")
+    uuid, gpu = site["table"][i]["mig_uuid"], site["table"][i]["gpu"]
+    store = SimStore(site["sim"] / f"{NODE}.json")
+    other = next(d for d in site["table"] if d["kind"] == "mig" and d["gpu"] == gpu and d["index"] != i)
+    inject.set_activity(store, gpu, 35, tensor_pct=20, dram_pct=15, mig_uuid=uuid)
+    inject.set_activity(store, gpu, 100, tensor_pct=100, dram_pct=100, mig_uuid=other["mig_uuid"])  # not ours
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    _sample_rounds(site, 3)
+    usage = json.loads((site["root"] / "run" / NODE / "42.usage.json").read_text())["devices"][str(i)]
+    assert usage["sm_activity_samples"] == 2  # the first round only took the first GPM sample
+    assert run(site, "epilog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    (u,) = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())["usage"]
+    assert u["activity_source"] == "gpm"
+    assert (u["mean_sm_activity_pct"], u["mean_tensor_activity_pct"], u["mean_dram_bw_pct"]) == (35.0, 20.0, 15.0)
+    assert u["peak_sm_activity_pct"] == pytest.approx(35.0, abs=0.1)
+    assert u["mean_utilization_pct"] is None  # NVML's utilization still has nothing for MIG
+
+
+def test_on_a_shared_gpu_the_sampler_counts_the_jobs_own_processes_and_share(site: dict):
+    i = index_of(site, "shared")
+    gpu = site["table"][i]["gpu"]
+    store = SimStore(site["sim"] / f"{NODE}.json")
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i), SLURM_SHARDS_ON_NODE="1").returncode == 0
+    env = {"PATH": os.environ["PATH"]}
+    ours = subprocess.Popen(["sleep", "30"], env={**env, "SLURM_JOB_ID": "42"})
+    theirs = subprocess.Popen(["sleep", "30"], env={**env, "SLURM_JOB_ID": "43"})
+    later = subprocess.Popen(["sleep", "30"], env={**env, "SLURM_JOB_ID": "44"})
+    try:
+        inject.add_process(store, gpu, ours.pid, 3000)
+        inject.add_process(store, gpu, theirs.pid, 1000)
+        inject.set_activity(store, gpu, 80)
+        _sample_rounds(site, 2)
+        for p in (ours, theirs):
+            p.kill()
+            p.wait()
+        inject.add_process(store, gpu, later.pid, 5000)  # another job holds memory at our epilog
+        assert run(site, "epilog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    finally:
+        for p in (ours, theirs, later):
+            p.kill()
+            p.wait()
+    (u,) = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())["usage"]
+    assert u["peak_memory_mib"] == 3000  # its own processes; never the 5000 MiB of another job
+    assert u["mean_utilization_pct"] == 60.0  # 80 % of the GPU x 3000 of 4000 MiB
+    assert "activity_source" not in u  # the GPU's GPM is every job's on a shared GPU
+    assert u["shares"] == 4

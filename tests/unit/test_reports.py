@@ -798,3 +798,94 @@ def test_utilization_and_waits_split_by_the_layout_in_force_after_a_manual_switc
     assert set(ts.loc[hour < 10, "layout"]) == {"night"} and set(ts.loc[hour >= 11, "layout"]) == {"day"}
     page = render_html([u], {"title": "t", "since": since.isoformat(), "until": until.isoformat(), "load": {}})
     assert "layout: day" in page and "layout: night" in page
+
+
+def _measured_job4(cfg, tmp_path, sm_pct: float, peak_mib: int = 4000):
+    """Job 4 (3g.40gb on h100n1, 2 h, account bio) with a spool record as the Epilog writes it
+    after the sampler measured GPM activity on its MIG instance."""
+    spool = tmp_path / "h100n1" / "jobs"
+    spool.mkdir(parents=True)
+    start = datetime(2026, 11, 16, 12, 0, tzinfo=UTC).timestamp()
+    dev = {
+        "index": 0,
+        "type": "3g.40gb",
+        "memory_total_mib": 40448,
+        "peak_memory_mib": peak_mib,
+        "mean_utilization_pct": None,
+        "activity_source": "gpm",
+        "mean_sm_activity_pct": sm_pct,
+        "peak_sm_activity_pct": sm_pct + 5,
+        "mean_tensor_activity_pct": 3.0,
+    }
+    rec = {"job_id": "4", "node": "h100n1", "start_time": start + 1, "devices": [dev], "usage": [dev]}
+    (spool / "4.json").write_text(json.dumps(rec))
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "h100n1"),), now=UNTIL)
+
+
+def test_efficiency_shows_measured_activity_and_peak_memory_per_job_user_and_account(cfg, tmp_path):
+    d, _, records = _measured_job4(cfg, tmp_path, sm_pct=20.0)
+    r = compute.efficiency(d, records)
+    job = r.tables["measured jobs"].set_index("job_id").loc["4"]
+    assert (job["sm_activity_pct"], job["peak_sm_activity_pct"], job["peak_mem_mib"]) == (20.0, 25.0, 4000)
+    assert job["slice_mib"] == 40448 and job["mem_used_pct"] == pytest.approx(100 * 4000 / 40448)
+    acct = r.tables["by account"].set_index("account").loc["bio"]
+    assert acct["sm_activity_pct"] == 20.0 and acct["max_mem_used_pct"] == pytest.approx(9.9, abs=0.05)
+    assert r.tables["by user"].set_index("user").loc["u_bio", "activity_pct"] == 20.0
+    # a MIG job has no NVML utilization: GPM's activity is what is judged (and flagged) now
+    assert "4" in set(r.tables["jobs"]["job_id"])
+
+
+def test_advice_proposes_the_smaller_profile_the_measured_use_fits_with_freed_hours(cfg, tmp_path):
+    d, _, records = _measured_job4(cfg, tmp_path, sm_pct=20.0)  # 20 % of 3/7 of the GPU: fits 1/7
+    t = advice(d, records).main
+    (row,) = t[t["rule"] == "oversized slices"].itertuples(index=False)
+    assert "3g.40gb jobs (1 of 1) peaked below 9.8 GB" in row.advice and "offer more 1g.10gb" in row.advice
+    assert "keep it under 80% busy (p75 activity 20 % of the 3g.40gb, 1 measured)" in row.advice
+    freed = 2 * 3 / 7 * (1 - 1 / 3)  # 2 h on 3/7 of a GPU, on 1/7 instead
+    assert f"free {freed:,.1f} GPU-eq-h over 1 jobs" in row.advice
+    assert row.layout_change.startswith("layouts.day.hopper.") and "placed by the planner" in row.layout_change
+    from slurm_gpupool.core.mig.catalog import get_model
+
+    after = row.layout_change.split("-> ")[1].split(" (placed")[0].removeprefix("mig ")
+    mix = {k.strip(): int(v) for k, v in (kv.split(":") for kv in after.strip("{}").split(","))}
+    assert mix.get("1g.10gb", 0) >= 1 and feasible(get_model("H100-SXM5-80GB"), mix)
+
+
+def test_advice_keeps_the_slice_when_the_measured_activity_needs_it(cfg, tmp_path):
+    d, _, records = _measured_job4(cfg, tmp_path, sm_pct=90.0)  # the memory fits 1g, the compute does not
+    t = advice(d, records).main
+    assert not (t["rule"] == "oversized slices").any()
+
+
+def _measured_job3(cfg, tmp_path, peak_mib: int, util_pct: float):
+    """Job 3 (a whole A100, 1.5 h, in the night layout) measured by the hooks: NVML's utilization."""
+    spool = tmp_path / "a100n2" / "jobs"
+    spool.mkdir(parents=True)
+    start = datetime(2026, 11, 16, 22, 0, tzinfo=UTC).timestamp()
+    dev = {"index": 0, "type": "a100", "memory_total_mib": 40960, "peak_memory_mib": peak_mib}
+    dev["mean_utilization_pct"] = util_pct
+    rec = {"job_id": "3", "node": "a100n2", "start_time": start, "devices": [dev], "usage": [dev]}
+    (spool / "3.json").write_text(json.dumps(rec))
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "a100n2"),), now=UNTIL)
+
+
+@pytest.mark.parametrize(
+    ("peak_mib", "util", "offer", "check"),
+    [
+        (3000, 10.0, "offer more 1g.5gb", "a whole A100-SXM4-40GB as mig {1g.5gb: 7} (placed by the planner)"),
+        # 6 GB and 18 % of the GPU: more than 1g.10gb's compute, 2g.10gb is 2/7 of the GPU, a
+        # quarter share fits (the pool shares no A100: the share counts it uses elsewhere)
+        (6000, 18.0, "offer more shares (1 of 4 of a A100-SXM4-40GB)", "time-slicing needs no placement: {shared: 4}"),
+    ],
+)
+def test_advice_moves_a_small_whole_gpu_job_to_a_slice_or_a_share(cfg, tmp_path, peak_mib, util, offer, check):
+    d, _, records = _measured_job3(cfg, tmp_path, peak_mib, util)
+    t = advice(d, records).main
+    rows = t[t["rule"] == "whole GPU to slice or share"]
+    assert len(rows) == 1, t.to_string()
+    assert offer in rows["advice"].iloc[0] and rows["layout_change"].iloc[0].startswith(check)
+    assert "free " in rows["advice"].iloc[0]

@@ -46,6 +46,7 @@ class SimLibraryBase:
         self._init_count = 0
         self._entries: dict[str, Callable[..., int]] = {}
         self._st: dict[str, Any] = {}  # state for the call in progress
+        self._gpm_samples: dict[int, Any] = {}  # GPM sample buffers: this process's, like NVML's
 
     # -- symbol lookup -------------------------------------------------------------
     def __getattr__(self, name: str) -> Callable[..., int]:

@@ -62,6 +62,7 @@ def reset_gpu(store: SimStore, index: int) -> None:
             g["mig"]["current"] = g["mig"]["pending"]
         g["gis"] = []
         g["processes"] = []
+        g.pop("activity", None)  # no process, no load
         h = g["health"]
         h["ecc"]["corrected"][0] = h["ecc"]["uncorrected"][0] = 0
         h["retired_pending"] = 0
@@ -79,6 +80,7 @@ def reboot(store: SimStore) -> None:
                 g["mig"]["pending"] = g["mig"]["current"]
             g["gis"] = []
             g["processes"] = []
+            g.pop("activity", None)
             h = g["health"]
             h["ecc"]["corrected"][0] = h["ecc"]["uncorrected"][0] = 0
             h["retired_pending"] = 0
@@ -137,6 +139,41 @@ def set_temperature(store: SimStore, index: int, celsius: int) -> None:
 def set_utilization(store: SimStore, index: int, gpu_pct: int, memory_pct: int = 0) -> None:
     with store.modify() as st:
         _gpu(st, index)["utilization"] = {"gpu": gpu_pct, "memory": memory_pct}
+
+
+def set_activity(
+    store: SimStore,
+    index: int,
+    sm_pct: float,
+    tensor_pct: float = 0.0,
+    dram_pct: float = 0.0,
+    mig_uuid: str | None = None,
+    when: float | None = None,
+) -> None:
+    """A load on a GPU, or on the GPU instance of MIG device ``mig_uuid``, from ``when`` (now) on.
+
+    GPM samples (Hopper and later) then measure it: SM activity, tensor activity and DRAM
+    bandwidth in percent, the time-weighted mean between two samples.  A load on a whole
+    GPU also sets the utilization NVML reports on every architecture (``nvidia-smi dmon``'s
+    ``sm`` and ``mem``), as a busy GPU would; a MIG instance has none (NVML gives none).
+    """
+    from slurm_gpupool.hw.sim.gpm import fold
+
+    now = time.time() if when is None else when
+    load = {"sm": float(sm_pct), "tensor": float(tensor_pct), "dram": float(dram_pct)}
+    if not all(0 <= v <= 100 for v in load.values()):
+        raise UsageError(f"activity on GPU {index}", "percentages are 0-100")
+    with store.modify() as st:
+        g = _gpu(st, index)
+        if mig_uuid is None:
+            g["activity"] = fold(g.get("activity"), load, now)
+            g["utilization"] = {"gpu": round(sm_pct), "memory": round(dram_pct)}
+            return
+        for gi in g["gis"]:
+            if any(ci["uuid"] == mig_uuid for ci in gi["cis"]):
+                gi["activity"] = fold(gi.get("activity"), load, now)
+                return
+        raise UsageError(f"MIG device {mig_uuid}", f"not on GPU {index} of {st['node']}")
 
 
 def set_clients(store: SimStore, index: int, clients: int) -> None:

@@ -25,8 +25,9 @@ Faults can be injected per call (see ``inject.py``).  It imports no pynvml.
 The library is one class, ``SimNvmlLibrary``, whose parts live beside it, one kind of call
 each: ``dispatch`` (symbol lookup, checks, handles), ``device`` (system and identity),
 ``gpu_instances`` (MIG mode, GPU instances), ``compute_instances`` (compute instances, MIG
-device handles), ``topology``, ``health`` (processes, ECC, pages, rows, temperature); the C
-ABI they share is in ``cabi`` (its numbers) and ``cargs`` (handles, out-pointers).
+device handles), ``topology``, ``health`` (processes, ECC, pages, rows, temperature),
+``gpm`` (architecture; GPU Performance Monitoring per GPU and GPU instance, Hopper and
+later); the C ABI they share is in ``cabi`` (its numbers) and ``cargs`` (handles, out-pointers).
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from __future__ import annotations
 from slurm_gpupool.hw.sim.compute_instances import ComputeInstances
 from slurm_gpupool.hw.sim.device import Devices
 from slurm_gpupool.hw.sim.dispatch import API
+from slurm_gpupool.hw.sim.gpm import Gpm
 from slurm_gpupool.hw.sim.gpu_instances import GpuInstances
 from slurm_gpupool.hw.sim.health import Health
 from slurm_gpupool.hw.sim.topology import Topology
 
 
-class SimNvmlLibrary(Devices, GpuInstances, ComputeInstances, Topology, Health):
+class SimNvmlLibrary(Devices, GpuInstances, ComputeInstances, Topology, Health, Gpm):
     """Stands in for the ``CDLL("libnvidia-ml.so.1")`` object pynvml loads."""
 
 
