@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+GPM_ARCHITECTURES = ("hopper", "blackwell")
+
+
 class Devices(SimLibraryBase):
     """``nvmlSystem*``, ``nvmlInit``/``nvmlShutdown`` and the device identity queries."""
 
@@ -144,6 +147,22 @@ class Devices(SimLibraryBase):
         used = min(total, sum(p.get("used_memory_mib", 0) << 20 for p in procs))
         m = deref(ref)
         m.total, m.used, m.free = total, used, total - used
+
+    @c_api("nvmlDeviceGetComputeMode")
+    def _compute_mode(self, h: Any, ref: Any) -> None:
+        """``nvidia-smi --query-gpu=compute_mode``: DEFAULT unless a test set another
+        (``inject.set_compute_mode``; the simulation answers no ``nvmlDeviceSetComputeMode``)."""
+        deref(ref).value = self._dev(h).get("compute_mode", 0)
+
+    @c_api("nvmlGpmQueryDeviceSupport")
+    def _gpm_support(self, h: Any, ref: Any) -> None:
+        """GPU Performance Monitoring: Hopper and later (nvml.h: "Hopper or newer fully
+        supported devices"); a struct of another version is refused, as NVML does."""
+        g = self._dev(h)
+        info = deref(ref)
+        if info.version != 1:
+            raise NvmlReturn(cabi.ARGUMENT_VERSION_MISMATCH)
+        info.isSupportedDevice = int(g["model_facts"]["architecture"] in GPM_ARCHITECTURES)
 
     @c_api("nvmlDeviceGetUtilizationRates")
     def _utilization(self, h: Any, ref: Any) -> None:
