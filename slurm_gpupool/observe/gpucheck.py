@@ -39,8 +39,8 @@ from xml.etree import ElementTree
 from slurm_gpupool.errors import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, GpupoolError
 
 REPORT = "gpu-check.json"
-CONTRACT_TIMEOUT_S = 180.0  # the whole check stays under 5 minutes
-SMI_TIMEOUT_S = 30.0
+CONTRACT_TIMEOUT_S = 150.0  # with the other parts' bounds, the whole check stays under 5 minutes
+SMI_TIMEOUT_S = 20.0
 MPS_TIMEOUT_S = 60.0  # a client's cuInit through cuMemAlloc
 MPS_LIMIT_MIB = 1024  # the pinned limit the clients get (their shards' memory, lowered as a job may)
 MPS_OVER_MIB = 1536  # must fail under MPS
@@ -225,9 +225,9 @@ def our_view(backend: Any) -> list[dict[str, Any]]:
                 "mig_uuids": [d.uuid for d in g.mig_devices],
                 "mig_profiles": [d.profile for d in g.mig_devices],
                 "mig_state": [cur, sorted(uuids)],
-                "gi_profiles": backend.gi_profile_table(i),
-                "compute_mode": backend.compute_mode(i),
-                "gpm_supported": backend.gpm_support(i),
+                "gi_profiles": _read(backend.gi_profile_table, i),
+                "compute_mode": _read(backend.compute_mode, i),
+                "gpm_supported": _read(backend.gpm_support, i),
                 "ecc_uncorrected_volatile": counters.get("ecc_uncorrected_volatile"),
                 "temperature_c": counters.get("temperature_c"),
                 "health_counters": counters,
@@ -235,6 +235,15 @@ def our_view(backend: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _read(getter: Callable[[int], Any], index: int) -> Any:
+    """A fact only gpu-check reads; an NVML error is kept as ``{"error": ...}`` so that one
+    unexpected answer does not cost the rest of the report on a machine lent for minutes."""
+    try:
+        return getter(index)
+    except GpupoolError as e:
+        return {"error": e.message()}
 
 
 # ---------------------------------------------------------------- part: nvidia-smi
@@ -322,6 +331,8 @@ def catalog_findings(g: dict[str, Any]) -> list[Finding]:
         Finding(i, "MIG capable", model.mig_capable, g["mig_capable"], model.mig_capable == g["mig_capable"]),
     ]
     table = g.get("gi_profiles")
+    if isinstance(table, dict):
+        return [*found, Finding(i, "MIG profile table (nvidia-smi mig -lgip)", None, table["error"], False)]
     if table is None or model.mig is None:
         return found
     reported = {r["nvml_enum"]: r for r in table}
@@ -477,6 +488,8 @@ def mps_candidate(ours: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
     for g in ours:
         if g["mig_current"]:
             why.append(f"GPU {g['index']}: in MIG mode (MPS would need a daemon per MIG device; not changed)")
+        elif not isinstance(g["compute_mode"], int):
+            why.append(f"GPU {g['index']}: compute mode not known ({g['compute_mode']})")
         elif g["compute_mode"] in MPS_BLOCKING_MODES:
             mode = MPS_BLOCKING_MODES[g["compute_mode"]]
             why.append(f"GPU {g['index']}: compute mode {mode} (our shard GPUs run in DEFAULT; not changed)")
@@ -498,16 +511,16 @@ def _ask(control: str, env: dict[str, str], line: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
-    """A client's JSON line, or why there is none (it is killed after ``timeout_s``)."""
+def _read_line(proc: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
+    """A client's JSON line, or why there is none (it is killed at ``deadline``, monotonic)."""
     import selectors
 
     assert proc.stdout is not None
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout_s):
+        if not sel.select(max(0.0, deadline - time.monotonic())):
             proc.kill()
-            return {"pid": proc.pid, "error": f"no answer in {timeout_s:.0f} s (CUDA init waiting for MPS?)"}
+            return {"pid": proc.pid, "error": "no answer in time (CUDA init waiting for an MPS server?)"}
     line = proc.stdout.readline()
     try:
         got = json.loads(line)
@@ -552,7 +565,13 @@ def mps_part(
             1, 2, gpu["memory_mib"], mps={"pipe_dir": pipes, "log_dir": logs}, mem_request_mib=MPS_LIMIT_MIB
         )
     )
-    details: dict[str, Any] = {"gpu": gpu["index"], "pipe_dir": pipes, "log_dir": logs, "client_env": cvars}
+    details: dict[str, Any] = {
+        "gpu": gpu["index"],
+        "gpus_passed_over": why_not,
+        "pipe_dir": pipes,
+        "log_dir": logs,
+        "client_env": cvars,
+    }
     if not hooks_mps.control(settings, denv, ["-d"], None):
         details["control_log"] = _tail(Path(logs) / "control.log")
         return Part("mps", "failed", f"`nvidia-cuda-mps-control -d` did not start a daemon in {pipes}", details=details)
@@ -568,7 +587,8 @@ def mps_part(
         argv = [*clients.command, str(MPS_OVER_MIB), str(MPS_UNDER_MIB)]
         for _ in range(2):
             procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True))
-        answers = [_read_line(p, timeout_s) for p in procs]
+        deadline = time.monotonic() + timeout_s  # one bound for both clients
+        answers = [_read_line(p, deadline) for p in procs]
         servers = _ask(control, denv, "get_server_list").split()
         listed = {c for s in servers for c in _ask(control, denv, f"get_client_list {s}").split()}
         details.update(daemon_pid=pid, clients=answers, servers=servers, clients_listed=sorted(listed))
@@ -668,14 +688,28 @@ def run_check(out_dir: Path, tools: Tools) -> tuple[dict[str, Any], int]:
         why = f"no GPU could be read: {e.message()}"
         parts = [Part(n, "skipped", why) for n in ("nvidia_smi", "catalog", "gpm", "mps", "contract")]
         return _report(head, parts, [], started, False), exit_code(parts, False)
-    parts += [smi_part(ours, out_dir), catalog_part(ours), gpm_part(ours)]
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        sim_dir = os.environ.get("SLURM_GPUPOOL_SIM_DIR") if kind == "sim" else None
-        parts.append(mps_part(ours, node, tools.clients(kind), tools.mps_control, sim_dir, Path(work)))
-    if kind == "nvml":
-        parts.append(contract_part(tools.tests_dir, out_dir, tools.python))
-    else:
-        parts.append(Part("contract", "skipped", "simulated GPUs: the contract suite's real half needs a real GPU"))
+    sim_dir = os.environ.get("SLURM_GPUPOOL_SIM_DIR") if kind == "sim" else None
+
+    def mps() -> Part:
+        with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+            return mps_part(ours, node, tools.clients(kind), tools.mps_control, sim_dir, Path(work))
+
+    def contract() -> Part:
+        if kind != "nvml":
+            return Part("contract", "skipped", "simulated GPUs: the contract suite's real half needs a real GPU")
+        return contract_part(tools.tests_dir, out_dir, tools.python)
+
+    for name, part in (
+        ("nvidia_smi", lambda: smi_part(ours, out_dir)),
+        ("catalog", lambda: catalog_part(ours)),
+        ("gpm", lambda: gpm_part(ours)),
+        ("mps", mps),
+        ("contract", contract),
+    ):
+        try:
+            parts.append(part())
+        except (GpupoolError, OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
+            parts.append(Part(name, "failed", f"{type(e).__name__}: {e}"))  # the report is still written
     return _report(head, parts, ours, started, True), exit_code(parts, True)
 
 

@@ -343,3 +343,12 @@ def test_without_a_gpu_every_part_is_skipped_and_it_exits_69(tmp_path, monkeypat
 
 def test_usage():
     assert main([]) == 2 and main(["--json", "x"]) == 2 and main(["--help"]) == 0
+
+
+def test_an_unexpected_nvml_error_costs_one_fact_not_the_report(lent, capsys):
+    inject.add_fault(lent["store"], "nvmlDeviceGetComputeMode", 999, gpu=6)  # NVML_ERROR_UNKNOWN, once
+    code, report, out = _run(lent, capsys)
+    assert report["ours"][6]["compute_mode"] == {"error": "read the compute mode of GPU 6 on h1: Unknown Error"}
+    mps = report["parts"]["mps"]
+    assert code == 0 and mps["status"] == "ok" and mps["details"]["gpu"] == 7, out  # the next GPU was used
+    assert mps["details"]["gpus_passed_over"][-1].startswith("GPU 6: compute mode not known")
