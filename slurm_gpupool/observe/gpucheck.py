@@ -678,7 +678,12 @@ def run_check(out_dir: Path, tools: Tools) -> tuple[dict[str, Any], int]:
     """Every part, in order, into one report; returns it and the exit code."""
     started = time.time()
     parts: list[Part] = []
-    head: dict[str, Any] = {"tool": "gpu-check", "host": os.uname().nodename, "started": started}
+    head: dict[str, Any] = {
+        "tool": "gpu-check",
+        "version": _version(),
+        "host": os.uname().nodename,
+        "started": started,
+    }
     try:
         with tools.open_backend() as backend:
             kind, node = backend.kind, backend.node
@@ -711,6 +716,23 @@ def run_check(out_dir: Path, tools: Tools) -> tuple[dict[str, Any], int]:
         except (GpupoolError, OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
             parts.append(Part(name, "failed", f"{type(e).__name__}: {e}"))  # the report is still written
     return _report(head, parts, ours, started, True), exit_code(parts, True)
+
+
+def _version() -> str:
+    """The package version and, in a checkout, its commit (``git rev-parse HEAD``)."""
+    from slurm_gpupool import __version__
+
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+    return f"{__version__} ({proc.stdout.strip()})" if proc.returncode == 0 else __version__
 
 
 def _report(

@@ -140,6 +140,7 @@ def test_on_the_simulated_gpus_every_part_agrees_and_the_report_says_so(lent, ca
         "contract": "skipped",
     }, out
     assert "real GPU" in parts["contract"]["reason"] and report["exit_code"] == 0 and len(report["ours"]) == 8
+    assert report["version"].startswith("0.") and report["backend"] == "sim" and report["node"] == NODE
     assert (lent["out"] / "nvidia-smi-q.txt").read_text().startswith("==== NVSMI LOG")
     assert {f["what"] for f in parts["nvidia_smi"]["findings"]} >= {"UUID", "MIG device UUIDs (nvidia-smi -L)"}
     # the profile tables of the six MIG GPUs (the day layout) were read and compared, field by field
