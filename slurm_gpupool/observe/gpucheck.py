@@ -208,7 +208,7 @@ def our_view(backend: Any) -> list[dict[str, Any]]:
         g = backend.gpu(i)
         counters = backend.health_counters(i)
         cur, uuids = backend.mig_state(i)
-        usage = backend.device_usage(i)
+        usage = _read(backend.device_usage, i)  # nvidia-smi --query-gpu=memory.used
         out.append(
             {
                 "index": g.index,
@@ -218,7 +218,7 @@ def our_view(backend: Any) -> list[dict[str, Any]]:
                 "pci_bus_id": g.pci_bus_id,
                 "pci_device_id": f"{g.pci_device_id:#06x}",
                 "memory_mib": g.memory_mib,
-                "memory_used_mib": usage["memory_used_mib"],
+                "memory_used_mib": usage.get("memory_used_mib", usage.get("error")),
                 "mig_capable": g.mig_capable,
                 "mig_current": g.mig_current,
                 "mig_pending": g.mig_pending,
@@ -493,7 +493,9 @@ def mps_candidate(ours: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
         elif g["compute_mode"] in MPS_BLOCKING_MODES:
             mode = MPS_BLOCKING_MODES[g["compute_mode"]]
             why.append(f"GPU {g['index']}: compute mode {mode} (our shard GPUs run in DEFAULT; not changed)")
-        elif g["memory_mib"] - (g["memory_used_mib"] or 0) < MPS_OVER_MIB + MPS_UNDER_MIB + 512:
+        elif not isinstance(g["memory_used_mib"], int):
+            why.append(f"GPU {g['index']}: memory in use not known ({g['memory_used_mib']})")
+        elif g["memory_mib"] - g["memory_used_mib"] < MPS_OVER_MIB + MPS_UNDER_MIB + 512:
             why.append(f"GPU {g['index']}: too little free memory to tell an MPS limit from a full GPU")
         else:
             return g, why
