@@ -353,3 +353,92 @@ def test_an_unexpected_nvml_error_costs_one_fact_not_the_report(lent, capsys):
     mps = report["parts"]["mps"]
     assert code == 0 and mps["status"] == "ok" and mps["details"]["gpu"] == 7, out  # the next GPU was used
     assert mps["details"]["gpus_passed_over"][-1].startswith("GPU 6: compute mode not known")
+
+
+FAKE_LIBCUDA = r"""
+/* A stand-in libcuda.so.1 with the driver API calls hw/cuda_client.py makes: it checks the
+   arguments arrive as the C prototypes say (cuda.h), logs each call, and refuses an
+   allocation over CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<N>M") as MPS does. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef unsigned long long CUdeviceptr;
+static FILE *log_;
+static unsigned long long limit_, used_;
+static void say(const char *s, unsigned long long v) { fprintf(log_, "%s %llu\n", s, v); fflush(log_); }
+int cuInit(unsigned int flags) {
+    const char *l = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    log_ = fopen(getenv("FAKE_CUDA_LOG"), "a");
+    if (l && strncmp(l, "0=", 2) == 0) limit_ = strtoull(l + 2, NULL, 10) << 20;
+    say("cuInit", flags);
+    return flags == 0 ? 0 : 1;
+}
+int cuDeviceGet(int *dev, int ordinal) { *dev = 7; say("cuDeviceGet", ordinal); return 0; }
+int cuCtxCreate_v2(void **ctx, unsigned int flags, int dev) {
+    say("cuCtxCreate_v2", dev); *ctx = (void *)0x1234; return dev == 7 ? 0 : 101;
+}
+int cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    say("cuMemAlloc_v2", bytes);
+    if (limit_ && used_ + bytes > limit_) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    used_ += bytes; *p = 0x700000000000ULL + used_; return 0;
+}
+int cuMemFree_v2(CUdeviceptr p) { say("cuMemFree_v2", p); return 0; }
+int cuCtxDestroy_v2(void *ctx) { say("cuCtxDestroy_v2", (unsigned long long)ctx); return 0; }
+int cuGetErrorName(int e, const char **s) { *s = e == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN"; return 0; }
+"""
+
+
+def test_the_ctypes_cuda_client_calls_the_driver_api_as_cuda_h_declares_it(tmp_path):
+    """The real client against a compiled stand-in libcuda: the calls, their arguments, the
+    over-limit allocation refused, the under-limit one freed when stdin closes."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libcuda.so.1")
+    src = tmp_path / "fake.c"
+    src.write_text(FAKE_LIBCUDA)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(src)], check=True, timeout=120)
+    log = tmp_path / "calls.log"
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(tmp_path),
+        "FAKE_CUDA_LOG": str(log),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1024M",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.hw.cuda_client", "1536", "512"],
+        input="",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = json.loads(proc.stdout)
+    assert line["steps"] == {
+        "cuInit": "CUDA_SUCCESS",
+        "cuDeviceGet": "CUDA_SUCCESS",
+        "cuCtxCreate": "CUDA_SUCCESS",
+        "cuMemAlloc_over": "CUDA_ERROR_OUT_OF_MEMORY",
+        "cuMemAlloc_under": "CUDA_SUCCESS",
+    }  # printed while it holds its context; the frees follow when stdin closes (the log)
+    assert log.read_text().splitlines() == [
+        "cuInit 0",
+        "cuDeviceGet 0",
+        "cuCtxCreate_v2 7",
+        f"cuMemAlloc_v2 {1536 << 20}",
+        f"cuMemAlloc_v2 {512 << 20}",
+        f"cuMemFree_v2 {0x700000000000 + (512 << 20)}",
+        f"cuCtxDestroy_v2 {0x1234}",
+    ]
+
+
+def test_the_cuda_client_without_libcuda_says_so_and_exits_69(monkeypatch, capsys):
+    from slurm_gpupool.hw import cuda_client
+
+    monkeypatch.setattr(cuda_client, "LIBCUDA", "libcuda-not-here.so.1")
+    assert cuda_client.main(["1536", "512"]) == 69
+    assert "cannot load libcuda-not-here.so.1" in json.loads(capsys.readouterr().out)["error"]
