@@ -623,10 +623,22 @@ def mps_part(
         for p in procs:
             _end(p)
         hooks_mps.stop_daemon(settings, denv, pipes)  # echo quit | nvidia-cuda-mps-control
-        gone, _ = hooks_mps.daemon_state(settings, denv, pipes)
-        found.append(Finding(gpu["index"], "MPS daemon stopped (echo quit)", gone, "absent", gone == "absent"))
+        after = "running" if pid is not None and _process_running(pid) else "gone"
+        found.append(
+            Finding(gpu["index"], f"MPS daemon (pid {pid}) stopped (echo quit)", after, "gone", after == "gone")
+        )
         details["control_log"] = _tail(Path(logs) / "control.log")
+        details["server_log"] = _tail(Path(logs) / "server.log")
     return Part.judged("mps", found, **details)
+
+
+def _process_running(pid: int) -> bool:
+    """``/proc/<pid>/stat`` names a process that has not exited (``ps -o stat= -p PID``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :][:1] != b"Z"
 
 
 def _end(proc: subprocess.Popen[str]) -> None:

@@ -158,6 +158,8 @@ def test_on_the_simulated_gpus_every_part_agrees_and_the_report_says_so(lent, ca
     assert sorted(str(c["pid"]) for c in mps["details"]["clients"]) == mps["details"]["clients_listed"]
     assert not lent["store"].read().get("mps")  # the daemon is gone from the GPU's state
     assert not any(g["processes"] for g in lent["store"].read()["gpus"])  # and the clients
+    (stopped,) = [f for f in mps["findings"] if f["what"].startswith("MPS daemon (pid")]
+    assert stopped["ok"] and not gpucheck._process_running(mps["details"]["daemon_pid"])  # exited (maybe unreaped)
 
 
 def test_a_difference_with_nvidia_smi_is_named_and_exits_1(lent, capsys):
@@ -442,3 +444,19 @@ def test_the_cuda_client_without_libcuda_says_so_and_exits_69(monkeypatch, capsy
     monkeypatch.setattr(cuda_client, "LIBCUDA", "libcuda-not-here.so.1")
     assert cuda_client.main(["1536", "512"]) == 69
     assert "cannot load libcuda-not-here.so.1" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_a_daemon_left_running_is_a_difference(lent, capsys, monkeypatch):
+    import signal
+
+    from slurm_gpupool.hooks import mps as hooks_mps
+
+    monkeypatch.setattr(hooks_mps, "stop_daemon", lambda settings, env, pipes: None)
+    code, report, out = _run(lent, capsys)
+    mps = report["parts"]["mps"]
+    pid = mps["details"]["daemon_pid"]
+    try:
+        assert code == 1 and mps["status"] == "diff", out
+        assert [f["what"] for f in mps["findings"] if not f["ok"]] == [f"MPS daemon (pid {pid}) stopped (echo quit)"]
+    finally:
+        os.kill(pid, signal.SIGKILL)  # the stand-in daemon this test left running
