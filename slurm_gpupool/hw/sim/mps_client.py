@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from slurm_gpupool.hw.cuda_client import report
+from slurm_gpupool.hw.cuda_client import EXIT_NO_LIBCUDA, report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     path = os.environ.get("SLURM_GPUPOOL_SIM_STATE")
     if not path:
         report({"pid": os.getpid(), "error": "no SLURM_GPUPOOL_SIM_STATE (simulated libcuda)"})
-        return 69
+        return EXIT_NO_LIBCUDA
     store = SimStore(path)
     pid = os.getpid()
     steps: dict[str, str] = {}
