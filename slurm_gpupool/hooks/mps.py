@@ -117,15 +117,17 @@ def admission(record: dict[str, Any] | None, uid: str, live_jobs: set[str], daem
 # ---------------------------------------------------------------- I/O: the daemon
 
 
-def _dirs(settings: dict[str, Any], node: str, gpu_uuid: str) -> tuple[str, str, str]:
-    """(base, pipe_dir, log_dir) of a GPU's daemon; the UUID comes from the node state."""
+def daemon_dirs(settings: dict[str, Any], node: str, gpu_uuid: str) -> tuple[str, str, str]:
+    """(base, pipe_dir, log_dir) of a GPU's daemon; the UUID comes from the node state.
+    Public: ``scripts/gpu-check`` starts its real-GPU daemon in this same layout."""
     if not _UUID.fullmatch(gpu_uuid):
         raise HookError(f"unexpected GPU UUID {gpu_uuid[:80]!r}")
     base = node_path(settings["mps"], "pipe_dir", node)
     return base, os.path.join(base, gpu_uuid), os.path.join(base, gpu_uuid + ".log")
 
 
-def _control_env(settings: dict[str, Any], node: str, gpu_uuid: str, pipes: str, logs: str) -> dict[str, str]:
+def control_env(settings: dict[str, Any], node: str, gpu_uuid: str, pipes: str, logs: str) -> dict[str, str]:
+    """The environment ``nvidia-cuda-mps-control`` runs in for one GPU's daemon."""
     env = {
         "PATH": _PATH,
         "CUDA_VISIBLE_DEVICES": gpu_uuid,
@@ -137,7 +139,7 @@ def _control_env(settings: dict[str, Any], node: str, gpu_uuid: str, pipes: str,
     return env
 
 
-def _control(settings: dict[str, Any], env: dict[str, str], args: list[str], stdin: bytes | None) -> bool:
+def control(settings: dict[str, Any], env: dict[str, str], args: list[str], stdin: bytes | None) -> bool:
     """Run ``nvidia-cuda-mps-control ARGS`` (``-d``, or commands on stdin); True if it answered."""
     import subprocess
 
@@ -197,7 +199,7 @@ def daemon_state(settings: dict[str, Any], env: dict[str, str], pipes: str) -> t
     pid = _daemon_pid(pipes)
     if pid is None:
         return "dead", None
-    if _control(settings, env, [], b"get_server_list\n"):
+    if control(settings, env, [], b"get_server_list\n"):
         return "running", pid
     return "wedged", pid
 
@@ -209,7 +211,7 @@ def stop_daemon(settings: dict[str, Any], env: dict[str, str], pipes: str) -> No
     import time
 
     pid = _daemon_pid(pipes)
-    if pid is not None and not _control(settings, env, [], b"quit\n"):
+    if pid is not None and not control(settings, env, [], b"quit\n"):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + float(settings["mps"].get("timeout_s", 5.0))
@@ -258,8 +260,8 @@ def start_mps(
     if not uid.isdigit():
         return {"note": "no SLURM_JOB_UID"}
     gpu = gpus[0]
-    base, pipes, logs = _dirs(settings, node, gpu)
-    cenv = _control_env(settings, node, gpu, pipes, logs)
+    base, pipes, logs = daemon_dirs(settings, node, gpu)
+    cenv = control_env(settings, node, gpu, pipes, logs)
     run_dir = node_path(settings, "run_dir", node)
     fd = open_dir(base)
     try:
@@ -277,7 +279,7 @@ def start_mps(
             if action in ("start", "restart"):
                 for d in (pipes, logs):
                     os.makedirs(d, mode=0o755, exist_ok=True)
-                if not _control(settings, cenv, ["-d"], None):  # nvidia-cuda-mps-control -d
+                if not control(settings, cenv, ["-d"], None):  # nvidia-cuda-mps-control -d
                     log("prolog", jid, f"GPU {gpu}: could not start the MPS daemon ({pipes})", 4)
                     return {"note": "the GPU's MPS daemon did not start"}
                 log("prolog", jid, f"GPU {gpu}: started the MPS daemon for user {user or uid} ({pipes})")
@@ -296,7 +298,7 @@ def release_mps(settings: dict[str, Any], node: str, jid: str, devices: list[dic
     (one whose last Epilog never ran), whatever its state."""
     run_dir = node_path(settings, "run_dir", node)
     for gpu in sorted({d["gpu_uuid"] for d in devices}):
-        base, pipes, logs = _dirs(settings, node, gpu)
+        base, pipes, logs = daemon_dirs(settings, node, gpu)
         if not os.path.isdir(base):
             continue
         fd = open_dir(base, create=False)
@@ -311,7 +313,7 @@ def release_mps(settings: dict[str, Any], node: str, jid: str, devices: list[dic
                     continue
                 if record is None and not os.path.exists(os.path.join(pipes, PID_FILE)):
                     continue
-                stop_daemon(settings, _control_env(settings, node, gpu, pipes, logs), pipes)
+                stop_daemon(settings, control_env(settings, node, gpu, pipes, logs), pipes)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(gpu + ".json", dir_fd=fd)
                 log("epilog", jid, f"GPU {gpu}: stopped the MPS daemon (no job uses it)")

@@ -540,6 +540,73 @@ class NvmlBackend:
             for i, (name, _) in enumerate(_GPM_METRICS)
         }
 
+    # -- read-only facts for scripts/gpu-check ------------------------------------------------
+    def gi_profile_table(self, index: int) -> list[dict[str, Any]] | None:
+        """The GPU-instance profiles the GPU offers, by NVML enum, with their possible
+        placements (``nvidia-smi mig -lgip`` and ``-lgipp``): getters only.  None when the
+        GPU does not report them (no MIG, or MIG mode off: NVML answers NOT_SUPPORTED then)."""
+        h = self._handle(index)
+        from slurm_gpupool.core.mig import catalog
+
+        out: list[dict[str, Any]] = []
+        with nvml_errors(f"read MIG profiles of GPU {index} on {self.node}"):
+            try:
+                cur, _pend = pynvml.nvmlDeviceGetMigMode(h)
+            except pynvml.NVMLError as e:
+                if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                    raise
+                return None
+            if cur != 1:
+                return None
+            for enum in range(max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, catalog.gi_profile_enum_span())):
+                try:
+                    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, enum)  # the ...InfoV symbol
+                except pynvml.NVMLError as e:
+                    if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                        raise
+                    continue
+                count = ctypes.c_uint(0)  # NULL array first: NVML says how many placements there are
+                pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, None, ctypes.byref(count))
+                arr = (pynvml.c_nvmlGpuInstancePlacement_t * max(1, count.value))()
+                count = ctypes.c_uint(len(arr))
+                pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, arr, ctypes.byref(count))
+                out.append(
+                    {
+                        "nvml_enum": enum,
+                        "profile_id": int(info.id),
+                        "name": _ensure_str(info.name).removeprefix("MIG "),
+                        "compute_slices": int(info.sliceCount),
+                        "max_count": int(info.instanceCount),
+                        "sm_count": int(info.multiprocessorCount),
+                        "copy_engines": int(info.copyEngineCount),
+                        "decoders": int(info.decoderCount),
+                        "jpegs": int(info.jpegCount),
+                        "ofas": int(info.ofaCount),
+                        "memory_mib": int(info.memorySizeMB),
+                        "placements": [[int(arr[k].start), int(arr[k].size)] for k in range(count.value)],
+                    }
+                )
+        return out
+
+    def compute_mode(self, index: int) -> int | None:
+        """``nvidia-smi --query-gpu=compute_mode`` (0 DEFAULT, 2 PROHIBITED, 3
+        EXCLUSIVE_PROCESS); None where NVML does not say.  Read only: we never set it."""
+        h = self._handle(index)
+        with nvml_errors(f"read the compute mode of GPU {index} on {self.node}"):
+            try:
+                return int(pynvml.nvmlDeviceGetComputeMode(h))
+            except pynvml.NVMLError as e:
+                if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                    raise
+                return None
+
+    def gpm_support(self, index: int) -> bool | None:
+        """Whether the GPU supports GPU Performance Monitoring (``nvmlGpmQueryDeviceSupport``,
+        as :meth:`activity_support` asks it); None if this pynvml lacks the call."""
+        if getattr(pynvml, "nvmlGpmQueryDeviceSupport", None) is None:
+            return None
+        return self.activity_support(index)[0]
+
     # -- changes ----------------------------------------------------------------------------
     def set_mig_mode(self, index: int, enabled: bool) -> tuple[bool, bool, int]:
         """``nvidia-smi -i N -mig 1|0``; returns (current, pending, activation status)."""

@@ -145,6 +145,12 @@ class Devices(SimLibraryBase):
         m = deref(ref)
         m.total, m.used, m.free = total, used, total - used
 
+    @c_api("nvmlDeviceGetComputeMode")
+    def _compute_mode(self, h: Any, ref: Any) -> None:
+        """``nvidia-smi --query-gpu=compute_mode``: DEFAULT unless a test set another
+        (``inject.set_compute_mode``; the simulation answers no ``nvmlDeviceSetComputeMode``)."""
+        deref(ref).value = self._dev(h).get("compute_mode", 0)
+
     @c_api("nvmlDeviceGetUtilizationRates")
     def _utilization(self, h: Any, ref: Any) -> None:
         g = self._dev(h)

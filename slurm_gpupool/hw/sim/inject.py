@@ -176,6 +176,15 @@ def set_activity(
         raise UsageError(f"MIG device {mig_uuid}", f"not on GPU {index} of {st['node']}")
 
 
+def set_compute_mode(store: SimStore, index: int, mode: int) -> None:
+    """The GPU's compute mode as ``nvidia-smi -c`` would set it (0 DEFAULT, 2 PROHIBITED,
+    3 EXCLUSIVE_PROCESS): what a site may have chosen before our tools run."""
+    if mode not in (0, 2, 3):
+        raise ValueError(f"compute mode {mode}: 0, 2 or 3")
+    with store.modify() as st:
+        _gpu(st, index)["compute_mode"] = mode
+
+
 def set_clients(store: SimStore, index: int, clients: int) -> None:
     """Other NVML clients holding the GPU (nvidia-persistenced, DCGM)."""
     with store.modify() as st:
