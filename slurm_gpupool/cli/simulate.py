@@ -219,6 +219,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 shard_slowdown=sd,
                 prefer=PREFER_MIG if prefer == "mig" else PREFER_SHARD,
                 any_model=not typed,
+                # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm
+                qos_priority=tuple((t.qos, t.priority) for t in cfg.tiers),
+                clock_origin_s=epoch.timestamp(),
             )
             variant = f"slowdown {sd:g}" if len(slowdowns) > 1 else ""
             label = spec.name + (f" ({variant})" if variant else "")

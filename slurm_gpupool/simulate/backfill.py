@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from bisect import insort
 
-from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, rounded
+from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, overlaps, rounded
 from slurm_gpupool.simulate.records import Part, SimNode
 from slurm_gpupool.simulate.scheduler import Scheduler
 from slurm_gpupool.simulate.state import GPU, INF, Need
+from slurm_gpupool.simulate.willrun import EXACT, batch, planned_start
 
 
 class Backfill(Scheduler):
@@ -69,6 +70,8 @@ class Backfill(Scheduler):
             if chosen is not None and chosen[-1][0] <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
                 continue
+            if chosen is not None and p.will_run != EXACT:
+                chosen = self._planned(need, chosen, limit, horizon, plans)  # None: beyond bf_window
             shape = (need.types, need.kind)
             if chosen is not None:  # a start later: its nodes are held for it from then (_add_reservation)
                 at = chosen[-1][0]
@@ -92,6 +95,76 @@ class Backfill(Scheduler):
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()
+
+    def _planned(
+        self,
+        need: Need,
+        chosen: list[tuple[float, int, SimNode, list[Part]]],
+        limit: float,
+        horizon: float,
+        plans: dict[int, list[tuple[float, float]]],
+    ) -> list[tuple[float, int, SimNode, list[Part]]] | None:
+        """Where and when Slurm plans a job whose exact earliest start is ``chosen[-1][0]``:
+        its select plugin's will-run test (``willrun``, cons_tres ``_will_run_test``) batches
+        the running jobs on the nodes backfill lets it use (``avail_bitmap``: usable, no
+        higher job's reservation within its window; from its start on when a node it needs
+        is held now, a later ``TRY_LATER`` slot), takes the first nodes that fit once the
+        batch is gone (``_job_test``: node order), and plans the start at a removed job's end.
+        None: planned beyond ``bf_window``."""
+        at, now = chosen[-1][0], self.now
+        picked = {n.index for _, _, n, _ in chosen}
+        res = now if not any(overlaps(plans.get(x, ()), now, now + limit) for x in picked) else at
+        usable = _Usable(self.nodes, plans, res, res + limit)
+        p = self.p
+        last, removed = batch(at, self._running_ends(), usable, p.clock_origin_s, p.bf_window_linear_s)
+        if last > at:
+            chosen = self._first_fit(need, limit, last, plans) or chosen
+            picked = {n.index for _, _, n, _ in chosen}
+        planned = planned_start(at, last, removed, picked, p.will_run)
+        if planned > horizon:
+            return None
+        return [(planned, idx, n, parts) for _, idx, n, parts in chosen]
+
+    def _first_fit(
+        self, need: Need, limit: float, by: float, plans: dict[int, list[tuple[float, float]]]
+    ) -> list[tuple[float, int, SimNode, list[Part]]] | None:
+        """The first ``need.nodes`` nodes, in node order, whose records are free by ``by``
+        and whose reservations leave ``[by, by + limit)`` clear (what ``_job_test`` picks once
+        the batch's jobs are gone); None if fewer."""
+        now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
+        lo, hi = rounded(by, by + limit, res)
+        fits: dict[int, list[Part]] = {}
+        for lb, idx, typ in self._by_bound(need):
+            if lb > by:
+                break
+            n = nodes[idx]
+            if idx in fits or by + limit > n.ahead_at:
+                continue
+            windows = plans.get(idx, ())
+            if windows and overlaps(windows, lo, hi):
+                continue
+            if typ in n.free:
+                if need.kind != GPU:
+                    continue
+                fits[idx] = [(GPU, typ, need.count, -1)]
+            else:
+                t, parts = earliest(n, need, typ, limit, now, by, (), self._line(n, typ), res)
+                if t <= by:
+                    fits[idx] = parts
+        if len(fits) < need.nodes:
+            return None
+        return [(by, idx, nodes[idx], fits[idx]) for idx in sorted(fits)[: need.nodes]]
+
+    def _running_ends(self) -> list[tuple[float, tuple[int, ...]]]:
+        """(planned end, nodes) of every running job, soonest first (``_cr_job_list_sort``);
+        kept until a job starts or ends."""
+        key = (self.started, len(self.job_nodes))
+        if self.ends_key != key:
+            self.ends = sorted(
+                (nodes[0].running[i][0], tuple(n.index for n in nodes)) for i, nodes in self.job_nodes.items()
+            )
+            self.ends_key = key
+        return self.ends
 
     def _to_hold(self, need: Need) -> int:
         """How many nodes a request's jobs hold before later ones are passed over: every
@@ -155,3 +228,17 @@ class Backfill(Scheduler):
         if len(found) < need.nodes:
             return None
         return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
+
+
+class _Usable:
+    """The nodes backfill lets a job use in ``[lo, hi)`` (its ``avail_bitmap``): taking jobs,
+    their reservation ahead not before ``hi``, no higher job's reservation in the window."""
+
+    def __init__(self, nodes: list[SimNode], plans: dict[int, list[tuple[float, float]]], lo: float, hi: float):
+        self.nodes, self.plans, self.lo, self.hi = nodes, plans, lo, hi
+
+    def __contains__(self, x: object) -> bool:
+        if not isinstance(x, int):
+            return False
+        n = self.nodes[x]
+        return n.usable and self.hi <= n.ahead_at and not overlaps(self.plans.get(n.index, ()), self.lo, self.hi)

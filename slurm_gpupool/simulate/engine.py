@@ -37,6 +37,7 @@ from slurm_gpupool.simulate.earliest import rounded as _rounded
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.meter import Meter
 from slurm_gpupool.simulate.pool import PoolSpec
+from slurm_gpupool.simulate.priority import queue_ranks
 from slurm_gpupool.simulate.records import SimNode as _Node
 from slurm_gpupool.simulate.records import take as _take
 from slurm_gpupool.simulate.records import timeline as _timeline
@@ -144,6 +145,8 @@ class Engine(Switching, Backfill):
         self.recs = [
             JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
         ]
+        self.rank = [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
+        self.ends, self.ends_key = [], (-1, -1)
         self.kinds = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
         self.bounds_epoch = 0

@@ -86,7 +86,9 @@ class Scheduler(NodeIndex):
         self._enqueue(i)
 
     def _key(self, i: int) -> tuple[float, int, int]:
-        return (self.recs[i].submit_s, self.jobs[i].job_id, i)
+        """Its place in the queue: Slurm's order (``priority.queue_ranks``: QOS priority, then
+        submission, then job id), fixed at the start (a requeued job keeps its place)."""
+        return (self.rank[i], self.jobs[i].job_id, i)
 
     def _enqueue(self, i: int) -> None:
         insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
