@@ -114,9 +114,10 @@ class Backfill(Scheduler):
         at, now = chosen[-1][0], self.now
         picked = {n.index for _, _, n, _ in chosen}
         res = now if not any(overlaps(plans.get(x, ()), now, now + limit) for x in picked) else at
-        usable = _Usable(self.nodes, plans, res, res + limit)
         p = self.p
-        last, removed = batch(at, self._running_ends(), usable, p.clock_origin_s, p.bf_window_linear_s)
+        last, removed = batch(
+            at, self.ends, self._blocked(plans, res, res + limit), p.clock_origin_s, p.bf_window_linear_s
+        )
         if last > at:
             chosen = self._first_fit(need, limit, last, plans) or chosen
             picked = {n.index for _, _, n, _ in chosen}
@@ -124,6 +125,14 @@ class Backfill(Scheduler):
         if planned > horizon:
             return None
         return [(planned, idx, n, parts) for _, idx, n, parts in chosen]
+
+    def _blocked(self, plans: dict[int, list[tuple[float, float]]], lo: float, hi: float) -> set[int]:
+        """The nodes backfill keeps a job off in ``[lo, hi)`` (not in its ``avail_bitmap``):
+        taking no jobs, their reservation ahead before ``hi``, or a higher job's reservation
+        in the window."""
+        out = {n.index for n in self.nodes if not n.usable or hi > n.ahead_at}
+        out.update(x for x, windows in plans.items() if overlaps(windows, lo, hi))
+        return out
 
     def _first_fit(
         self, need: Need, limit: float, by: float, plans: dict[int, list[tuple[float, float]]]
@@ -154,17 +163,6 @@ class Backfill(Scheduler):
         if len(fits) < need.nodes:
             return None
         return [(by, idx, nodes[idx], fits[idx]) for idx in sorted(fits)[: need.nodes]]
-
-    def _running_ends(self) -> list[tuple[float, tuple[int, ...]]]:
-        """(planned end, nodes) of every running job, soonest first (``_cr_job_list_sort``);
-        kept until a job starts or ends."""
-        key = (self.started, len(self.job_nodes))
-        if self.ends_key != key:
-            self.ends = sorted(
-                (nodes[0].running[i][0], tuple(n.index for n in nodes)) for i, nodes in self.job_nodes.items()
-            )
-            self.ends_key = key
-        return self.ends
 
     def _to_hold(self, need: Need) -> int:
         """How many nodes a request's jobs hold before later ones are passed over: every
@@ -228,17 +226,3 @@ class Backfill(Scheduler):
         if len(found) < need.nodes:
             return None
         return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]
-
-
-class _Usable:
-    """The nodes backfill lets a job use in ``[lo, hi)`` (its ``avail_bitmap``): taking jobs,
-    their reservation ahead not before ``hi``, no higher job's reservation in the window."""
-
-    def __init__(self, nodes: list[SimNode], plans: dict[int, list[tuple[float, float]]], lo: float, hi: float):
-        self.nodes, self.plans, self.lo, self.hi = nodes, plans, lo, hi
-
-    def __contains__(self, x: object) -> bool:
-        if not isinstance(x, int):
-            return False
-        n = self.nodes[x]
-        return n.usable and self.hi <= n.ahead_at and not overlaps(self.plans.get(n.index, ()), self.lo, self.hi)

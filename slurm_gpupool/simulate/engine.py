@@ -146,7 +146,7 @@ class Engine(Switching, Backfill):
             JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
         ]
         self.rank = [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
-        self.ends, self.ends_key = [], (-1, -1)
+        self.ends = []
         self.kinds = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
         self.bounds_epoch = 0

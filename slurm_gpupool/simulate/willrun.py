@@ -27,43 +27,61 @@ TIME_WINDOW_S = 30  # the first batch's reach (``time_window`` in _will_run_test
 
 def batch(
     exact_s: float,
-    running: Sequence[tuple[float, Collection[int]]],
-    usable: Container[int],
+    running: Sequence[tuple[float, int, Collection[int]]],
+    blocked: Container[int],
     origin_s: float = 0.0,
     linear_s: float = 0.0,
-) -> tuple[float, list[tuple[float, Collection[int]]]]:
+) -> tuple[float, list[tuple[float, int, Collection[int]]]]:
     """The batch after which a job whose exact earliest start is ``exact_s`` first fits in
-    ``_will_run_test``: (end of the last job removed, the jobs removed by then).  ``running``
-    is (end, nodes) of every running job sorted by end (the time limits backfill plans with),
-    ``usable`` the nodes the job may use in this test (jobs on none of them are skipped).
-    Times are replay seconds; ``origin_s`` is the clock's epoch seconds at 0 (batches are
-    aligned to the clock's 30 s).  The job fits once every job ending by ``exact_s`` is gone,
-    and in no batch before.  (``exact_s``, []) when no running job is on a usable node."""
-    ends = [(e, nodes) for e, nodes in running if any(x in usable for x in nodes)]
-    if not ends:
-        return exact_s, []
+    ``_will_run_test``: (end of the last job removed, the jobs removed by then).
+
+    ``running`` is (end, job, nodes) of every running job sorted by end (the time limits
+    backfill plans with), ``blocked`` the nodes the job may not use in this test.  A job on
+    no other node is skipped; otherwise a batch ends when the job after the one just removed,
+    skipped or not, ends beyond its reach (so a skipped job within reach lets the next one in
+    whatever its end).  Times are replay seconds; ``origin_s`` is the clock's epoch seconds
+    at 0 (batches align to the clock's 30 s).  The job fits at the first test with no usable
+    job ending by ``exact_s`` left.  (``exact_s``, []) when no running job is on a usable node."""
+    removed: list[tuple[float, int, Collection[int]]] = []
     window = float(TIME_WINDOW_S)
-    first = ends[0][0]
-    base = first + window - ((first + origin_s) % window)
-    k = 0
-    while k < len(ends):
-        j = k + 1  # a batch: its first job, then every one ending within base + window
-        while j < len(ends) and ends[j][0] <= base + window:
-            j += 1
-        if ends[j - 1][0] >= exact_s or j == len(ends) or ends[j][0] > exact_s:
-            return ends[j - 1][0], ends[:j]
-        while True:  # the window grows until it reaches the next job
-            window = window + linear_s if linear_s > 0 else window * 2
-            if ends[j][0] <= base + window:
+    base = reach = 0.0
+    n, i = len(running), 0
+
+    def on_usable(entry: tuple[float, int, Collection[int]]) -> bool:
+        nodes = entry[2]
+        return any(x not in blocked for x in nodes) if len(nodes) > 1 else next(iter(nodes)) not in blocked
+
+    while i < n:
+        last = None
+        while i < n:  # one batch
+            entry = running[i]
+            i += 1
+            if not on_usable(entry):
+                continue
+            if not removed:  # the first job evaluated sets the barrier the windows count from
+                base = entry[0] + window - ((entry[0] + origin_s) % window)
+                reach = base + window
+            removed.append(entry)
+            last = entry
+            if i >= n or running[i][0] > reach:
                 break
-        k = j
-    return exact_s, ends  # (not reached: the last batch ends the loop)
+        if last is None:
+            break  # only skipped jobs were left
+        j = i
+        while j < n and not on_usable(running[j]):
+            j += 1
+        if j == n or running[j][0] > exact_s:
+            return last[0], removed  # the job fits: planned at the last removed job's end
+        while running[i][0] > reach:  # the window grows until it reaches the next job
+            window = window + linear_s if linear_s > 0 else window * 2
+            reach = base + window
+    return exact_s, removed
 
 
 def planned_start(
     exact_s: float,
     last_s: float,
-    removed: Sequence[tuple[float, Collection[int]]],
+    removed: Sequence[tuple[float, int, Collection[int]]],
     chosen: Collection[int],
     rule: str = BATCH,
 ) -> float:
@@ -73,7 +91,7 @@ def planned_start(
     if rule == EXACT:
         return exact_s
     if rule == BATCH_NODES:
-        last_s = max((e for e, nodes in removed if any(x in chosen for x in nodes)), default=exact_s)
+        last_s = max((e for e, _, nodes in removed if any(x in chosen for x in nodes)), default=exact_s)
     return max(exact_s, last_s)
 
 

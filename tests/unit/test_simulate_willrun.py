@@ -11,36 +11,41 @@ import pytest
 from slurm_gpupool.simulate.willrun import BATCH, BATCH_NODES, EXACT, batch, planned_start, rule_for
 from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401 (spec: the fixture)
 
-EVERY = frozenset({1, 2, 3})
+NONE: frozenset[int] = frozenset()  # no node blocked
 
 
 def test_the_first_batch_reaches_to_the_next_30_s_of_the_clock_and_the_start_is_its_last_end():
-    running = [(100.0, (1,)), (130.0, (2,)), (155.0, (3,))]
+    running = [(100.0, 1, (1,)), (130.0, 2, (2,)), (155.0, 3, (3,))]
     # first end 100 -> 120 (the next multiple of 30); the batch holds ends up to 120 + 30 = 150
-    last, removed = batch(100.0, running, EVERY)
-    assert last == 130.0 and [e for e, _ in removed] == [100.0, 130.0]
+    last, removed = batch(100.0, running, NONE)
+    assert last == 130.0 and [e for e, _, _ in removed] == [100.0, 130.0]
     # the clock at 20 s when the replay began: 100 is 120 on it, a whole 30 s: the batch
     # reaches from 130 to 160, and 155 is in it
-    last, removed = batch(100.0, running, EVERY, origin_s=20.0)
+    last, removed = batch(100.0, running, NONE, origin_s=20.0)
     assert last == 155.0 and len(removed) == 3
 
 
 def test_later_batches_reach_further_as_the_window_doubles_or_grows_linearly():
-    running = [(100.0, (1,)), (200.0, (1,)), (230.0, (2,)), (400.0, (3,))]
+    running = [(100.0, 1, (1,)), (200.0, 2, (1,)), (230.0, 3, (2,)), (400.0, 4, (3,))]
     # batch 1: up to 150 ({100}); 200 is needed: the window doubles to 60, 120 (up to 240):
     # batch 2 = {200, 230}; the job fits (200 gone), planned at 230
-    assert batch(200.0, running, EVERY)[0] == 230.0
+    assert batch(200.0, running, NONE)[0] == 230.0
     # bf_window_linear=100: 30 -> 130 (up to 250): the same batch
-    assert batch(200.0, running, EVERY, linear_s=100.0)[0] == 230.0
+    assert batch(200.0, running, NONE, linear_s=100.0)[0] == 230.0
     # bf_window_linear=50: 30 -> 80 (up to 200): batch 2 = {200}, planned exactly
-    assert batch(200.0, running, EVERY, linear_s=50.0)[0] == 200.0
+    assert batch(200.0, running, NONE, linear_s=50.0)[0] == 200.0
 
 
 def test_jobs_on_no_usable_node_are_skipped_and_the_rule_names_which_end_counts():
-    running = [(100.0, (1,)), (130.0, (2,)), (140.0, (1,))]
+    running = [(100.0, 1, (1,)), (130.0, 2, (2,)), (140.0, 3, (1,))]
     # node 2 is held for a higher job: its job is skipped
-    assert batch(100.0, running, {1, 3})[0] == 140.0
-    last, removed = batch(100.0, running, EVERY)
+    assert batch(100.0, running, {2})[0] == 140.0
+    # a skipped job within reach lets the next one in, however late it ends: 100 (reach 150),
+    # then 130 skipped, then 400 removed in the same batch
+    running2 = [(100.0, 1, (1,)), (130.0, 2, (2,)), (400.0, 3, (1,))]
+    assert batch(100.0, running2, {2})[0] == 400.0
+    assert batch(100.0, running2, NONE)[0] == 130.0  # 130 removed: 400 is beyond reach
+    last, removed = batch(100.0, running, NONE)
     assert last == 140.0
     assert planned_start(100.0, last, removed, {2}, BATCH) == 140.0
     # 25.05.1 on: the last removed job on the chosen node 2 ends at 130
@@ -48,7 +53,7 @@ def test_jobs_on_no_usable_node_are_skipped_and_the_rule_names_which_end_counts(
     assert planned_start(100.0, last, removed, {2}, EXACT) == 100.0
     # never before the exact start (nothing removed on the chosen node)
     assert planned_start(100.0, last, removed, {3}, BATCH_NODES) == 100.0
-    assert batch(100.0, [], EVERY) == (100.0, [])
+    assert batch(100.0, [], NONE) == (100.0, [])
 
 
 def test_each_release_has_its_rule():
