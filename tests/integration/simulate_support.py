@@ -201,14 +201,23 @@ def replay_and_compare(
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
-    measured out-of-service and hand-over times; then compared with Slurm's run (what
+    measured out-of-service and hand-over times (``ids``: job -> (request, sleep s[, QOS]));
+    then compared with Slurm's run (what
     :func:`_compare` returns, with every reservation placed and with the fast shortcut).
     ``release``: the Slurm release that ran, whose will-run rule the replay takes
     (``willrun.rule_for``; None: ``params``'); the clock's epoch aligns its batches."""
     epoch = min(v[0] for v in real.values())
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
     jobs = [
-        SimJob(int(j), real[j][0] - epoch, real[j][2] - real[j][1], LIMIT_MIN * 60.0, ids[j][0], requeue=False)
+        SimJob(
+            int(j),
+            real[j][0] - epoch,
+            real[j][2] - real[j][1],
+            LIMIT_MIN * 60.0,
+            ids[j][0],
+            requeue=False,
+            qos=ids[j][2] if len(ids[j]) > 2 else "normal",
+        )
         for j in order
     ]
     sw = Switcher("schedule", [(0.0, "day"), (switch_at, "night")])
