@@ -8,6 +8,8 @@ none of them (EASY with reservations for every job tested, as ``sched/backfill``
 ``bf_window_s``.  A pass is taken to test its jobs to the end, as with ``bf_continue`` on a
 controller whose passes are not cut short (``docs/simulate.md``); jobs beyond
 ``bf_max_job_test`` wait for a later pass, which one that started something makes due.
+A job that cannot start now is planned where and when the select plugin's will-run test
+puts it (``willrun``; cons_tres ``_will_run_test``), often later than its exact earliest start.
 """
 
 from __future__ import annotations

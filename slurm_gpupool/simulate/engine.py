@@ -4,7 +4,8 @@ What it models, each from Slurm's documented behaviour or the repartitioner's ow
 the module that does it:
 
 * ``scheduler``: requests mapped as ``gpupool-sbatch`` maps them in the layout installed at
-  submission (a later layout's: refused, resubmitted then); priority order; the main
+  submission (a later layout's: refused, resubmitted then); priority order (``priority``:
+  QOS priority, submission, job id); the main
   scheduler, run at every submission and job end, where the first job that does not fit
   blocks the rest unless no node offers its GRES now.
 * ``records``: typed GRES records per node, taken first fit; time-sliced GPUs whole or as
@@ -12,7 +13,8 @@ the module that does it:
 * ``backfill`` (with ``index`` and ``earliest``): a pass every ``bf_interval_s`` when something
   changed, up to ``bf_max_job_test`` jobs, each given the earliest start its time limit allows
   around running jobs and the whole-node reservations of the jobs before it, within
-  ``bf_window_s``, windows rounded to ``bf_resolution_s``.
+  ``bf_window_s``, windows rounded to ``bf_resolution_s``; a start later than now is planned
+  as Slurm's select plugin plans it (``willrun``: its batches of running jobs).
 * ``switching``: switches as the repartitioner makes them (reservation ahead, MAINT
   reservation, switch once idle, deadline, cron, requeue), or as a demand-driven switcher asks.
 * ``meter``: capacity, allocation and fragmentation, measured while jobs arrive.
