@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpupool.simulate.willrun import BATCH, BATCH_NODES, EXACT, batch, planned_start, rule_for
+from slurm_gpupool.simulate.willrun import BATCH, BATCH_NODES, EXACT, RULES, batch, planned_start, rule_for
 from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401 (spec: the fixture)
 
 NONE: frozenset[int] = frozenset()  # no node blocked
@@ -54,6 +54,14 @@ def test_jobs_on_no_usable_node_are_skipped_and_the_rule_names_which_end_counts(
     # never before the exact start (nothing removed on the chosen node)
     assert planned_start(100.0, last, removed, {3}, BATCH_NODES) == 100.0
     assert batch(100.0, [], NONE) == (100.0, [])
+
+
+def test_the_cli_offers_every_rule_and_defaults_to_22_05_s():
+    from slurm_gpupool.cli.simulate import WILL_RUN_RULES, simulate
+
+    assert WILL_RUN_RULES == RULES
+    option = next(p for p in simulate.params if p.name == "will_run")
+    assert option.default == BATCH
 
 
 def test_each_release_has_its_rule():
