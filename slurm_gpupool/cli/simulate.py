@@ -20,6 +20,9 @@ from slurm_gpupool.cli.context import AppContext, pass_app
 from slurm_gpupool.cli.report import _common, _load
 from slurm_gpupool.errors import UsageError
 
+# simulate.willrun.RULES, spelled out: the CLI imports no simulator module until it runs one
+WILL_RUN_RULES = ("exact", "batch", "batch-nodes")
+
 TRACES = ("philly", "openb", "accounting")
 
 
@@ -123,6 +126,14 @@ class Progress:
     "--exact-backfill", is_flag=True, help="Place every tested job's backfill reservation (slow on deep queues)."
 )
 @click.option(
+    "--will-run",
+    type=click.Choice(WILL_RUN_RULES),
+    default="batch",
+    show_default=True,
+    help="How backfill plans a waiting job's start: Slurm's will-run batches as 22.05-25.05.0 (batch) "
+    "or 25.05.1 on (batch-nodes), or the exact earliest start (docs/simulate.md).",
+)
+@click.option(
     "--prefer",
     type=click.Choice(("mig", "shard")),
     default="mig",
@@ -139,8 +150,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, bf_interval, exact_backfill, prefer, typed, fmt, output, since,
-             until, files, fields, delimiter, tz, journal, spools, window, sacct_format):  # fmt: skip
+             limit_factor, max_time, switch_time, bf_interval, exact_backfill, will_run, prefer, typed, fmt, output,
+             since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format):  # fmt: skip
     """Replay jobs against the pool's layouts and schedule, side by side.
 
     \b
@@ -211,6 +222,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             params = Params(
                 bf_interval_s=bf_interval,
                 bf_exact=exact_backfill,
+                will_run=will_run,
                 switch_s=pol.elastic_switch_s(cfg, spec, switch_s, switch_time is None),
                 lead_time_s=lead,
                 deadline_s=cfg.repartition.deadline_s,
@@ -219,6 +231,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 shard_slowdown=sd,
                 prefer=PREFER_MIG if prefer == "mig" else PREFER_SHARD,
                 any_model=not typed,
+                # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm
+                qos_priority=tuple((t.qos, t.priority) for t in cfg.tiers),
+                clock_origin_s=epoch.timestamp(),
             )
             variant = f"slowdown {sd:g}" if len(slowdowns) > 1 else ""
             label = spec.name + (f" ({variant})" if variant else "")
@@ -244,7 +259,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             "switch": f"{switch_s:.0f} s out of service per node; deadline {cfg.repartition.deadline_s} s; "
             + ("requeue" if cfg.repartition.requeue else "no requeue"),
             "scheduler": f"priority order, backfill every {bf_interval:g} s (bf_max_job_test 500, bf_window 1 day, "
-            + f"bf_resolution 60 s, whole-node reservations{', every one placed' if exact_backfill else ''})",
+            + f"bf_resolution 60 s, whole-node reservations{', every one placed' if exact_backfill else ''}, "
+            + f"will-run {will_run})",
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
         },

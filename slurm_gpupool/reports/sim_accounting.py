@@ -54,10 +54,17 @@ def accounting_jobs(
                 min(max(limit, run), max_time_s) if max_time_s else max(limit, run),
                 req,
                 str(getattr(row, "account", "")),
+                qos=_qos(getattr(row, "qos", "")),
             )
         )
     out.sort(key=lambda j: (j.submit_s, j.job_id))
     return epoch.to_pydatetime(), out, skipped
+
+
+def _qos(value: object) -> str:
+    """A job's QOS as sacct printed it; none recorded: Slurm's default QOS, normal."""
+    text = "" if value is None or value != value else str(value).strip()
+    return text or "normal"
 
 
 def _request(g: pd.DataFrame) -> TraceRequest | None:

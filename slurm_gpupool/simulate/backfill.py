@@ -8,16 +8,19 @@ none of them (EASY with reservations for every job tested, as ``sched/backfill``
 ``bf_window_s``.  A pass is taken to test its jobs to the end, as with ``bf_continue`` on a
 controller whose passes are not cut short (``docs/simulate.md``); jobs beyond
 ``bf_max_job_test`` wait for a later pass, which one that started something makes due.
+A job that cannot start now is planned where and when the select plugin's will-run test
+puts it (``willrun``; cons_tres ``_will_run_test``), often later than its exact earliest start.
 """
 
 from __future__ import annotations
 
 from bisect import insort
 
-from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, rounded
+from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, overlaps, rounded
 from slurm_gpupool.simulate.records import Part, SimNode
 from slurm_gpupool.simulate.scheduler import Scheduler
 from slurm_gpupool.simulate.state import GPU, INF, Need
+from slurm_gpupool.simulate.willrun import EXACT, batch, planned_start
 
 
 class Backfill(Scheduler):
@@ -69,6 +72,8 @@ class Backfill(Scheduler):
             if chosen is not None and chosen[-1][0] <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
                 continue
+            if chosen is not None and p.will_run != EXACT:
+                chosen = self._planned(need, chosen, limit, horizon, plans)  # None: beyond bf_window
             shape = (need.types, need.kind)
             if chosen is not None:  # a start later: its nodes are held for it from then (_add_reservation)
                 at = chosen[-1][0]
@@ -92,6 +97,74 @@ class Backfill(Scheduler):
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()
+
+    def _planned(
+        self,
+        need: Need,
+        chosen: list[tuple[float, int, SimNode, list[Part]]],
+        limit: float,
+        horizon: float,
+        plans: dict[int, list[tuple[float, float]]],
+    ) -> list[tuple[float, int, SimNode, list[Part]]] | None:
+        """Where and when Slurm plans a job whose exact earliest start is ``chosen[-1][0]``:
+        its select plugin's will-run test (``willrun``, cons_tres ``_will_run_test``) batches
+        the running jobs on the nodes backfill lets it use (``avail_bitmap``: usable, no
+        higher job's reservation within its window; from its start on when a node it needs
+        is held now, a later ``TRY_LATER`` slot), takes the first nodes that fit once the
+        batch is gone (``_job_test``: node order), and plans the start at a removed job's end.
+        None: planned beyond ``bf_window``."""
+        at, now = chosen[-1][0], self.now
+        picked = {n.index for _, _, n, _ in chosen}
+        res = now if not any(overlaps(plans.get(x, ()), now, now + limit) for x in picked) else at
+        p = self.p
+        last, removed = batch(
+            at, self.ends, self._blocked(plans, res, res + limit), p.clock_origin_s, p.bf_window_linear_s
+        )
+        if last > at:
+            chosen = self._first_fit(need, limit, last, plans) or chosen
+            picked = {n.index for _, _, n, _ in chosen}
+        planned = planned_start(at, last, removed, picked, p.will_run)
+        if planned > horizon:
+            return None
+        return [(planned, idx, n, parts) for _, idx, n, parts in chosen]
+
+    def _blocked(self, plans: dict[int, list[tuple[float, float]]], lo: float, hi: float) -> set[int]:
+        """The nodes backfill keeps a job off in ``[lo, hi)`` (not in its ``avail_bitmap``):
+        taking no jobs, their reservation ahead before ``hi``, or a higher job's reservation
+        in the window."""
+        out = {n.index for n in self.nodes if not n.usable or hi > n.ahead_at}
+        out.update(x for x, windows in plans.items() if overlaps(windows, lo, hi))
+        return out
+
+    def _first_fit(
+        self, need: Need, limit: float, by: float, plans: dict[int, list[tuple[float, float]]]
+    ) -> list[tuple[float, int, SimNode, list[Part]]] | None:
+        """The first ``need.nodes`` nodes, in node order, whose records are free by ``by``
+        and whose reservations leave ``[by, by + limit)`` clear (what ``_job_test`` picks once
+        the batch's jobs are gone); None if fewer."""
+        now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
+        lo, hi = rounded(by, by + limit, res)
+        fits: dict[int, list[Part]] = {}
+        for lb, idx, typ in self._by_bound(need):
+            if lb > by:
+                break
+            n = nodes[idx]
+            if idx in fits or by + limit > n.ahead_at:
+                continue
+            windows = plans.get(idx, ())
+            if windows and overlaps(windows, lo, hi):
+                continue
+            if typ in n.free:
+                if need.kind != GPU:
+                    continue
+                fits[idx] = [(GPU, typ, need.count, -1)]
+            else:
+                t, parts = earliest(n, need, typ, limit, now, by, (), self._line(n, typ), res)
+                if t <= by:
+                    fits[idx] = parts
+        if len(fits) < need.nodes:
+            return None
+        return [(by, idx, nodes[idx], fits[idx]) for idx in sorted(fits)[: need.nodes]]
 
     def _to_hold(self, need: Need) -> int:
         """How many nodes a request's jobs hold before later ones are passed over: every

@@ -4,7 +4,8 @@ What it models, each from Slurm's documented behaviour or the repartitioner's ow
 the module that does it:
 
 * ``scheduler``: requests mapped as ``gpupool-sbatch`` maps them in the layout installed at
-  submission (a later layout's: refused, resubmitted then); priority order; the main
+  submission (a later layout's: refused, resubmitted then); priority order (``priority``:
+  QOS priority, submission, job id); the main
   scheduler, run at every submission and job end, where the first job that does not fit
   blocks the rest unless no node offers its GRES now.
 * ``records``: typed GRES records per node, taken first fit; time-sliced GPUs whole or as
@@ -12,7 +13,8 @@ the module that does it:
 * ``backfill`` (with ``index`` and ``earliest``): a pass every ``bf_interval_s`` when something
   changed, up to ``bf_max_job_test`` jobs, each given the earliest start its time limit allows
   around running jobs and the whole-node reservations of the jobs before it, within
-  ``bf_window_s``, windows rounded to ``bf_resolution_s``.
+  ``bf_window_s``, windows rounded to ``bf_resolution_s``; a start later than now is planned
+  as Slurm's select plugin plans it (``willrun``: its batches of running jobs).
 * ``switching``: switches as the repartitioner makes them (reservation ahead, MAINT
   reservation, switch once idle, deadline, cron, requeue), or as a demand-driven switcher asks.
 * ``meter``: capacity, allocation and fragmentation, measured while jobs arrive.
@@ -37,6 +39,7 @@ from slurm_gpupool.simulate.earliest import rounded as _rounded
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.meter import Meter
 from slurm_gpupool.simulate.pool import PoolSpec
+from slurm_gpupool.simulate.priority import queue_ranks
 from slurm_gpupool.simulate.records import SimNode as _Node
 from slurm_gpupool.simulate.records import take as _take
 from slurm_gpupool.simulate.records import timeline as _timeline
@@ -144,6 +147,8 @@ class Engine(Switching, Backfill):
         self.recs = [
             JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
         ]
+        self.rank = [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
+        self.ends = []
         self.kinds = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
         self.bounds_epoch = 0

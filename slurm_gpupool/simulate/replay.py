@@ -47,7 +47,10 @@ class ReplayState:
     jobs: Sequence[SimJob]
     recs: list[JobRecord]
     open_jobs: int  # not yet ended or rejected
-    # queued jobs in priority order: (priority, job id, index: the key), then what a backfill
+    # (planned end, job, nodes) of every running job, soonest first (will-run's _cr_job_list_sort)
+    ends: list[tuple[float, int, tuple[int, ...]]]
+    rank: list[float]  # each job's place in Slurm's queue order (QOS priority, submission, job id)
+    # queued jobs in priority order: (rank, job id, index: the key), then what a backfill
     # pass reads of each (the identity of its need, its limit)
     queue: list[tuple[float, int, int, int, float]]
     queued: set[int]

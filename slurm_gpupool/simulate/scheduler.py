@@ -86,7 +86,9 @@ class Scheduler(NodeIndex):
         self._enqueue(i)
 
     def _key(self, i: int) -> tuple[float, int, int]:
-        return (self.recs[i].submit_s, self.jobs[i].job_id, i)
+        """Its place in the queue: Slurm's order (``priority.queue_ranks``: QOS priority, then
+        submission, then job id), fixed at the start (a requeued job keeps its place)."""
+        return (self.rank[i], self.jobs[i].job_id, i)
 
     def _enqueue(self, i: int) -> None:
         insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
@@ -113,6 +115,7 @@ class Scheduler(NodeIndex):
             self._records_changed(n, parts)
         rec.gres_type = chosen[0][1][0][1]
         self.job_nodes[i] = [n for n, _ in chosen]
+        insort(self.ends, (expected, i, tuple(n.index for n, _ in chosen)))
         self.gen[i] = self.gen.get(i, 0) + 1
         self._push(rec.end_s + self.p.release_s, END, (i, self.gen[i]))  # records free after the epilog
 
@@ -124,6 +127,9 @@ class Scheduler(NodeIndex):
 
     def _release(self, i: int) -> None:
         need = self.need_of_job[i]
+        nodes = self.job_nodes[i]
+        k = bisect_left(self.ends, (nodes[0].running[i][0], i))
+        del self.ends[k]  # (end, i) is unique: the entry is at k
         for n in self.job_nodes.pop(i):
             _, parts = n.running.pop(i)
             apply(n.free, n.shared, parts, -1)

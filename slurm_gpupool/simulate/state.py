@@ -31,6 +31,15 @@ class Params:
     # the shortcut passes a job over only once jobs of its request hold every node offering
     # it, or this many: on Philly's first 40 days 8 keeps the waits within 1 % of bf_exact's
     bf_hold_nodes: int = 8
+    # how the select plugin plans a waiting job's start (``willrun``: cons_tres's
+    # _will_run_test): "batch" (22.05 to 25.05.0), "batch-nodes" (25.05.1 on) or "exact"
+    will_run: str = "batch"
+    bf_window_linear_s: float = 0.0  # bf_window_linear: will-run batches grow by this (0: double)
+    clock_origin_s: float = 0.0  # the clock's epoch seconds at time 0 (will-run aligns to its 30 s)
+    # priority/multifactor as the sandbox sets it: only the QOS factor weighs (PriorityWeightQOS);
+    # QOS name -> its Priority (sacctmgr); a QOS not listed has priority 0 ("normal")
+    qos_priority: tuple[tuple[str, int], ...] = ()
+    priority_weight_qos: int = 10000
     release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
     switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
     lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)

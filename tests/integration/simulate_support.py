@@ -16,6 +16,7 @@ from ClusterShell.NodeSet import NodeSet
 from slurm_gpupool.simulate.engine import Engine, Params, Switcher
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.metrics import percentile, summarise
+from slurm_gpupool.simulate.willrun import rule_for
 
 LIMIT_MIN = 1  # every job's --time: Slurm plans with it (backfill), as the simulator does
 # Tolerances. The comparison's resolution: sacct times are whole seconds, and Slurm's backfill
@@ -189,22 +190,42 @@ def _compare(ids, real, epoch, res, switch_at, out, exact) -> dict[str, tuple[fl
 
 
 def replay_and_compare(
-    spec, params: Params, ids, real, switch_at: float, out: list[float], handoff: float
+    spec,
+    params: Params,
+    ids,
+    real,
+    switch_at: float,
+    out: list[float],
+    handoff: float,
+    release: str | None = None,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
-    measured out-of-service and hand-over times; then compared with Slurm's run (what
-    :func:`_compare` returns, with every reservation placed and with the fast shortcut)."""
+    measured out-of-service and hand-over times (``ids``: job -> (request, sleep s[, QOS]));
+    then compared with Slurm's run (what
+    :func:`_compare` returns, with every reservation placed and with the fast shortcut).
+    ``release``: the Slurm release that ran, whose will-run rule the replay takes
+    (``willrun.rule_for``; None: ``params``'); the clock's epoch aligns its batches."""
     epoch = min(v[0] for v in real.values())
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
     jobs = [
-        SimJob(int(j), real[j][0] - epoch, real[j][2] - real[j][1], LIMIT_MIN * 60.0, ids[j][0], requeue=False)
+        SimJob(
+            int(j),
+            real[j][0] - epoch,
+            real[j][2] - real[j][1],
+            LIMIT_MIN * 60.0,
+            ids[j][0],
+            requeue=False,
+            qos=ids[j][2] if len(ids[j]) > 2 else "normal",
+        )
         for j in order
     ]
     sw = Switcher("schedule", [(0.0, "day"), (switch_at, "night")])
     got = {}
     for exact in (True, False):  # every reservation placed as Slurm does, and the fast shortcut
-        measured = {"switch_s": percentile(out, 50), "release_s": handoff}
+        measured = {"switch_s": percentile(out, 50), "release_s": handoff, "clock_origin_s": epoch}
+        if release is not None:
+            measured["will_run"] = rule_for(release)
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}
         got[exact] = _compare(ids, real, epoch, Engine(spec, sw, Params(**fields)).run(jobs), switch_at, out, exact)
     return got

@@ -147,7 +147,8 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     handoff = handoff_s(log, real, wall0 - 1, SANDBOX.bf_interval_s)
     passes = backfill_passes(log, wall0 - 1, wall0 + switch_at)
     print(f"\nby day: {passes}")
-    replay_and_compare(spec, SANDBOX, ids, real, wall0 + switch_at - epoch, out, handoff)
+    release = ".".join(str(x) for x in sandbox.slurm_version)  # its will-run rule (willrun.rule_for)
+    replay_and_compare(spec, SANDBOX, ids, real, wall0 + switch_at - epoch, out, handoff, release)
     # the sandbox's bf_continue and bf_max_time (slurm.conf): every pass went to its end
     assert passes.passes > 10 and passes.breaks == 0 and passes.longest_s < 30, str(passes)
     assert sacct_states(sandbox, list(ids)) == states

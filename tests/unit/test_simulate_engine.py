@@ -363,7 +363,9 @@ def test_a_queue_of_one_request_holds_node_after_node_with_or_without_the_shortc
         job(4, 2, 100, gpus=4, limit=100),  # n2 at 150
         job(5, 3, 100, gpus=1, limit=140),  # [30, 170) meets [150, 250) on n2
     ]
-    _, r = run(spec, jobs, bf_resolution_s=0, bf_exact=exact, bf_hold_nodes=hold)
+    # planned at the exact earliest start: Slurm's will-run batches (test_simulate_willrun.py)
+    # would plan job 4 at 200, job 2's end and job 3's in one batch, and let job 5 in front
+    _, r = run(spec, jobs, bf_resolution_s=0, bf_exact=exact, bf_hold_nodes=hold, will_run="exact")
     assert (r[3].start_s, r[4].start_s) == (100, 150)
     assert r[5].start_s == fifth  # 200: n1 once job 3 ends (n2 is job 4's until 250)
 

@@ -102,6 +102,23 @@ def test_accounting_jobs_become_requests(tmp_path):
     assert {j.job_id: j.limit_s for j in cut}[1] == 5400 and all(j.limit_s <= 5400 for j in cut)
 
 
+def test_accounting_jobs_keep_their_qos_and_none_recorded_is_normal(tmp_path):
+    """#27: a replay orders the queue by QOS priority, so a job keeps the QOS sacct printed."""
+    from tests.unit.test_reports import HISTORY
+
+    raw = yaml.safe_load((ROOT / "etc" / "gpupool.yaml").read_text())
+    raw.pop("mig_parted")
+    cfg = parse_config(raw, str(ROOT / "etc" / "gpupool.yaml"))
+    header, *rows = HISTORY.splitlines()
+    qos = {"3": "high", "4": ""}  # job 4: none recorded
+    lines = [header + "|QOS"] + [r + "|" + qos.get(r.split("|")[0], "normal") for r in rows]
+    f = tmp_path / "sacct.txt"
+    f.write_text("\n".join(lines) + "\n")
+    data, _, _ = build(cfg, Source(files=(f,), tz="UTC"), None, None)
+    _, jobs, _ = accounting_jobs(data)
+    assert {j.job_id: j.qos for j in jobs} == {1: "normal", 2: "normal", 3: "high", 4: "normal", 7: "normal"}
+
+
 def test_percentiles_and_distribution():
     assert percentile([0, 10], 50) == 5
     assert percentile([1, 2, 3, 4], 90) == pytest.approx(3.7)

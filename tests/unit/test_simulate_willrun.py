@@ -1,0 +1,112 @@
+"""#27: backfill plans a waiting job's start as Slurm's select plugin does (cons_tres
+``_will_run_test``): running jobs removed in batches by end time, the start at the end of
+the last one removed (22.05 to 25.05.0) or of the last removed on the chosen nodes (from
+25.05.1), so a smaller job may backfill in front.  Expected times are worked out by hand
+beside each case."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_gpupool.simulate.willrun import BATCH, BATCH_NODES, EXACT, RULES, batch, planned_start, rule_for
+from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401 (spec: the fixture)
+
+NONE: frozenset[int] = frozenset()  # no node blocked
+
+
+def test_the_first_batch_reaches_to_the_next_30_s_of_the_clock_and_the_start_is_its_last_end():
+    running = [(100.0, 1, (1,)), (130.0, 2, (2,)), (155.0, 3, (3,))]
+    # first end 100 -> 120 (the next multiple of 30); the batch holds ends up to 120 + 30 = 150
+    last, removed = batch(100.0, running, NONE)
+    assert last == 130.0 and [e for e, _, _ in removed] == [100.0, 130.0]
+    # the clock at 20 s when the replay began: 100 is 120 on it, a whole 30 s: the batch
+    # reaches from 130 to 160, and 155 is in it
+    last, removed = batch(100.0, running, NONE, origin_s=20.0)
+    assert last == 155.0 and len(removed) == 3
+
+
+def test_later_batches_reach_further_as_the_window_doubles_or_grows_linearly():
+    running = [(100.0, 1, (1,)), (200.0, 2, (1,)), (230.0, 3, (2,)), (400.0, 4, (3,))]
+    # batch 1: up to 150 ({100}); 200 is needed: the window doubles to 60, 120 (up to 240):
+    # batch 2 = {200, 230}; the job fits (200 gone), planned at 230
+    assert batch(200.0, running, NONE)[0] == 230.0
+    # bf_window_linear=100: 30 -> 130 (up to 250): the same batch
+    assert batch(200.0, running, NONE, linear_s=100.0)[0] == 230.0
+    # bf_window_linear=50: 30 -> 80 (up to 200): batch 2 = {200}, planned exactly
+    assert batch(200.0, running, NONE, linear_s=50.0)[0] == 200.0
+
+
+def test_jobs_on_no_usable_node_are_skipped_and_the_rule_names_which_end_counts():
+    running = [(100.0, 1, (1,)), (130.0, 2, (2,)), (140.0, 3, (1,))]
+    # node 2 is held for a higher job: its job is skipped
+    assert batch(100.0, running, {2})[0] == 140.0
+    # a skipped job within reach lets the next one in, however late it ends: 100 (reach 150),
+    # then 130 skipped, then 400 removed in the same batch
+    running2 = [(100.0, 1, (1,)), (130.0, 2, (2,)), (400.0, 3, (1,))]
+    assert batch(100.0, running2, {2})[0] == 400.0
+    assert batch(100.0, running2, NONE)[0] == 130.0  # 130 removed: 400 is beyond reach
+    last, removed = batch(100.0, running, NONE)
+    assert last == 140.0
+    assert planned_start(100.0, last, removed, {2}, BATCH) == 140.0
+    # 25.05.1 on: the last removed job on the chosen node 2 ends at 130
+    assert planned_start(100.0, last, removed, {2}, BATCH_NODES) == 130.0
+    assert planned_start(100.0, last, removed, {2}, EXACT) == 100.0
+    # never before the exact start (nothing removed on the chosen node)
+    assert planned_start(100.0, last, removed, {3}, BATCH_NODES) == 100.0
+    assert batch(100.0, [], NONE) == (100.0, [])
+
+
+def test_the_cli_offers_every_rule_and_defaults_to_22_05_s():
+    from slurm_gpupool.cli.simulate import WILL_RUN_RULES, simulate
+
+    assert WILL_RUN_RULES == RULES
+    option = next(p for p in simulate.params if p.name == "will_run")
+    assert option.default == BATCH
+
+
+def test_each_release_has_its_rule():
+    assert [rule_for(r) for r in ("22.05", "24.11.7", "25.05", "25.05.1", "25.11", "26.05")] == [
+        BATCH,
+        BATCH,
+        BATCH,
+        BATCH_NODES,
+        BATCH_NODES,
+        BATCH_NODES,
+    ]
+
+
+def _scenario(job2_limit: float = 130) -> list:
+    return [
+        job(1, 0, 100, gpus=3, limit=100),  # n1: 3 of 4 GPUs until 100 (one idle)
+        job(2, 0, job2_limit, gpus=4, limit=job2_limit),  # n2 full
+        job(3, 1, 100, gpus=4, limit=100),  # the head: exact earliest start n1 at 100
+        job(4, 2, 90, gpus=1, limit=90),  # fits n1's idle GPU now, [30, 120)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rule", "head", "small"),
+    [
+        # batch (22.05-25.05.0): ends 100 and 130 in one batch (100 -> 120, up to 150): job 3
+        # planned at 130 on n1, [130, 230); job 4's [30, 120) clears it: backfilled at the
+        # pass at 30, in front; job 3 then starts when job 4 ends, at 120
+        (BATCH, 120.0, 30.0),
+        # batch-nodes (25.05.1 on): the last removed job on n1 ends at 100: planned at 100,
+        # as exactly: job 4 would end in its window and waits for n2, free at 130
+        (BATCH_NODES, 100.0, 130.0),
+        (EXACT, 100.0, 130.0),
+    ],
+)
+def test_a_later_planned_start_lets_a_smaller_job_backfill_in_front(spec, rule, head, small):  # noqa: F811
+    _, r = run(spec, _scenario(), bf_resolution_s=0, will_run=rule)
+    assert (r[3].start_s, r[4].start_s) == (head, small)
+
+
+def test_the_batches_follow_the_clock_of_the_run(spec):  # noqa: F811
+    """n2's job ends at 155: from a clock at 0 the first batch reaches 150 and leaves it out
+    (planned at 100, as exactly); from a clock at 20 s it reaches 160 and takes it in
+    (planned at 155): job 4 backfills in front, and job 3 starts at 120."""
+    _, r = run(spec, _scenario(155), bf_resolution_s=0, will_run=BATCH)
+    assert (r[3].start_s, r[4].start_s) == (100.0, 155.0)
+    _, r = run(spec, _scenario(155), bf_resolution_s=0, will_run=BATCH, clock_origin_s=20.0)
+    assert (r[3].start_s, r[4].start_s) == (120.0, 30.0)
