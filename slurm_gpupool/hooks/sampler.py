@@ -147,13 +147,37 @@ def run(env: dict[str, str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     from slurm_gpupool.hw import open_backend
 
-    idle = 0
     with open_backend(node, settings.get("sim_dir")) as backend:
-        while idle < IDLE_ROUNDS:
-            idle = 0 if sample_round(fd, backend) else idle + 1
-            time.sleep(interval)
-    os.unlink(PID_FILE, dir_fd=fd)
-    return 0
+        while True:
+            idle = 0
+            while idle < IDLE_ROUNDS:
+                idle = 0 if sample_round(fd, backend) else idle + 1
+                time.sleep(interval)
+            if not _hand_over(fd, lock):
+                return 0
+            write_in_dir(fd, PID_FILE, f"{os.getpid()}\n".encode())
+
+
+def _hand_over(fd: int, lock: int) -> bool:
+    """Leave the node without a sampler, unless a job started meanwhile; True: keep sampling.
+
+    A Prolog writes its job's ``.devices`` file, then starts a sampler unless one runs: one
+    that found this sampler still alive must not be left with none.  So the pid file goes
+    first (a later Prolog starts a new sampler), then the lock (that new one can take it),
+    and only then does this one look again: a job that came meanwhile is served by whoever
+    holds the lock next, this one if it gets it back."""
+    import fcntl
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(PID_FILE, dir_fd=fd)
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    if not any(n.endswith(".devices") for n in os.listdir(fd)):
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # a sampler a Prolog started meanwhile serves the node
+    return True
 
 
 def sample_round(fd: int, backend: Any) -> int:

@@ -492,7 +492,7 @@ def efficiency(data: Data, usage_records: pd.DataFrame, top: int = 20) -> Report
     per_job["why"] = np.select(
         [low_mem & idle, low_mem, idle],
         [
-            f"memory < {s.low_memory_fraction:.0%} and activity < {s.idle_utilization_pct:g} %",
+            f"peak memory < {s.low_memory_fraction:.0%} of the slice and activity < {s.idle_utilization_pct:g} %",
             f"peak memory < {s.low_memory_fraction:.0%} of the slice",
             f"activity < {s.idle_utilization_pct:g} %",
         ],

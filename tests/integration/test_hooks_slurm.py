@@ -228,16 +228,23 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: P
     gpu = next(d["gpu"] for d in day.node_state(node)["slurm_devices"] if d.get("mig_uuid") == uuid)
     run_dir = day.root / "nodes" / node / "run"
     try:
-        day.gpupool("--node", node, "sim", "activity", str(gpu), "55", "--tensor-pct", "30", "--mig-uuid", uuid)
 
-        def sampled() -> bool:
+        def intervals() -> int:
+            """GPM intervals the sampler has measured for the job so far."""
             try:
                 devices = json.loads((run_dir / f"{job}.usage.json").read_text())["devices"]
             except (OSError, ValueError):
                 return 0
-            return min(d.get("sm_activity_samples", 0) for d in devices.values()) >= 2  # a whole interval
+            return min((d.get("sm_activity_samples", 0) for d in devices.values()), default=0)
 
-        wait_for(sampled, what="two GPM intervals sampled")
+        before = intervals()
+        day.gpupool("--node", node, "sim", "activity", str(gpu), "55", "--tensor-pct", "30", "--mig-uuid", uuid)
+        # two more intervals: the first may have begun before the load, the second lies wholly under it
+        try:
+            wait_for(lambda: intervals() >= before + 2, what="two GPM intervals sampled under the load")
+        except AssertionError as e:
+            usage = (run_dir / f"{job}.usage.json").read_text() if (run_dir / f"{job}.usage.json").exists() else ""
+            raise AssertionError(f"{e}; {sorted(p.name for p in run_dir.iterdir())}; usage: {usage[:2000]}") from None
         gate.open()
         rec_path = day.root / "nodes" / node / "spool" / "jobs" / f"{job}.json"
         wait_for(lambda: "usage" in json.loads(rec_path.read_text()), what="the epilog's record")

@@ -383,6 +383,32 @@ def test_a_sample_racing_the_epilog_leaves_no_usage_file(site: dict, monkeypatch
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("42.")) == []
 
 
+def test_a_job_starting_while_the_idle_sampler_stops_is_still_sampled(site: dict, monkeypatch):
+    """A Prolog found the sampler alive (so started none) while it was in its last idle
+    round: the sampler must not then exit and leave the job unsampled (under CI's load a
+    GPM job waited 300 s for a sample that never came)."""
+    from slurm_gpupool.hooks import sampler
+
+    i = index_of(site, "mig", "1g.10gb")
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i)).returncode == 0
+    run_dir = site["root"] / "run" / NODE
+    (run_dir / "42.devices").rename(run_dir / "held")  # the job has not started yet
+    sleeps: list[int] = []
+
+    def sleep(_s: float) -> None:
+        sleeps.append(1)
+        if len(sleeps) == sampler.IDLE_ROUNDS:  # the last idle round: now the Prolog runs
+            (run_dir / "held").rename(run_dir / "42.devices")
+        elif (run_dir / "42.usage.json").exists() and (run_dir / "42.devices").exists():
+            (run_dir / "42.devices").unlink()  # the Epilog, once the job was sampled
+
+    monkeypatch.setattr(sampler.time, "sleep", sleep)
+    monkeypatch.setattr(sampler.signal, "signal", lambda *a: None)
+    assert sampler.run(hook_env(site)) == 0
+    assert (run_dir / "42.usage.json").exists(), "the job that started during the last idle round was never sampled"
+    assert not (run_dir / sampler.PID_FILE).exists() and len(sleeps) < 20
+
+
 def fake_scontrol(site: dict) -> Path:
     """An ``scontrol`` on PATH that records its arguments (the drain) and succeeds."""
     bin_dir = site["root"] / "bin"
