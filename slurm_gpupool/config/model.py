@@ -122,6 +122,9 @@ class HookSettings:
     mps_control: str = "nvidia-cuda-mps-control"
     mps_timeout_s: float = 5.0  # how long a hook waits for nvidia-cuda-mps-control (start, probe, quit)
     shard_memory_limit: bool = False
+    # mps, preload or none; parse_hooks derives it from `mps` when unset (docs/config.md)
+    share_enforcement: str = "none"
+    preload_library: str = ""  # the limiter of share_enforcement: preload (absolute)
     epilog_kill_grace_s: float = 3.0
     usage_interval_s: float = 10.0  # the usage sampler's period; 0 turns it off
     kmsg: str = "/dev/kmsg"

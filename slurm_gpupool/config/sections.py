@@ -336,7 +336,40 @@ def parse_hooks(raw: Any, top: Where) -> HookSettings:
         parse_path(values["kmsg"], w.key("kmsg"), "kmsg")
     if "mps_control" in values:  # a command: its name on PATH, or a path
         parse_path(values["mps_control"], w.key("mps_control"), "mps_control", absolute=False)
+    _share_enforcement(w, raw, values)
     return HookSettings(**{**d.__dict__, **values})
+
+
+SHARE_ENFORCEMENT = ("mps", "preload", "none")
+
+
+def _share_enforcement(w: Where, raw: dict[str, Any], values: dict[str, Any]) -> None:
+    """``share_enforcement`` and ``mps`` in one meaning: unset, it follows ``mps`` (configs
+    written before it keep their behaviour); ``mps`` turns MPS on; ``preload`` and ``none``
+    with ``mps: true`` contradict each other and are refused, not silently resolved."""
+    mode = values.get("share_enforcement")
+    if mode is None:
+        values["share_enforcement"] = "mps" if values.get("mps") else "none"
+    elif mode not in SHARE_ENFORCEMENT:
+        raise w.key("share_enforcement").error(f"must be one of {', '.join(SHARE_ENFORCEMENT)}, not {mode[:40]!r}")
+    elif mode == "mps":
+        if raw.get("mps") is False:
+            raise w.key("mps").error("false contradicts share_enforcement: mps", hint="remove hooks.mps")
+        values["mps"] = True
+    elif values.get("mps"):
+        raise w.key("mps").error(f"true contradicts share_enforcement: {mode}", hint="remove hooks.mps")
+    library = values.get("preload_library")
+    if library:
+        wl = w.key("preload_library")
+        parse_path(library, wl, "preload_library")
+        if ":" in library or " " in library:
+            raise wl.error(
+                f"preload_library {library[:70]!r} holds ':' or a space, which separate LD_PRELOAD's entries"
+            )
+    elif values["share_enforcement"] == "preload":
+        raise w.key("preload_library").error(
+            "required with share_enforcement: preload", hint="the limiter's absolute path, e.g. /opt/hami/libvgpu.so"
+        )
 
 
 def parse_reports(raw: Any, top: Where) -> ReportSettings:

@@ -53,6 +53,24 @@ def thread_percentage(shards: int, shares: int) -> int:
     return max(1, min(100, round(100 * shards / max(1, shares))))
 
 
+def share_limits(
+    shards: int, shares: int, gpu_memory_mib: int | None, mem_request_mib: int | None = None
+) -> tuple[int, int | None]:
+    """``(SM percent, memory MiB or None)`` of a shard job: the one share rule that MPS and a
+    preload library both enforce, so the two modes can never disagree on a job's numbers.
+
+    The memory is its shards of the GPU's memory, or less if it asked for less
+    (``mem_request_mib`` is job-controlled, so it can only lower the limit); None when the
+    GPU's memory is unknown."""
+    mib = None
+    if gpu_memory_mib:
+        mib = gpu_memory_mib * shards // max(1, shares)
+        if mem_request_mib and mem_request_mib > 0:
+            mib = min(mib, mem_request_mib)
+        mib = max(1, mib)
+    return thread_percentage(shards, shares), mib
+
+
 def client_env(
     shards: int,
     shares: int,
@@ -61,27 +79,43 @@ def client_env(
     mps: dict[str, str] | None = None,
     memory_limit: bool = False,
     mem_request_mib: int | None = None,
+    preload: str | None = None,
+    ld_preload: str = "",
 ) -> list[tuple[str, str]]:
-    """The MPS variables of a shard job's tasks: the one place that defines them.
+    """The share variables of a shard job's tasks: the one place that defines them.
 
     ``mps``: the job's daemon (``pipe_dir``, ``log_dir``) if it runs under MPS, else None.
     Under MPS the job gets the pipe and log directories, its thread percentage and its
-    pinned memory limit (its shards of the GPU's memory, or less if it asked for less:
-    ``mem_request_mib`` is job-controlled, so it can only lower the limit).  Without MPS it
-    gets the thread percentage (a hint for MPS-aware programs) and, with ``memory_limit``,
-    the memory limit: both are ignored by CUDA there.
+    pinned memory limit (:func:`share_limits`).  Without MPS it gets the thread percentage
+    (a hint for MPS-aware programs) and, with ``memory_limit``, the memory limit: both are
+    ignored by CUDA there.
+
+    ``preload``: the limiter library's absolute path (from the root-owned settings, never
+    from the job), for ``hooks.share_enforcement: preload``: ``LD_PRELOAD`` gets it appended
+    to the job's own ``ld_preload`` and the HAMi-core variables carry the same limits
+    (``CUDA_DEVICE_SM_LIMIT`` in percent, ``CUDA_DEVICE_MEMORY_LIMIT`` with an ``m`` suffix).
     """
+    pct, mib = share_limits(shards, shares, gpu_memory_mib, mem_request_mib)
     out: list[tuple[str, str]] = []
     if mps:
         out += [("CUDA_MPS_PIPE_DIRECTORY", mps["pipe_dir"]), ("CUDA_MPS_LOG_DIRECTORY", mps["log_dir"])]
-    out.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(thread_percentage(shards, shares))))
-    if (mps or memory_limit) and gpu_memory_mib:
-        mib = gpu_memory_mib * shards // max(1, shares)
-        if mem_request_mib and mem_request_mib > 0:
-            mib = min(mib, mem_request_mib)
+    out.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)))
+    if (mps or memory_limit) and mib:
         # device ordinal 0: the job sees exactly its one GPU (CUDA_VISIBLE_DEVICES=<uuid>)
-        out.append(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", f"0={max(1, mib)}M"))
+        out.append(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", f"0={mib}M"))
+    if preload:
+        out.append(("LD_PRELOAD", preload_list(ld_preload, preload)))
+        out.append(("CUDA_DEVICE_SM_LIMIT", str(pct)))
+        if mib:
+            out.append(("CUDA_DEVICE_MEMORY_LIMIT", f"{mib}m"))
     return out
+
+
+def preload_list(existing: str, library: str) -> str:
+    """``LD_PRELOAD`` with ``library`` appended: the job's own entries stay first and are never
+    dropped (a value that would break the TaskProlog's output line is not echoed back)."""
+    entries = [e for e in existing.replace(" ", ":").split(":") if e] if existing.isprintable() else []
+    return ":".join(entries if library in entries else [*entries, library])
 
 
 def admission(record: dict[str, Any] | None, uid: str, live_jobs: set[str], daemon: str) -> tuple[str, str]:

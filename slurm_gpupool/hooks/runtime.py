@@ -62,6 +62,10 @@ DEFAULTS: dict[str, Any] = {
         "timeout_s": 5.0,
     },
     "shard_memory_limit": False,
+    # hooks.share_enforcement / hooks.preload_library (the same test holds them equal); MPS
+    # itself still follows "mps"."enabled", so a file written before these keys keeps working
+    "share_enforcement": "none",
+    "preload_library": None,
     "epilog_kill_grace_s": 3.0,
     "usage_interval_s": 10.0,
     "dcgm_job_mapping_dir": None,

@@ -6,8 +6,10 @@ whole GPUs listed after MIG records): this hook replaces them with the UUIDs of
 exactly the allocated devices; an allocation that mixes types (``--exclusive``) is
 narrowed to the types the job asked for (``SLURM_TRES_PER_NODE``).  Shard jobs get their
 MPS limits (``hooks/mps.py`` ``client_env``), and under MPS their GPU's pipe and log
-directories; a shard job the Prolog kept off MPS gets a ``print`` note instead.  It
-prints nothing when it cannot help (fail open).
+directories; a shard job the Prolog kept off MPS gets a ``print`` note instead.  With
+``hooks.share_enforcement: preload`` shard jobs get the site's limiter library appended to
+``LD_PRELOAD`` and its limit variables, from the same share rule.  It prints nothing when
+it cannot help (fail open).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from slurm_gpupool.hooks.runtime import (
     HookError,
     gpu_indices,
     load_settings,
+    log,
     node_name,
     node_path,
     read_json,
@@ -32,14 +35,17 @@ usage: gpupool-taskprolog
 Slurm TaskProlog for slurm_gpupool (slurm.conf: TaskProlog=/usr/bin/gpupool-taskprolog).
 Slurm runs it before each task and applies the `export NAME=value` lines it
 prints: CUDA_VISIBLE_DEVICES becomes the MIG (or GPU) UUIDs of the allocated
-devices, shard jobs get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, and every GPU job
+devices, shard jobs get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (and with
+hooks.share_enforcement: preload, LD_PRELOAD and CUDA_DEVICE_*_LIMIT), and every GPU job
 gets SLURM_GPUPOOL_LAYOUT and SLURM_GPUPOOL_PROFILE.
 """
 
 
-def exports(env: dict[str, str], state: dict, settings: dict, mps: dict | None = None) -> list[tuple[str, str]]:
-    """The variables to set for this task (pure: environment, node state and the Prolog's
-    MPS decision for the job in)."""
+def exports(
+    env: dict[str, str], state: dict, settings: dict, mps: dict | None = None, preload: str | None = None
+) -> list[tuple[str, str]]:
+    """The variables to set for this task (pure: environment, node state, the Prolog's MPS
+    decision for the job and the usable preload library (:func:`preload_library`) in)."""
     from slurm_gpupool.hooks.allocation import devices_for, for_request, requested_gpu_types, visible_devices
 
     raw = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
@@ -70,6 +76,8 @@ def exports(env: dict[str, str], state: dict, settings: dict, mps: dict | None =
             mps=daemon,
             memory_limit=bool(settings.get("shard_memory_limit")),
             mem_request_mib=int(request) if request.isdigit() and len(request) < 10 else None,
+            preload=preload,
+            ld_preload=env.get("LD_PRELOAD", ""),
         )
     return out
 
@@ -90,6 +98,22 @@ def mps_lines(env: dict[str, str], settings: dict, node: str, mps: dict | None) 
     if base not in ("", "/") and (inherited == base or inherited.startswith(base + "/")):
         out.append("unset CUDA_MPS_PIPE_DIRECTORY")
     return out
+
+
+def preload_library(settings: dict) -> tuple[str | None, str]:
+    """``(path, why not)``: the limiter library of ``hooks.share_enforcement: preload`` if this
+    node can use it.  The path comes only from the root-owned settings (a job's string is
+    never a path here); one that is not absolute, would split ``LD_PRELOAD`` (``:`` or
+    whitespace) or is not a file on this node is not preloaded (fail open, with a note):
+    ld.so would otherwise complain in every process of the job."""
+    if settings.get("share_enforcement") != "preload":
+        return None, ""
+    path = settings.get("preload_library")
+    if not isinstance(path, str) or not path.startswith("/") or not path.isprintable() or ":" in path or " " in path:
+        return None, "hooks.preload_library is not an absolute path"
+    if not os.path.isfile(path):
+        return None, f"the share limiter {path} is not on this node"
+    return path, ""
 
 
 def job_mps(env: dict[str, str], settings: dict, node: str) -> dict | None:
@@ -120,9 +144,14 @@ def _body(env: dict[str, str]) -> int:
     except FileNotFoundError:
         raise HookError("no node state (run `gpupool node apply` on this node)") from None
     mps = job_mps(env, settings, node)
-    lines = [f"export {k}={v}" for k, v in exports(env, state, settings, mps)]
+    library, why = preload_library(settings)
+    pairs = exports(env, state, settings, mps, library)
+    lines = [f"export {k}={v}" for k, v in pairs]
     if env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"):
         lines += mps_lines(env, settings, node, mps)
+        if why and any(k == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" for k, _ in pairs):  # a shard job
+            log("taskprolog", env.get("SLURM_JOB_ID"), f"no preload: {why}", 4)
+            lines.append(f"print gpupool: {why}; this job's shard limits are not enforced")
     sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
 

@@ -38,6 +38,8 @@ def hook_settings(cfg: PoolConfig) -> dict[str, Any]:
             "timeout_s": h.mps_timeout_s,
         },
         "shard_memory_limit": h.shard_memory_limit,
+        "share_enforcement": h.share_enforcement,
+        "preload_library": h.preload_library or None,
         "epilog_kill_grace_s": h.epilog_kill_grace_s,
         "usage_interval_s": h.usage_interval_s,
         "dcgm_job_mapping_dir": h.dcgm_job_mapping_dir or None,

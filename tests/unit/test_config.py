@@ -200,6 +200,31 @@ HOSTILE = [
     ("node_params key twice", _set(["slurm"], {"node_params": {"pcie01": "Weight=1 weight=2"}}), 78, ["twice"]),
     ("NaN price", _set(["reports"], {"prices": {"A30": float("nan")}}), 78, ["reports.prices.A30"]),
     ("infinite price", _set(["reports"], {"prices": {"A30": float("inf")}}), 78, ["reports.prices.A30"]),
+    (
+        "preload without its library",
+        _set(["hooks"], {"share_enforcement": "preload"}),
+        78,
+        ["hooks.preload_library", "required with share_enforcement: preload"],
+    ),
+    (
+        "relative preload library",
+        _set(["hooks"], {"share_enforcement": "preload", "preload_library": "libvgpu.so"}),
+        78,
+        ["hooks.preload_library", "must be an absolute path"],
+    ),
+    (
+        "preload library splitting LD_PRELOAD",
+        _set(["hooks"], {"share_enforcement": "preload", "preload_library": "/opt/a.so:/tmp/b.so"}),
+        78,
+        ["hooks.preload_library", "LD_PRELOAD"],
+    ),
+    (
+        "preload and mps both",
+        _set(["hooks"], {"share_enforcement": "preload", "preload_library": "/opt/l.so", "mps": True}),
+        78,
+        ["hooks.mps", "contradicts share_enforcement: preload"],
+    ),
+    ("unknown share enforcement", _set(["hooks"], {"share_enforcement": "hami"}), 78, ["hooks.share_enforcement"]),
 ]
 
 
@@ -426,3 +451,16 @@ def test_hook_numbers_out_of_range_are_refused(key, value):
 def test_hook_numbers_in_range_and_a_sampler_turned_off_load():
     cfg = parse_config(mutate(lambda c: c.update(hooks={"usage_interval_s": 0, "epilog_kill_grace_s": 0.5})), "p.yaml")
     assert cfg.hooks.usage_interval_s == 0 and cfg.hooks.epilog_kill_grace_s == 0.5
+
+
+def test_share_enforcement_follows_hooks_mps_when_unset():
+    """Configs written before share_enforcement keep their meaning; `mps` turns MPS on."""
+
+    def hooks(**h: object):
+        return parse_config(mutate(lambda c: c.update(hooks=h)), "p.yaml").hooks
+
+    assert (hooks().share_enforcement, hooks().mps) == ("none", False)
+    assert (hooks(mps=True).share_enforcement, hooks(share_enforcement="mps").mps) == ("mps", True)
+    pre = hooks(share_enforcement="preload", preload_library="/opt/hami/libvgpu.so")
+    assert (pre.share_enforcement, pre.mps, pre.preload_library) == ("preload", False, "/opt/hami/libvgpu.so")
+    assert hooks(share_enforcement="none", mps=False).mps is False

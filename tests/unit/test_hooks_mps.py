@@ -348,3 +348,114 @@ def test_an_inherited_pipe_directory_of_ours_is_unset_unless_the_job_is_admitted
     other = run(site, "taskprolog", SLURM_STEP_GPUS=mig, **{**ids, "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"})
     assert "unset" not in other.stdout  # the user's own MPS elsewhere is theirs to use
     end_job(site, "95")
+
+
+# ------------------------------------------------------------------ preload enforcement (#28 item 4)
+
+
+def test_client_env_with_a_preload_library_gives_the_same_limits_as_mps():
+    """One share rule: the HAMi-core variables carry MPS's numbers, LD_PRELOAD keeps the job's own."""
+    env = dict(client_env(1, 4, 81559, preload="/opt/hami/libvgpu.so", ld_preload="/home/a/libx.so"))
+    assert env["LD_PRELOAD"] == "/home/a/libx.so:/opt/hami/libvgpu.so"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_DEVICE_MEMORY_LIMIT"] == "20389m"  # the MPS pinned limit's 20389M, in HAMi-core's units
+    mps = dict(client_env(1, 4, 81559, mps={"pipe_dir": "/p", "log_dir": "/l"}))
+    assert mps["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20389M" and "LD_PRELOAD" not in mps
+    low = dict(client_env(2, 4, 16000, preload="/l.so", mem_request_mib=3000))
+    high = dict(client_env(2, 4, 16000, preload="/l.so", mem_request_mib=99000))
+    assert (low["CUDA_DEVICE_MEMORY_LIMIT"], high["CUDA_DEVICE_MEMORY_LIMIT"]) == ("3000m", "8000m")
+    assert "CUDA_DEVICE_MEMORY_LIMIT" not in dict(client_env(1, 4, None, preload="/l.so"))  # memory unknown
+
+
+def test_preload_list_appends_and_never_clobbers():
+    from slurm_gpupool.hooks.mps import preload_list
+
+    assert preload_list("", "/l.so") == "/l.so"
+    assert preload_list("/a.so /b.so", "/l.so") == "/a.so:/b.so:/l.so"
+    assert preload_list("/l.so:/a.so", "/l.so") == "/l.so:/a.so"  # already there: once
+    assert preload_list("/a.so\nexport X=1", "/l.so") == "/l.so"  # would break the output line
+
+
+@pytest.fixture
+def preload(site: dict, tmp_path: Path):  # noqa: F811
+    """share_enforcement: preload in the hooks' settings, with a stand-in library file."""
+    lib = tmp_path / "opt" / "libvgpu.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"\x7fELF stand-in")
+    settings = {**site["settings"], "share_enforcement": "preload", "preload_library": str(lib)}
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(settings))
+    return {"lib": str(lib), "settings": settings}
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    return {k: v for k, _, v in (ln[7:].partition("=") for ln in stdout.splitlines() if ln.startswith("export "))}
+
+
+def test_a_shard_jobs_taskprolog_preloads_the_limiter_with_its_shares(site: dict, preload: dict):  # noqa: F811
+    i = str(index_of(site, "shared"))
+    job = {"SLURM_JOB_ID": "101", "SLURM_STEP_GPUS": i, "CUDA_VISIBLE_DEVICES": "0"}
+    tp = run(site, "taskprolog", SLURM_SHARDS_ON_NODE="1", LD_PRELOAD="/home/alice/libmine.so", **job)
+    assert tp.returncode == 0, tp.stderr
+    env = _exports(tp.stdout)
+    assert env["LD_PRELOAD"] == f"/home/alice/libmine.so:{preload['lib']}"  # appended, never clobbered
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "25" and env["CUDA_DEVICE_MEMORY_LIMIT"] == "20389m"  # 1 of 4, H100
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env and "print" not in tp.stdout
+    two = _exports(run(site, "taskprolog", SLURM_SHARDS_ON_NODE="2", **job).stdout)
+    assert (two["LD_PRELOAD"], two["CUDA_DEVICE_SM_LIMIT"], two["CUDA_DEVICE_MEMORY_LIMIT"]) == (
+        preload["lib"],
+        "50",
+        "40779m",
+    )
+    for asked, limit in (("4000", "4000m"), ("90000", "20389m"), ("4000M", "20389m")):  # --gpu-mem lowers only
+        tp = run(site, "taskprolog", SLURM_SHARDS_ON_NODE="1", SLURM_GPUPOOL_GPU_MEM_MIB=asked, **job)
+        assert _exports(tp.stdout)["CUDA_DEVICE_MEMORY_LIMIT"] == limit, (asked, tp.stdout)
+
+
+def test_mig_and_whole_gpu_jobs_get_no_preload(site: dict, preload: dict):  # noqa: F811
+    from slurm_gpupool.hooks.taskprolog import exports
+
+    mig = str(index_of(site, "mig"))
+    tp = run(site, "taskprolog", SLURM_JOB_ID="102", SLURM_STEP_GPUS=mig, CUDA_VISIBLE_DEVICES="0")
+    assert tp.returncode == 0 and "CUDA_VISIBLE_DEVICES" in tp.stdout
+    assert "LD_PRELOAD" not in tp.stdout and "CUDA_DEVICE_" not in tp.stdout
+    # a whole GPU (this site has none by day: the shared GPU's record as a whole one), even
+    # with a stray SLURM_SHARDS_ON_NODE in the job's environment
+    state = json.loads((site["state"] / "node-state.json").read_text())
+    i = index_of(site, "shared")
+    state["slurm_devices"][i] = {**state["slurm_devices"][i], "kind": "whole", "shares": 0}
+    env = {"SLURM_STEP_GPUS": str(i), "SLURM_SHARDS_ON_NODE": "1"}
+    names = {k for k, _ in exports(env, state, preload["settings"], None, preload["lib"])}
+    assert "CUDA_VISIBLE_DEVICES" in names and not names & {"LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT"}
+
+
+def test_a_limiter_missing_on_the_node_is_not_preloaded_and_the_job_is_told(site: dict, preload: dict):  # noqa: F811
+    os.unlink(preload["lib"])
+    i = str(index_of(site, "shared"))
+    tp = run(site, "taskprolog", SLURM_JOB_ID="103", SLURM_STEP_GPUS=i, SLURM_SHARDS_ON_NODE="1")
+    assert tp.returncode == 0 and "LD_PRELOAD" not in tp.stdout and "CUDA_DEVICE_" not in tp.stdout
+    assert f"print gpupool: the share limiter {preload['lib']} is not on this node" in tp.stdout
+    relative = {**preload["settings"], "preload_library": "libvgpu.so"}  # never trusted as a path
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps(relative))
+    tp = run(site, "taskprolog", SLURM_JOB_ID="103", SLURM_STEP_GPUS=i, SLURM_SHARDS_ON_NODE="1")
+    assert "LD_PRELOAD" not in tp.stdout and "not an absolute path" in tp.stdout
+
+
+def test_the_share_enforcement_settings_reach_the_hooks(tmp_path: Path):
+    """hooks.share_enforcement / preload_library -> gpupool-hooks.json -> the hooks' defaults."""
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.config.model import HookSettings
+    from slurm_gpupool.hooks.runtime import DEFAULTS, load_settings
+    from slurm_gpupool.pool.hook_settings import hook_settings
+    from tests.unit.test_hooks import CONFIG
+
+    written = hook_settings(parse_config(CONFIG, "t.yaml", Path(".")))
+    assert written["share_enforcement"] == DEFAULTS["share_enforcement"] == HookSettings().share_enforcement
+    assert written["preload_library"] == DEFAULTS["preload_library"] is None and not HookSettings().preload_library
+    on = {**CONFIG, "hooks": {"share_enforcement": "preload", "preload_library": "/opt/hami/libvgpu.so"}}
+    (tmp_path / "gpupool-hooks.json").write_text(json.dumps(hook_settings(parse_config(on, "t.yaml", Path(".")))))
+    loaded = load_settings({"SLURM_CONF": str(tmp_path / "slurm.conf")})
+    assert (loaded["share_enforcement"], loaded["preload_library"]) == ("preload", "/opt/hami/libvgpu.so")
+    assert loaded["mps"]["enabled"] is False
+    old = {k: v for k, v in written.items() if k not in ("share_enforcement", "preload_library")}
+    (tmp_path / "gpupool-hooks.json").write_text(json.dumps(old))  # a file written before these keys
+    assert load_settings({"SLURM_CONF": str(tmp_path / "slurm.conf")})["share_enforcement"] == "none"
