@@ -65,10 +65,10 @@ def metrics(
 ) -> None:
     """Pool capacity, allocation and pending demand per GRES type, MIG profile and shard type
     (devices and GPU-equivalents, by layout); per node layout and switch state; repartition
-    runs, outcomes and out-of-service time; hook failures and health drains; per GPU slice
-    in use its jobs' latest SM, tensor and DRAM activity and memory.
+    runs, outcomes and out-of-service time; hook failures and health drains.
 
-    Prometheus text format, printed, written to a textfile, or served with --listen.
+    Per GPU slice in use (node scope), its jobs' latest SM, tensor and DRAM activity and
+    memory, one series per slice (--per-job: per job too). Prometheus text format, printed, written to a textfile, or served with --listen.
     """
     from slurm_gpupool.errors import UsageError
     from slurm_gpupool.observe.metrics import collect, serve, write_textfile

@@ -542,13 +542,13 @@ def collect_slices(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str], per_j
             devices, usage = _read_json(run_dir / name), _read_json(run_dir / f"{job}.usage.json")
             if not isinstance(devices, list) or not isinstance(usage, dict):
                 continue  # no sample yet, or the job ended meanwhile
-            measured = usage.get("devices") if isinstance(usage.get("devices"), dict) else {}
+            got = usage.get("devices")
+            measured: dict[str, Any] = got if isinstance(got, dict) else {}
             for d in devices:
                 u = measured.get(str(d.get("index"))) if isinstance(d, dict) else None
                 if not isinstance(u, dict):
                     continue
-                values = (node, str(d.get("gpu", "")), str(d.get("gi", "")), str(d.get("kind", "")))
-                values += (str(d.get("type", "")), str(d.get("profile", "")))
+                values: tuple[str, ...] = (node, *(str(d.get(k, "")) for k in ("gpu", "gi", "kind", "type", "profile")))
                 key = tuple(zip(labels_of, (*values, job) if per_job else values))
                 slot = seen.setdefault(key, {})
                 slot["jobs"] = slot.get("jobs", 0.0) + 1
