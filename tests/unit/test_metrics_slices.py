@@ -28,14 +28,14 @@ NODE = "h100n1"  # the shipped config's day layout: GPUs 0-3 1g.10gb × 7, 4-5 3
 ACTIVITY = ("gpupool_slice_sm_active_ratio", "gpupool_slice_tensor_active_ratio", "gpupool_slice_dram_active_ratio")
 
 
-def _h100(cfg: PoolConfig, tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:  # noqa: F811
-    """A simulated HGX H100 node in the day layout; its sim dir and slurmd's device table."""
+def _h100(cfg: PoolConfig, tmp_path: Path, layout: str = "day") -> tuple[Path, list[dict[str, Any]]]:  # noqa: F811
+    """A simulated HGX H100 node in ``layout``; its sim dir and slurmd's device table."""
     sim = tmp_path / "sim"
     sim.mkdir()
     create_node_state(sim / f"{NODE}.json", NODE, find_machine("hgx-h100"))
     state_dir = cfg.paths.for_node("state_dir", NODE)
     with open_backend(NODE, sim) as b:
-        apply_node(b, cfg, "day", state_dir)
+        apply_node(b, cfg, layout, state_dir)
     state = read_node_state(state_dir)
     assert state is not None
     cfg.paths.for_node("run_dir", NODE).mkdir(parents=True)
@@ -149,5 +149,20 @@ def test_a_job_without_a_sample_yet_or_a_bad_file_exports_nothing(cfg, tmp_path:
     (run_dir / "501.devices").write_text("{not json")
     (run_dir / "501.usage.json").write_text("[]")
     (run_dir / "502.usage.json").write_text(json.dumps({"devices": {"0": {"memory_mib": 5}}}))  # job gone
+    text = collect(cfg, scope="node").text()
+    assert not _series(parse(text), "gpupool_slice_jobs")
+    promtool_ok(text)  # families without samples are still valid exposition
+
+
+def test_a_whole_hopper_gpu_has_gpm_activity_and_utilization(cfg, tmp_path: Path):  # noqa: F811
+    sim, table = _h100(cfg, tmp_path, "night")  # every GPU whole
+    whole = next(d for d in table if d["gpu"] == 3)
+    inject.set_activity(SimStore(sim / f"{NODE}.json"), 3, 60, tensor_pct=30, dram_pct=45)
+    _start(cfg, "600", whole)
+    _sample(cfg, sim)
     m = parse(collect(cfg, scope="node").text())
-    assert not _series(m, "gpupool_slice_jobs")
+    gpu3 = {"node": NODE, "gpu": "3", "gi": "", "kind": "whole", "profile": "", "type": whole["type"]}
+    assert value(m, "gpupool_slice_sm_active_ratio", **gpu3) == pytest.approx(0.60, abs=0.002)
+    assert value(m, "gpupool_slice_dram_active_ratio", **gpu3) == pytest.approx(0.45, abs=0.002)
+    assert value(m, "gpupool_slice_utilization_ratio", **gpu3) == pytest.approx(0.60)
+    assert value(m, "gpupool_slice_memory_total_bytes", **gpu3) > 79 << 30  # an H100 80GB
