@@ -68,7 +68,9 @@ def metrics(
     runs, outcomes and out-of-service time; hook failures and health drains.
 
     Per GPU slice in use (node scope), its jobs' latest SM, tensor and DRAM activity and
-    memory, one series per slice (--per-job: per job too). Prometheus text format, printed, written to a textfile, or served with --listen.
+    memory, one series per slice (--per-job: per job too).
+
+    Prometheus text format, printed, written to a textfile, or served with --listen.
     """
     from slurm_gpupool.errors import UsageError
     from slurm_gpupool.observe.metrics import collect, serve, write_textfile
