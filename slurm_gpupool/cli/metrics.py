@@ -53,11 +53,22 @@ def parse_listen(text: str) -> tuple[str, int]:
     show_default=True,
     help="With --listen: gather at most this often (seconds); closer scrapes get the last result.",
 )
+@click.option(
+    "--per-job",
+    is_flag=True,
+    help="Slice activity series per running job too (a job label): one series per job and slice, "
+    "new ones with every job; off, they are one per slice in use (docs/metrics.md).",
+)
 @pass_app
-def metrics(app: AppContext, scope: str, textfile: str | None, listen: str | None, min_interval: float) -> None:
+def metrics(
+    app: AppContext, scope: str, textfile: str | None, listen: str | None, min_interval: float, per_job: bool
+) -> None:
     """Pool capacity, allocation and pending demand per GRES type, MIG profile and shard type
     (devices and GPU-equivalents, by layout); per node layout and switch state; repartition
     runs, outcomes and out-of-service time; hook failures and health drains.
+
+    Per GPU slice in use (node scope), its jobs' latest SM, tensor and DRAM activity and
+    memory, one series per slice (--per-job: per job too).
 
     Prometheus text format, printed, written to a textfile, or served with --listen.
     """
@@ -74,9 +85,9 @@ def metrics(app: AppContext, scope: str, textfile: str | None, listen: str | Non
         def ready(bound: tuple) -> None:
             click.echo(f"gpupool metrics: serving http://{bound[0] or '*'}:{bound[1]}/metrics", err=True)
 
-        serve(address, lambda: collect(cfg, scope=scope, local_node=node).text(), min_interval, ready)
+        serve(address, lambda: collect(cfg, scope=scope, local_node=node, per_job=per_job).text(), min_interval, ready)
         return
-    text = collect(cfg, scope=scope, local_node=node).text()
+    text = collect(cfg, scope=scope, local_node=node, per_job=per_job).text()
     if textfile:
         write_textfile(Path(textfile), text)
         return

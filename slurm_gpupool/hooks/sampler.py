@@ -89,6 +89,9 @@ def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any], j
             mem, util = _own_share(backend, d["gpu"], job, util)
             entry["own_processes"] = True
         entry["peak_memory_mib"] = max(mem, old.get("peak_memory_mib", 0))
+        entry["memory_mib"] = mem  # the latest, for `gpupool metrics` (as `nvidia-smi dmon -s m`)
+        if u.get("memory_total_mib"):
+            entry["memory_total_mib"] = u["memory_total_mib"]
         if util is not None:
             _add(entry, "util", util)
         if d.get("kind") != "shared":  # GPM of a shared GPU is every job's: not this one's
@@ -102,8 +105,10 @@ def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any], j
 
 
 def _add(entry: dict[str, Any], name: str, value: float) -> None:
-    """Running sum, count and peak of one measure (``util`` keeps its historic names)."""
+    """Running sum, count, peak and latest value of one measure (``util`` keeps its historic
+    names); the latest is what `gpupool metrics` exports per slice, as dcgm-exporter would."""
     entry[f"{name}_sum"] = entry.get(f"{name}_sum", 0) + value
+    entry[f"{name}_last"] = value
     entry[f"{name}_samples"] = entry.get(f"{name}_samples", 0) + 1
     peak = "peak_utilization_pct" if name == "util" else f"peak_{name}_pct"
     entry[peak] = max(value, entry.get(peak, 0))

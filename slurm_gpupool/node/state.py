@@ -168,6 +168,7 @@ def add_slurm_devices(state: dict[str, Any], naming: str, autodetect: bool) -> d
         }
         if inst is not None:
             entry["mig_uuid"], entry["profile"] = uuid_by[(g.index, inst.gi_id, inst.ci_id)]
+            entry["gi"] = inst.gi_id  # dcgm-exporter's GPU_I_ID: `gpupool metrics` labels slices by it
         if g.mode == SHARED:
             entry["shares"] = g.shares
         devices.append(entry)

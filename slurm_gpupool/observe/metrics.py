@@ -9,9 +9,11 @@ Three sources, each optional, so one command serves the controller and the nodes
 * **The repartitioner's journal** (``paths.controller_dir``): runs, per-node switch
   outcomes, out-of-service seconds and their distribution, from ``journal.log``.
 * **The hooks' files** (each node's ``paths.state_dir``, where this host sees it):
-  hook failures, health drains, the last health check.
+  hook failures, health drains, the last health check; and from the run directory the
+  usage sampler's latest measures per GPU slice (SM, tensor, DRAM activity, memory).
 
-Pool metrics carry no job or user label: their series stay few (types × layouts).
+Pool metrics carry no job or user label: their series stay few (types × layouts); slice
+series are one per slice in use (a job label only with ``--per-job``).
 Everything is computed per scrape; nothing is kept between scrapes but a parsed
 ``journal.log`` (re-read when it changes).
 """
@@ -443,14 +445,14 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def visible_nodes(cfg: PoolConfig, local_node: str | None) -> list[str]:
-    """The pool nodes whose state directory this host has: with ``{node}`` in
-    ``paths.state_dir`` (the sandbox, a shared file system) every one that exists; else
+def visible_nodes(cfg: PoolConfig, local_node: str | None, where: str = "state_dir") -> list[str]:
+    """The pool nodes whose state directory (or ``where``: ``run_dir``) this host has: with
+    ``{node}`` in the path (the sandbox, a shared file system) every one that exists; else
     only this host's own, if it is a pool node (a controller's own state directory is no
     node's)."""
-    if "{node}" in cfg.paths.state_dir:
-        return [n for n in cfg.all_nodes() if cfg.paths.for_node("state_dir", n).is_dir()]
-    return [local_node] if local_node in cfg.all_nodes() and Path(cfg.paths.state_dir).is_dir() else []
+    if "{node}" in getattr(cfg.paths, where):
+        return [n for n in cfg.all_nodes() if cfg.paths.for_node(where, n).is_dir()]
+    return [local_node] if local_node in cfg.all_nodes() and Path(getattr(cfg.paths, where)).is_dir() else []
 
 
 def collect_nodes(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str]) -> None:
@@ -483,6 +485,98 @@ def collect_nodes(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str]) -> Non
             health.set(1 if checked["status"] == "ok" else 0, node=node)
 
 
+# the sampler's latest activity measures (hooks/sampler.py `<name>_last`, percent) → series
+SLICE_ACTIVITY = (
+    ("sm_activity", "gpupool_slice_sm_active_ratio", "SM activity", "dcgmi dmon -e 1002; DCGM_FI_PROF_SM_ACTIVE"),
+    ("tensor_activity", "gpupool_slice_tensor_active_ratio", "Tensor pipe activity", "dcgmi dmon -e 1004"),
+    ("dram_bw", "gpupool_slice_dram_active_ratio", "DRAM bandwidth activity", "dcgmi dmon -e 1005"),
+)
+SLICE_LABELS = ("node", "gpu", "gi", "kind", "type", "profile")
+
+
+def collect_slices(cfg: PoolConfig, exp: Exposition, nodes: Iterable[str], per_job: bool = False) -> None:
+    """Per GPU slice (a MIG instance, a whole or a time-shared GPU) the latest activity and
+    memory the node's usage sampler measured for its running jobs (``<run_dir>/<job>.usage.json``,
+    beside the Prolog's ``<job>.devices``): what a slice offers against what its jobs use,
+    for right-sizing.  Nothing is asked of the GPUs here (GPM needs two samples over time;
+    the sampler takes them, as ``nvidia-smi dmon --gpm-metrics 2,5,10``): a scrape reads a
+    few small files.
+
+    Series are per slice with a job on it, so bounded by the node's slices whatever the job
+    count (shares of one GPU are summed); ``per_job`` adds a ``job`` label (one series per
+    running job and slice: the admin's choice, docs/metrics.md)."""
+    labels_of = (*SLICE_LABELS, "job") if per_job else SLICE_LABELS
+    act = {
+        key: exp.family(name, "gauge", f"{what} of a GPU slice, 0-1, GPM's latest sample for its job ({cmd})")
+        for key, name, what, cmd in SLICE_ACTIVITY
+    }
+    util = exp.family(
+        "gpupool_slice_utilization_ratio",
+        "gauge",
+        "NVML utilization of a whole GPU, 0-1; on a time-shared GPU its jobs' share of it, by their "
+        "processes' memory (nvidia-smi --query-gpu=utilization.gpu)",
+    )
+    used = exp.family(
+        "gpupool_slice_memory_used_bytes",
+        "gauge",
+        "Memory its jobs use on a slice, latest sample; on a time-shared GPU their own processes' "
+        "(nvidia-smi --query-compute-apps=used_memory)",
+    )
+    peak = exp.family(
+        "gpupool_slice_memory_peak_bytes",
+        "gauge",
+        "Peak memory of the slice's running jobs so far (summed over jobs sharing a GPU)",
+    )
+    total = exp.family("gpupool_slice_memory_total_bytes", "gauge", "Memory the slice offers (nvidia-smi memory.total)")
+    jobs = exp.family("gpupool_slice_jobs", "gauge", "Running jobs the usage sampler measures on the slice")
+    mib = 1 << 20
+    for node in sorted(nodes):
+        run_dir = cfg.paths.for_node("run_dir", node)
+        try:
+            names = sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".devices"))
+        except OSError:
+            continue
+        seen: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+        for name in names:
+            job = name.removesuffix(".devices")
+            devices, usage = _read_json(run_dir / name), _read_json(run_dir / f"{job}.usage.json")
+            if not isinstance(devices, list) or not isinstance(usage, dict):
+                continue  # no sample yet, or the job ended meanwhile
+            got = usage.get("devices")
+            measured: dict[str, Any] = got if isinstance(got, dict) else {}
+            for d in devices:
+                u = measured.get(str(d.get("index"))) if isinstance(d, dict) else None
+                if not isinstance(u, dict):
+                    continue
+                values: tuple[str, ...] = (node, *(str(d.get(k, "")) for k in ("gpu", "gi", "kind", "type", "profile")))
+                key = tuple(zip(labels_of, (*values, job) if per_job else values))
+                slot = seen.setdefault(key, {})
+                slot["jobs"] = slot.get("jobs", 0.0) + 1
+                for field_, how in (("util_last", "sum"), ("memory_mib", "sum"), ("peak_memory_mib", "sum")):
+                    _fold(slot, field_, u.get(field_), how)
+                _fold(slot, "memory_total_mib", u.get("memory_total_mib"), "max")
+                for k, *_ in SLICE_ACTIVITY:
+                    _fold(slot, k, u.get(f"{k}_last"), "max")  # one job per MIG slice or whole GPU
+        for key, slot in seen.items():
+            labels = dict(key)
+            jobs.set(slot["jobs"], **labels)
+            for k, *_ in SLICE_ACTIVITY:
+                if k in slot:
+                    act[k].set(slot[k] / 100, **labels)
+            if "util_last" in slot:
+                util.set(min(1.0, slot["util_last"] / 100), **labels)
+            for fam, field_ in ((used, "memory_mib"), (peak, "peak_memory_mib"), (total, "memory_total_mib")):
+                if field_ in slot:
+                    fam.set(slot[field_] * mib, **labels)
+
+
+def _fold(slot: dict[str, float], key: str, value: Any, how: str) -> None:
+    """Add or keep the larger of one job's measure on a slice; a missing or odd value is skipped."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        return
+    slot[key] = slot.get(key, 0.0) + value if how == "sum" else max(slot.get(key, 0.0), float(value))
+
+
 def _counts(stats: Any, group: str) -> dict[str, Any]:
     got = stats.get(group) if isinstance(stats, dict) else None
     return got if isinstance(got, dict) else {}
@@ -503,10 +597,12 @@ def collect(
     scope: str = "all",
     now: datetime | None = None,
     local_node: str | None = None,
+    per_job: bool = False,
 ) -> Exposition:
     """Every metric of ``scope``: ``pool`` (Slurm and the journal: the controller),
     ``node`` (the hooks' files of the nodes this host sees, see :func:`visible_nodes`:
-    a GPU node's own), ``all`` (both)."""
+    a GPU node's own, and its slices' activity), ``all`` (both).  ``per_job``: slice
+    series per running job too (more series: docs/metrics.md)."""
 
     t0 = time.monotonic()
     exp = Exposition()
@@ -527,6 +623,7 @@ def collect(
         collect_journal(cfg, exp)
     if scope in ("all", "node"):
         collect_nodes(cfg, exp, visible_nodes(cfg, local_node))
+        collect_slices(cfg, exp, visible_nodes(cfg, local_node, "run_dir"), per_job)
     exp.family("gpupool_scrape_duration_seconds", "gauge", "How long gathering these metrics took").set(
         round(time.monotonic() - t0, 4)
     )

@@ -57,6 +57,14 @@ def exported(cfg, tmp: Path) -> set[str]:  # noqa: F811
     state = Path(cfg.paths.for_node("state_dir", "a100n1"))
     state.mkdir(parents=True)
     (state / "health.json").write_text(json.dumps({"status": "ok"}))
+    run = Path(cfg.paths.for_node("run_dir", "a100n1"))  # a MIG job and a shard job the sampler measured
+    run.mkdir(parents=True)
+    mig = {"index": 0, "gpu": 0, "gi": 7, "kind": "mig", "type": "1g.5gb", "profile": "1g.5gb"}
+    shared = {"index": 1, "gpu": 6, "kind": "shared", "type": "a100_shared"}
+    (run / "7.devices").write_text(json.dumps([mig, shared]))
+    last = {f"{k}_last": 10 for k in ("sm_activity", "tensor_activity", "dram_bw", "util")}
+    measured = {"memory_mib": 1, "peak_memory_mib": 2, "memory_total_mib": 4864, **last}
+    (run / "7.usage.json").write_text(json.dumps({"devices": {"0": measured, "1": measured}}))
     text = collect(cfg, FakeCluster("24.11", pending), scope="all").text()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
 
@@ -80,6 +88,8 @@ def test_every_dashboard_query_names_only_metrics_we_export(cfg, tmp_path: Path)
         "gpupool_node_switch_state",
         "gpupool_node_switches_total",
         "gpupool_repartition_runs_total",
+        "gpupool_slice_sm_active_ratio",  # right-sizing (#30): activity and peak memory per slice
+        "gpupool_slice_memory_peak_bytes",
     ):
         assert needed in used, needed
 
