@@ -237,9 +237,10 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: P
                 return 0
             return min((d.get("sm_activity_samples", 0) for d in devices.values()), default=0)
 
-        before = intervals()
         day.gpupool("--node", node, "sim", "activity", str(gpu), "55", "--tensor-pct", "30", "--mig-uuid", uuid)
-        # two more intervals: the first may have begun before the load, the second lies wholly under it
+        # counted once the load is set: of the next two intervals the first may have begun
+        # before it, the second lies wholly under it
+        before = intervals()
         try:
             wait_for(lambda: intervals() >= before + 2, what="two GPM intervals sampled under the load")
         except AssertionError as e:
