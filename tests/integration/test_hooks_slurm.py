@@ -238,11 +238,11 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: P
             return min((d.get("sm_activity_samples", 0) for d in devices.values()), default=0)
 
         day.gpupool("--node", node, "sim", "activity", str(gpu), "55", "--tensor-pct", "30", "--mig-uuid", uuid)
-        # counted once the load is set: of the next two intervals the first may have begun
-        # before it, the second lies wholly under it
+        # counted once the load is set: of the next intervals one may still be in the writing
+        # (measured before it) and one may have begun before it; the third lies wholly under it
         before = intervals()
         try:
-            wait_for(lambda: intervals() >= before + 2, what="two GPM intervals sampled under the load")
+            wait_for(lambda: intervals() >= before + 3, what="three GPM intervals sampled under the load")
         except AssertionError as e:
             usage = (run_dir / f"{job}.usage.json").read_text() if (run_dir / f"{job}.usage.json").exists() else ""
             raise AssertionError(f"{e}; {sorted(p.name for p in run_dir.iterdir())}; usage: {usage[:2000]}") from None
