@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from slurm_gpupool.data import TRACES_ENV, data_path, trace_file
 from slurm_gpupool.errors import DataError
 from slurm_gpupool.simulate.packing import DEMAND_POINTS, Nodes, Pods
+
+if TYPE_CHECKING:  # pandas loads only where a trace is read, not at the CLI's start-up
+    import pandas as pd
 
 OPENB = "alibaba-gpu-v2023"
 EXPECTED = "fgd-expected-results"
@@ -29,6 +32,8 @@ KINDS = ("allo", "frag", "frag_ratio")
 
 
 def _read(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
@@ -47,6 +52,8 @@ def _read(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
 
 def _whole(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     """A column of whole numbers >= 0, or an error naming the first bad line."""
+    import pandas as pd
+
     s = df[col].str.strip()
     num = pd.to_numeric(s, errors="coerce")
     bad = num.isna() | (num < 0) | (num != np.floor(num))
@@ -116,6 +123,8 @@ def published(
 ) -> np.ndarray:
     """FGD's published curve: the mean over its seeds of ``analysis_<kind>_discrete.csv``
     for one workload and policy, one value per demand point 0..130 (PROTOCOL.md §3)."""
+    import pandas as pd
+
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     path = trace_file(f"{EXPECTED}/analysis_{kind}_discrete.csv", traces=traces)

@@ -30,15 +30,18 @@ import random
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from slurm_gpupool.data import trace_file
 from slurm_gpupool.errors import DataError
 from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.traces.openb import OPENB, _read, _whole, load_gpu_requests
+
+if TYPE_CHECKING:  # pandas loads only where a trace is read, not at the CLI's start-up
+    import pandas as pd
 
 PHILLY = "philly/philly.csv"
 HELIOS = "helios/earth-vcs-2020-05/earth_vcs_gpu_minutely_2020-05.csv"  # the original, per VC and minute
@@ -48,6 +51,8 @@ DAY_S = 86400
 
 def philly_frame(path: Path | None = None) -> pd.DataFrame:
     """philly.csv as (submit datetime, duration s, gpus, vc), sorted by submission."""
+    import pandas as pd
+
     path = path or trace_file(PHILLY)
     df = _read(path, ("timestamp", "duration", "num_gpus", "cluster"))
     submit = pd.to_datetime(df["timestamp"], format="%Y-%m-%d %H:%M:%S", errors="coerce")
@@ -67,6 +72,8 @@ def helios_arrivals(path: Path) -> np.ndarray:
     Earth over May 2020, i.e. the rises of each VC's running + pending GPUs, summed over
     its 16 VCs and 31 days.  Reads the original per-VC, per-minute file (``HELIOS``) or
     its packed form (``HELIOS_PACKED``: ``minute_of_day,gpu_arrivals``)."""
+    import pandas as pd
+
     df = _read(path, ())
     if "minute_of_day" in df.columns:
         if "gpu_arrivals" not in df.columns:
@@ -131,6 +138,8 @@ def philly_jobs(
     """Philly's jobs from the midnight before the first (or ``start``), for ``days`` days;
     re-timed to ``curve`` when given.  Time limits: ``limit_factor`` x run time (Philly
     has none), in whole minutes, at most ``max_time_s``."""
+    import pandas as pd
+
     df = philly_frame(path)
     if start:
         df = df[df["submit"] >= pd.Timestamp(start)]
