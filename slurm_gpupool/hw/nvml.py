@@ -101,6 +101,18 @@ def _ensure_str(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
+def _mig_on(h: Any) -> bool:
+    """MIG mode is on now (``nvidia-smi --query-gpu=mig.mode.current``); a GPU without MIG
+    answers NOT_SUPPORTED, which is off."""
+    try:
+        cur, _pend = pynvml.nvmlDeviceGetMigMode(h)
+    except pynvml.NVMLError as e:
+        if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+            raise
+        return False
+    return cur == 1
+
+
 class NvmlBackend:
     """Reads and changes one node's GPUs through NVML.
 
@@ -445,13 +457,7 @@ class NvmlBackend:
         :meth:`gpu`'s whole instance tree (a dozen NVML calls instead of ~150)."""
         h = self._handle(index)
         with nvml_errors(f"read MIG devices of GPU {index} on {self.node}"):
-            try:
-                cur, _pend = pynvml.nvmlDeviceGetMigMode(h)
-            except pynvml.NVMLError as e:
-                if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
-                    raise
-                return False, []
-            if cur != 1:
+            if not _mig_on(h):
                 return False, []
             uuids = [_ensure_str(pynvml.nvmlDeviceGetUUID(mh)) for _, mh in _mig_handles(h)]
         return True, uuids
@@ -550,13 +556,7 @@ class NvmlBackend:
 
         out: list[dict[str, Any]] = []
         with nvml_errors(f"read MIG profiles of GPU {index} on {self.node}"):
-            try:
-                cur, _pend = pynvml.nvmlDeviceGetMigMode(h)
-            except pynvml.NVMLError as e:
-                if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
-                    raise
-                return None
-            if cur != 1:
+            if not _mig_on(h):
                 return None
             for enum in range(max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, catalog.gi_profile_enum_span())):
                 try:
