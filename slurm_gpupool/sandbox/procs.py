@@ -226,25 +226,22 @@ def sandbox_processes(root: Path, names: Iterable[str]) -> list[tuple[int, str]]
 
 def sampler_processes(root: Path) -> list[int]:
     """This sandbox's GPU usage samplers (started by the Prolog, labelled with their run dir)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            cmd = _read_proc(int(entry), "cmdline")
-            ours = b"slurm_gpupool.hooks.sampler" in cmd and _names_root(cmd, root)
-            if ours and same_mount_namespace(int(entry)):
-                out.append(int(entry))
-    return sorted(out)
+    return _processes_naming(root, b"slurm_gpupool.hooks.sampler")
 
 
 def mps_daemons(root: Path) -> list[int]:
     """This sandbox's simulated MPS control daemons (``<root>/libexec/nvidia-cuda-mps-control -d``,
     started by Prologs and left to the last job's Epilog)."""
+    return _processes_naming(root, b"nvidia-cuda-mps-control")
+
+
+def _processes_naming(root: Path, program: bytes) -> list[int]:
+    """Processes in our mount namespace whose command line holds ``program`` and names ``root``."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             cmd = _read_proc(int(entry), "cmdline")
-            ours = b"nvidia-cuda-mps-control" in cmd and _names_root(cmd, root)
-            if ours and same_mount_namespace(int(entry)):
+            if program in cmd and _names_root(cmd, root) and same_mount_namespace(int(entry)):
                 out.append(int(entry))
     return sorted(out)
 
