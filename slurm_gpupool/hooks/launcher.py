@@ -73,12 +73,48 @@ def package_paths() -> list[str]:
     return out
 
 
+def runnable_by_all(path: str) -> bool:
+    """Whether every user may execute ``path``: the file and each directory on its real
+    path have the others' x bit (what the kernel checks for a job user's ``execve``)."""
+    real = os.path.realpath(path)
+    try:
+        if not os.stat(real).st_mode & 0o001:
+            return False
+        d = os.path.dirname(real)
+        while True:
+            if not os.stat(d).st_mode & 0o001:
+                return False
+            if d == "/":
+                return True
+            d = os.path.dirname(d)
+    except OSError:
+        return False
+
+
+def system_interpreters() -> list[str]:
+    """This interpreter's version as the system installs it (``/usr/bin/python3.11``)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+
+
+def interpreter_for_all(python: str, candidates: Sequence[str]) -> str:
+    """``python`` if every user can run it, else the first of ``candidates`` (the same
+    version, installed for all) that they can.  The TaskProlog runs as the job's user: a
+    venv made from an interpreter only root can reach (pyenv under /root) gives every other
+    user's job "TaskProlog failed status=127", and Slurm fails the job.  The launchers run
+    isolated with explicit paths, so an interpreter of the same version serves."""
+    if runnable_by_all(python):
+        return python
+    return next((c for c in candidates if runnable_by_all(c)), python)
+
+
 def install(dest: str, python: str | None = None) -> list[str]:
     """Write every launcher into ``dest`` (created 0755), each atomically (temporary file,
     fsync, rename) with mode 0755, unless it already holds that text and mode; returns the
     paths written (none on a rerun: Ansible's ``changed``).  ``python``: the interpreter to
-    name (default: this one, as the console scripts do)."""
-    python = python or sys.executable
+    name (default: this one, as the console scripts do, or the system's of the same
+    version where other users cannot run this one)."""
+    python = python or interpreter_for_all(sys.executable, system_interpreters())
     paths = package_paths()
     os.makedirs(dest, mode=0o755, exist_ok=True)
     written = []

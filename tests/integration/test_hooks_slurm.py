@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,30 +132,127 @@ def _write_hooks_settings(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def test_a_shard_job_runs_under_its_gpus_mps_daemon_and_the_last_epilog_stops_it(day, tmp_path: Path):
+@contextlib.contextmanager
+def mps_enabled(sandbox) -> Iterator[None]:
     """hooks.mps on (the hooks read gpupool-hooks.json at every job: no restart) with the
-    simulated GPUs' stand-in nvidia-cuda-mps-control: the job gets its GPU's daemon."""
+    simulated GPUs' stand-in nvidia-cuda-mps-control; the settings as they were after."""
     from slurm_gpupool.sandbox.configs import MPS_CONTROL, mps_control_stand_in
 
-    mps_control_stand_in(day.root / "libexec", set())
-    hooks = day.root / "etc" / "gpupool-hooks.json"
+    mps_control_stand_in(sandbox.root / "libexec", set())
+    hooks = sandbox.root / "etc" / "gpupool-hooks.json"
     saved = hooks.read_bytes()
     on = json.loads(saved)
-    on["mps"] = {**on.get("mps", {}), "enabled": True, "control": str(day.root / "libexec" / MPS_CONTROL)}
+    on["mps"] = {**on.get("mps", {}), "enabled": True, "control": str(sandbox.root / "libexec" / MPS_CONTROL)}
     _write_hooks_settings(hooks, json.dumps(on).encode())
     try:
+        yield
+    finally:
+        _write_hooks_settings(hooks, saved)
+
+
+def test_a_shard_job_runs_under_its_gpus_mps_daemon_and_the_last_epilog_stops_it(day, tmp_path: Path):
+    """The job gets its GPU's daemon, its directories and its limits."""
+    with mps_enabled(day):
         _, env = job_env(day, tmp_path, "mps", "-w", "v100n1", "--gres=shard:1")
         pipes = Path(env["CUDA_MPS_PIPE_DIRECTORY"])
         # the job was the GPU's only shard job: its Epilog stopped the daemon
         wait_for(lambda: not (pipes / "nvidia-cuda-mps-control.pid").exists(), what="the MPS daemon to stop")
-    finally:
-        _write_hooks_settings(hooks, saved)
     (dev,) = slurm_device(day, "v100n1", env)
     assert pipes.name == dev["gpu_uuid"] and env["CUDA_MPS_LOG_DIRECTORY"] == f"{pipes}.log"
     assert "started (simulated)" in (Path(f"{pipes}.log") / "control.log").read_text()
     memory = next(g["memory_mib"] for g in day.node_state("v100n1")["gpus"] if g["index"] == dev["gpu"])
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"  # 1 of the GPU's 4 shares
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory // 4}M"
+
+
+SECOND_USER = "gpupool-user2"
+
+
+def second_user(sandbox) -> str:
+    """A second real user on this machine (``useradd``; in a container, the container's) with
+    an association in the sandbox's account (``sacctmgr add user``), as a site's users have."""
+    if subprocess.run(["id", "-u", SECOND_USER], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", SECOND_USER], check=True)
+    sandbox.run(["sacctmgr", "-i", "add", "user", SECOND_USER, "account=sandbox"], check=False)
+    listed = sandbox.run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={SECOND_USER}", "format=User"]).stdout
+    assert SECOND_USER in listed.split(), listed
+    return SECOND_USER
+
+
+def sbatch_as(sandbox, user: str, *args: str) -> str:
+    """``sbatch`` run by ``user`` (``runuser``: munge vouches for that uid, as on a login node);
+    retried while slurmctld has not yet been sent the user's new association."""
+
+    def submitted() -> str | None:
+        proc = sandbox.run(["runuser", "-u", user, "--", "sbatch", "--parsable", *args], check=False)
+        if proc.returncode == 0:
+            return proc.stdout.strip().split(";")[0]
+        assert "account" in proc.stderr.lower() or "association" in proc.stderr.lower(), proc.stderr
+        return None
+
+    return wait_until(submitted, f"slurmctld to accept {user}'s job")
+
+
+def sim_client(sandbox, node: str, over_mib: int, under_mib: int) -> str:
+    """A job's CUDA program on the simulated GPUs (``hw/sim/mps_client.py``): it initialises
+    CUDA with the job's environment, allocates ``over_mib`` then ``under_mib``, prints one
+    JSON line.  (On a real node libcuda finds the GPU; here the node's simulated state.)"""
+    state = sandbox.root / "sim" / f"{node}.json"
+    return (
+        f"SLURM_GPUPOOL_SIM_STATE={state} {sys.executable} -m slurm_gpupool.hw.sim.mps_client "
+        f"{over_mib} {under_mib} < /dev/null"
+    )
+
+
+def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allocation_fails(day, tmp_path: Path):
+    """#28 in real jobs: one user's job runs a CUDA client under its GPU's MPS server, whose
+    pinned memory limit refuses an allocation over the job's share and grants one under it.
+    Then a second user's shard job holds the GPU's server (one user per server, NVIDIA's MPS
+    documentation): another user's shard job on that GPU is kept off MPS by the Prolog,
+    told so, and its CUDA client runs at once (plain time-slicing) instead of waiting for
+    the server at cuInit while its time limit runs."""
+    user = second_user(day)
+    shared = day.root / "jobs-two-users"  # where the second user's job can write
+    shared.mkdir(exist_ok=True)
+    shared.chmod(0o1777)
+    memory = min(g["memory_mib"] for g in day.node_state("v100n1")["gpus"])
+    limit = memory // 4  # 1 of the GPU's 4 shares
+    client = sim_client(day, "v100n1", limit + 1, limit // 2)
+    gate = Gate(shared, "user2")
+    held = ""
+    with mps_enabled(day):
+        try:
+            out = tmp_path / "alone.out"
+            sbatch(day, "--wait", "-o", str(out), "-w", "v100n1", "--gres=shard:1", "--wrap", f"env; {client}")
+            alone = out.read_text()
+            held = sbatch_as(
+                day, user, "-o", str(shared / "held.out"), "--chdir", str(shared), "-w", "v100n1", "--gres=shard:1",
+                "--wrap", f"env > {shared / 'held.env'}; {gate.wrap()}",
+            )  # fmt: skip
+            wait_for(lambda: (shared / "held.env").exists(), what=f"{user}'s job to start")
+            out = tmp_path / "other.out"
+            sbatch(day, "--wait", "-o", str(out), "-w", "v100n1", "--gres=shard:1", "--wrap", f"env; {client}")
+            other = out.read_text()
+            gate.open()
+            wait_for(lambda: state_of(day, held) in ("", "COMPLETED", "COMPLETING"), what=f"{user}'s job to end")
+        finally:
+            gate.open()
+            if held:
+                day.run(["scancel", held], check=False)
+    env_alone, env_held, env_other = (parse_env(t) for t in (alone, (shared / "held.env").read_text(), other))
+    first = json.loads(alone.splitlines()[-1])
+    assert first["sim_mode"] == "mps", alone
+    assert first["steps"]["cuMemAlloc_over"] == "CUDA_ERROR_OUT_OF_MEMORY", first
+    assert first["steps"]["cuMemAlloc_under"] == "CUDA_SUCCESS", first
+    assert env_alone["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={limit}M"
+    # the held job and the other one share a GPU: the case the rule is for
+    assert env_other["CUDA_VISIBLE_DEVICES"] == env_held["CUDA_VISIBLE_DEVICES"], (env_held, env_other)
+    assert "CUDA_MPS_PIPE_DIRECTORY" in env_held and "CUDA_MPS_PIPE_DIRECTORY" not in env_other
+    assert "runs without CUDA MPS" in other and "serves another user" in other and user in other, other
+    second = json.loads(other.splitlines()[-1])
+    assert second["sim_mode"] == "plain" and second["steps"]["cuInit"] == "CUDA_SUCCESS", second
+    # without MPS nothing limits it: what the note tells the user
+    assert second["steps"]["cuMemAlloc_over"] == "CUDA_SUCCESS", second
 
 
 def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Path):

@@ -50,7 +50,7 @@ def test_launchers_are_the_console_scripts_hooks():
 def test_a_launcher_starts_isolated_and_puts_only_the_package_on_the_path(launchers: Path):
     text = (launchers / "gpupool-prolog").read_text()
     first, *rest = text.splitlines()
-    assert first == f"#!{sys.executable} -IS"
+    assert first == f"#!{launcher.interpreter_for_all(sys.executable, launcher.system_interpreters())} -IS"
     assert os.stat(launchers / "gpupool-prolog").st_mode & 0o777 == 0o755
     code = [line for line in rest if not line.startswith("#")]
     assert code == [
@@ -60,6 +60,22 @@ def test_a_launcher_starts_isolated_and_puts_only_the_package_on_the_path(launch
         "run('slurm_gpupool.hooks.prolog')",
     ]
     assert not list(launchers.glob(".*"))  # no temporary file left behind
+
+
+def test_the_launchers_interpreter_is_one_every_job_user_can_run(tmp_path: Path):
+    """The TaskProlog runs as the job's user: an interpreter only root can reach (a pyenv
+    under /root, here a directory of mode 0700) gave every other user's job "TaskProlog
+    failed status=127" in the sandbox; the same version installed for all is named instead."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    python = private / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    assert not launcher.runnable_by_all(str(python))
+    assert launcher.runnable_by_all("/bin/sh")
+    assert launcher.interpreter_for_all(str(python), ["/nonexistent/python3", "/bin/sh"]) == "/bin/sh"
+    assert launcher.interpreter_for_all("/bin/sh", ["/usr/bin/env"]) == "/bin/sh"  # usable: kept
+    assert launcher.interpreter_for_all(str(python), ["/nonexistent/python3"]) == str(python)  # none better
 
 
 @pytest.mark.parametrize("bad", ["relative/python", "/with space/python", "/new\nline"])
