@@ -78,6 +78,10 @@ class SlurmUnavailableError(UnavailableError):
     pass
 
 
+class MailUnavailableError(UnavailableError):
+    """The local MTA's command (``sendmail -t``) is not there or cannot be run."""
+
+
 class BusyError(GpupoolError):
     """Temporary: a lock is held or a GPU/node is in use."""
 

@@ -99,7 +99,8 @@ COMMANDS = {
     ),
     "report": Lazy(
         "slurm_gpupool.cli.report:report",
-        "Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, quota, advice.",
+        "Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, quota, advice, and a "
+        "summary per user (printed or mailed).",
     ),
     "simulate": Lazy(
         "slurm_gpupool.cli.simulate:simulate",

@@ -140,7 +140,8 @@ def _load(
 
 @click.group()
 def report() -> None:
-    """Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, quota, advice.
+    """Reports from Slurm accounting: usage, utilization, waits, cost, efficiency, quota, advice,
+    and a summary per user (printed or mailed).
 
     GPU-equivalents count a MIG slice as its compute share (1g = 1/7) and a
     shard as its share of the GPU; capacity follows the layout each node had.
@@ -346,3 +347,88 @@ def export(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
 
     data, stats, _ = _load(app, **kw)
     _write(export_jobs(data.jobs, fmt), output, f"{len(data.jobs):,} jobs to {output}")
+
+
+@report.command(name="user-summary")
+@_common
+@click.option("--user", "users", multiple=True, help="Only this user (repeatable; default: every user with GPU jobs).")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+@click.option("--mail", is_flag=True, help="Mail each user their section instead of printing it.")
+@click.option("--domain", help="--mail: each user's address is USER@DOMAIN.")
+@click.option("--address", "pattern", help="--mail: an address with %u for the user, e.g. %u@example.org.")
+@click.option("--sender", help="--mail: the From: address (default: the MTA's, the user running this).")
+@click.option(
+    "--sendmail",
+    "sendmail",
+    envvar="SLURM_GPUPOOL_SENDMAIL",
+    default="/usr/sbin/sendmail -t",
+    show_default=True,
+    help="--mail: the command that takes a message on stdin, split like a shell would (never run by one).",
+)
+@pass_app
+def user_summary(
+    app: AppContext, users: tuple[str, ...], fmt: str, as_json: bool, output: Path | None, mail: bool,
+    domain: str | None, pattern: str | None, sender: str | None, sendmail: str, **kw: Any,
+) -> None:  # fmt: skip
+    """Per user: their GPU jobs and hours by GRES type, measured peak memory and activity against
+    what the slice or share offered, what smaller offer would have fit, and their median wait."""
+    from slurm_gpupool.reports import user_text
+
+    if mail:
+        if as_json or fmt != "text" or output is not None:
+            raise UsageError("--mail", "mails text: it takes no --json, --format or --output")
+        why = user_text.check_address_pattern(domain, pattern)
+        if why:
+            raise UsageError("--mail", why, hint="--domain example.org, or --address %u@example.org")
+        if sender and ("\n" in sender or "\r" in sender or not sender.strip()):
+            raise UsageError("--sender", "one line: an address, or a name and <address>")
+    elif domain or pattern or sender:
+        raise UsageError("--domain/--address/--sender", "only with --mail")
+    from slurm_gpupool.reports.user_summary import user_summaries
+
+    data, _, spool = _load(app, **kw)
+    summaries = user_summaries(data, spool, users)
+    if mail:
+        _mail_summaries(summaries, data.since, data.until, sendmail, domain, pattern, sender)
+        return
+    if as_json or fmt == "json":
+        import json
+
+        doc = user_text.summaries_json(summaries, data.since, data.until)
+        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    else:
+        text = user_text.summaries_text(summaries, data.since, data.until)
+    _write(text, output, str(output))
+
+
+def _mail_summaries(summaries, since, until, sendmail: str, domain, pattern, sender) -> None:
+    """Each user with GPU jobs gets their section; a user name that is no login name is skipped
+    (said on stderr); the MTA's refusals are counted and end in an error after the others."""
+    from slurm_gpupool.errors import OperationFailedError
+    from slurm_gpupool.reports import user_text
+    from slurm_gpupool.util.mail import mail_command, send
+
+    argv = mail_command(sendmail)
+    subject = f"Your GPU use, {since:%Y-%m-%d} to {until:%Y-%m-%d}"
+    failed: list[str] = []
+    sent = 0
+    for s in summaries:
+        if not s.gpu_jobs and not s.pending_now:
+            continue
+        to = user_text.address_for(s.user, domain, pattern)
+        if to is None:
+            click.echo(f"gpupool: user {s.user[:60]!r}: not a plain login name, not mailed", err=True)
+            continue
+        text = user_text.summary_text(s, since, until)
+        try:
+            send(argv, user_text.mail_message(text, to, subject, sender), to)
+        except OperationFailedError as e:
+            click.echo(f"gpupool: {e.message()}", err=True)
+            failed.append(to)
+            continue
+        sent += 1
+    click.echo(f"mailed {sent} user summaries", err=True)
+    if failed:
+        raise OperationFailedError(f"mail to {len(failed)} of {len(failed) + sent} users", "the MTA refused them")

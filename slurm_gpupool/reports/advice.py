@@ -158,20 +158,36 @@ def _offered(
     return current, sorted((c for c in out if c.eq < info.fraction), key=lambda c: (c.eq, c.memory_mib))
 
 
-def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[tuple[str, str, float, str]]:
-    """Per MIG or whole-GPU type: the smallest smaller profile, or share of the GPU, that most of
-    its jobs' measured peak memory and activity fit, with the jobs and GPU-equivalent hours it
-    would free; a MIG mix is proposed only where the planner places it."""
-    s, cfg = data.settings, data.cfg
+@dataclass(frozen=True)
+class TypeOffer:
+    """A measured MIG or whole-GPU type: what one device of it offers, and the smaller offers of its GPU."""
+
+    name: str  # the GRES type, without "gpu:"
+    info: Any  # pool.capacity's row for the type
+    model: GpuModel
+    current: float  # compute share of the GPU one device offers
+    smaller: list[Smaller]  # smallest first
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The smallest offer that ``FIT_SHARE`` of a group of jobs fit, and what moving them frees."""
+
+    offer: Smaller
+    fits: pd.Series  # per job of the group: its peak memory and activity fit the offer
+    freed_eq_hours: float
+
+
+def type_offers(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> Iterator[tuple[TypeOffer, pd.DataFrame]]:
+    """Per MIG or whole-GPU type with measured jobs (``efficiency``'s ``per_job``): its offer and those jobs."""
     shares: dict[str, set[int]] = {}  # model -> the shares per GPU the pool's layouts offer
-    for o in _all_offers(cfg):
+    for o in _all_offers(data.cfg):
         if o.shares:
             shares.setdefault(o.model, set()).add(o.shares)
-    rows: list[tuple[str, str, float, str]] = []
     for typ, grp in eff[eff["peak_mem_mib"].notna()].groupby(eff["gres"].astype(str)):
         name = typ.removeprefix("gpu:")
         info = types.get(name)
-        if info is None or info.kind not in (MIG, "whole") or info.model is None or len(grp) < s.min_jobs:
+        if info is None or info.kind not in (MIG, "whole") or info.model is None:
             continue
         model = get_model(info.model)
         if info.kind == MIG and model.mig is None:
@@ -179,35 +195,82 @@ def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[
         # time-slicing works on any GPU: the shares this model has in the pool, else any the pool uses
         counts = shares.get(model.key) or set().union(*shares.values())
         current, candidates = _offered(types, model, info, counts)
-        act = grp["activity_pct"] if "activity_pct" in grp else pd.Series(np.nan, index=grp.index)
-        used = act / 100 * current  # of the whole GPU
-        for c in candidates:
-            fits = (grp["peak_mem_mib"] <= c.memory_mib) & (used.isna() | (used <= c.compute * ACTIVITY_HEADROOM))
-            if fits.mean() < FIT_SHARE:
-                continue
-            freed = float((grp.loc[fits, "eq_hours"] * (1 - c.eq / max(info.fraction, c.eq))).sum())
-            layout = _layout_of(data, grp)
-            check = _feasibility(cfg, layout, name, info, model, c)
-            measured = act.notna().sum()
-            rows.append(
-                (
-                    "oversized slices" if info.kind == MIG else "whole GPU to slice or share",
-                    f"most {name} jobs ({int(fits.sum())} of {len(grp)}) peaked below {_gb(c.memory_mib)} "
-                    f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))})"
-                    + (
-                        f" and would keep it under {ACTIVITY_HEADROOM:.0%} busy (p75 activity "
-                        f"{act.quantile(0.75):.0f} % of the {name}, {measured} measured)"
-                        if measured
-                        else ""
-                    )
-                    + f": offer more {c.name}"
-                    + (f" in the {layout} layout" if layout else "")
-                    + f"; it would free {freed:,.1f} GPU-eq-h over {int(fits.sum())} jobs",
-                    float(grp["eq_hours"].sum()),
-                    check,
+        yield TypeOffer(name, info, model, current, candidates), grp
+
+
+def _activity(grp: pd.DataFrame) -> pd.Series:
+    return grp["activity_pct"] if "activity_pct" in grp else pd.Series(np.nan, index=grp.index)
+
+
+def job_fits(grp: pd.DataFrame, t: TypeOffer, c: Smaller) -> pd.Series:
+    """Per job: its measured peak memory fits ``c``, and its activity (where measured) would keep
+    ``c`` under ``ACTIVITY_HEADROOM`` busy (the activity scaled by the two offers' compute)."""
+    used = _activity(grp) / 100 * t.current  # of the whole GPU
+    return (grp["peak_mem_mib"] <= c.memory_mib) & (used.isna() | (used <= c.compute * ACTIVITY_HEADROOM))
+
+
+def smallest_fit(grp: pd.DataFrame, t: TypeOffer) -> Fit | None:
+    """The smallest smaller offer that ``FIT_SHARE`` of these jobs fit; the freed hours are the
+    fitting jobs' GPU-equivalent hours less what the smaller offer would have held."""
+    for c in t.smaller:
+        fits = job_fits(grp, t, c)
+        if fits.mean() >= FIT_SHARE:
+            freed = float((grp.loc[fits, "eq_hours"] * (1 - c.eq / max(t.info.fraction, c.eq))).sum())
+            return Fit(c, fits, freed)
+    return None
+
+
+def right_size_jobs(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> pd.DataFrame:
+    """Per measured job on a MIG or whole-GPU type: what it held and used, the smallest smaller
+    offer it fits on its own (``fits``, "" for none) and the offer its type's rule proposes."""
+    cols = ["job_id", "user", "gres", "slice_mib", "peak_mem_mib", "activity_pct", "eq_hours"]
+    parts = []
+    for t, grp in type_offers(data, eff, types):
+        part = grp[cols].assign(gres=t.name, fits="", fits_mib=np.nan)
+        for c in reversed(t.smaller):  # the smallest last, so it wins
+            ok = job_fits(grp, t, c)
+            part.loc[ok, "fits"] = c.name
+            part.loc[ok, "fits_mib"] = c.memory_mib
+        fit = smallest_fit(grp, t)
+        part["type_offer"] = fit.offer.name if fit else ""
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame(columns=[*cols, "fits", "fits_mib", "type_offer"])
+    return pd.concat(parts).sort_values(["gres", "job_id"]).reset_index(drop=True)
+
+
+def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[tuple[str, str, float, str]]:
+    """Per MIG or whole-GPU type: the smallest smaller profile, or share of the GPU, that most of
+    its jobs' measured peak memory and activity fit, with the jobs and GPU-equivalent hours it
+    would free; a MIG mix is proposed only where the planner places it."""
+    s, cfg = data.settings, data.cfg
+    rows: list[tuple[str, str, float, str]] = []
+    for t, grp in type_offers(data, eff, types):
+        fit = smallest_fit(grp, t) if len(grp) >= s.min_jobs else None
+        if fit is None:
+            continue
+        c, fits, name, act = fit.offer, fit.fits, t.name, _activity(grp)
+        layout = _layout_of(data, grp)
+        check = _feasibility(cfg, layout, name, t.info, t.model, c)
+        measured = act.notna().sum()
+        rows.append(
+            (
+                "oversized slices" if t.info.kind == MIG else "whole GPU to slice or share",
+                f"most {name} jobs ({int(fits.sum())} of {len(grp)}) peaked below {_gb(c.memory_mib)} "
+                f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))})"
+                + (
+                    f" and would keep it under {ACTIVITY_HEADROOM:.0%} busy (p75 activity "
+                    f"{act.quantile(0.75):.0f} % of the {name}, {measured} measured)"
+                    if measured
+                    else ""
                 )
+                + f": offer more {c.name}"
+                + (f" in the {layout} layout" if layout else "")
+                + f"; it would free {fit.freed_eq_hours:,.1f} GPU-eq-h over {int(fits.sum())} jobs",
+                float(grp["eq_hours"].sum()),
+                check,
             )
-            break
+        )
     return rows
 
 
@@ -318,7 +381,8 @@ def advice(
         if table is not None:
             tables["simulated policies"] = table
         meta["simulation"] = sim
-    return Report("advice", "Advice", data.since, data.until, tables, notes=notes, meta=meta, text=text)
+    series = {"right_size": right_size_jobs(data, eff, types)}  # the HTML page's right-sizing chart
+    return Report("advice", "Advice", data.since, data.until, tables, notes=notes, meta=meta, text=text, series=series)
 
 
 def _layout_of(data: Data, grp: pd.DataFrame) -> str | None:

@@ -418,10 +418,73 @@ def _waits_chart(report: Report) -> str:
     return _figure("waits", svg, caption)
 
 
+RIGHT_SIZE_MAX_TYPES = 16
+_FITS, _NEEDS = "#ea580c", "#2563eb"  # a job that would fit a smaller offer; one that needed its own
+
+
+def _right_size_chart(report: Report) -> str:
+    """Per GRES type: each measured job's peak memory against what the type offered (the grey
+    bar), orange where a smaller offer would have fitted it; beside it, its measured activity."""
+    d = report.series.get("right_size")
+    need = {"gres", "slice_mib", "peak_mem_mib", "fits"}
+    if d is None or len(d) == 0 or not need <= set(d.columns):
+        return _no_chart("right-size", "No measured peak memory on MIG or whole-GPU types: no right-sizing chart.")
+    d = d[pd.to_numeric(d["peak_mem_mib"], errors="coerce").notna()]
+    counts = d.groupby(d["gres"].astype(str)).size().sort_values(ascending=False, kind="stable")
+    keys = sorted(counts.index[:RIGHT_SIZE_MAX_TYPES], reverse=True)  # bottom-up: A at the top
+    acts = "activity_pct" in d.columns and pd.to_numeric(d["activity_pct"], errors="coerce").notna().any()
+    fig = _new_figure(10, max(2.2, 0.5 * len(keys) + 1.4))
+    axes = fig.subplots(1, 2, sharey=True, width_ratios=(3, 1)) if acts else [fig.add_subplot()]
+    ax: Axes = axes[0]
+    labels = []
+    for y, k in enumerate(keys):
+        g = d[d["gres"].astype(str) == k]
+        offered = float(pd.to_numeric(g["slice_mib"], errors="coerce").max()) / 1024
+        peak = pd.to_numeric(g["peak_mem_mib"], errors="coerce").to_numpy(dtype=float) / 1024
+        fits = (g["fits"].astype(str) != "").to_numpy()
+        # a fixed, even spread around the row (no random jitter: the same page every run)
+        jitter = (np.arange(len(g)) % 7 - 3) * 0.05
+        ax.barh(y, offered, height=0.7, color="#e5e7eb", edgecolor="#9ca3af", zorder=1)
+        ax.scatter(peak, y + jitter, s=12, c=np.where(fits, _FITS, _NEEDS), alpha=0.8, zorder=3, lw=0)
+        smaller = pd.to_numeric(g.loc[g["fits"].astype(str) != "", "fits_mib"], errors="coerce").dropna()
+        if len(smaller):  # the offer most of the fitting jobs would have fitted
+            ax.vlines(float(smaller.mode().iloc[0]) / 1024, y - 0.35, y + 0.35, colors=_FITS, lw=1.5, zorder=2)
+        labels.append(f"{k} (n={len(g)}, {int(fits.sum())} fit smaller)")
+        if acts:
+            a = pd.to_numeric(g["activity_pct"], errors="coerce").to_numpy(dtype=float)
+            ok = np.isfinite(a)
+            axes[1].scatter(a[ok], (y + jitter)[ok], s=12, c=np.where(fits, _FITS, _NEEDS)[ok], alpha=0.8, lw=0)
+    ax.set_yticks(np.arange(len(keys)), labels)
+    ax.set_xlabel("GPU memory (GB): grey, what the type offered; dots, each job's measured peak")
+    ax.set_xlim(0, None)
+    ax.grid(axis="x", alpha=0.3)
+    if acts:
+        axes[1].set_xlim(0, 100)
+        axes[1].set_xlabel("activity (% of the device)")
+        axes[1].grid(axis="x", alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], ls="", marker="o", color=_FITS, label="would fit a smaller offer (tick: the usual one)"),
+        Line2D([], [], ls="", marker="o", color=_NEEDS, label="needed what it held"),
+    ]
+    fig.legend(handles=handles, loc="outside upper center", fontsize=8, ncols=2, frameon=False)
+    svg = _svg(fig, "right-size")
+    total, fit = len(d), int((d["fits"].astype(str) != "").sum())
+    caption = (
+        f"Right-sizing: {fit} of {total} measured jobs would have fitted a smaller MIG profile or share of their GPU "
+        "(peak memory under its memory, activity under 80 % of its compute)."
+    )
+    if len(counts) > len(keys):
+        caption += f" {len(counts) - len(keys)} less used types not shown."
+    return _figure("right-size", svg, caption)
+
+
 CHARTS: dict[str, Callable[[Report], str]] = {
     "utilization": _utilization_chart,
     "usage": _usage_chart,
     "waits": _waits_chart,
+    "advice": _right_size_chart,
 }
 
 

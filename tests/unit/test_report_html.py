@@ -24,7 +24,7 @@ from slurm_gpupool.reports.html import format_duration, render_html
 SINCE = datetime(2024, 5, 1, tzinfo=UTC)
 UNTIL = datetime(2024, 5, 3, tzinfo=UTC)
 CHROMIUM = "/usr/bin/chromium"
-CHART_IDS = ("chart-utilization", "chart-usage", "chart-waits")
+CHART_IDS = ("chart-utilization", "chart-usage", "chart-waits", "chart-right-size")
 
 
 def _utilization(n: int = 48, periods: bool = True) -> Report:
@@ -87,9 +87,25 @@ def _waits(n: int = 300) -> Report:
     )
 
 
-def _advice() -> Report:
+def _right_size() -> pd.DataFrame:
+    """Measured jobs as ``advice.right_size_jobs`` gives them: 3g.40gb jobs of which two would fit
+    a 1g.10gb, whole A100s of which one would fit a quarter share, a 1g.10gb job that fits nothing."""
+    rows = [
+        ("1", "3g.40gb", 40448, 3000, 20.0, "1g.10gb", 9984),
+        ("2", "3g.40gb", 40448, 6000, np.nan, "1g.10gb", 9984),
+        ("3", "3g.40gb", 40448, 30000, 70.0, "", np.nan),
+        ("4", "a100", 40960, 5000, 10.0, "shares (1 of 4 of a A100-SXM4-40GB)", 10240),
+        ("5", "a100", 40960, 39000, 95.0, "", np.nan),
+        ("6", "1g.10gb", 9984, 9000, 60.0, "", np.nan),
+    ]
+    cols = ["job_id", "gres", "slice_mib", "peak_mem_mib", "activity_pct", "fits", "fits_mib"]
+    return pd.DataFrame(rows, columns=cols).assign(user="u", eq_hours=1.0, type_offer="")
+
+
+def _advice(right_size: pd.DataFrame | None = None) -> Report:
     t = pd.DataFrame({"action": ["add 1g.10gb slices"], "why": ["p90 wait > 1 h <script>alert(1)</script>"]})
-    return Report("advice", "Recommendations", SINCE, UNTIL, {"recommendations": t})
+    series = {"right_size": _right_size() if right_size is None else right_size}
+    return Report("advice", "Recommendations", SINCE, UNTIL, {"recommendations": t}, series=series)
 
 
 def _context() -> dict:
@@ -201,6 +217,20 @@ def test_empty_and_degenerate_series() -> None:
         assert html.count('<figure class="chart"') == 1, reports[0].name
         assert "<svg" in html
     assert "layout: " not in render_html([one], ctx)  # no bands when there is no schedule
+
+
+def test_right_size_chart_shows_each_types_jobs_and_how_many_fit_a_smaller_offer(page: str) -> None:
+    chart = re.search(r'<figure class="chart" id="chart-right-size">(.*?)</figure>', page, re.S).group(1)
+    for label in ("3g.40gb (n=3, 2 fit smaller)", "a100 (n=2, 1 fit smaller)", "1g.10gb (n=1, 0 fit smaller)"):
+        assert label in chart
+    assert "3 of 6 measured jobs would have fitted a smaller MIG profile or share" in chart
+    assert "activity (% of the device)" in chart  # measured activity: its own panel
+    # without measured activity: memory only; without measured jobs: said, no chart
+    no_act = _right_size().assign(activity_pct=np.nan)
+    out = render_html([_advice(no_act)], {"title": "t", "load": {}})
+    assert 'id="chart-right-size"' in out and "activity (% of the device)" not in out
+    out = render_html([_advice(_right_size().iloc[0:0])], {"title": "t", "load": {}})
+    assert 'id="nochart-right-size"' in out and "<svg" not in out
 
 
 def test_no_pyplot_figures_leak() -> None:
