@@ -142,6 +142,14 @@ def handoff_gaps(
     return gaps
 
 
+def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> float:
+    """The mean hand-over of a short recorded run (a fixture), as :func:`handoff_s` reads it
+    from a 210-job one: at least 10 hand-overs."""
+    gaps = handoff_gaps(log, real, since, SANDBOX.bf_interval_s)
+    assert len(gaps) >= 10, gaps
+    return sum(gaps) / len(gaps)
+
+
 def _concordant(real: dict[str, float], sim: dict[str, float]) -> float:
     """Share of pairs that Slurm started > 2 s apart which the simulator starts in the same order."""
     ids = sorted(real)
