@@ -161,6 +161,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     """
     import time
 
+    from slurm_gpupool.core.policy.qos import preempt_lists
     from slurm_gpupool.reports import sim_report
     from slurm_gpupool.simulate import policies as pol
     from slurm_gpupool.simulate.engine import Engine, Params
@@ -233,6 +234,10 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 any_model=not typed,
                 # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm
                 qos_priority=tuple((t.qos, t.priority) for t in cfg.tiers),
+                # ... and preempt as preempt/qos does: each tier the preemptible ones below it
+                qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),
+                qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),
+                qos_grace_s=tuple((t.qos, float(t.grace_s)) for t in cfg.tiers),
                 clock_origin_s=epoch.timestamp(),
             )
             variant = f"slowdown {sd:g}" if len(slowdowns) > 1 else ""

@@ -10,6 +10,9 @@ controller whose passes are not cut short (``docs/simulate.md``); jobs beyond
 ``bf_max_job_test`` wait for a later pass, which one that started something makes due.
 A job that cannot start now is planned where and when the select plugin's will-run test
 puts it (``willrun``; cons_tres ``_will_run_test``), often later than its exact earliest start.
+A job of a preempting QOS that would fit with every job it may preempt gone preempts
+(``preemption``) and holds its nodes from now; one that would not is planned as any other,
+its preemptable jobs counted as running (Slurm's will-run counts them gone: not modelled).
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from __future__ import annotations
 from bisect import insort
 
 from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, overlaps, rounded
+from slurm_gpupool.simulate.preemption import Preemption
 from slurm_gpupool.simulate.records import Part, SimNode
-from slurm_gpupool.simulate.scheduler import Scheduler
 from slurm_gpupool.simulate.state import GPU, INF, Need
 from slurm_gpupool.simulate.willrun import EXACT, batch, planned_start
 
 
-class Backfill(Scheduler):
+class Backfill(Preemption):
     """One backfill pass: reservations for the jobs tested, starts for those that delay none."""
 
     def _backfill(self) -> None:
@@ -71,6 +74,16 @@ class Backfill(Scheduler):
             chosen = self._earliest_nodes(need, limit, horizon, plans)
             if chosen is not None and chosen[-1][0] <= self.now:
                 self._start(i, [(n, parts) for _, _, n, parts in chosen])
+                continue
+            if (
+                self.preempting
+                and (took := self._preempt_for(i, True, self._blocked(plans, self.now, self.now + limit))) is not None
+            ):
+                # it fits with the preemptable jobs gone (_will_run_test): it preempts through
+                # select_nodes, which answers ESLURM_NODES_BUSY, and its nodes are held from now
+                window = rounded(self.now, self.now + limit, p.bf_resolution_s)
+                for n, _ in took:
+                    insort(plans.setdefault(n.index, []), window)
                 continue
             if chosen is not None and p.will_run != EXACT:
                 chosen = self._planned(need, chosen, limit, horizon, plans)  # None: beyond bf_window

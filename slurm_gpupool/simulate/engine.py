@@ -15,6 +15,9 @@ the module that does it:
   around running jobs and the whole-node reservations of the jobs before it, within
   ``bf_window_s``, windows rounded to ``bf_resolution_s``; a start later than now is planned
   as Slurm's select plugin plans it (``willrun``: its batches of running jobs).
+* ``preemption`` (with ``preempt``): a job of a QOS that preempts others, when it does not
+  fit now, requeues or cancels the running jobs of lower QOS ``preempt/qos`` and cons_tres's
+  ``_run_now`` would pick (after their GraceTime), and starts once their records are free.
 * ``switching``: switches as the repartitioner makes them (reservation ahead, MAINT
   reservation, switch once idle, deadline, cron, requeue), or as a demand-driven switcher asks.
 * ``meter``: capacity, allocation and fragmentation, measured while jobs arrive.
@@ -39,7 +42,8 @@ from slurm_gpupool.simulate.earliest import rounded as _rounded
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.meter import Meter
 from slurm_gpupool.simulate.pool import PoolSpec
-from slurm_gpupool.simulate.priority import queue_ranks
+from slurm_gpupool.simulate.preempt import rules_of
+from slurm_gpupool.simulate.priority import priorities, queue_ranks
 from slurm_gpupool.simulate.records import SimNode as _Node
 from slurm_gpupool.simulate.records import take as _take
 from slurm_gpupool.simulate.records import timeline as _timeline
@@ -48,7 +52,9 @@ from slurm_gpupool.simulate.replay import (
     BACK,
     BACKFILL,
     CRON,
+    ELIGIBLE,
     END,
+    KILL,
     LIVE,
     REQUEUE,
     SAMPLE,
@@ -135,6 +141,7 @@ class Engine(Switching, Backfill):
             reserved_idle_s=self.reserved_s,
             skipped=self.skipped,
             requeued=self.requeued,
+            preempted=self.preempted,
             samples=self.meter.samples,
             layout_seconds=self.meter.layout_s,
             nodes=len(self.nodes),
@@ -148,6 +155,11 @@ class Engine(Switching, Backfill):
             JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
         ]
         self.rank = [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
+        self.rules = rules_of(p.qos_preempt, p.qos_preempt_mode, p.qos_grace_s, p.qos_priority, p.preempt_mode)
+        self.preempting = self.rules.enabled
+        self.priority_of = priorities(jobs, dict(p.qos_priority), p.priority_weight_qos) if self.preempting else []
+        self.preempt_busy, self.graced, self.dying = {}, {}, set()
+        self.order_keys, self.order_ranks = [], []
         self.ends = []
         self.kinds = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
@@ -164,7 +176,7 @@ class Engine(Switching, Backfill):
         self.now = 0.0
         self.dirty = self.bf_pending = self.changed = False
         self.last_pass_s = -INF
-        self.switches = self.skipped = self.requeued = self.started = 0
+        self.switches = self.skipped = self.requeued = self.preempted = self.started = 0
         self.oos_s = self.reserved_s = 0.0
         self.window = p.window_s if p.window_s is not None else max((j.submit_s for j in jobs), default=0.0)
         first = min((j.submit_s for j in jobs), default=0.0)
@@ -200,6 +212,10 @@ class Engine(Switching, Backfill):
     def _handle(self, kind: int, payload: object) -> None:
         if kind == END:
             self._end(*payload)  # type: ignore[misc]
+        elif kind == KILL:
+            self._kill(*payload)  # type: ignore[misc]
+        elif kind == ELIGIBLE:
+            self._eligible(payload)  # type: ignore[arg-type]
         elif kind == SUBMIT:
             self._submit(payload)  # type: ignore[arg-type]
         elif kind == BACKFILL:

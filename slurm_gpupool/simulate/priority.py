@@ -26,13 +26,17 @@ def job_priority(qos: str, table: dict[str, int], weight: int) -> int:
     return max(1, int(weight * max(0, table.get(qos, 0)) / top))
 
 
+def priorities(jobs: Sequence[SimJob], table: dict[str, int], weight: int) -> list[int]:
+    """Each job's priority (``job_priority``; memoised per QOS)."""
+    of = {q: job_priority(q, table, weight) for q in {j.qos for j in jobs}}
+    return [of[j.qos] for j in jobs]
+
+
 def queue_ranks(jobs: Sequence[SimJob], table: dict[str, int], weight: int) -> list[int]:
     """Each job's place in Slurm's queue order (``sort_job_queue2``): priority descending,
     then submission, then job id; the replay keys its queue by it."""
-    order = sorted(
-        range(len(jobs)),
-        key=lambda i: (-job_priority(jobs[i].qos, table, weight), jobs[i].submit_s, jobs[i].job_id, i),
-    )
+    prio = priorities(jobs, table, weight)
+    order = sorted(range(len(jobs)), key=lambda i: (-prio[i], jobs[i].submit_s, jobs[i].job_id, i))
     rank = [0] * len(jobs)
     for r, i in enumerate(order):
         rank[i] = r

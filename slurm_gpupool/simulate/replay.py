@@ -24,9 +24,10 @@ from slurm_gpupool.simulate.switcher import Switcher
 
 # event kinds, in the order they are handled at one instant
 # (samples last: what they measure, and whether they run at all, changes nothing before them)
-END, BACK, SWITCH, AHEAD, CRON, REQUEUE, SUBMIT, BACKFILL, TICK, SAMPLE = range(10)
+# (KILL: a preempted job ends, then its records come free; ELIGIBLE: a requeued one queues again)
+END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, SUBMIT, BACKFILL, TICK, SAMPLE = range(12)
 # the events that change what the scheduler sees (the others are its passes, ticks, samples)
-LIVE = frozenset({END, BACK, SWITCH, AHEAD, CRON, REQUEUE, SUBMIT})
+LIVE = frozenset({END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, SUBMIT})
 
 
 class ReplayState:
@@ -49,6 +50,8 @@ class ReplayState:
     open_jobs: int  # not yet ended or rejected
     # (planned end, job, nodes) of every running job, soonest first (will-run's _cr_job_list_sort)
     ends: list[tuple[float, int, tuple[int, ...]]]
+    preempting: bool  # some QOS preempts another (``preemption``)
+    priority_of: list[int]  # each job's priority (with preemption only: a requeued job's new place)
     rank: list[float]  # each job's place in Slurm's queue order (QOS priority, submission, job id)
     # queued jobs in priority order: (rank, job id, index: the key), then what a backfill
     # pass reads of each (the identity of its need, its limit)
@@ -82,6 +85,7 @@ class ReplayState:
     switches: int
     skipped: int
     requeued: int
+    preempted: int  # jobs preempted while jobs arrive (``preemption``)
     oos_s: float
     reserved_s: float
 

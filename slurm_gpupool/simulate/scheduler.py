@@ -4,7 +4,8 @@
   the layout installed when it is submitted; one that only a later layout can hold is
   refused by the wrapper (exit 75, with when) and is taken to be resubmitted then, its
   wait counted from its first submission.
-* **Priority order** (``priority/basic``: submission order; a requeued job keeps its place).
+* **Priority order** (``priority``: QOS priority, submission, job id; a job the repartitioner
+  requeued keeps its place, one preemption requeued queues by its requeue time).
 * **The main scheduler** (``job_scheduler.c``: ``_schedule``) runs at every submission and job
   end: it walks the queue in priority order and starts what fits now; the first job that does
   not fit blocks every job after it (Slurm's partition rule, ``sched_config.html``).  A job no
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
@@ -139,6 +140,12 @@ class Scheduler(NodeIndex):
                 self._node_idle(n)
         self.dirty = self.changed = True
 
+    def _preempt_for(
+        self, i: int, all_gone: bool = False, blocked: Container[int] = ()
+    ) -> list[tuple[SimNode, list[Part]]] | None:
+        """Job ``i`` does not fit now: preempt for it (``Preemption``'s)."""
+        raise NotImplementedError
+
     def _node_idle(self, n: SimNode) -> None:
         """A node reserved for a switch ran its last job: what follows is ``Switching``'s."""
         raise NotImplementedError
@@ -158,6 +165,8 @@ class Scheduler(NodeIndex):
                 continue  # no node has that GRES now (BadConstraints): it does not block
             chosen = self._fit_now(need, self.jobs[i].limit_s)
             if chosen is None:
+                if self.preempting:
+                    self._preempt_for(i)  # it waits for what it preempts (ESLURM_NODES_BUSY): it blocks too
                 break
             self._start(i, chosen)  # it leaves the queue: the next job is at k now
         if self.queued and self.changed and not self.bf_pending:
@@ -174,11 +183,14 @@ class Scheduler(NodeIndex):
         at = math.ceil(self.now / step) * step
         return at if at > self.last_pass_s else self.last_pass_s + step
 
-    def _fit_now(self, need: Need, limit: float) -> list[tuple[SimNode, list[Part]]] | None:
+    def _fit_now(
+        self, need: Need, limit: float, blocked: Container[int] = ()
+    ) -> list[tuple[SimNode, list[Part]]] | None:
+        """The first nodes that hold ``need`` now for ``limit`` (none of ``blocked``), or None."""
         out = []
         end = self.now + limit
         for n in self._offering(need.types):
-            if not n.usable or end > n.ahead_at:
+            if not n.usable or end > n.ahead_at or n.index in blocked:
                 continue
             for typ in need.types:
                 parts = take(n.free, n.shared, n.shares, need, typ)

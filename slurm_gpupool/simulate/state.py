@@ -40,6 +40,18 @@ class Params:
     # QOS name -> its Priority (sacctmgr); a QOS not listed has priority 0 ("normal")
     qos_priority: tuple[tuple[str, int], ...] = ()
     priority_weight_qos: int = 10000
+    # preempt/qos (``preempt``): QOS -> the QOS it preempts (Preempt=); QOS -> its PreemptMode
+    # (requeue | cancel | off; a QOS not listed: ``preempt_mode``, slurm.conf's); QOS -> GraceTime
+    qos_preempt: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    qos_preempt_mode: tuple[tuple[str, str], ...] = ()
+    qos_grace_s: tuple[tuple[str, float], ...] = ()
+    preempt_mode: str = "requeue"
+    # a preemptor preempts nothing more this long after it did (KillWait + MessageTimeout: the
+    # sandbox's 5 + 10 s; Slurm's defaults 30 + 10)
+    preempt_wait_s: float = 15.0
+    # a requeued job is eligible again this long after its run completed (the credential's
+    # lifetime + 1: ``batch_requeue_fini``)
+    requeue_delay_s: float = 121.0
     release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
     switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
     lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)
@@ -117,6 +129,9 @@ class JobRecord:
     requested_eq: float = 0.0  # GPU-equivalents asked for
     account: str = ""
     requeues: int = 0
+    preemptions: int = 0  # times preempted (QOS preemption; requeued or ended)
+    preempted_by: int = -1  # the job it was last preempted for
+    cancelled: bool = False  # ended by a preemption, never to run again (cancel mode, or not requeueable)
     timeout: bool = False  # ran into its time limit
     rejected: str = ""  # why no layout can hold it
 
@@ -145,3 +160,4 @@ class Result:
     layout_seconds: dict[str, float]  # node-seconds in each layout
     nodes: int
     window_from_s: float = 0.0
+    preempted: int = 0  # jobs preempted (QOS preemption), while jobs arrive

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
-from slurm_gpupool.simulate.engine import Engine, Params, Switcher
+from slurm_gpupool.simulate.engine import Engine, Params, Result, Switcher
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.metrics import percentile, summarise
 from slurm_gpupool.simulate.willrun import rule_for
@@ -142,6 +142,14 @@ def handoff_gaps(
     return gaps
 
 
+def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> float:
+    """The mean hand-over of a short recorded run (a fixture), as :func:`handoff_s` reads it
+    from a 210-job one: at least 10 hand-overs."""
+    gaps = handoff_gaps(log, real, since, SANDBOX.bf_interval_s)
+    assert len(gaps) >= 10, gaps
+    return sum(gaps) / len(gaps)
+
+
 def _concordant(real: dict[str, float], sim: dict[str, float]) -> float:
     """Share of pairs that Slurm started > 2 s apart which the simulator starts in the same order."""
     ids = sorted(real)
@@ -156,9 +164,10 @@ def _concordant(real: dict[str, float], sim: dict[str, float]) -> float:
     return same / total if total else 1.0
 
 
-def _compare(ids, real, epoch, res, switch_at, out, exact) -> dict[str, tuple[float, float]]:
+def _compare(ids, real, epoch, res, switch_at, out, exact, held=None) -> dict[str, tuple[float, float]]:
     """The simulator's replay against Slurm's: start order, waits, utilisation; returns
-    measure -> (Slurm's, the simulator's)."""
+    measure -> (Slurm's, the simulator's).  ``held``: job -> the (start, end) of each of its
+    runs, when it had more than the one in ``real`` (a preempted job's)."""
     sim = {str(r.job_id): r for r in res.jobs}
     assert all(r.start_s >= 0 for r in sim.values()), [r for r in sim.values() if r.start_s < 0][:3]
     real_start = {j: real[j][1] - epoch for j in ids}
@@ -171,7 +180,8 @@ def _compare(ids, real, epoch, res, switch_at, out, exact) -> dict[str, tuple[fl
     p90_r, p90_s = percentile(real_wait, 90), percentile(sim_wait, 90)
     # utilisation over the same window (first submission to last), GPU-eq held / offered
     horizon = max(real[j][0] for j in ids) - epoch
-    held_real = sum(sim[j].eq * max(0.0, min(real[j][2] - epoch, horizon) - (real[j][1] - epoch)) for j in ids)
+    spans = {j: (held or {}).get(j, [(real[j][1], real[j][2])]) for j in ids}
+    held_real = sum(sim[j].eq * max(0.0, min(e - epoch, horizon) - (b - epoch)) for j in ids for b, e in spans[j])
     summary = summarise(res)
     util_sim = 100 * summary["utilisation"]
     util_real = 100 * held_real / (summary["capacity_eq_h"] * 3600)
@@ -198,6 +208,10 @@ def replay_and_compare(
     out: list[float],
     handoff: float,
     release: str | None = None,
+    work: dict[str, float] | None = None,
+    requeue: Collection[str] = (),
+    results: dict[bool, Result] | None = None,
+    held: dict[str, list[tuple[float, float]]] | None = None,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -205,17 +219,21 @@ def replay_and_compare(
     then compared with Slurm's run (what
     :func:`_compare` returns, with every reservation placed and with the fast shortcut).
     ``release``: the Slurm release that ran, whose will-run rule the replay takes
-    (``willrun.rule_for``; None: ``params``'); the clock's epoch aligns its batches."""
+    (``willrun.rule_for``; None: ``params``'); the clock's epoch aligns its batches.
+    ``work``: the run time of a job whose recorded run is not its whole work (one a
+    preemption ended for good); ``requeue``: the jobs submitted with ``--requeue``;
+    ``results``: filled with each replay's own result; ``held``: each run of a job that ran
+    more than once (:func:`_compare`)."""
     epoch = min(v[0] for v in real.values())
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
     jobs = [
         SimJob(
             int(j),
             real[j][0] - epoch,
-            real[j][2] - real[j][1],
+            (work or {}).get(j, real[j][2] - real[j][1]),
             LIMIT_MIN * 60.0,
             ids[j][0],
-            requeue=False,
+            requeue=j in requeue,
             qos=ids[j][2] if len(ids[j]) > 2 else "normal",
         )
         for j in order
@@ -227,5 +245,8 @@ def replay_and_compare(
         if release is not None:
             measured["will_run"] = rule_for(release)
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}
-        got[exact] = _compare(ids, real, epoch, Engine(spec, sw, Params(**fields)).run(jobs), switch_at, out, exact)
+        res = Engine(spec, sw, Params(**fields)).run(jobs)
+        if results is not None:
+            results[exact] = res
+        got[exact] = _compare(ids, real, epoch, res, switch_at, out, exact, held)
     return got

@@ -22,7 +22,7 @@ from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.pool import pool_spec
 from slurm_gpupool.simulate.priority import job_priority
-from tests.integration.simulate_support import SANDBOX, handoff_gaps, replay_and_compare
+from tests.integration.simulate_support import SANDBOX, recorded_handoff, replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
@@ -38,9 +38,7 @@ def run(monkeypatch):
     ids = {j: (TraceRequest(*v[:4]), v[4], v[5]) for j, v in rec["ids"].items()}
     spec = pool_spec(load_config(ROOT / "etc" / "gpupool.yaml"), ["day", "night"])
     # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
-    gaps = handoff_gaps(RECORD / "simulate-qos-slurmctld.log", real, rec["since"], SANDBOX.bf_interval_s)
-    assert len(gaps) >= 10, gaps
-    yield rec, real, ids, spec, sum(gaps) / len(gaps)
+    yield rec, real, ids, spec, recorded_handoff(RECORD / "simulate-qos-slurmctld.log", real, rec["since"])
     monkeypatch.undo()
     time.tzset()
 

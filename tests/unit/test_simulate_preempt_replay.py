@@ -1,0 +1,134 @@
+"""#27: QOS preemption replayed from a recorded run.  60 jobs on the day layout's mixed nodes,
+run once on the sandbox's Slurm 22.05 (PreemptType=preempt/qos, PreemptMode=REQUEUE) by
+``tests/fixtures/record_simulate_preempt.py``: QOS ``high`` (Priority 100) preempts ``low``
+(10, requeue, jobs submitted with ``--requeue``) and ``scav`` (5, cancel); ``normal`` (0)
+is never preempted.  ``tests/fixtures/slurm/22.05/simulate-preempt*``: every run sacct
+kept of each job (``-D``: a requeued job has one record per run) and the controller's log
+lines of those jobs.  The replay must preempt the same jobs and agree within the published
+tolerances (docs/simulate.md); a job's wait is from its first submission to the start of
+the run that completed (or was cancelled)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.config.load import load_config
+from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.metrics import percentile
+from slurm_gpupool.simulate.pool import pool_spec
+from tests.integration.simulate_support import SANDBOX, recorded_handoff, replay_and_compare
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
+NO_SWITCH = 1e9  # the run stayed in the day layout
+PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to reclaim resources for JobId=(\d+)")
+
+
+@pytest.fixture
+def run(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
+    time.tzset()
+    rec = json.loads((RECORD / "simulate-preempt.json").read_text())
+    runs = rec["runs"]
+    # (first submission, start and end of the last run, its nodes)
+    real = {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in runs.items()}
+    ids = {j: (TraceRequest(*v[:4]), v[4], v[5]) for j, v in rec["ids"].items()}
+    spec = pool_spec(load_config(ROOT / "etc" / "gpupool.yaml"), ["day", "night"])
+    # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
+    yield rec, real, ids, spec, recorded_handoff(RECORD / "simulate-preempt-slurmctld.log", real, rec["since"])
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _params(rec: dict):
+    qos = rec["qos"]  # name -> (Priority, PreemptMode, Preempt)
+    return replace(
+        SANDBOX,
+        qos_priority=tuple((q, v[0]) for q, v in qos.items()),
+        qos_preempt=tuple((q, tuple(v[2].split(","))) for q, v in qos.items() if v[2]),
+        qos_preempt_mode=tuple((q, v[1]) for q, v in qos.items() if v[1] != "cluster"),
+    )
+
+
+def _logged() -> dict[str, tuple[str, str]]:
+    """preempted job -> (how, for which job), from the controller's log."""
+    text = (RECORD / "simulate-preempt-slurmctld.log").read_text()
+    return {m[1]: (m[2], m[3]) for m in PREEMPTED.finditer(text)}
+
+
+def test_slurm_preempted_low_and_scav_jobs_for_high_ones_and_requeued_the_low_ones(run):
+    rec, real, ids, _, _ = run
+    logged = _logged()
+    assert len(logged) >= 4
+    for job, (how, preemptor) in logged.items():
+        assert ids[preemptor][2] == "high" and ids[job][2] in ("low", "scav")
+        assert how == ("requeued" if ids[job][2] == "low" else "killed")
+        runs = rec["runs"][job]
+        assert len(runs) == (2 if how == "requeued" else 1) and runs[0][3] == "PREEMPTED"
+        if how == "requeued":  # a new submit time at the requeue, eligible 121 s later
+            assert runs[1][0] == pytest.approx(runs[0][2], abs=1)
+            assert runs[1][1] >= runs[1][0] + 120
+    # the preemptor started within a few seconds of the preemption
+    for job, (_, preemptor) in logged.items():
+        assert real[preemptor][1] - rec["runs"][job][0][2] <= 3
+
+
+def test_the_replay_preempts_the_same_jobs_and_agrees_with_slurm(run):
+    rec, real, ids, spec, handoff = run
+    logged = _logged()
+    cancelled = {j for j, (how, _) in logged.items() if how == "killed"}
+    work = {j: float(ids[j][1]) for j in cancelled}  # its whole sleep: the record has only the cut run
+    requeue = {j for j in ids if ids[j][2] == "low"}
+    results: dict = {}
+    held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
+    params = _params(rec)
+    replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05", work, requeue, results, held)
+    for exact, res in results.items():
+        sim = {str(r.job_id): r for r in res.jobs}
+        assert {j for j, r in sim.items() if r.preemptions} == set(logged), exact
+        # each for the job Slurm preempted it for (job 18 for 27, not for 32, only because a
+        # backfill pass keeps 32 off the node it holds for 27: no preemption there either)
+        assert {j: str(sim[j].preempted_by) for j in logged} == {j: p for j, (_, p) in logged.items()}
+        assert {j for j, r in sim.items() if r.cancelled} == cancelled
+        assert res.preempted == len(logged), [
+            (r.job_id, r.preemptions, r.start_s, r.end_s) for r in res.jobs if r.preemptions
+        ]
+
+
+def test_without_preemption_the_replay_disagrees_and_the_comparison_says_so(run):
+    """The high jobs then wait for the low ones to end, and the requeued ones run once."""
+    rec, real, ids, spec, handoff = run
+    params = replace(SANDBOX, qos_priority=_params(rec).qos_priority)
+    with pytest.raises(AssertionError):
+        replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05")
+
+
+def test_the_high_jobs_start_as_soon_in_the_replay_as_in_slurm(run):
+    """Per QOS: the high jobs (most of which preempted, or found room) wait a second or two in
+    both; the median wait of the QOS preemption concerns (high, low, scav) within the
+    tolerance (10 % or 5 s; Slurm / replay: high 1 / 0.3 s, low 10.5 / 8.5 s, scav 44.5 /
+    42.5 s; without preemption the replay gives 8, 25 and 67.5 s).  Not ``normal``'s (16
+    jobs, never preempted, queued behind all the others): Slurm 82 s, the replay 66 s (105 s
+    without preemption).  The whole trace's median, mean and p90 are within tolerance; where
+    the normal jobs gain 16 s is not explained yet (docs/simulate.md)."""
+    rec, real, ids, spec, handoff = run
+    cancelled = {j for j, (how, _) in _logged().items() if how == "killed"}
+    results: dict = {}
+    held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
+    work = {j: float(ids[j][1]) for j in cancelled}
+    requeue = {j for j in ids if ids[j][2] == "low"}
+    replay_and_compare(spec, _params(rec), ids, real, NO_SWITCH, [60.0], handoff, "22.05", work, requeue, results, held)
+    sim = {str(r.job_id): r for r in results[True].jobs}
+    for qos in ("high", "low", "scav"):
+        of = [j for j in ids if ids[j][2] == qos]
+        med_r = percentile(sorted(real[j][1] - real[j][0] for j in of), 50)
+        med_s = percentile(sorted(sim[j].wait_s for j in of), 50)
+        assert abs(med_s - med_r) <= max(0.1 * med_r, 5.0), (qos, med_r, med_s)
+    high = [real[j][1] - real[j][0] for j in ids if ids[j][2] == "high"]
+    assert percentile(sorted(high), 50) <= 2
