@@ -191,8 +191,6 @@ def build_site(n_nodes: int, root: Path) -> Site:
 
 
 def sinfo_json(site: Site) -> str:
-    from slurm_gpupool.slurm.types import hostlist
-
     recorded = json.loads((RECORDED / "sinfo.json").read_text())
     template = recorded["nodes"][0]
     nodes = []
@@ -213,7 +211,6 @@ def sinfo_json(site: Site) -> str:
             tres_used=None,
         )
         nodes.append(e)
-    check(bool(hostlist(site.nodes)), "no node to list")
     return json.dumps({**recorded, "nodes": nodes})
 
 
@@ -405,7 +402,7 @@ def command(site: Site, argv: list[str]) -> Callable[[], str]:
     return lambda: timed_child([gpupool, *argv], site.env)[2]
 
 
-# (name, what is timed, its check, whether it is a whole process)
+# (name, what is timed on a site, the check of its result)
 Measure = tuple[str, Callable[[Site], Callable[[], Any]], Callable[[Site, Any], None]]
 MEASURES: list[Measure] = [
     ("status (pure)", status_pure, check_status),
@@ -435,7 +432,8 @@ def measure_size(
         fn = make(site)
         got: list[Any] = []
         wall, cpu, _ = median_times(lambda fn=fn, got=got: got.append(fn()), repeats)
-        ok(site, got[-1])
+        for result in got:  # every repeat's
+            ok(site, result)
         out[name] = (wall, cpu)
     return out
 
