@@ -85,9 +85,11 @@ COMMANDS: list[tuple[str, list[str], Callable[[str], bool]]] = [
 ]
 
 
-def fake_slurm(bindir: Path) -> None:
-    """``sinfo``, ``squeue``, ``scontrol``: one /bin/sh script printing the recorded answers."""
-    cases = "\n".join(f'  "{k}"*) exec cat "{RECORDED / v}";;' for k, v in SLURM_ANSWERS.items())
+def fake_slurm(bindir: Path, answers: dict[str, Path] | None = None) -> None:
+    """``sinfo``, ``squeue``, ``scontrol``: one /bin/sh script printing the recorded answers
+    (or ``answers``: command line prefix -> the file to print)."""
+    answers = answers or {k: RECORDED / v for k, v in SLURM_ANSWERS.items()}
+    cases = "\n".join(f'  "{k}"*) exec cat "{v}";;' for k, v in answers.items())
     script = f'#!/bin/sh\ncase "${{0##*/}} $*" in\n{cases}\n  *) echo "unrecorded: ${{0##*/}} $*" >&2; exit 1;;\nesac\n'
     bindir.mkdir(parents=True)
     (bindir / "slurm-answers").write_text(script)

@@ -43,10 +43,15 @@ DAY_ALT = {
 }
 
 
+def machine_counts(n_nodes: int) -> list[int]:
+    """Nodes per machine of :data:`MACHINES`: ``n_nodes`` spread evenly (at least one each)."""
+    per, extra = divmod(max(n_nodes, len(MACHINES)), len(MACHINES))
+    return [per + (i < extra) for i in range(len(MACHINES))]
+
+
 def make_config(n_nodes: int) -> dict:
-    per = max(1, n_nodes // len(MACHINES))
     nodesets, day, night = {}, {}, {}
-    for m in MACHINES:
+    for m, per in zip(MACHINES, machine_counts(n_nodes), strict=True):
         name = m.replace("-", "")
         nodesets[name] = {"nodes": f"{name}n[{1:05d}-{per:05d}]", "machine": m}
         day[name] = DAY[m]
@@ -72,8 +77,8 @@ def unfolded_size(rendered) -> int:
 
 def check_rendered(rendered, n_nodes: int) -> None:
     """Every node rendered, and the MIG slices name device files."""
-    per = max(1, n_nodes // len(MACHINES))
-    check(len(rendered.nodes) == per * len(MACHINES), f"{len(rendered.nodes)} nodes rendered, not {per * 5}")
+    want = sum(machine_counts(n_nodes))
+    check(len(rendered.nodes) == want, f"{len(rendered.nodes)} nodes rendered, not {want}")
     gres = rendered["gres.conf"]
     check("NodeName=" in gres and "nvidia-caps" in gres, "gres.conf names no node or no MIG device file")
     check(rendered["nodes.conf"].count("NodeName=") >= len(MACHINES), "nodes.conf lacks a node set")

@@ -85,11 +85,12 @@ def pool_status(
     held_in = {
         n: r.name for r in reservations.values() if r.name.startswith(prefix) and r.start <= naive_now for n in r.nodes
     }
+    in_the_run = frozenset(run.get("nodes", [])) if running else frozenset()  # a set: a list is N x N
     nodes = []
     for name in cfg.all_nodes():
         info = infos.get(name)
         rec = journal.get("nodes", {}).get(name)
-        in_run = running and name in run.get("nodes", [])
+        in_run = name in in_the_run
         desired = run["target"] if in_run else due
         if desired is not None and not cfg.covers(desired, name):
             desired = None

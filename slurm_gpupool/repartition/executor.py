@@ -81,10 +81,9 @@ from slurm_gpupool.repartition.next_action import (
 )
 from slurm_gpupool.repartition.restarts import Restarter
 from slurm_gpupool.repartition.rules import (
-    BUSY_STATES,
-    JOB_NAME,
     OUR_DRAIN,
     ahead_name,
+    busy_by_node,
     ends_in,
     node_report,
     node_views,
@@ -208,8 +207,9 @@ class Repartitioner:
         resv = self.reservation_name(plan.target)
         node_cmd = [*self.s.node_command, "node", "apply", plan.target, "--json"]
         nodes = []
+        by_node = busy_by_node(jobs)  # once: per node, N nodes read N x J jobs
         for d in plan.decisions:
-            busy = [j for j in jobs if d.name in j.nodes and j.state in BUSY_STATES and j.name != JOB_NAME]
+            busy = by_node.get(d.name, [])
             nodes.append(
                 {
                     "node": d.name,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Literal
 
 from slurm_gpupool.repartition.actions import (
@@ -72,6 +73,7 @@ from slurm_gpupool.repartition.rules import (
     WAITING,
     after_jobs,
     ahead_name,
+    busy_by_node,
     busy_jobs,
     describe_jobs,
     held_for_s,
@@ -161,6 +163,16 @@ class ClusterView:
     jobs: tuple[JobInfo, ...] = ()
     reservations: Mapping[str, Reservation] = field(default_factory=dict)
     unreachable: str = ""
+
+    @cached_property
+    def _busy(self) -> dict[str, list[JobInfo]]:
+        return busy_by_node(self.jobs)
+
+    def busy(self, node: str) -> list[JobInfo]:
+        """The jobs ``node`` waits for (:func:`~.rules.busy_jobs`), from one pass over the jobs."""
+        if self.unreachable:
+            return busy_jobs((), node, self.unreachable)
+        return list(self._busy.get(node, ()))
 
 
 @dataclass(frozen=True)
@@ -366,7 +378,7 @@ def waiting(journal: JournalState, view: ClusterView, now: float, policy: Policy
 
 
 def _waiting_node(n: str, r: NodeRecord, view: ClusterView, now: float, policy: Policy, run: RunRecord) -> Action:
-    busy = busy_jobs(view.jobs, n, view.unreachable)
+    busy = view.busy(n)
     if not busy:
         busy_at = _fresh(r.gpus_busy_at, run.taken)
         if busy_at is not None and now >= run.deadline:

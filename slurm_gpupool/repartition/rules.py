@@ -216,12 +216,28 @@ def reason_text(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
+def _waited_for(job: JobInfo) -> bool:
+    """A job a node waits for: running (our own srun jobs aside)."""
+    return job.state in BUSY_STATES and job.name != JOB_NAME
+
+
 def busy_jobs(jobs: Iterable[JobInfo], node: str, unreachable: str = "") -> list[JobInfo]:
     """The jobs a node waits for: running there (our own srun jobs aside).  Unknown while
     slurmctld does not answer (``unreachable``): then one stand-in job, so the node waits."""
     if unreachable:
         return [JobInfo(0, "RUNNING", frozenset({node}), "?", "(slurmctld not answering)", None, 0, False, "")]
-    return [j for j in jobs if node in j.nodes and j.state in BUSY_STATES and j.name != JOB_NAME]
+    return [j for j in jobs if node in j.nodes and _waited_for(j)]
+
+
+def busy_by_node(jobs: Iterable[JobInfo]) -> dict[str, list[JobInfo]]:
+    """:func:`busy_jobs` of every node at once, in one pass over the jobs: asked node by
+    node, a run over N nodes with J jobs read N x J jobs (10,000 nodes: seconds per step)."""
+    out: dict[str, list[JobInfo]] = {}
+    for j in jobs:
+        if _waited_for(j):
+            for n in j.nodes:
+                out.setdefault(n, []).append(j)
+    return out
 
 
 def ends_in(job: JobInfo, now: float) -> int | None:

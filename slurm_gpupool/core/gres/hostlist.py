@@ -18,12 +18,20 @@ _TRAILING_NUMBER = re.compile(r"^(.*\D)?(\d+)$")
 
 def slurm_hostlist(names: Iterable[str]) -> str:
     """``names`` as a comma-separated Slurm hostlist, folded only where Slurm can read it."""
-    from ClusterShell.NodeSet import NodeSet  # here: ClusterShell loads subprocess, threads and fcntl
+    from ClusterShell.RangeSet import RangeSet  # here: ClusterShell loads subprocess, threads and fcntl
 
     groups: dict[str, list[str]] = {}
-    for name in sorted(set(names)):
+    alone: list[str] = []
+    for name in set(names):
         m = _TRAILING_NUMBER.match(name)
-        # a name without a prefix and a trailing number stands alone ("\0": never a prefix)
-        groups.setdefault(m.group(1) if m and m.group(1) else "\0" + name, []).append(name)
-    parts = [str(NodeSet.fromlist(group)) if len(group) > 1 else group[0] for group in groups.values()]
-    return ",".join(sorted(parts))
+        if m and m.group(1):
+            groups.setdefault(m.group(1), []).append(m.group(2))
+        else:  # a name without a prefix and a trailing number stands alone
+            alone.append(name)
+    # only the numbers are folded (a RangeSet, zero padding kept): folding the whole names
+    # (NodeSet.fromlist) parsed each name again, about 0.1 ms a name (10,000 nodes: a second)
+    parts = [
+        f"{prefix}[{RangeSet.fromlist(numbers)}]" if len(numbers) > 1 else prefix + numbers[0]
+        for prefix, numbers in groups.items()
+    ]
+    return ",".join(sorted(parts + alone))
