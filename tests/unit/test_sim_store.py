@@ -49,20 +49,17 @@ def node(tmp_path: Path) -> Path:
 def test_every_change_by_another_process_is_seen_by_the_next_read(node: Path) -> None:
     store = SimStore(node)
     store.read()
-    writer = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", WRITER, str(node)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert writer.stdin is not None and writer.stdout is not None
-    try:
+    ) as writer:
+        assert writer.stdin is not None and writer.stdout is not None
         for n in range(1000, 1300):
             writer.stdin.write(f"{n + 5000} {n}\n")
             writer.stdin.flush()
             assert writer.stdout.readline() == "ok\n"
             assert store.read()["calls"]["probe"] == n
-    finally:
         writer.stdin.close()
-        writer.wait(timeout=60)
-    assert writer.returncode == 0
+        assert writer.wait(timeout=60) == 0
 
 
 def test_a_write_of_this_process_is_the_cache_and_the_next_write_starts_from_the_file(node: Path) -> None:

@@ -39,7 +39,7 @@ class SimStore:
         self._lock_path = self._path + ".lock"
         self._cache: dict[str, Any] | None = None
         self._cache_key: tuple[int, int, int, int] | None = None
-        self._held = -1  # open descriptor of the file the cache was parsed from (see _keep)
+        self._held: _Held | None = None  # the file the cache was parsed from, open (see _keep)
         self.parses = 0  # how often the file was parsed: a cache hit costs a stat, not a parse
 
     @property
@@ -88,13 +88,7 @@ class SimStore:
         open on that file.  Writers replace the file by a rename, so a change always shows
         as another inode; holding the old one open keeps the file system from giving its
         number to a later file, which could otherwise match in size and (coarse) mtime."""
-        if self._held >= 0:
-            os.close(self._held)
-        self._cache, self._cache_key, self._held = data, key, fd
-
-    def __del__(self) -> None:
-        if getattr(self, "_held", -1) >= 0:
-            os.close(self._held)
+        self._cache, self._cache_key, self._held = data, key, _Held(fd) if fd >= 0 else None
 
     def read(self) -> dict[str, Any]:
         """The current state.  Treat it as read-only: it may be the cached object."""
@@ -119,6 +113,20 @@ class SimStore:
             self._keep(data, _key(os.fstat(held)), held)
         finally:
             os.close(fd)
+
+
+class _Held:
+    """An open descriptor, closed with its last reference (so exactly once, whichever thread
+    replaces the cache)."""
+
+    __slots__ = ("fd",)
+    _close = staticmethod(os.close)  # still there while the interpreter shuts down
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        self._close(self.fd)
 
 
 def _key(st: os.stat_result) -> tuple[int, int, int, int]:
