@@ -16,9 +16,12 @@ The floor, measured in the same run, interleaved, is the plain system interprete
 medians of wall time and of the child's CPU time (user + sys, from ``RUSAGE_CHILDREN``),
 each with its ratio to the floor's median.  Target: every command within 3x the floor.
 Each run's output is checked (the help lists every command, the node matches its layout,
-the status names the nodes, ...).
+the status names the nodes, ...).  ``--baseline REF`` also installs a wheel of the commit
+``REF`` and runs its commands interleaved with this tree's, on the same site: on a shared
+machine whose load moves between two runs, only that compares two trees.
 
     python -m benchmarks.bench_cli [--runs 20] [--editable] [--floor /usr/bin/python3] [--smoke]
+                                   [--baseline REF]
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import yaml
 from benchmarks.common import (
     TOP,
     check,
+    installed_venv,
     python_version,
     run_main,
     scripts_under_test,
@@ -125,14 +129,21 @@ def setup(root: Path, scripts: Path) -> dict[str, str]:
     return env
 
 
-def measure(runs: int, scripts: Path, floor_python: str, root: Path) -> dict[str, list[tuple[float, float]]]:
+def measure(
+    runs: int, scripts: Path, floor_python: str, root: Path, baseline: tuple[str, Path] | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """Medians' inputs per program; ``baseline``: (its label, its scripts), each of its
+    commands run right after the same command of this tree."""
     env = setup(root, scripts)
     gpupool = str(scripts / "gpupool")
     programs: dict[str, tuple[list[str], Callable[[str], bool] | None]] = {
         f"{floor_python} -c pass (floor)": ([floor_python, "-c", "pass"], None),
         "venv python -c pass": ([str(scripts / "python"), "-c", "pass"], None),
-        **{f"gpupool {name}": ([gpupool, *args], ok) for name, args, ok in COMMANDS},
     }
+    for name, args, ok in COMMANDS:
+        programs[f"gpupool {name}"] = ([gpupool, *args], ok)
+        if baseline is not None:
+            programs[f"{baseline[0]}: gpupool {name}"] = ([str(baseline[1] / "gpupool"), *args], ok)
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in programs}
     for _ in range(runs):  # interleaved, so machine noise hits every line alike
         for name, (argv, ok) in programs.items():
@@ -159,15 +170,23 @@ def report(results: dict[str, list[tuple[float, float]]], runs: int, where: str,
     print(table(rows, ["program", "wall median", "/ floor", "CPU median", "/ floor"]))
     verdict = "PASS" if worst[0] <= TARGET_X else "FAIL"
     print(f"target: every command within {TARGET_X:g}x the floor: {verdict} (worst {worst[1]}: {worst[0]:.2f}x)")
+    against = [(name, base) for name in results for base in results if base.endswith(f": {name}")]
+    if against:
+        cpu = {name: statistics.median(c for _, c in xs) for name, xs in results.items()}
+        print("CPU median, this tree / baseline: " + ", ".join(f"{n[8:]} {cpu[n] / cpu[b]:.2f}" for n, b in against))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = start_up_args(argv, 20, 2, "gpupool", "2 runs: the same path in seconds")
+    args = start_up_args(argv, 20, 2, "gpupool", "2 runs: the same path in seconds", baseline=True)
     floor_python = system_python(args.floor)
     root = Path(tempfile.mkdtemp(prefix="gpupool-bench-cli-"))
     try:
         scripts, where = scripts_under_test(args.editable, root)
-        results = measure(args.runs, scripts, floor_python, root / "site")
+        baseline = None
+        if args.baseline:
+            baseline = (args.baseline, installed_venv(root / "baseline", args.baseline))
+            where += f"; interleaved with a wheel of {args.baseline}"
+        results = measure(args.runs, scripts, floor_python, root / "site", baseline)
         pythons = f"floor {python_version(floor_python)}, gpupool {python_version(str(scripts / 'python'))}"
         report(results, args.runs, where, pythons)
     finally:

@@ -140,9 +140,10 @@ def require_modules(*names: str, why: str) -> None:
         )
 
 
-def installed_venv(tmp: Path) -> Path:
-    """The package as admins deploy it: a wheel built from a copy of this tree, installed (not
-    editable) into a fresh venv under ``tmp``.  Returns that venv's ``bin`` directory.
+def installed_venv(tmp: Path, ref: str | None = None) -> Path:
+    """The package as admins deploy it: a wheel built from a copy of this tree (or of the
+    commit ``ref``), installed (not editable) into a fresh venv under ``tmp``.  Returns that
+    venv's ``bin`` directory.
 
     An editable install adds ~25 ms of import-hook start-up to every Python process, which is
     not ours to count.  Dependencies come from the running environment through a plain path
@@ -150,11 +151,21 @@ def installed_venv(tmp: Path) -> Path:
     (``git ls-files``): setuptools would otherwise reuse a stale ignored ``build/lib``."""
     require_modules("build", "setuptools", "wheel", why="building the wheel (python -m build --no-isolation)")
     src, dist, venv = tmp / "src", tmp / "dist", tmp / "venv"
-    listed = run_checked(["git", "ls-files", "-co", "--exclude-standard"], "listing the checkout's files", cwd=TOP)
-    for rel in listed.stdout.splitlines():
-        if (TOP / rel).is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(TOP / rel, src / rel)
+    if ref is not None:
+        import io
+        import tarfile
+
+        archive = subprocess.run(["git", "archive", "--format=tar", ref], cwd=TOP, capture_output=True)
+        if archive.returncode != 0:
+            raise BenchError(f"no commit {ref!r} to measure: {archive.stderr.decode(errors='replace').strip()}")
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(src, filter="data")
+    else:
+        listed = run_checked(["git", "ls-files", "-co", "--exclude-standard"], "listing the checkout's files", cwd=TOP)
+        for rel in listed.stdout.splitlines():
+            if (TOP / rel).is_file():
+                (src / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(TOP / rel, src / rel)
     run_checked(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
         "building the wheel",
@@ -193,14 +204,18 @@ def table(rows: Sequence[Sequence[object]], headers: list[str]) -> str:
     return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in cells)
 
 
-def start_up_args(argv: list[str] | None, runs: int, smoke_runs: int, what: str, smoke: str) -> argparse.Namespace:
-    """The options every start-up benchmark takes (--runs, --editable, --floor, --smoke);
-    ``--smoke`` sets ``runs`` to ``smoke_runs``."""
+def start_up_args(
+    argv: list[str] | None, runs: int, smoke_runs: int, what: str, smoke: str, baseline: bool = False
+) -> argparse.Namespace:
+    """The options every start-up benchmark takes (--runs, --editable, --floor, --smoke, and
+    with ``baseline`` --baseline REF); ``--smoke`` sets ``runs`` to ``smoke_runs``."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=runs)
     ap.add_argument("--editable", action="store_true", help=f"measure the dev venv's (editable) {what}")
     ap.add_argument("--floor", default=SYSTEM_PYTHON, help=f"the plain interpreter (default {SYSTEM_PYTHON})")
     ap.add_argument("--smoke", action="store_true", help=smoke)
+    if baseline:
+        ap.add_argument("--baseline", metavar="REF", help="also measure a wheel of this commit, interleaved")
     args = ap.parse_args(argv)
     if args.smoke:
         args.runs = smoke_runs

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from slurm_gpupool.core.gres.hostlist import expand_plain
 from slurm_gpupool.core.mig.catalog import GpuModel
 from slurm_gpupool.core.mig.layouts import MIG, GpuTarget
 from slurm_gpupool.core.mig.planner import plan_gpu
@@ -94,9 +95,6 @@ def _names_at_most(hostlist: str) -> int:
 
 def expand_hostlist(hostlist: str, where: Where) -> tuple[str, ...]:
     """A Slurm hostlist's node names, each a valid node name; refused if it names none."""
-    from ClusterShell.NodeSet import NodeSet as CSNodeSet
-    from ClusterShell.NodeSet import NodeSetException
-
     if not isinstance(hostlist, str) or not hostlist.strip():
         raise where.error("an empty hostlist names no node")
     if not _HOSTLIST.fullmatch(hostlist):  # ClusterShell also reads @groups and !^& operators: Slurm does not
@@ -106,13 +104,20 @@ def expand_hostlist(hostlist: str, where: Where) -> tuple[str, ...]:
         )
     if (bound := _names_at_most(hostlist)) > MAX_NODES:
         raise where.error(f"hostlist {hostlist[:60]!r} names {bound} nodes (at most {MAX_NODES})")
-    try:
-        ns = CSNodeSet(hostlist)
-        if len(ns) > MAX_NODES:
-            raise where.error(f"hostlist {hostlist[:60]!r} names {len(ns)} nodes (at most {MAX_NODES})")
-        nodes = tuple(sorted(ns))
-    except (NodeSetException, ValueError, KeyError) as e:  # also an unknown @group
-        raise where.error(f"not a Slurm hostlist: {hostlist[:70]!r} ({e})") from None
+    plain = expand_plain(hostlist)
+    if plain is not None:
+        nodes = tuple(plain)  # at most MAX_NODES: no more than _names_at_most's bound
+    else:
+        from ClusterShell.NodeSet import NodeSet as CSNodeSet
+        from ClusterShell.NodeSet import NodeSetException
+
+        try:
+            ns = CSNodeSet(hostlist)
+            if len(ns) > MAX_NODES:
+                raise where.error(f"hostlist {hostlist[:60]!r} names {len(ns)} nodes (at most {MAX_NODES})")
+            nodes = tuple(sorted(ns))
+        except (NodeSetException, ValueError, KeyError) as e:  # also an unknown @group
+            raise where.error(f"not a Slurm hostlist: {hostlist[:70]!r} ({e})") from None
     if not nodes:
         raise where.error(f"hostlist {hostlist!r} names no node")
     for n in nodes:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller.versions import mig_files_mode
-from slurm_gpupool.core.gres.hostlist import slurm_hostlist
+from slurm_gpupool.core.gres.hostlist import expand, slurm_hostlist
 from slurm_gpupool.core.gres.records import (
     MIG_FILES_MULTIPLE,
     NAMINGS,
@@ -237,18 +237,16 @@ def diff(cfg: PoolConfig, rendered: Rendered) -> str:
 
 def _per_node(gres_text: str, nodes_text: str) -> dict[str, tuple[list[str], str]]:
     """Per node: its gres.conf record lines and its NodeName line (from our own format)."""
-    from ClusterShell.NodeSet import NodeSet
-
     out: dict[str, tuple[list[str], str]] = {}
     for line in gres_text.splitlines():
         if line.startswith("NodeName="):
             hostlist, rest = line[len("NodeName=") :].split(" ", 1)
-            for n in NodeSet(hostlist):
+            for n in expand(hostlist):
                 out.setdefault(n, ([], ""))[0].append(rest)
     for line in nodes_text.splitlines():
         if line.startswith("NodeName="):
             hostlist, rest = line[len("NodeName=") :].split(" ", 1)
-            for n in NodeSet(hostlist):
+            for n in expand(hostlist):
                 recs, _ = out.get(n, ([], ""))
                 out[n] = (recs, rest)
     return out

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from slurm_gpupool.config.machines import MachineSpec
 from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.gres.hostlist import expand
 from slurm_gpupool.core.gres.records import GresGpu, GresNode, MigInstance
 from slurm_gpupool.core.mig.catalog import get_model, gi_slot_id
 from slurm_gpupool.core.mig.layouts import MIG
@@ -118,11 +119,13 @@ def planned_node(
 def select_nodes(cfg: PoolConfig, hostlist: str | None) -> list[str]:
     if not hostlist:
         return cfg.all_nodes()
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
     try:
-        wanted = set(NodeSet(hostlist))
-    except NodeSetParseError as e:
+        wanted = set(expand(hostlist))
+    except Exception as e:
+        from ClusterShell.NodeSet import NodeSetParseError  # loaded: expand() asked ClusterShell
+
+        if not isinstance(e, NodeSetParseError):
+            raise
         raise ConfigError("--nodes", "", f"not a hostlist: {hostlist} ({e})") from None
     unknown = wanted - set(cfg.all_nodes())
     if unknown:

@@ -39,6 +39,7 @@ from typing import Any
 
 from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller.gres_install import check_type_ids, install, installed_paths, render
+from slurm_gpupool.core.gres.hostlist import expand
 from slurm_gpupool.core.policy.durations import format_duration
 from slurm_gpupool.core.policy.switch_plan import KEEP, SKIP, SwitchPlan, changing_after, plan_switch
 from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
@@ -754,13 +755,11 @@ class Repartitioner:
 
 def restored_gres(nodes_conf: Path) -> dict[str, dict[str, int]]:
     """Node → GRES counts from the ``Gres=`` of its ``NodeName=`` line."""
-    from ClusterShell.NodeSet import NodeSet
-
     out: dict[str, dict[str, int]] = {}
     for line in nodes_conf.read_text().splitlines():
         if not line.startswith("NodeName="):
             continue
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        for node in NodeSet(fields["NodeName"]):
+        for node in expand(fields["NodeName"]):
             out[node] = gres_counts(fields.get("Gres", ""))
     return out

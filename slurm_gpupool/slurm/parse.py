@@ -10,8 +10,7 @@ import re
 from dataclasses import replace
 from datetime import datetime
 
-from ClusterShell.NodeSet import NodeSet
-
+from slurm_gpupool.core.gres.hostlist import expand
 from slurm_gpupool.slurm import json_output as jo
 from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, WillRun
 
@@ -84,7 +83,7 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
             JobInfo(
                 job_id=int(j["job_id"]),
                 state=base.upper(),
-                nodes=frozenset(NodeSet(nodes)) if nodes else frozenset(),
+                nodes=frozenset(expand(nodes)) if nodes else frozenset(),
                 user=j.get("user_name") or str(j.get("user_id", "")),
                 name=j.get("name") or "",
                 time_limit_s=limit * 60 if limit else None,
@@ -126,7 +125,7 @@ def parse_reservations(text: str) -> dict[str, Reservation]:
         nodes = f.get("Nodes", "")
         out[f["ReservationName"]] = Reservation(
             name=f["ReservationName"],
-            nodes=frozenset(NodeSet(nodes)) if nodes and nodes != "(null)" else frozenset(),
+            nodes=frozenset(expand(nodes)) if nodes and nodes != "(null)" else frozenset(),
             start=datetime.fromisoformat(f["StartTime"]),
             end=datetime.fromisoformat(f["EndTime"]),
             flags=frozenset(x for x in f.get("Flags", "").split(",") if x),
@@ -172,7 +171,7 @@ def parse_will_run(stderr: str) -> WillRun:
             return WillRun(
                 start=start,
                 cpus=int(m.group(4)),
-                nodes=frozenset(NodeSet(m.group(5))) if m.group(5) else frozenset(),
+                nodes=frozenset(expand(m.group(5))) if m.group(5) else frozenset(),
                 partition=m.group(6) or "",
                 preempts=preempts,
             )

@@ -104,7 +104,7 @@ def test_the_most_run_commands_load_no_reports_templates_or_dataframes(tmp_path)
             {
                 "version": 1,
                 "paths": {"state_dir": str(tmp_path / "state" / "{node}")},
-                "nodesets": {"h": {"nodes": "n1", "machine": "hgx-h100"}},
+                "nodesets": {"h": {"nodes": "n[1-2]", "machine": "hgx-h100"}},
                 "layouts": {"day": {"h": {"0-7": "whole"}}},
             }
         )
@@ -124,6 +124,7 @@ def test_the_most_run_commands_load_no_reports_templates_or_dataframes(tmp_path)
         "slurm_gpupool.config.elastic",  # only for a schedule with a mode or elastic settings
         "slurm_gpupool.config.tiers",  # only for a config with tiers or quotas
         "slurm_gpupool.core.policy.elastic",
+        "ClusterShell",  # plain hostlists are expanded without it (#29)
     }
     assert not heavy_in(mods, banned), sorted(heavy_in(mods, banned))
 
@@ -189,9 +190,12 @@ def test_an_unknown_command_is_a_usage_error_without_a_traceback():
     ("module", "banned"),
     [
         # the repartitioner's dry runs, checks and cron runs with nothing due render nothing
-        ("slurm_gpupool.repartition.executor", {"jinja2", "slurm_gpupool.controller.job_submit", "pandas"}),
-        ("slurm_gpupool.controller.gres_install", {"jinja2", "slurm_gpupool.controller.support_files"}),
-        ("slurm_gpupool.observe.status", {"jinja2", "pandas", "pynvml"}),
+        (
+            "slurm_gpupool.repartition.executor",
+            {"jinja2", "slurm_gpupool.controller.job_submit", "pandas", "ClusterShell"},
+        ),
+        ("slurm_gpupool.controller.gres_install", {"jinja2", "slurm_gpupool.controller.support_files", "ClusterShell"}),
+        ("slurm_gpupool.observe.status", {"jinja2", "pandas", "pynvml", "ClusterShell"}),
         ("slurm_gpupool.node.apply", {"jinja2", "pandas", "slurm_gpupool.controller"}),
         ("slurm_gpupool.config.load", {"jinja2", "pandas", "yaml", "slurm_gpupool.config.migparted"}),
     ],

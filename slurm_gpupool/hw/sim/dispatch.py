@@ -71,16 +71,19 @@ class SimLibraryBase:
                 return fn(self, *args)
             if root and (self._euid if self._euid is not None else os.geteuid()) != 0:
                 return cabi.NO_PERMISSION
-            fault = self._due_fault(name, args)
-            if fault:
-                return fault
+            st = self.store.read()  # one stat per call: the state file is cached (SimStore)
+            if st.get("faults"):
+                fault = self._due_fault(name, args, st)
+                if fault:
+                    return fault
+                st = self.store.read()  # a fault counted down: the file changed
             if mutates:
                 with self.store.modify() as st:
                     self._st = st
                     st["calls"][name] = st["calls"].get(name, 0) + 1
                     fn(self, *args)
             else:
-                self._st = self.store.read()
+                self._st = st
                 fn(self, *args)
             return cabi.SUCCESS
         except NvmlReturn as r:
@@ -88,9 +91,8 @@ class SimLibraryBase:
         finally:
             self._st = {}
 
-    def _due_fault(self, name: str, args: tuple[Any, ...]) -> int:
+    def _due_fault(self, name: str, args: tuple[Any, ...], st: dict[str, Any]) -> int:
         """Return an injected error code for this call, counting it down, or 0."""
-        st = self.store.read()
         faults = [f for f in st.get("faults", []) if f["call"] == name]
         if not faults:
             return 0

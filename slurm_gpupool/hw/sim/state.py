@@ -38,7 +38,9 @@ class SimStore:
         self._path = os.fspath(path)  # plain strings: pathlib costs the hooks ~10 ms to import
         self._lock_path = self._path + ".lock"
         self._cache: dict[str, Any] | None = None
-        self._cache_key: tuple[int, int, int] | None = None
+        self._cache_key: tuple[int, int, int, int] | None = None
+        self._held: _Held | None = None  # the file the cache was parsed from, open (see _keep)
+        self.parses = 0  # how often the file was parsed: a cache hit costs a stat, not a parse
 
     @property
     def path(self) -> Path:
@@ -55,9 +57,14 @@ class SimStore:
         try:
             if cached and self._cache is not None and _key(os.stat(self._path)) == self._cache_key:
                 return self._cache
-            with open(self._path, "rb") as f:
-                key = _key(os.fstat(f.fileno()))
-                data = json.loads(f.read())
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                key = _key(os.fstat(fd))
+                with open(fd, "rb", closefd=False) as f:
+                    data = json.loads(f.read())
+            except BaseException:
+                os.close(fd)
+                raise
         except FileNotFoundError:
             raise StateError(
                 f"simulated GPU state {self.path}",
@@ -66,11 +73,22 @@ class SimStore:
             ) from None
         except (OSError, ValueError) as e:
             raise StateError(f"simulated GPU state {self.path}", f"unreadable: {e}") from None
+        self.parses += 1
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            os.close(fd)
             raise StateError(f"simulated GPU state {self.path}", f"unknown schema (expected {SCHEMA})")
         if cached:
-            self._cache, self._cache_key = data, key
+            self._keep(data, key, fd)
+        else:
+            os.close(fd)
         return data
+
+    def _keep(self, data: dict[str, Any] | None, key: tuple[int, int, int, int] | None, fd: int) -> None:
+        """Make ``data`` the cache, valid while the file's key is ``key``, holding ``fd``
+        open on that file.  Writers replace the file by a rename, so a change always shows
+        as another inode; holding the old one open keeps the file system from giving its
+        number to a later file, which could otherwise match in size and (coarse) mtime."""
+        self._cache, self._cache_key, self._held = data, key, _Held(fd) if fd >= 0 else None
 
     def read(self) -> dict[str, Any]:
         """The current state.  Treat it as read-only: it may be the cached object."""
@@ -87,18 +105,33 @@ class SimStore:
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self._cache = None
+            self._keep(None, None, -1)
             data = self._load(cached=False)  # freshly parsed: private
             yield data
             write_bytes_atomic(self.path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
-            self._cache, self._cache_key = data, _key(os.stat(self._path))  # still ours: we hold the lock
+            held = os.open(self._path, os.O_RDONLY)  # still what we wrote: we hold the lock
+            self._keep(data, _key(os.fstat(held)), held)
         finally:
             os.close(fd)
 
 
-def _key(st: os.stat_result) -> tuple[int, int, int]:
-    """What changes when the state file is replaced or rewritten."""
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+class _Held:
+    """An open descriptor, closed with its last reference (so exactly once, whichever thread
+    replaces the cache)."""
+
+    __slots__ = ("fd",)
+    _close = staticmethod(os.close)  # still there while the interpreter shuts down
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        self._close(self.fd)
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when the state file is replaced (inode) or rewritten (size, mtime)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def model_facts(model: Any) -> dict[str, Any]:
