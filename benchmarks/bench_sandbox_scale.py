@@ -553,8 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             gpupool(args.root, "sandbox", "down", "--purge", "--root", str(args.root))
     check(all(r.killed == 0 for r in runs), f"jobs killed: {[(r.nodes, r.killed) for r in runs]}")
-    version = slurm(args.root, "sinfo", "--version").stdout.strip() or "the host's Slurm"
-    report(runs, rep.parallel, rep.restart_batch, version)
+    from slurm_gpupool.sandbox.configs import sandbox_slurm_version
+
+    version = ".".join(str(x) for x in sandbox_slurm_version(dict(os.environ)))  # slurmd -V
+    report(runs, rep.parallel, rep.restart_batch, f"Slurm {version}")
     if failed:
         raise BenchError(failed)
     return 0
