@@ -13,11 +13,16 @@ For each ``--nodes`` count, on a fresh sandbox of its own root and ports:
 
 The phases feed ``core/policy/switch_plan.estimate_switch_s``: calibrated on the smallest
 N it predicts the others (error printed), and fitted on all of them (apply per wave; the
-restart as slurmctld plus a cost per slurmd of the batch) it predicts 1,000 nodes.  The
-same-run baseline is the smallest N: every figure of a larger N is also printed as a ratio
-to it.  Needs root and Slurm (the host's); leaves nothing running unless ``--keep``.
+restart as slurmctld plus a cost per slurmd restarted; the verify growing with the nodes) it
+predicts 1,000 nodes.  The same-run baseline is the smallest N: every figure of a larger N
+is also printed as a ratio to it.  Needs root and Slurm (the host's); leaves nothing
+running unless ``--keep``.
+
+``--smoke`` needs no Slurm: the generated pool of 8 and 16 nodes on the tests' fake Slurm
+(tests/unit/repartition_site.py), the same switches, journal phases, fit and report.
 
     python -m benchmarks.bench_sandbox_scale --nodes 32,64 --root /var/tmp/gpupool-scale --port-base 27600
+    python -m benchmarks.bench_sandbox_scale --smoke
 """
 
 from __future__ import annotations
