@@ -108,6 +108,14 @@ def sandbox() -> None:
     help="Pool config whose nodes the sandbox plays (default: the last one used, else the shipped "
     "etc/gpupool.yaml). Every node set needs a machine description.",
 )
+@click.option(
+    "--nodes",
+    "n_nodes",
+    type=click.IntRange(1, 200),  # sandbox.plan.MAX_NODES (not imported: the CLI starts light)
+    metavar="N",
+    help="Play N DGX/HGX-like nodes (half dgx-a100, half hgx-h100) instead of a config's: writes "
+    "<root>/scale-pool.yaml with the example's day and night layouts and plays it (docs/scale-sandbox.md).",
+)
 @click.option("--layout", help="Layout applied to nodes with new GPUs (default: the schedule's default).")
 @click.option("--port-base", type=click.IntRange(1024, 65000), help="First of the sandbox's ports (default 16800).")
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
@@ -124,6 +132,7 @@ def up(
     root: Path | None,
     slurm_series: str | None,
     config_path: Path | None,
+    n_nodes: int | None,
     layout: str | None,
     port_base: int | None,
     no_install: bool,
@@ -141,8 +150,14 @@ def up(
         if config_path:
             ctx.params["config_path"] = config_path.resolve()
         _in_container(ctx, release, start=True, binds=binds)
+    if n_nodes is not None and config_path is not None:
+        from slurm_gpupool.errors import UsageError
+
+        raise UsageError("sandbox up", "--config and --nodes exclude each other")
     if fresh:
         _sandbox(root, progress=None if as_json else _progress).down(purge=True)
+    if n_nodes is not None:
+        config_path = _sandbox(root).write_scale_config(n_nodes)
     sb = _sandbox(root, config=config_path, base_port=port_base, layout=layout, progress=None if as_json else _progress)
     report = sb.up(install=not no_install)
     if as_json:

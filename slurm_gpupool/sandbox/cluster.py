@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.errors import SlurmUnavailableError, UsageError
-from slurm_gpupool.sandbox import configs, health, mariadb, nodes, procs, teardown
+from slurm_gpupool.sandbox import configs, health, mariadb, nodes, procs, scale, teardown
 from slurm_gpupool.sandbox.accounting import Accounting
 from slurm_gpupool.sandbox.configs import ANSIBLE_ROLE_MARKER
 from slurm_gpupool.sandbox.daemons import DaemonSpec
 from slurm_gpupool.sandbox.lifecycle import DaemonControl, UpReport
-from slurm_gpupool.sandbox.paths import DEFAULT_ROOT, SandboxPaths, locked, make_dirs
+from slurm_gpupool.sandbox.paths import DEFAULT_ROOT, SandboxPaths, locked, make_dirs, write_if_changed
 from slurm_gpupool.sandbox.plan import NodePlan, Ports, env_lines
 from slurm_gpupool.sandbox.poolconfig import sandbox_config
 from slurm_gpupool.sandbox.record import SandboxRecord
@@ -103,6 +103,14 @@ class Sandbox(SandboxRecord):
             p, self.state["cluster"], self.ports, self.state["db_password"], version
         )
 
+    def write_scale_config(self, n_nodes: int) -> Path:
+        """``<root>/scale-pool.yaml``: the pool of ``n_nodes`` DGX/HGX-like nodes that
+        ``up --nodes N`` plays (:mod:`.scale`); its path."""
+        path = self.root / scale.SCALE_CONFIG_NAME
+        with locked(self.paths):
+            write_if_changed(path, scale.scale_config_text(n_nodes))
+        return path
+
     # ------------------------------------------------------------ up
 
     def up(self, install: bool = True) -> UpReport:
@@ -158,7 +166,7 @@ class Sandbox(SandboxRecord):
         )
         node_specs = [specs[f"slurmd-{n.name}"] for n in plans]
         if changed & {p.slurm_conf, p.nodes_conf, p.gres_conf, p.gres_types_conf}:
-            stopped |= {spec.name for spec in node_specs if ctl.stop(spec)}
+            stopped |= set(ctl.stop_many(node_specs))
         ctld_ready = lambda: health.ctld_ready(self.slurm)  # noqa: E731
         ctld = ctl.ensure(specs["slurmctld"], changed, stopped, report, ctld_ready, 60, healthy=ctld_ready)
         started = ctl.start_slurmds(node_specs, report, stopped)
@@ -197,7 +205,7 @@ class Sandbox(SandboxRecord):
         if controller and node_list and self.pid_of(self._spec("slurmctld")) is not None:
             self._before_controller_restart(node_list)
         with locked(self.paths):
-            stopped = {f"slurmd-{n}" for n in node_list if self._daemons.stop(self._spec(f"slurmd-{n}"))}
+            stopped = set(self._daemons.stop_many(self._spec(f"slurmd-{n}") for n in node_list))
             if controller and self._daemons.stop(self._spec("slurmctld")):
                 stopped.add("slurmctld")
             self._converge(report, stopped=stopped, files=files)
@@ -216,7 +224,8 @@ class Sandbox(SandboxRecord):
         self._require_root("stop")
         node_list = self._known_nodes(list(nodes), "stop")
         with locked(self.paths):
-            return [n for n in node_list if self._daemons.stop(self._spec(f"slurmd-{n}"))]
+            stopped = set(self._daemons.stop_many(self._spec(f"slurmd-{n}") for n in node_list))
+            return [n for n in node_list if f"slurmd-{n}" in stopped]
 
     def start_nodes(self, nodes: Iterable[str]) -> UpReport:
         """Start these nodes' slurmd if they are not running (``systemctl start slurmd``); files untouched."""

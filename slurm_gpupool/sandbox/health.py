@@ -72,7 +72,7 @@ def wait_nodes_registered(
     slurmd_spec: Callable[[str], DaemonSpec],
     log_dir: Path,
     progress: Callable[[str], None],
-    timeout_s: float = 60,
+    timeout_s: float | None = None,
 ) -> None:
     """Until slurmctld sees every node registered: a state without ``*`` and not UNKNOWN/DOWN.
 
@@ -80,7 +80,11 @@ def wait_nodes_registered(
     and schedules nothing on them before.)  ``started`` maps the nodes whose slurmd was
     just started to its pid, ``started_at`` to its wall start time: fails fast if one dies.
     """
-    progress("waiting for the nodes to register")
+    progress(f"waiting for {len(nodes)} nodes to register")
+    # 128 slurmds registering on two cores take longer than 5 do, and a poll of sinfo and
+    # scontrol every 0.25 s would cost slurmctld time they need (#29): both grow with the nodes
+    timeout_s = timeout_s if timeout_s is not None else 60 + 0.5 * len(nodes)
+    interval_s = min(1.0, 0.25 + len(nodes) / 128)
     last: dict[str, dict[str, str]] = {}
     t0_wall = min(started_at.get(n, time.time()) for n in started) if started else time.time()
 
@@ -107,7 +111,7 @@ def wait_nodes_registered(
         return all(since.get(n, 0) >= int(t0_wall) for n in started)
 
     try:
-        procs.wait_until(ready, what="sandbox nodes", timeout_s=timeout_s, interval_s=0.25)
+        procs.wait_until(ready, what="sandbox nodes", timeout_s=timeout_s, interval_s=interval_s)
     except SlurmUnavailableError as e:
         if e.what != "sandbox nodes":
             raise

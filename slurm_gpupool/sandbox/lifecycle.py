@@ -76,6 +76,17 @@ class DaemonControl:
             self.paths.pidfile(spec.name).unlink()
         return stopped
 
+    def stop_many(self, specs: Iterable[DaemonSpec], timeout_s: float = 20) -> list[str]:
+        """Stop these daemons together (TERM all, one wait, KILL the rest); the names that ran."""
+        running = {spec.name: pid for spec in specs if (pid := self.pid_of(spec)) is not None}
+        if running:
+            self._progress(f"stopping {len(running)} daemons: {', '.join(running)}")
+        stopped = procs.stop_many(running.values(), timeout_s)
+        for name in running:
+            with contextlib.suppress(FileNotFoundError):
+                self.paths.pidfile(name).unlink()
+        return [name for name, pid in running.items() if pid in stopped]
+
     def ensure(
         self,
         spec: DaemonSpec,

@@ -78,8 +78,10 @@ class NodePlan:
 def assign_slots(nodes: Iterable[str], old: Mapping[str, int] | None = None) -> dict[str, int]:
     """A stable slot per node: kept from ``old``, new nodes take the lowest free slots."""
     names = list(nodes)
-    kept = {n: int(i) for n, i in (old or {}).items() if n in names}
-    free = (i for i in range(MAX_NODES) if i not in kept.values())
+    wanted = set(names)
+    kept = {n: int(i) for n, i in (old or {}).items() if n in wanted}
+    taken = set(kept.values())  # a set: linear in nodes, not quadratic (#29: 128 nodes)
+    free = (i for i in range(MAX_NODES) if i not in taken)
     return {n: kept[n] if n in kept else next(free) for n in names}
 
 

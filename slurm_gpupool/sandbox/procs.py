@@ -161,17 +161,25 @@ def spawn(argv: list[str], log: Path, pidfile: Path, env: Mapping[str, str], cwd
 
 def stop(pid: int, timeout_s: float = 15, sig: int = signal.SIGTERM) -> bool:
     """``kill -TERM pid``, wait up to ``timeout_s``, then ``kill -KILL``.  True if it was alive."""
-    if not is_alive(pid):
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-        os.kill(pid, signal.SIGCONT)  # a stopped process handles the signal only once it runs
-    if wait_dead([pid], timeout_s):
-        return True
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    wait_dead([pid], 5)
-    return True
+    return bool(stop_many([pid], timeout_s, sig))
+
+
+def stop_many(pids: Iterable[int], timeout_s: float = 15, sig: int = signal.SIGTERM) -> list[int]:
+    """``kill -TERM`` each of ``pids``, then wait for them together (up to ``timeout_s``), then
+    ``kill -KILL`` what is left: a batch of slurmds stops in one wait, not one after the other
+    (#29); the pids that were alive."""
+    alive = [p for p in pids if is_alive(p)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+            os.kill(pid, signal.SIGCONT)  # a stopped process handles the signal only once it runs
+    if alive and not wait_dead(alive, timeout_s):
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                if is_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+        wait_dead(alive, 5)
+    return alive
 
 
 def wait_dead(pids: Iterable[int], timeout_s: float) -> bool:

@@ -46,6 +46,7 @@ class SandboxRecord:
         self._requested_port = base_port
         self._progress = progress or (lambda _msg: None)
         self._state: dict[str, Any] | None = None
+        self._specs_cache: tuple[tuple[Any, ...], dict[str, DaemonSpec]] | None = None
 
     @property
     def state(self) -> dict[str, Any]:
@@ -118,10 +119,17 @@ class SandboxRecord:
         return daemon_specs(self.paths, self.ports, self.node_map, self.node_addresses())
 
     def _spec(self, name: str) -> DaemonSpec:
-        for d in self.daemons():
-            if d.name == name:
-                return d
-        raise UsageError(f"sandbox daemon {name!r}", "no such daemon")
+        spec = self._specs().get(name)
+        if spec is None:
+            raise UsageError(f"sandbox daemon {name!r}", "no such daemon")
+        return spec
+
+    def _specs(self) -> dict[str, DaemonSpec]:
+        """Daemon name → spec, built once per node map and port (a restart of N slurmds asks N times)."""
+        key = (tuple(sorted(self.node_map.items())), self.state.get("base_port"), str(self.state.get("slots")))
+        if self._specs_cache is None or self._specs_cache[0] != key:
+            self._specs_cache = (key, {d.name: d for d in self.daemons()})
+        return self._specs_cache[1]
 
     def _known_nodes(self, node_list: list[str], what: str) -> list[str]:
         unknown = [n for n in node_list if n not in self.node_map]

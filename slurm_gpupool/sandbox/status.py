@@ -42,8 +42,9 @@ def status_report(sb: RunningSandbox) -> dict[str, Any]:
     ctld_up = pids.get("slurmctld") is not None
     states = sb.node_states() if ctld_up else {}
     nodes = []
+    addresses = sb.node_addresses() if sb.exists() else {}
     for name, machine in sb.node_map.items() if sb.exists() else []:
-        addr, port = sb.node_addresses()[name]
+        addr, port = addresses[name]
         pid = pids.get(f"slurmd-{name}")
         st = states.get(name, {})
         nodes.append(

@@ -17,14 +17,19 @@ from slurm_gpupool.sandbox.versions import SlurmRelease, os_release_codename, re
 
 PACKAGES = ("slurm-wlm", "slurmdbd", "munge", "mariadb-server")
 _SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# (program, search path) → where it was found: the daemons' command lines are built per node
+# (one slurmd each), and a PATH walk per program per node grew quadratically at 128 nodes (#29);
+# only what was found is kept, so a program installed later is still found
+_FOUND: dict[tuple[str, str], str] = {}
 
 
 def program(name: str, *alternatives: str) -> str:
     """Absolute path of the first of ``name, *alternatives`` found on PATH or in the sbin dirs."""
     path = os.environ.get("PATH", "") + ":" + _SBIN
     for candidate in (name, *alternatives):
-        found = shutil.which(candidate, path=path)
+        found = _FOUND.get((candidate, path)) or shutil.which(candidate, path=path)
         if found:
+            _FOUND[(candidate, path)] = found
             return found
     raise SlurmUnavailableError(
         f"program {name}",

@@ -1,0 +1,571 @@
+"""Benchmark: the sandbox at scale (#29): N emulated DGX/HGX nodes, started, then switched.
+
+For each ``--nodes`` count, on a fresh sandbox of its own root and ports:
+
+* ``gpupool sandbox up --nodes N --layout day``: wall time, and the resident memory (RSS) of
+  every daemon of that root (slurmds, slurmctld, slurmdbd, MariaDB, munged);
+* long jobs (``sleep``) on a tenth of the nodes, then a full day→night and night→day switch
+  with ``gpupool repartition --to LAYOUT --json --deadline D``: its wall time, each node's
+  out-of-service time (the report's ``out_of_service_s``: apply start to resume), the
+  phases from the repartitioner's journal, slurmctld restarts (its pid changing), its RSS
+  and the round trip of ``sdiag`` sampled every second during the switch, and the jobs
+  killed (must be 0: the busy nodes wait, are skipped at the deadline, and their jobs run on).
+
+The phases feed ``core/policy/switch_plan.estimate_switch_s``: calibrated on the smallest
+N it predicts the others (error printed), and fitted on all of them (apply per wave; the
+restart as slurmctld plus a cost per slurmd restarted; the verify growing with the nodes) it
+predicts 1,000 nodes.  The same-run baseline is the smallest N: every figure of a larger N
+is also printed as a ratio to it.  Needs root and Slurm (the host's); leaves nothing
+running unless ``--keep``.
+
+``--smoke`` needs no Slurm: the generated pool of 8 and 16 nodes on the tests' fake Slurm
+(tests/unit/repartition_site.py), the same switches, journal phases, fit and report.
+
+    python -m benchmarks.bench_sandbox_scale --nodes 32,64 --root /var/tmp/gpupool-scale --port-base 27600
+    python -m benchmarks.bench_sandbox_scale --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import TOP, BenchError, check, run_main, table
+
+GPUPOOL = str(Path(sys.executable).with_name("gpupool"))
+BUSY_GRES = {"dgx": "gpu:1g.5gb:1", "hgx": "gpu:1g.10gb:1"}  # one day-layout slice on each machine
+
+
+@dataclass
+class Switch:
+    """One switch as measured."""
+
+    target: str
+    wall_s: float
+    report: dict[str, Any]
+    phases: dict[str, float]
+    samples: list[tuple[float, int | None, float | None, float | None]]  # (t, ctld pid, RSS MiB, sdiag s)
+
+    def done(self) -> dict[str, dict[str, Any]]:
+        return {n: v for n, v in self.report["nodes"].items() if v["outcome"] == "done"}
+
+    def out_of_service(self) -> list[float]:
+        return [v["out_of_service_s"] for v in self.done().values() if v["out_of_service_s"] is not None]
+
+    def ctld_restarts(self) -> int:
+        pids = [p for _, p, _, _ in self.samples if p is not None]
+        return sum(1 for a, b in itertools.pairwise(pids) if a != b)
+
+
+@dataclass
+class ScaleRun:
+    nodes: int
+    up_s: float
+    rss_mib: dict[str, list[float]]
+    busy: list[str]
+    switches: list[Switch] = field(default_factory=list)
+    killed: int = 0
+
+
+def gpupool(root: Path, *args: str, timeout_s: float = 1800, ok: tuple[int, ...] = (0,)) -> str:
+    """``gpupool ARGS`` with this sandbox's environment; its stdout (a :class:`BenchError` otherwise)."""
+    env = {**os.environ, **sandbox_env(root)}
+    p = subprocess.run([GPUPOOL, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+    if p.returncode not in ok:
+        raise BenchError(f"gpupool {' '.join(args)} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+    return p.stdout
+
+
+def sandbox_env(root: Path) -> dict[str, str]:
+    from slurm_gpupool.sandbox.cluster import Sandbox
+
+    return Sandbox(root).env()
+
+
+def slurm(root: Path, *argv: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | sandbox_env(root)
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def daemon_rss_mib(root: Path) -> dict[str, list[float]]:
+    """comm → RSS (MiB) of each daemon process of this root (``/proc/PID/status`` VmRSS)."""
+    from slurm_gpupool.sandbox.daemons import DAEMON_COMMS
+    from slurm_gpupool.sandbox.procs import sandbox_processes
+
+    out: dict[str, list[float]] = {}
+    for pid, comm in sandbox_processes(root, DAEMON_COMMS):
+        rss = vm_rss_mib(pid)
+        if rss is not None:
+            out.setdefault(comm, []).append(rss)
+    return out
+
+
+def vm_rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def ctld_pid(root: Path) -> int | None:
+    from slurm_gpupool.sandbox.paths import SandboxPaths
+    from slurm_gpupool.sandbox.procs import running_pid
+
+    paths = SandboxPaths(root)
+    return running_pid(paths.pidfile("slurmctld"), root, "slurmctld")
+
+
+class Sampler(threading.Thread):
+    """Every ``interval_s``: slurmctld's pid and RSS, and how long ``sdiag`` takes to answer
+    (None when it does not: slurmctld restarting)."""
+
+    def __init__(self, root: Path, interval_s: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval_s = root, interval_s
+        self.samples: list[tuple[float, int | None, float | None, float | None]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            t = time.monotonic()
+            pid = ctld_pid(self.root)
+            rss = vm_rss_mib(pid) if pid else None
+            try:
+                p = slurm(self.root, "sdiag", timeout_s=10)
+                rpc = time.monotonic() - t if p.returncode == 0 else None
+            except subprocess.TimeoutExpired:
+                rpc = None
+            self.samples.append((t, pid, rss, rpc))
+            self._halt.wait(max(0.0, self.interval_s - (time.monotonic() - t)))
+
+    def finish(self) -> list[tuple[float, int | None, float | None, float | None]]:
+        self._halt.set()
+        self.join(30)
+        return self.samples
+
+
+def journal_phases(ctl: Path) -> dict[str, float]:
+    """Seconds of each phase of the last run, from the repartitioner's journal (``journal.log``
+    cluster steps, whole seconds; ``journal.json`` node stamps)."""
+    import datetime
+
+    lines = [json.loads(x) for x in (ctl / "journal.log").read_text().splitlines() if x.strip()]
+    start = max(i for i, x in enumerate(lines) if x.get("run") == "start")
+
+    def at(x: dict[str, Any]) -> float:
+        return datetime.datetime.strptime(x["at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+    steps: dict[str, float] = {}
+    for x in lines[start:]:
+        if "cluster" in x:
+            steps.setdefault(x["cluster"], at(x))
+    nodes = json.loads((ctl / "journal.json").read_text())["nodes"]
+    applying = [v["applying_at"] for v in nodes.values() if v.get("applying_at")]
+    released = [v["released_at"] for v in nodes.values() if v.get("step") == "done" and v.get("released_at")]
+    t0 = at(lines[start])
+    check(all(k in steps for k in ("reserved", "gres_installing", "restarting", "restarted", "finished")), f"{steps}")
+    return {
+        "reserve": steps["reserved"] - t0,
+        "apply": steps["gres_installing"] - (min(applying) if applying else steps["reserved"]),
+        "install": steps.get("gres_installed", steps["restarting"]) - steps["gres_installing"],
+        "restart": steps["restarted"] - steps["restarting"],
+        # to the last switched node released: the run itself ends later when it waits for busy nodes
+        "verify": (max(released) if released else steps["finished"]) - steps["restarted"],
+        "switched": (max(released) if released else steps["finished"]) - t0,
+    }
+
+
+def submit_busy(root: Path, nodes: list[str]) -> list[str]:
+    """A long job on each of ``nodes`` (one day slice); their ids once all run."""
+    ids = []
+    for node in nodes:
+        gres = BUSY_GRES[node.rstrip("0123456789")]
+        p = slurm(
+            root,
+            "sbatch",
+            "--parsable",
+            "-J",
+            "bench-busy",
+            "-w",
+            node,
+            f"--gres={gres}",
+            "-t",
+            "60",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 3000",
+        )
+        check(p.returncode == 0, f"sbatch on {node}: {p.stderr}")
+        ids.append(p.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if len(running(root, ids)) == len(ids):
+            return ids
+        time.sleep(2)
+    raise BenchError(f"the busy jobs did not all start: {running(root, ids)} of {ids}")
+
+
+def running(root: Path, ids: list[str]) -> list[str]:
+    p = slurm(root, "squeue", "-h", "-t", "RUNNING", "-j", ",".join(ids), "-o", "%i")
+    return p.stdout.split() if p.returncode == 0 else []
+
+
+def switch(root: Path, target: str, deadline: str) -> Switch:
+    sampler = Sampler(root)
+    sampler.start()
+    t = time.monotonic()
+    out = gpupool(root, "repartition", "--to", target, "--deadline", deadline, "--json", ok=(0, 75))
+    wall = time.monotonic() - t
+    samples = sampler.finish()
+    report = json.loads(out)
+    return Switch(target, wall, report, journal_phases(root / "controller"), samples)
+
+
+def measure(n: int, root: Path, port_base: int, deadline: str) -> ScaleRun:
+    gpupool(root, "sandbox", "down", "--purge", "--root", str(root))
+    t = time.monotonic()
+    gpupool(
+        root,
+        "sandbox",
+        "up",
+        "--nodes",
+        str(n),
+        "--layout",
+        "day",
+        "--root",
+        str(root),
+        "--port-base",
+        str(port_base),
+        "--no-install",
+        "--json",
+    )
+    up_s = time.monotonic() - t
+    rss = daemon_rss_mib(root)
+    check(len(rss.get("slurmd", [])) == n, f"{n} slurmds expected, RSS of {len(rss.get('slurmd', []))}")
+    names = sorted(
+        json.loads(gpupool(root, "sandbox", "status", "--root", str(root), "--json"))["nodes"], key=lambda x: x["name"]
+    )
+    busy = [x["name"] for x in names[::10]][: max(1, round(n / 10))]
+    ids = submit_busy(root, busy)
+    run = ScaleRun(n, up_s, rss, busy)
+    for target in ("night", "day"):
+        sw = switch(root, target, deadline)
+        outcomes = {k: v["outcome"] for k, v in sw.report["nodes"].items()}
+        idle = [k for k in outcomes if k not in busy]
+        check(all(outcomes[k] == "done" for k in idle), f"{n} nodes to {target}: not all idle ones done: {outcomes}")
+        check(all(outcomes.get(k, "kept") in ("skipped", "kept") for k in busy), f"busy nodes switched: {outcomes}")
+        run.switches.append(sw)
+    alive = running(root, ids)
+    run.killed = len(ids) - len(alive)
+    slurm(root, "scancel", *ids)
+    return run
+
+
+def smoke(tmp: Path) -> list[ScaleRun]:
+    """The same switches and report without Slurm: the scale config of 8 and 16 nodes on the
+    tests' fake Slurm (tests/unit/repartition_site.py: simulated GPUs, in-process srun, a clock
+    that never waits); "up" is making that site, and there are no daemons nor busy jobs."""
+    from slurm_gpupool.sandbox.scale import scale_config
+
+    sys.path.insert(0, str(TOP))
+    from tests.unit.repartition_site import make_site, repartitioner
+
+    runs = []
+    for n in (8, 16):
+        raw = scale_config(n)
+        (tmp / str(n)).mkdir()
+        t = time.monotonic()
+        with contextlib.redirect_stdout(io.StringIO()):
+            site = make_site(tmp / str(n), "day", **{k: raw[k] for k in ("nodesets", "layouts", "schedule")})
+        run = ScaleRun(n, time.monotonic() - t, {}, [])
+        for target in ("night", "day"):
+            t = time.monotonic()
+            with contextlib.redirect_stdout(io.StringIO()):
+                report = repartitioner(site).run(target).to_dict()
+            phases = journal_phases(Path(site.cfg.paths.controller_dir))
+            run.switches.append(Switch(target, time.monotonic() - t, report, phases, []))
+            outcomes = {k: v["outcome"] for k, v in report["nodes"].items()}
+            check(len(outcomes) == n and set(outcomes.values()) == {"done"}, f"{n} nodes to {target}: {outcomes}")
+        runs.append(run)
+    return runs
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def p95(xs: list[float]) -> float:
+    return sorted(xs)[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)] if xs else float("nan")
+
+
+def line_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through ``points``."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    return my - slope * mx, slope
+
+
+def calibrated(run: ScaleRun, parallel: int, batch: int) -> Any:
+    """The model's constants taken from one node count's phases (how it is calibrated today)."""
+    from slurm_gpupool.core.policy.switch_plan import Timings
+
+    sws = run.switches
+    restarts = [s.phases["restart"] / math.ceil(len(s.done()) / batch) for s in sws]
+    return Timings(
+        reserve_s=med([s.phases["reserve"] for s in sws]),
+        apply_s=med([s.phases["apply"] / math.ceil(len(s.done()) / parallel) for s in sws]),
+        install_s=med([s.phases["install"] for s in sws]),
+        ctld_restart_s=0.0,
+        slurmd_stop_s=0.0,
+        slurmd_start_s=med(restarts),  # the restart phase, per batch: slurmctld counted in it
+        verify_s=med([s.phases["verify"] for s in sws]),
+    )
+
+
+def fitted(runs: list[ScaleRun], parallel: int, batch: int) -> tuple[Callable[[int], Any], str]:
+    """Node count → Timings fitted on all runs: apply per wave (median); the restart phase as
+    slurmctld (intercept) plus a cost per slurmd restarted (slope, spread over the batches);
+    the verify phase growing with the nodes (the model's constant does not hold here); and
+    the fit in words."""
+    from slurm_gpupool.core.policy.switch_plan import Timings
+
+    sws = [s for r in runs for s in r.switches]
+    r0, r1 = line_fit([(len(s.done()), s.phases["restart"]) for s in sws])
+    v0, v1 = line_fit([(len(s.done()), s.phases["verify"]) for s in sws])
+    apply_s = med([s.phases["apply"] / math.ceil(len(s.done()) / parallel) for s in sws])
+
+    def at(n: int) -> Timings:
+        return Timings(
+            reserve_s=med([s.phases["reserve"] for s in sws]),
+            apply_s=apply_s,
+            install_s=med([s.phases["install"] for s in sws]),
+            ctld_restart_s=max(0.0, r0),
+            slurmd_stop_s=0.0,
+            slurmd_start_s=max(0.0, r1) * min(n, batch),
+            verify_s=max(0.0, v0 + v1 * n),
+        )
+
+    return at, (
+        f"apply {apply_s:.2f} s per wave of {parallel}; restart {r0:.1f} s + {r1:.3f} s per slurmd; "
+        f"verify {v0:.1f} s + {v1:.3f} s per node"
+    )
+
+
+def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
+    from slurm_gpupool.core.policy.switch_plan import estimate_switch_s
+
+    base = runs[0]
+    print(f"# sandbox at scale, {where}, nodes {[r.nodes for r in runs]}; baseline: {base.nodes} nodes")
+    rows = []
+    for r in runs:
+        total = sum(sum(v) for v in r.rss_mib.values())
+        base_total = sum(sum(v) for v in base.rss_mib.values())
+        rows.append(
+            [
+                r.nodes,
+                f"{r.up_s:.1f} s",
+                f"{r.up_s / base.up_s:.2f}x",
+                f"{total:.0f} MiB",
+                f"{total / base_total:.2f}x" if base_total else "-",
+                f"{med(r.rss_mib.get('slurmd', [])):.1f} MiB",
+                f"{sum(r.rss_mib.get('slurmctld', [0])):.1f} MiB",
+                f"{sum(r.rss_mib.get('mariadbd', r.rss_mib.get('mysqld', [0]))):.0f} MiB",
+            ]
+        )
+    print(table(rows, ["nodes", "up", "/ base", "RSS all daemons", "/ base", "slurmd each", "slurmctld", "MariaDB"]))
+    print(f"\n# switches (parallel {parallel}, restart_batch {batch}); busy nodes: long jobs, skipped at the deadline")
+    rows = []
+    base_wall = {s.target: s.wall_s for s in base.switches}
+    for r in runs:
+        for s in r.switches:
+            oos = s.out_of_service()
+            rss = [x[2] for x in s.samples if x[2] is not None]
+            rpc = [x[3] for x in s.samples if x[3] is not None]
+            down = sum(1 for x in s.samples if x[3] is None)
+            rows.append(
+                [
+                    r.nodes,
+                    f"->{s.target}",
+                    f"{s.wall_s:.1f} s",
+                    f"{s.wall_s / base_wall[s.target]:.2f}x",
+                    f"{len(s.done())}/{len(r.busy)}",
+                    f"{med(oos):.1f} s",
+                    f"{max(oos, default=math.nan):.1f} s",
+                    s.ctld_restarts(),
+                    f"{max(rss):.1f} MiB" if rss else "-",
+                    f"{med(rpc) * 1000:.0f}/{p95(rpc) * 1000:.0f}/{max(rpc) * 1000:.0f} ms" if rpc else "-",
+                    f"{down}/{len(s.samples)}",
+                    r.killed,
+                ]
+            )
+    print(
+        table(
+            rows,
+            [
+                "nodes",
+                "switch",
+                "wall",
+                "/ base",
+                "done/busy",
+                "out-of-service med",
+                "max",
+                "ctld restarts",
+                "ctld RSS max",
+                "sdiag p50/p95/max",
+                "sdiag no answer",
+                "jobs killed",
+            ],
+        )
+    )
+    print("\n# phases from the journal (whole seconds)")
+    print(
+        table(
+            [
+                [
+                    r.nodes,
+                    f"->{s.target}",
+                    *(f"{s.phases[k]:.0f} s" for k in ("reserve", "apply", "install", "restart", "verify")),
+                ]
+                for r in runs
+                for s in r.switches
+            ],
+            ["nodes", "switch", "reserve", "apply", "install", "restart", "verify"],
+        )
+    )
+    calib = calibrated(base, parallel, batch)
+    fit, fit_text = fitted(runs, parallel, batch)
+    rows = []
+    for r in runs:
+        for s in r.switches:
+            n, got = len(s.done()), s.phases["switched"]
+            e1, e2 = estimate_switch_s(n, parallel, batch, calib), estimate_switch_s(n, parallel, batch, fit(n))
+            rows.append(
+                [
+                    r.nodes,
+                    f"->{s.target}",
+                    n,
+                    f"{got:.1f} s",
+                    f"{e1['total_s']:.1f} s ({(e1['total_s'] / got - 1) * 100:+.0f}%)",
+                    f"{e2['total_s']:.1f} s ({(e2['total_s'] / got - 1) * 100:+.0f}%)",
+                    f"{max(s.out_of_service(), default=math.nan):.1f} s",
+                    f"{e2['worst_node_unavailable_s']:.1f} s",
+                ]
+            )
+    print(f"\n# estimate_switch_s: constants calibrated on {base.nodes} nodes, and fitted on all runs")
+    print(
+        table(
+            rows,
+            [
+                "nodes",
+                "switch",
+                "switched",
+                "measured (to last resumed)",
+                f"model ({base.nodes})",
+                "model (fit)",
+                "worst node",
+                "model worst node",
+            ],
+        )
+    )
+    print(f"\n# fit: {fit_text}")
+    rows = []
+    for p, b in ((16, 64), (32, 128), (64, 128), (128, 250), (256, 1000)):
+        fit_b = fitted(runs, parallel, b)[0]
+        e = estimate_switch_s(1000, p, b, fit_b(1000))
+        check(e["total_s"] >= 0 and e["apply_waves"] >= 1, f"estimate {e}")
+        row = [1000, p, b, e["apply_waves"], e["restart_batches"], f"{e['apply_s']:.0f} s", f"{e['restart_s']:.0f} s"]
+        rows.append([*row, f"{e['total_s']:.0f} s", f"{e['worst_node_unavailable_s']:.0f} s"])
+    print("\n# 1,000 nodes predicted by the fitted model (apply per wave as measured with parallel " + f"{parallel})")
+    print(
+        table(
+            rows,
+            [
+                "nodes",
+                "parallel",
+                "restart_batch",
+                "apply waves",
+                "batches",
+                "apply",
+                "restart",
+                "switch",
+                "worst node",
+            ],
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", default="32,64", help="node counts, comma-separated (default 32,64)")
+    ap.add_argument("--root", type=Path, help="a sandbox root of its own (purged first)")
+    ap.add_argument("--port-base", type=int, help="a port base of its own")
+    ap.add_argument("--deadline", default="30s", help="how long the switch waits for the busy nodes")
+    ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
+    ap.add_argument("--smoke", action="store_true", help="8 and 16 nodes on a fake Slurm: no sandbox needed")
+    args = ap.parse_args(argv)
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.config.model import RepartitionSettings
+    from slurm_gpupool.errors import GpupoolError
+
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp:
+            runs = smoke(Path(tmp))
+            defaults = RepartitionSettings()
+            report(runs, defaults.parallel, defaults.restart_batch, "fake Slurm (smoke: no sandbox, no daemons)")
+        return 0
+    if args.root is None or args.port_base is None:
+        ap.error("--root and --port-base are needed: a sandbox of its own")
+    if os.geteuid() != 0:
+        raise BenchError("the sandbox needs root")
+    counts = [int(x) for x in args.nodes.split(",")]
+    runs: list[ScaleRun] = []
+    failed = ""
+    try:
+        for n in counts:
+            print(f"# measuring {n} nodes ...", file=sys.stderr, flush=True)
+            try:
+                runs.append(measure(n, args.root.absolute(), args.port_base, args.deadline))
+            except (BenchError, GpupoolError, subprocess.TimeoutExpired) as e:
+                if not runs:
+                    raise
+                failed = f"{n} nodes failed: {e}"  # the smaller counts are still reported
+                break
+            switches = [round(s.wall_s, 1) for s in runs[-1].switches]
+            print(f"#   {n}: up {runs[-1].up_s:.1f} s, switches {switches}", file=sys.stderr, flush=True)
+        rep = load_config(args.root.absolute() / "etc" / "gpupool.yaml").repartition
+    finally:
+        if not args.keep:
+            gpupool(args.root, "sandbox", "down", "--purge", "--root", str(args.root))
+    check(all(r.killed == 0 for r in runs), f"jobs killed: {[(r.nodes, r.killed) for r in runs]}")
+    from slurm_gpupool.sandbox.configs import sandbox_slurm_version
+
+    version = ".".join(str(x) for x in sandbox_slurm_version(dict(os.environ)))  # slurmd -V
+    report(runs, rep.parallel, rep.restart_batch, f"Slurm {version}")
+    if failed:
+        raise BenchError(failed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
