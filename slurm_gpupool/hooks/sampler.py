@@ -62,13 +62,28 @@ def ensure_running(settings: dict[str, Any], node: str, env: dict[str, str]) -> 
         child_env["SLURM_CONF"] = env["SLURM_CONF"]
     subprocess.Popen(
         # the run directory on the command line only labels the process (ps, sandbox down)
-        [sys.executable, "-m", "slurm_gpupool.hooks.sampler", run_dir],
+        [sys.executable, "-IS", "-c", child_code(), run_dir],
         env=child_env,
+        cwd="/",
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         close_fds=True,
+    )
+
+
+def child_code() -> str:
+    """What the sampler's interpreter runs: this one's import path, then :func:`main` as a
+    launcher runs a hook (isolated: ``-IS``, no ``site``, no ``PYTHON*``, not the working
+    directory).  A launcher may name the system's interpreter, which finds neither
+    ``slurm_gpupool`` nor ``pynvml`` by itself: ``python -m slurm_gpupool.hooks.sampler``
+    died at its import there, and no job was sampled (#30)."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [package, *(p for p in sys.path if os.path.isabs(p) and p != package)]
+    return (
+        f"import sys; sys.path.extend({paths!r}); "
+        "from slurm_gpupool.hooks.launcher import run; run('slurm_gpupool.hooks.sampler')"
     )
 
 
@@ -219,5 +234,10 @@ def _read(dir_fd: int, name: str) -> str:
         return f.read()
 
 
+def main() -> int:
+    """The sampler's process (started by :func:`ensure_running`)."""
+    return run(dict(os.environ))
+
+
 if __name__ == "__main__":
-    sys.exit(run(dict(os.environ)))
+    sys.exit(main())

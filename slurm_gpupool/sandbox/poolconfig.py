@@ -50,6 +50,10 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
         }
     )
     raw["paths"] = paths
+    if (raw.get("reports") or {}).get("spool_dirs"):
+        # the site's collected spools are not the sandbox nodes': its reports read each node's
+        # paths.spool_dir under the root, where the sandbox's hooks write (#30)
+        raw["reports"] = {k: v for k, v in raw["reports"].items() if k != "spool_dirs"}
     if raw.get("mig_parted"):
         mp = dict(raw["mig_parted"])
         mp["file"] = str((base / mp["file"]).resolve())

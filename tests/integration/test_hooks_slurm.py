@@ -11,9 +11,13 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
+
+from slurm_gpupool.core.mig.catalog import get_model
 
 from .repartition_support import SLURM_WAIT_S, Gate, wait_until
 
@@ -314,17 +318,25 @@ def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Pat
                 day.gpupool("--node", node, "sim", "process", "0", str(locals()[pid]), "--remove")
 
 
-def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: Path):
+# the injected load of the GPM job: a 3g.40gb that a 1g.10gb would serve (below)
+SM_PCT, TENSOR_PCT, MEMORY_MIB = 20.0, 10.0, 4000
+
+
+def test_the_sampler_records_gpm_activity_of_a_mig_job_and_the_reports_read_it(day, tmp_path: Path):
     """A job on an H100 MIG instance under load: the sampler (started by the real Prolog)
-    measures GPM's SM activity of that instance, and the Epilog writes it into the record."""
+    measures GPM's SM activity of that instance and its process's memory, and the Epilog
+    writes them into the record.  Once slurmdbd has the job, ``report efficiency`` shows it
+    with what was injected, and ``report advice`` proposes the smaller profile the load fits:
+    20 % of a 3g.40gb is 60 % of a 1g.10gb's compute (under the rule's 80 %) and 4000 MiB
+    fit its 9.75 GiB."""
     node, gate = "h100n1", Gate(tmp_path, "gpm")
-    uuid_file = tmp_path / "uuid"
+    uuid_file, pid_file = tmp_path / "uuid", tmp_path / "pid"
     job = sbatch(
-        day, "-w", node, "--gres=gpu:1g.10gb:1", "-o", "/dev/null",
-        "--wrap", f"echo $CUDA_VISIBLE_DEVICES > {uuid_file}; {gate.wrap()}",
+        day, "-w", node, "--gres=gpu:3g.40gb:1", "-o", "/dev/null",
+        "--wrap", f"echo $$ > {pid_file}; echo $CUDA_VISIBLE_DEVICES > {uuid_file}; {gate.wrap()}",
     )  # fmt: skip
     wait_for(lambda: uuid_file.exists() and uuid_file.read_text().strip(), what="the job to start")
-    uuid = uuid_file.read_text().strip()
+    uuid, pid = uuid_file.read_text().strip(), pid_file.read_text().strip()
     gpu = next(d["gpu"] for d in day.node_state(node)["slurm_devices"] if d.get("mig_uuid") == uuid)
     run_dir = day.root / "nodes" / node / "run"
     try:
@@ -337,7 +349,10 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: P
                 return 0
             return min((d.get("sm_activity_samples", 0) for d in devices.values()), default=0)
 
-        day.gpupool("--node", node, "sim", "activity", str(gpu), "55", "--tensor-pct", "30", "--mig-uuid", uuid)
+        # the job's shell holds memory on its instance (a CUDA process would)
+        on = ["--node", node, "sim"]
+        day.gpupool(*on, "process", str(gpu), pid, "--mig-uuid", uuid, "--memory-mib", str(MEMORY_MIB))
+        day.gpupool(*on, "activity", str(gpu), str(SM_PCT), "--tensor-pct", str(TENSOR_PCT), "--mig-uuid", uuid)
         # counted once the load is set: of the next intervals one may still be in the writing
         # (measured before it) and one may have begun before it; the third lies wholly under it
         before = intervals()
@@ -351,11 +366,63 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_in_slurm(day, tmp_path: P
         wait_for(lambda: "usage" in json.loads(rec_path.read_text()), what="the epilog's record")
         (u,) = json.loads(rec_path.read_text())["usage"]
         assert u["activity_source"] == "gpm" and u["mig_uuid"] == uuid
-        assert (u["peak_sm_activity_pct"], u["peak_tensor_activity_pct"]) == (55.0, 30.0)
-        assert 0 < u["mean_sm_activity_pct"] <= 55.0  # the first interval may have begun before the load
+        assert (u["peak_sm_activity_pct"], u["peak_tensor_activity_pct"]) == (SM_PCT, TENSOR_PCT)
+        assert 0 < u["mean_sm_activity_pct"] <= SM_PCT  # the first interval may have begun before the load
+        assert u["peak_memory_mib"] == MEMORY_MIB
     finally:
         gate.open()
         day.gpupool("--node", node, "sim", "activity", str(gpu), "0", "--mig-uuid", uuid, check=False)
+        day.gpupool("--node", node, "sim", "process", str(gpu), pid, "--remove", check=False)
+    reports_read_the_gpm_job(day, tmp_path, job, u["mean_sm_activity_pct"])
+
+
+def sacct_done(sandbox, job: str) -> tuple[datetime, datetime] | None:
+    """The job's Start and End once slurmdbd has it as COMPLETED (``sacct -X -P``), else None."""
+    out = sandbox.run(["sacct", "-X", "-n", "-P", "-o", "State,Start,End", "-j", job]).stdout.strip()
+    state, *times = (out.splitlines() or ["||"])[0].split("|")
+    if state != "COMPLETED":
+        return None
+    start, end = (datetime.fromisoformat(t).astimezone(UTC) for t in times)  # sacct prints local time
+    return start, end
+
+
+def reports_read_the_gpm_job(day, tmp_path: Path, job: str, mean_sm: float) -> None:
+    """``report efficiency`` and ``report advice`` on the job's own window of accounting, read
+    from the sandbox's spool by the config's default paths (``paths.spool_dir`` per node).
+    ``reports.advice.min_jobs: 1``: one job is below the default 5 the rule wants behind it."""
+    start, end = wait_until(lambda: sacct_done(day, job), f"slurmdbd to have job {job} completed")
+    cfg = yaml.safe_load((day.root / "etc" / "gpupool.yaml").read_text())
+    cfg.setdefault("reports", {})["advice"] = {"min_jobs": 1}
+    # the module switched the nodes to day by hand (no repartition journal): the schedule says so
+    cfg["schedule"] = {**cfg["schedule"], "default": "day", "rules": []}
+    cfg_path = tmp_path / "gpupool.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    window = ["--since", start.isoformat(), "--until", (end + timedelta(seconds=1)).isoformat(), "--format", "json"]
+
+    def report(name: str, *args: str) -> dict:
+        out = day.gpupool("--config", str(cfg_path), "report", name, *window, *args).stdout
+        (doc,) = json.loads(out)["reports"]
+        return doc
+
+    slice_mib = next(p.memory_mib for p in get_model("H100-SXM5-80GB").mig.profiles if p.name == "3g.40gb")
+    eq_hours = (end - start).total_seconds() / 3600 * 3 / 7  # a 3g.40gb is 3 of the H100's 7 compute slices
+    eff = report("efficiency")
+    (row,) = [r for r in eff["tables"]["measured jobs"] if r["job_id"] == job]
+    assert row["gres"] == "gpu:3g.40gb" and row["eq_hours"] == pytest.approx(eq_hours)
+    assert (row["peak_mem_mib"], row["slice_mib"]) == (MEMORY_MIB, slice_mib)
+    assert (row["sm_activity_pct"], row["peak_sm_activity_pct"]) == (pytest.approx(mean_sm), SM_PCT)
+    assert 0 < row["tensor_pct"] <= TENSOR_PCT
+    (flagged,) = [r for r in eff["tables"]["jobs"] if r["job_id"] == job]  # 4000 of 40 GB: under a quarter
+    assert flagged["why"] == "peak memory < 25% of the slice", flagged
+    advice = report("advice", "--no-simulate")
+    (rule,) = [r for r in advice["tables"]["advice"] if r["rule"] == "oversized slices"]
+    assert "most 3g.40gb jobs (1 of 1) peaked below 9.8 GB" in rule["advice"], rule
+    assert "offer more 1g.10gb in the day layout" in rule["advice"], rule
+    assert rule["weight"] == pytest.approx(eq_hours)
+    # the planner's mix for the day layout's H100s with 3g.40gb: one gives way to 1g.10gb
+    change = "layouts.day.hopper.4-5: mig {3g.40gb: 2} -> {1g.10gb: 4, 3g.40gb: 1}"
+    change += " (placed by the planner on H100-SXM5-80GB)"
+    assert rule["layout_change"] == change, rule
 
 
 def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Path):

@@ -150,6 +150,47 @@ def test_a_launched_hook_loads_only_stdlib_slurm_gpupool_and_pynvml(site: dict, 
     assert not {"site", "typing", "subprocess", "tempfile"} & set(data["mods"])
 
 
+def test_a_launched_prolog_on_an_interpreter_without_the_package_starts_a_sampler_that_samples(
+    site: dict,  # noqa: F811
+    tmp_path: Path,
+):
+    """The launchers may name the system's interpreter, which finds neither slurm_gpupool nor
+    pynvml by itself (the venv's base interpreter plays it here).  The Prolog's sampler ran
+    ``python -m slurm_gpupool.hooks.sampler`` on it and died at the import: on the sandbox no
+    job's memory or GPM activity was ever sampled (#30).  It now gets the Prolog's path."""
+    import time
+
+    from slurm_gpupool.hooks import sampler
+
+    base = getattr(sys, "_base_executable", sys.executable)
+    alone = subprocess.run([base, "-c", "import slurm_gpupool"], capture_output=True, timeout=60, cwd=tmp_path)
+    if alone.returncode == 0:
+        pytest.skip(f"{base} imports slurm_gpupool by itself: it cannot stand for the system's interpreter")
+    dest = tmp_path / "libexec"
+    launcher.install(str(dest), python=base)
+    (site["etc"] / "gpupool-hooks.json").write_text(json.dumps({**site["settings"], "usage_interval_s": 0.2}))
+    i = index_of(site, "mig", "3g.40gb")
+    env = hook_env(site, SLURM_JOB_GPUS=str(i))
+    res = subprocess.run(
+        [str(dest / "gpupool-prolog")], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    usage = site["root"] / "run" / NODE / "42.usage.json"
+    deadline = time.monotonic() + 30  # a bound for a dead sampler, not a speed check
+    while not usage.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        assert usage.exists(), "the sampler the Prolog started never sampled the job"
+        dev = json.loads(usage.read_text())["devices"][str(i)]
+        assert dev["peak_memory_mib"] == 0 and dev["memory_total_mib"] > 0  # the device, through the simulated NVML
+        pid = int((site["root"] / "run" / NODE / sampler.PID_FILE).read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[1:3] == [b"-IS", b"-c"] and b"slurm_gpupool.hooks.sampler" in cmdline[3]  # isolated
+    finally:
+        res = subprocess.run([str(dest / "gpupool-epilog")], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+
+
 def test_the_nvml_path_of_the_hooks_loads_no_dataclasses_catalog_or_subprocess():
     """What a hook imports on a real GPU node (the simulation, beneath pynvml, needs the MIG
     catalog and so dataclasses; NVML does not)."""

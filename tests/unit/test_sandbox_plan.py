@@ -131,3 +131,27 @@ def test_purge_retries_while_a_leftover_process_writes_and_then_says_so(tmp_path
     with pytest.raises(BusyError) as e:
         Sandbox(root, config=default_config_path())._purge()
     assert e.value.exit_code == 75 and "Directory not empty" in str(e.value)
+
+
+def test_the_sandboxs_reports_read_its_nodes_spools_not_the_sites_collected_ones(tmp_path):
+    """A site config with ``reports.spool_dirs`` (its collected spools) made the sandbox's
+    ``gpupool report efficiency`` read those, never the records its own hooks wrote under the
+    root: every sandbox job showed unmeasured (#30)."""
+    import json
+    from pathlib import Path
+
+    from slurm_gpupool.config.load import parse_config
+    from slurm_gpupool.reports.usage_spool import read_records, spool_dirs
+    from slurm_gpupool.sandbox.poolconfig import sandbox_config
+    from tests.unit.test_hooks import CONFIG, NODE
+
+    site = {**CONFIG, "reports": {"spool_dirs": [str(tmp_path / "site-spools")], "currency": "CHF"}}
+    raw = sandbox_config(parse_config(site, "t.yaml", Path(".")), tmp_path, {NODE: ("127.0.0.2", 6818)})
+    cfg = parse_config(raw, "sandbox.yaml", tmp_path)
+    assert spool_dirs(cfg) == [tmp_path / "nodes" / NODE / "spool"] and cfg.reports.currency == "CHF"
+    jobs = tmp_path / "nodes" / NODE / "spool" / "jobs"  # where the Epilog writes on the sandbox
+    jobs.mkdir(parents=True)
+    usage = {"peak_memory_mib": 4000, "memory_total_mib": 40192, "mean_sm_activity_pct": 20.0}
+    (jobs / "7.json").write_text(json.dumps({"job_id": 7, "node": NODE, "start_time": 1.0, "usage": [usage]}))
+    records, bad = read_records(spool_dirs(cfg))
+    assert bad == 0 and records.set_index("job_id").loc["7", ["peak_mem_mib", "sm_activity_pct"]].tolist() == [4000, 20]
