@@ -119,7 +119,7 @@ def replay_wait(
     if ask is None:
         return Replayed(None, f"the simulator cannot model this request ({_gres_text(want)})")
     sim: list[SimJob] = []
-    left_out = 0
+    left_out = replayed_running = 0
     known = set(names)
     running = [j for j in jobs if j.state == "RUNNING" and j.nodes & known]
     pending = sorted((j for j in jobs if j.state == "PENDING" and not _held(j)), key=_queue_order)[:MAX_PENDING]
@@ -137,6 +137,7 @@ def replay_wait(
         if is_running:  # at 0, on its nodes, for what is left of its limit
             run_s = _remaining_s(j, now)
             sim.append(SimJob(len(sim) + 1, 0.0, run_s, run_s, req, requeue=j.requeue, nodes=tuple(sorted(j.nodes))))
+            replayed_running += 1
             continue
         run_s = float(j.time_limit_s) if j.time_limit_s is not None else UNLIMITED_S
         sim.append(SimJob(len(sim) + 1, PENDING_AT_S, run_s, run_s, req, requeue=j.requeue))
@@ -158,8 +159,9 @@ def replay_wait(
         window_s=offset_s,
     )
     rec = Engine(pool, sw, params).run(sim).jobs[-1]
+    replayed_pending = len(sim) - 1 - replayed_running
     assumed = (
-        f"replayed: {len(running)} running and {len(pending)} pending jobs ahead of it"
+        f"replayed: {replayed_running} running and {replayed_pending} pending GPU jobs ahead of it"
         + (f" ({left_out} with GRES the replay cannot model left out)" if left_out else "")
         + f", each to its time limit; the switch to layout {layout} at {at.isoformat(timespec='minutes')}"
         + " as the repartitioner makes it; no job submitted after now"

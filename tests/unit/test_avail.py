@@ -401,7 +401,7 @@ def test_a_request_only_the_next_layout_offers_starts_at_the_switch_on_an_empty_
     # the switch at 20:00, its nodes out of service while they switch, then it starts
     assert TUESDAY_20 < start <= TUESDAY_20 + timedelta(seconds=switch_s + 60)
     assert e["wait_s"] == int((start - TUESDAY_10).total_seconds())
-    assert "0 running and 0 pending jobs ahead" in e["why"] and "an estimate, not a promise" in e["why"]
+    assert "0 running and 0 pending GPU jobs ahead" in e["why"] and "an estimate, not a promise" in e["why"]
 
 
 def test_the_queue_ahead_adds_its_time_limits_after_the_switch(cfg, catalog):
@@ -421,7 +421,7 @@ def test_the_queue_ahead_adds_its_time_limits_after_the_switch(cfg, catalog):
     assert seen == ["squeue"] and e["source"] == "simulator"
     start = datetime.fromisoformat(e["start"])
     assert empty + timedelta(hours=2) <= start <= empty + timedelta(hours=2, minutes=2)
-    assert "0 running and 2 pending jobs ahead" in e["why"]
+    assert "0 running and 2 pending GPU jobs ahead" in e["why"]
 
 
 def test_a_running_job_past_the_switch_holds_its_node_until_it_ends(cfg, catalog):
@@ -433,10 +433,10 @@ def test_a_running_job_past_the_switch_holds_its_node_until_it_ends(cfg, catalog
     fake.jobs_ = [
         queued(n, "gres:gpu:a100:1", 3600 + 10 * 3600 + 1200, "RUNNING", nodes={f"a100n{n}"}, start=started)
         for n in (1, 2)
-    ]
+    ] + [queued(3, "", 86400, "RUNNING", nodes={"a100n2"}, start=started)]  # CPUs only: not replayed
     e = estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")
     start = datetime.fromisoformat(e["start"])
-    assert e["source"] == "simulator" and "2 running and 0 pending" in e["why"]
+    assert e["source"] == "simulator" and "2 running and 0 pending GPU jobs" in e["why"]
     assert empty + timedelta(minutes=20) <= start <= empty + timedelta(minutes=22)
 
 
