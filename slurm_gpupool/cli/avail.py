@@ -54,11 +54,19 @@ def avail(app: AppContext, as_json: bool, **request: str | None) -> None:
         _clock(app),
         asked or None,
         idle=lambda: _idle(app),
+        replay=_replay,
     )
     if as_json:
         emit_json(answer)
         return
     click.echo(render(answer))
+
+
+def _replay(*args: Any) -> Any:
+    """The simulator's replay of the queue (imported only for a request that waits for a switch)."""
+    from slurm_gpupool.simulate.wait import replay_wait
+
+    return replay_wait(*args)
 
 
 def _slurm(app: AppContext) -> Any:
@@ -169,6 +177,16 @@ def render(a: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_estimate(e: dict[str, Any] | None, now: datetime) -> list[str]:
+    """The wait estimate: when and by whom, then what it assumed."""
+    if e is None:
+        return []
+    if e["source"] is None:
+        return [f"  estimate: none: {e['why']}"]
+    by = {"slurm": "Slurm's", "simulator": "the simulator's"}.get(e["source"], e["source"])
+    return [f"  estimate ({by}): starts at {_when(e['start'], now)}", f"    {e['why']}"]
+
+
 def render_request(r: dict[str, Any], now: datetime) -> list[str]:
     import shlex
 
@@ -180,13 +198,13 @@ def render_request(r: dict[str, Any], now: datetime) -> list[str]:
             f"  offered only by layout {r['later']['layout']}, from {_when(r['later']['at'], now)}: "
             "Slurm would refuse it now"
         )
-        return out
+        return out + render_estimate(r.get("estimate"), now)
     need = f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
     free = ", ".join(r["free_on"]) or "no node"
     out.append(f"  free GPUs for it now on: {free} ({need} needed)")
     s = r["slurm"]
     if s is None:
-        return out
+        return out + render_estimate(r.get("estimate"), now)
     where = ",".join(s["nodes"]) or "(no node named)"
     if s["refused"]:
         out.append(f"  Slurm (sbatch --test-only): refused: {s['refused']}")
@@ -197,4 +215,4 @@ def render_request(r: dict[str, Any], now: datetime) -> list[str]:
             f"  Slurm (sbatch --test-only): starts at {_when(s['starts_at'], now)} on {where}"
             f" in partition {s['partition']}"
         )
-    return out
+    return out + render_estimate(r.get("estimate"), now)

@@ -12,13 +12,14 @@ The answer's keys are stable (docs/avail.md documents them): scripts read ``--js
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.core.gres.hostlist import slurm_hostlist
+from slurm_gpupool.core.policy.durations import parse_slurm_time_s
 from slurm_gpupool.core.policy.schedule import Schedule
 from slurm_gpupool.core.submit.sbatch_args import OptionTable, parse
 from slurm_gpupool.repartition.rules import FINISHED
@@ -265,6 +266,24 @@ def per_node(t: Translated) -> tuple[dict[tuple[str, str], int], int, str | None
     return want, max(1, nodes), args.value("partition")
 
 
+def time_limit_s(t: Translated) -> int | None:
+    """The request's ``--time`` in seconds (None: none given, or UNLIMITED)."""
+    text = parse(list(t.argv), t.table).value("time")
+    try:
+        return parse_slurm_time_s(text) if text else None
+    except ValueError:
+        return None
+
+
+def installed_layout(catalog: Mapping[str, Any] | None, sets: Sequence[Mapping[str, Any]]) -> str | None:
+    """The layout in force: the one Slurm's GRES were installed from (the submit catalog
+    says), else the one most node sets are in."""
+    if catalog and catalog.get("installed"):
+        return str(catalog["installed"])
+    seen = [s["layout"] for s in sets if s["layout"]]
+    return max(sorted(set(seen)), key=seen.count) if seen else None
+
+
 def fits(free: Mapping[tuple[str, str], int], want: Mapping[tuple[str, str], int]) -> bool:
     """Does a node's free GRES hold the request (an untyped one: any type of that name)?"""
     for (name, typ), n in want.items():
@@ -318,6 +337,119 @@ def request_view(
 
 def _iso_s(t: datetime | None) -> str | None:
     return t.isoformat(timespec="seconds") if t is not None else None
+
+
+# -- a wait estimate --------------------------------------------------------------------------
+
+# what it is, whichever source: said with every estimate
+CAVEAT = "an estimate, not a promise: jobs may end before their limits and new ones may come first"
+# (switch time, layout) -> (start or None, what the replay assumed)
+Replay = Callable[[datetime, str], tuple[datetime | None, str]]
+
+
+def per_node_of(request: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """``request_view``'s ``per_node`` rows back as GRES by (name, type)."""
+    return {(p["gres"], p["type"]): p["count"] for p in request["per_node"]}
+
+
+def offers_enough(
+    catalog: Mapping[str, Any] | None, layout: str, want: Mapping[tuple[str, str], int], nodes: int
+) -> bool:
+    """Does ``layout`` (the submit catalog's offers) have nodes enough whose GRES hold ``want``
+    each (shards: the shared GPUs per node times their shares)?"""
+    offers = (((catalog or {}).get("layouts") or {}).get(layout) or {}).get("offers", [])
+    if not want:
+        return False
+    for (name, typ), n in want.items():
+        ok = False
+        for o in offers:
+            if name == "shard":
+                per = o.get("per_node", o["count"]) * o.get("shares", 0) if o["kind"] == "shared" else 0
+            else:
+                per = o.get("per_node", o["count"]) if o["kind"] != "shared" else 0
+            if (not typ or o["type"] == typ) and per >= n and o.get("nodes", 1) >= nodes:
+                ok = True
+                break
+        if not ok:
+            return False
+    return True
+
+
+def switch_to(sets: Sequence[Mapping[str, Any]], layout: str, now: datetime) -> datetime | None:
+    """When the schedule brings ``layout`` to a node set: now where it is due and the nodes
+    are not in it yet, else the earliest next switch to it (None: no switch is coming)."""
+    if any(s["due"] == layout and s["layout"] != layout for s in sets):
+        return now
+    times = [
+        datetime.fromisoformat(s["next_switch"]["at"])
+        for s in sets
+        if s["next_switch"] and s["next_switch"]["layout"] == layout
+    ]
+    return min(times) if times else None
+
+
+def _waiting_for(
+    request: Mapping[str, Any], sets: Sequence[Mapping[str, Any]], catalog: Mapping[str, Any] | None
+) -> str | None:
+    """The layout the request waits for: the one only a later layout offers (the wrapper's
+    answer), or, where Slurm refuses it because the installed layout offers too little,
+    a coming layout (due, or the next switch's) that offers enough."""
+    if request["later"]:
+        return str(request["later"]["layout"])
+    s = request["slurm"]
+    if s is None or s["starts_at"] is not None:
+        return None
+    want, nodes = per_node_of(request), request["nodes"]
+    installed = (catalog or {}).get("installed")
+    if installed and offers_enough(catalog, installed, want, nodes):
+        return None  # the installed layout has it: Slurm refuses for something else
+    coming = sorted(
+        {x["due"] for x in sets if x["due"]} | {x["next_switch"]["layout"] for x in sets if x["next_switch"]}
+    )
+    return next((lay for lay in coming if lay != installed and offers_enough(catalog, lay, want, nodes)), None)
+
+
+def _estimate(source: str | None, start: datetime | None, now: datetime, why: str) -> dict[str, Any]:
+    wait_s = max(0, int((start - now).total_seconds())) if start is not None else None
+    return {"source": source, "start": _iso_s(start), "wait_s": wait_s, "why": why}
+
+
+def estimate(
+    request: Mapping[str, Any],
+    sets: Sequence[Mapping[str, Any]],
+    catalog: Mapping[str, Any] | None,
+    now: datetime,
+    replay: Replay | None,
+) -> dict[str, Any]:
+    """When the request would start: Slurm's own estimate (``sbatch --test-only``) where the
+    layout in force offers it, else the simulator's replay of the queue through the switch
+    that brings a layout offering it (``replay``: None, not replayed); ``source`` None when
+    there is no estimate, and ``why`` says why."""
+    layout = _waiting_for(request, sets, catalog)
+    if layout is not None:
+        at = switch_to(sets, layout, now)
+        if at is None:
+            return _estimate(
+                None,
+                None,
+                now,
+                f"no switch is coming: no scheduled switch brings layout {layout}"
+                " (no schedule, a pause or pin until resumed, or demand decides)",
+            )
+        if replay is None:
+            return _estimate(None, None, now, f"waits for layout {layout} at {_iso(at)}; the queue was not replayed")
+        start, assumed = replay(at, layout)
+        if start is None:
+            return _estimate(None, None, now, f"the simulator found no start: {assumed}")
+        return _estimate("simulator", start, now, f"{assumed}; {CAVEAT}")
+    s = request["slurm"]
+    if s is None:
+        return _estimate(None, None, now, "Slurm was not asked")
+    if s["starts_at"] is None:
+        return _estimate(None, None, now, f"Slurm would refuse it: {s['refused']}")
+    start = datetime.fromisoformat(s["starts_at"])
+    why = "Slurm's backfill plan (sbatch --test-only): running jobs to their time limits, the queue as it is now"
+    return _estimate("slurm", start, now, f"{why}; {CAVEAT}")
 
 
 def availability(

@@ -18,14 +18,32 @@ from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.core.submit.plan import plan
 from slurm_gpupool.core.submit.request import RequestError
 from slurm_gpupool.core.submit.sbatch_args import ArgError
-from slurm_gpupool.errors import StateError, UsageError
-from slurm_gpupool.observe.avail import Translated, availability, request_view, user_mistake
+from slurm_gpupool.errors import SlurmUnavailableError, StateError, UsageError
+from slurm_gpupool.observe.avail import (
+    Translated,
+    availability,
+    estimate,
+    installed_layout,
+    per_node_of,
+    request_view,
+    time_limit_s,
+    user_mistake,
+)
 from slurm_gpupool.repartition.hold import Hold, read_hold
 from slurm_gpupool.repartition.journal import Journal
 from slurm_gpupool.slurm.protocol import Slurm
+from slurm_gpupool.slurm.types import JobInfo
 from slurm_gpupool.util.clock import Clock
 
 WRAP = ("--wrap", "true")  # a script for sbatch --test-only: it runs nothing
+
+# the simulator's replay of the queue through a switch (``simulate.wait.replay_wait``; the CLI
+# passes it in: this wing sits below the simulator's): (config, squeue's jobs, GRES per node,
+# nodes, time limit, layout in force, (switch time, layout), now) -> (start or None, why)
+QueueReplay = Callable[
+    [PoolConfig, Sequence[JobInfo], dict[tuple[str, str], int], int, int | None, str, tuple[datetime, str], datetime],
+    tuple[datetime | None, str],
+]
 
 
 def translate(
@@ -81,9 +99,12 @@ def gather(
     clock: Clock,
     asked: Sequence[str] | None = None,
     idle: Callable[[], dict[str, int] | None] | None = None,
+    replay: QueueReplay | None = None,
 ) -> dict[str, Any]:
     """The answer of ``gpupool avail`` (``asked``: a request's options, as gpupool-sbatch
-    takes them; ``idle``: what is idle by GRES type, asked only in an elastic period)."""
+    takes them; ``idle``: what is idle by GRES type, asked only in an elastic period;
+    ``replay``: the simulator, for a request that waits for a switch, given ``squeue
+    --json``'s queue, read only then)."""
     now = schedule_now(cfg, clock)
     ctl = Path(cfg.paths.controller_dir)
     run, run_note = read_run(ctl)
@@ -100,4 +121,21 @@ def gather(
         if will is not None and user_mistake(will):
             raise UsageError("request", f"Slurm refuses it: {will.refused}")
         request = request_view(t, infos, will, now)
-    return availability(cfg, infos, run, hold, catalog, now, request, notes)
+    answer = availability(cfg, infos, run, hold, catalog, now, request, notes)
+    if t is not None and request is not None:
+        sets = answer["nodesets"]
+        current = installed_layout(catalog, sets)
+
+        def replayed(at: datetime, layout: str) -> tuple[datetime | None, str]:
+            assert replay is not None and request is not None and t is not None and current is not None
+            try:
+                jobs = slurm.jobs()  # squeue --json
+            except SlurmUnavailableError as e:
+                return None, f"the queue could not be read: {e.message()}"
+            want, limit = per_node_of(request), time_limit_s(t)
+            return replay(cfg, jobs, want, request["nodes"], limit, current, (at, layout), now)
+
+        request["estimate"] = estimate(
+            request, sets, catalog, now, replayed if replay is not None and current is not None else None
+        )
+    return answer

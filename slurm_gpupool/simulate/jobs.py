@@ -30,6 +30,7 @@ class SimJob:
     model: str | None = None  # a catalog model the job insists on (a typed whole-GPU request); None: any
     requeue: bool = True  # Slurm's --requeue (the repartitioner's --requeue may requeue it)
     qos: str = "normal"  # its QOS (--qos): its priority orders the queue (``priority``)
+    nodes: tuple[str, ...] = ()  # the only nodes it may run on (a running job replayed where it runs); (): any
 
 
 def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maximum_s: float | None = None) -> float:

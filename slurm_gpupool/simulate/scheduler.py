@@ -163,7 +163,7 @@ class Scheduler(NodeIndex):
             if not self._configured(need):
                 k += 1
                 continue  # no node has that GRES now (BadConstraints): it does not block
-            chosen = self._fit_now(need, self.jobs[i].limit_s)
+            chosen = self._fit_now(need, self.jobs[i].limit_s, self._elsewhere(i))
             if chosen is None:
                 if self.preempting:
                     self._preempt_for(i)  # it waits for what it preempts (ESLURM_NODES_BUSY): it blocks too
@@ -172,6 +172,11 @@ class Scheduler(NodeIndex):
         if self.queued and self.changed and not self.bf_pending:
             self.bf_pending = True
             self._push(self._next_pass_at(), BACKFILL, None)
+
+    def _elsewhere(self, i: int) -> Container[int]:
+        """The nodes job ``i`` may not use: all but those it is pinned to (``SimJob.nodes``)."""
+        pins = self.jobs[i].nodes
+        return {n.index for n in self.nodes if n.name not in pins} if pins else ()
 
     def _next_pass_at(self) -> float:
         """Backfill runs every ``bf_interval_s`` on a fixed grid: the next grid instant that has

@@ -23,9 +23,12 @@ from slurm_gpupool.observe.avail_inputs import gather
 from slurm_gpupool.pool.submit_catalog import submit_catalog
 from slurm_gpupool.repartition.hold import write_hold
 from slurm_gpupool.repartition.journal import Journal
+from slurm_gpupool.simulate import policies as pol
+from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.wait import replay_wait, trace_request
 from slurm_gpupool.slurm.fake import FakeClock, FakeSlurm, Node
 from slurm_gpupool.slurm.parse import parse_sinfo_json
-from slurm_gpupool.slurm.types import WillRun
+from slurm_gpupool.slurm.types import JobInfo, WillRun, requested_gres
 from slurm_gpupool.submit import wrapper
 
 from .site import shipped_raw
@@ -262,6 +265,7 @@ def test_the_command_prints_tables_and_json_with_stable_keys(cfg, catalog):
     assert sorted(a["request"]) == [
         "asked",
         "changes",
+        "estimate",
         "fits_now",
         "free_on",
         "later",
@@ -370,3 +374,134 @@ def test_hostile_request_options_never_end_in_an_internal_error(cfg, catalog):
         else:
             json.loads(out)
     assert seen == {0, 2}
+
+
+# -- the wait estimate: Slurm's, or the simulator's replay of the queue through a switch ------
+
+TUESDAY_20 = datetime(2026, 11, 24, 20, 0, tzinfo=UTC)  # the night layout comes (whole GPUs)
+
+
+def queued(job_id: int, gres: str, limit_s: int, state: str = "PENDING", **kw) -> JobInfo:
+    """A job as squeue --json shows it (pending unless told)."""
+    return JobInfo(
+        job_id, state, frozenset(kw.pop("nodes", ())), "alice", "j", limit_s, kw.pop("start", 0), True, "", gres, **kw
+    )
+
+
+def estimated(cfg, catalog, fake, *asked: str) -> dict:
+    return gather(cfg, fake, catalog, fake.clock, list(asked), replay=replay_wait)["request"]["estimate"]
+
+
+def test_a_request_only_the_next_layout_offers_starts_at_the_switch_on_an_empty_queue(cfg, catalog):
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    e = estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")  # 8 whole A100s on one node: night only
+    assert e["source"] == "simulator"
+    start = datetime.fromisoformat(e["start"])
+    switch_s = pol.switch_seconds(cfg, len([n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine]))
+    # the switch at 20:00, its nodes out of service while they switch, then it starts
+    assert TUESDAY_20 < start <= TUESDAY_20 + timedelta(seconds=switch_s + 60)
+    assert e["wait_s"] == int((start - TUESDAY_10).total_seconds())
+    assert "0 running and 0 pending GPU jobs ahead" in e["why"] and "an estimate, not a promise" in e["why"]
+
+
+def test_the_queue_ahead_adds_its_time_limits_after_the_switch(cfg, catalog):
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    empty = datetime.fromisoformat(estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")["start"])
+    # two jobs ahead wanting a whole DGX each (gpu:a100:8, only night offers it) for 2 h: the two
+    # DGX nodes run them first, so the request starts when the first ends, two hours later
+    seen = []
+    fake.jobs_ = [
+        queued(100, "gres:gpu:a100:8", 7200, priority=50, submit_time=int(TUESDAY_10.timestamp()) - 60),
+        queued(101, "gres:gpu:a100:8", 7200, priority=40, submit_time=int(TUESDAY_10.timestamp()) - 30),
+        queued(102, "gres:gpu:a100:8", 7200, priority=0, state_reason="JobHeldUser"),  # held: not ahead
+    ]
+    jobs = fake.jobs
+    fake.jobs = lambda: seen.append("squeue") or jobs()  # type: ignore[method-assign]
+    e = estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")
+    assert seen == ["squeue"] and e["source"] == "simulator"
+    start = datetime.fromisoformat(e["start"])
+    assert empty + timedelta(hours=2) <= start <= empty + timedelta(hours=2, minutes=2)
+    assert "0 running and 2 pending GPU jobs ahead" in e["why"]
+
+
+def test_a_running_job_past_the_switch_holds_its_node_until_it_ends(cfg, catalog):
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    empty = datetime.fromisoformat(estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")["start"])
+    # both DGX nodes run a job (one A100 each, day layout) until 20:20, past the 20:00 switch:
+    # each node switches once its job ends (within the repartitioner's deadline)
+    started = int(TUESDAY_10.timestamp()) - 3600
+    fake.jobs_ = [
+        queued(n, "gres:gpu:a100:1", 3600 + 10 * 3600 + 1200, "RUNNING", nodes={f"a100n{n}"}, start=started)
+        for n in (1, 2)
+    ] + [queued(3, "", 86400, "RUNNING", nodes={"a100n2"}, start=started)]  # CPUs only: not replayed
+    e = estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")
+    start = datetime.fromisoformat(e["start"])
+    assert e["source"] == "simulator" and "2 running and 0 pending GPU jobs" in e["why"]
+    assert empty + timedelta(minutes=20) <= start <= empty + timedelta(minutes=22)
+
+
+def test_a_request_the_layout_in_force_offers_keeps_slurms_estimate(cfg, catalog):
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    later = datetime.fromtimestamp(fake.clock.time() + 600)
+    fake.will_run_reply = WillRun(later, cpus=2, nodes=frozenset({"a100n1"}), partition="gpu")
+    asked = []
+    fake.jobs = lambda: asked.append("squeue") or []  # type: ignore[method-assign]
+    e = estimated(cfg, catalog, fake, "--gres=gpu:a100:1")
+    assert e["source"] == "slurm" and e["wait_s"] == 600
+    assert e["start"] == later.astimezone().isoformat(timespec="seconds") and "sbatch --test-only" in e["why"]
+    assert asked == []  # the queue is read only for a replay
+
+
+def test_a_layout_in_force_that_offers_too_little_waits_for_one_that_offers_enough(cfg, catalog):
+    """--gres=gpu:a100:8: the day layout has A100s, two per node; Slurm refuses it, night has eight."""
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    fake.will_run_reply = WillRun(None, refused="Requested node configuration is not available")
+    r = gather(cfg, fake, catalog, fake.clock, ["--gres=gpu:a100:8"], replay=replay_wait)["request"]
+    assert r["later"] is None and r["slurm"]["refused"]
+    assert r["estimate"]["source"] == "simulator" and "layout night" in r["estimate"]["why"]
+    assert TUESDAY_20 < datetime.fromisoformat(r["estimate"]["start"]) < TUESDAY_20 + timedelta(minutes=5)
+    # what no layout offers (nine on one node) has no estimate: Slurm's refusal stands
+    r = gather(cfg, fake, catalog, fake.clock, ["--gres=gpu:a100:9"], replay=replay_wait)["request"]
+    assert r["estimate"]["source"] is None and r["estimate"]["why"].startswith("Slurm would refuse it")
+
+
+def test_without_a_schedule_or_under_a_pause_no_switch_is_coming(tmp_path: Path, cfg, catalog):
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    write_hold(Path(cfg.paths.controller_dir), None, None, "maintenance", clock=fake.clock)  # until resumed
+    e = estimated(cfg, catalog, fake, "--gpus-nvlink=8")
+    assert e["source"] is None and e["start"] is None and e["wait_s"] is None
+    assert e["why"].startswith("no switch is coming: no scheduled switch brings layout night")
+    raw = shipped_raw(tmp_path / "none")
+    del raw["schedule"]
+    path = tmp_path / "none.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    plain = load_config(path)
+    e = estimated(plain, submit_catalog(plain, installed="day"), fake, "--gpus-nvlink=8")
+    assert e["source"] is None and e["why"].startswith("no switch is coming")
+
+
+def test_the_estimate_is_printed_and_in_json(cfg, catalog):
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    rc, out, _ = cli(cfg, catalog, fake, "avail", "--gpus-nvlink", "8", "-t", "60")
+    assert rc == 0 and "  estimate (the simulator's): starts at Tue 2026-11-24 20:0" in out
+    assert "each to its time limit" in out
+    rc, out, _ = cli(cfg, catalog, fake, "avail", "--json", "--gpus-nvlink", "8")
+    e = json.loads(out)["request"]["estimate"]
+    assert rc == 0 and sorted(e) == ["source", "start", "wait_s", "why"] and e["source"] == "simulator"
+
+
+@pytest.mark.parametrize(
+    ("gres", "nodes", "expected"),
+    [
+        ("gres:gpu:1g.5gb:1", 1, TraceRequest(1, 142, 4864)),  # 1/7 of an A100 40GB, its memory
+        ("gres:shard:v100_shared:2", 1, TraceRequest(1, 500)),  # 2 of a V100's 4 shares
+        ("gres:gpu:a100:2", 2, TraceRequest(4, 1000, 0, "A100-SXM4-40GB")),
+        ("gres:gpu:3", 1, TraceRequest(3)),
+        ("gres:gpu:1g.5gb:2", 1, None),  # several slices in one job: not modelled
+        ("gres:gpu:a100:1,gres:shard:2", 1, None),
+        ("gres:gpu:nosuch:1", 1, None),
+    ],
+)
+def test_a_jobs_gres_becomes_the_replays_request(cfg, catalog, gres, nodes, expected):
+    offers = [o for lay in catalog["layouts"].values() for o in lay["offers"]]
+    assert trace_request(requested_gres(gres), nodes, offers) == expected
