@@ -393,8 +393,11 @@ def reports_read_the_gpm_job(day, tmp_path: Path, job: str, mean_sm: float) -> N
     start, end = wait_until(lambda: sacct_done(day, job), f"slurmdbd to have job {job} completed")
     cfg = yaml.safe_load((day.root / "etc" / "gpupool.yaml").read_text())
     cfg.setdefault("reports", {})["advice"] = {"min_jobs": 1}
-    # the module switched the nodes to day by hand (no repartition journal): the schedule says so
+    # the module switched the nodes to day by hand, past the repartitioner: its journal (from
+    # the tests before this module on the same sandbox) may say night; the report reads an
+    # empty journal, and the schedule says day
     cfg["schedule"] = {**cfg["schedule"], "default": "day", "rules": []}
+    cfg.setdefault("paths", {})["controller_dir"] = str(tmp_path / "no-journal")
     cfg_path = tmp_path / "gpupool.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     window = ["--since", start.isoformat(), "--until", (end + timedelta(seconds=1)).isoformat(), "--format", "json"]
