@@ -30,6 +30,9 @@ class SimJob:
     model: str | None = None  # a catalog model the job insists on (a typed whole-GPU request); None: any
     requeue: bool = True  # Slurm's --requeue (the repartitioner's --requeue may requeue it)
     qos: str = "normal"  # its QOS (--qos): its priority orders the queue (``priority``)
+    # when its user cancelled it (``scancel``), s from the start of the replay: it leaves the
+    # queue then if still pending (and ends then if running); None: never
+    cancel_s: float | None = None
 
 
 def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maximum_s: float | None = None) -> float:
