@@ -4,9 +4,9 @@ their one-minute limit (TIMEOUT), some cancelled by their user while pending (``
 run once on the sandbox's Slurm 22.05 by ``tests/fixtures/record_simulate_burst.py``
 (``tests/fixtures/slurm/22.05/simulate-burst*``: every record sacct kept of each job, its
 request and planned cancel, and the controller's log lines of those jobs).  The replay must
-agree within the published tolerances (docs/simulate.md) with two rules this run needs:
-a job past its limit ends at the controller's next periodic time-limit check, and a job
-cancelled while pending leaves the queue then."""
+agree within the published tolerances (docs/simulate.md), with the rule this run needs (a
+job past its limit ends at the controller's next periodic time-limit check) and the jobs
+cancelled while pending leaving the queue then (which on this run changes nothing)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpupool.simulate.engine import Params
 from tests.integration.simulate_support import LIMIT_MIN, SANDBOX, recorded, recorded_handoff, replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,8 @@ def _checks() -> list[float]:
     return out
 
 
-def _params(phase: float | None) -> object:
+def _params(phase: float | None) -> Params:
+    """The sandbox's settings, with the time-limit checks at ``phase`` (None: without them)."""
     if phase is None:
         return SANDBOX
     return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=phase)
