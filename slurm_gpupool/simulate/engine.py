@@ -61,6 +61,7 @@ from slurm_gpupool.simulate.replay import (
     SUBMIT,
     SWITCH,
     TICK,
+    WITHDRAW,
 )
 from slurm_gpupool.simulate.state import GPU, INF, SHARD, JobRecord, Need, NodeState, Params, Pending, Result
 from slurm_gpupool.simulate.switcher import Switcher
@@ -187,6 +188,8 @@ class Engine(Switching, Backfill):
             self.meter.begin(n.layout)
         for i, j in enumerate(jobs):
             self._push(j.submit_s, SUBMIT, i)
+            if j.cancel_s is not None:
+                self._push(max(j.cancel_s, j.submit_s), WITHDRAW, i)
         for t, lay in sw.upcoming(0.0):
             if p.lead_time_s > 0:
                 self._push(max(0.0, t - p.lead_time_s), AHEAD, (t, lay))
@@ -218,6 +221,8 @@ class Engine(Switching, Backfill):
             self._eligible(payload)  # type: ignore[arg-type]
         elif kind == SUBMIT:
             self._submit(payload)  # type: ignore[arg-type]
+        elif kind == WITHDRAW:
+            self._withdraw(payload)  # type: ignore[arg-type]
         elif kind == BACKFILL:
             self.bf_pending = False
             self.last_pass_s = self.now

@@ -31,6 +31,9 @@ class SimJob:
     requeue: bool = True  # Slurm's --requeue (the repartitioner's --requeue may requeue it)
     qos: str = "normal"  # its QOS (--qos): its priority orders the queue (``priority``)
     nodes: tuple[str, ...] = ()  # the only nodes it may run on (a running job replayed where it runs); (): any
+    # when its user cancelled it (``scancel``), s from the start of the replay: it leaves the
+    # queue then if still pending (and ends then if running); None: never
+    cancel_s: float | None = None
 
 
 def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maximum_s: float | None = None) -> float:

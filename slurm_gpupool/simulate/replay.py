@@ -24,10 +24,11 @@ from slurm_gpupool.simulate.switcher import Switcher
 
 # event kinds, in the order they are handled at one instant
 # (samples last: what they measure, and whether they run at all, changes nothing before them)
-# (KILL: a preempted job ends, then its records come free; ELIGIBLE: a requeued one queues again)
-END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, SUBMIT, BACKFILL, TICK, SAMPLE = range(12)
+# (KILL: a preempted job ends, then its records come free; ELIGIBLE: a requeued one queues again;
+# WITHDRAW: its user cancels a job)
+END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT, BACKFILL, TICK, SAMPLE = range(13)
 # the events that change what the scheduler sees (the others are its passes, ticks, samples)
-LIVE = frozenset({END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, SUBMIT})
+LIVE = frozenset({END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT})
 
 
 class ReplayState:

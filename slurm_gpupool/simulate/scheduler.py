@@ -64,6 +64,8 @@ class Scheduler(NodeIndex):
     # -- jobs -----------------------------------------------------------------------------
     def _submit(self, i: int) -> None:
         job, rec = self.jobs[i], self.recs[i]
+        if rec.withdrawn:
+            return  # cancelled while refused (a later layout's job): never resubmitted
         due = self.sw.due(self.now)
         need = self.need(due, job.request)
         if need is None:
@@ -96,6 +98,30 @@ class Scheduler(NodeIndex):
         self.queued.add(i)
         self.dirty = self.changed = True
 
+    def _withdraw(self, i: int) -> None:
+        """Its user cancels job ``i`` (``scancel``, ``job_mgr.c``: ``job_signal``).  Pending,
+        it leaves the queue and ends without running (Slurm: state CANCELLED, no start); its
+        place stops blocking the jobs after it, and the main scheduler runs now (the
+        sandbox's ``sched_interval`` would within 5 s).  Running, it ends now and its records
+        free after the epilog, as at any end.  Ended already: nothing."""
+        rec = self.recs[i]
+        if i in self.queued:
+            self.queued.discard(i)
+            q = self.queue
+            del q[bisect_left(q, self._key(i))]
+        elif i in self.deferred:
+            self.deferred.discard(i)
+        elif i in self.job_nodes and rec.end_s > self.now:
+            rec.end_s, rec.timeout = self.now, False
+            self.gen[i] += 1  # its planned end is stale
+            self._push(self.now + self.p.release_s, END, (i, self.gen[i]))
+            return
+        else:
+            return
+        rec.withdrawn = True
+        self.open_jobs -= 1
+        self.dirty = self.changed = True
+
     def _start(self, i: int, chosen: Sequence[tuple[SimNode, list[Part]]]) -> None:
         job, rec, need = self.jobs[i], self.recs[i], self.need_of_job[i]
         self.queued.discard(i)
@@ -103,9 +129,12 @@ class Scheduler(NodeIndex):
         del q[bisect_left(q, self._key(i))]
         self.started += 1
         run = job.duration_s * (self.p.shard_slowdown if need.kind == SHARD else 1.0)
+        killed = self._limit_checked(self.now + job.limit_s) - self.now
+        # past its limit: TIMEOUT, whether the check ended it or its work ended first
+        # (``_job_complete``: ``end_time + OverTimeLimit < now``)
         rec.timeout = run > job.limit_s
         rec.start_s = self.now
-        rec.end_s = self.now + min(run, job.limit_s)
+        rec.end_s = self.now + min(run, killed)
         # what backfill plans with: the time limit (it does not know run times); a job killed at
         # its limit holds its records until its completion ends, release_s later
         expected = max(self.now + job.limit_s, rec.end_s + self.p.release_s)
@@ -119,6 +148,15 @@ class Scheduler(NodeIndex):
         insort(self.ends, (expected, i, tuple(n.index for n, _ in chosen)))
         self.gen[i] = self.gen.get(i, 0) + 1
         self._push(rec.end_s + self.p.release_s, END, (i, self.gen[i]))  # records free after the epilog
+
+    def _limit_checked(self, limit_at: float) -> float:
+        """When a job whose limit comes at ``limit_at`` is ended if still running: Slurm's
+        next periodic time-limit check from then (``job_time_limit``; ``Params.limit_check_s``)."""
+        step = self.p.limit_check_s
+        if step <= 0:
+            return limit_at
+        since = self.p.clock_origin_s - self.p.limit_check_phase_s
+        return math.ceil((limit_at + since) / step - 1e-9) * step - since
 
     def _end(self, i: int, gen: int) -> None:
         if self.gen.get(i) != gen:

@@ -53,6 +53,12 @@ class Params:
     # lifetime + 1: ``batch_requeue_fini``)
     requeue_delay_s: float = 121.0
     release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
+    # a job past its time limit is ended at the controller's next periodic check, which runs
+    # every PERIODIC_TIMEOUT (30 s: controller.c, job_mgr.c job_time_limit, OverTimeLimit=0), on
+    # the clock's epoch seconds = limit_check_phase_s modulo it; a job whose work ends before
+    # that check completes (Slurm records it TIMEOUT all the same).  0: ended at its limit exactly
+    limit_check_s: float = 0.0
+    limit_check_phase_s: float = 0.0
     switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
     lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)
     deadline_s: float = 1800.0  # repartition.deadline
@@ -132,6 +138,7 @@ class JobRecord:
     preemptions: int = 0  # times preempted (QOS preemption; requeued or ended)
     preempted_by: int = -1  # the job it was last preempted for
     cancelled: bool = False  # ended by a preemption, never to run again (cancel mode, or not requeueable)
+    withdrawn: bool = False  # cancelled by its user (``scancel``) before it started
     timeout: bool = False  # ran into its time limit
     rejected: str = ""  # why no layout can hold it
 

@@ -4,6 +4,7 @@ recorded run).  Tolerances and the measured hand-over time live here, once."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Collection, Iterator
@@ -13,9 +14,12 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_gpupool.config.load import load_config
 from slurm_gpupool.simulate.engine import Engine, Params, Result, Switcher
 from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile, summarise
+from slurm_gpupool.simulate.pool import PoolSpec, pool_spec
 from slurm_gpupool.simulate.willrun import rule_for
 
 LIMIT_MIN = 1  # every job's --time: Slurm plans with it (backfill), as the simulator does
@@ -142,6 +146,16 @@ def handoff_gaps(
     return gaps
 
 
+def recorded(record: Path) -> tuple[dict, dict[str, tuple[TraceRequest, int, str]], PoolSpec]:
+    """A run recorded on the sandbox (a fixture's JSON, as ``tests/fixtures/record_simulate_*``
+    write it), each job's (request, sleep s, QOS) from it, and the pool it ran on (the
+    repository's example config, day and night layouts)."""
+    rec = json.loads(record.read_text())
+    ids = {j: (TraceRequest(*v[:4]), v[4], v[5]) for j, v in rec["ids"].items()}
+    example = Path(__file__).resolve().parents[2] / "etc" / "gpupool.yaml"
+    return rec, ids, pool_spec(load_config(example), ["day", "night"])
+
+
 def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> float:
     """The mean hand-over of a short recorded run (a fixture), as :func:`handoff_s` reads it
     from a 210-job one: at least 10 hand-overs."""
@@ -169,7 +183,7 @@ def _compare(ids, real, epoch, res, switch_at, out, exact, held=None) -> dict[st
     measure -> (Slurm's, the simulator's).  ``held``: job -> the (start, end) of each of its
     runs, when it had more than the one in ``real`` (a preempted job's)."""
     sim = {str(r.job_id): r for r in res.jobs}
-    assert all(r.start_s >= 0 for r in sim.values()), [r for r in sim.values() if r.start_s < 0][:3]
+    assert all(sim[j].start_s >= 0 for j in ids), [sim[j] for j in ids if sim[j].start_s < 0][:3]
     real_start = {j: real[j][1] - epoch for j in ids}
     sim_start = {j: sim[j].start_s for j in ids}
     real_wait = sorted(real[j][1] - real[j][0] for j in ids)
@@ -179,7 +193,7 @@ def _compare(ids, real, epoch, res, switch_at, out, exact, held=None) -> dict[st
     mean_r, mean_s = sum(real_wait) / len(real_wait), sum(sim_wait) / len(sim_wait)
     p90_r, p90_s = percentile(real_wait, 90), percentile(sim_wait, 90)
     # utilisation over the same window (first submission to last), GPU-eq held / offered
-    horizon = max(real[j][0] for j in ids) - epoch
+    horizon = res.window_s  # the last submission, a cancelled job's too
     spans = {j: (held or {}).get(j, [(real[j][1], real[j][2])]) for j in ids}
     held_real = sum(sim[j].eq * max(0.0, min(e - epoch, horizon) - (b - epoch)) for j in ids for b, e in spans[j])
     summary = summarise(res)
@@ -212,6 +226,7 @@ def replay_and_compare(
     requeue: Collection[str] = (),
     results: dict[bool, Result] | None = None,
     held: dict[str, list[tuple[float, float]]] | None = None,
+    cancel: dict[str, float] | None = None,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -223,18 +238,22 @@ def replay_and_compare(
     ``work``: the run time of a job whose recorded run is not its whole work (one a
     preemption ended for good); ``requeue``: the jobs submitted with ``--requeue``;
     ``results``: filled with each replay's own result; ``held``: each run of a job that ran
-    more than once (:func:`_compare`)."""
+    more than once (:func:`_compare`); ``cancel``: job -> when (epoch s) its user cancelled
+    it while it was pending in Slurm (``scancel``): replayed (it queues until then), not
+    compared (it has no start); its ``work`` is what it would have run."""
     epoch = min(v[0] for v in real.values())
+    work = work or {}
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
     jobs = [
         SimJob(
             int(j),
             real[j][0] - epoch,
-            (work or {}).get(j, real[j][2] - real[j][1]),
+            work[j] if j in work else real[j][2] - real[j][1],
             LIMIT_MIN * 60.0,
             ids[j][0],
             requeue=j in requeue,
             qos=ids[j][2] if len(ids[j]) > 2 else "normal",
+            cancel_s=(cancel or {})[j] - epoch if j in (cancel or {}) else None,
         )
         for j in order
     ]
@@ -248,5 +267,6 @@ def replay_and_compare(
         res = Engine(spec, sw, Params(**fields)).run(jobs)
         if results is not None:
             results[exact] = res
-        got[exact] = _compare(ids, real, epoch, res, switch_at, out, exact, held)
+        ran = {j: v for j, v in ids.items() if j not in (cancel or {})}
+        got[exact] = _compare(ran, real, epoch, res, switch_at, out, exact, held)
     return got

@@ -25,6 +25,7 @@ from slurm_gpupool.simulate.engine import (
 )
 from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
 from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.metrics import summarise
 from slurm_gpupool.simulate.pool import pool_spec
 
 RAW = {
@@ -495,3 +496,52 @@ def test_the_short_search_for_whole_gpus_finds_what_the_timeline_walk_finds(seed
         assert short == walk, (case, now, lb, limit, windows, [e for e, _ in line])
         compared += 1
     assert compared > 1500
+
+
+def test_a_job_cancelled_while_pending_leaves_the_queue_and_stops_blocking(spec):
+    """Issue #27's trace A cancels pending jobs (``scancel``).  Job 3 (4 GPUs) heads the
+    queue behind two running jobs; job 4 (1 GPU, a 200 s limit) may not backfill on n1's free
+    GPU: job 3's reservation holds n1 from 60 (its start at 100, rounded down).  Job 3 is
+    cancelled at 20: job 4 starts then, and job 3 never runs."""
+    jobs = [
+        job(1, 0, 100, gpus=3, limit=100),  # n1: 3 of 4 until 100
+        job(2, 0, 100, gpus=4, limit=100),  # n2 full until 100
+        job(3, 2, 50, gpus=4, limit=100),
+        job(4, 3, 10, gpus=1, limit=200),
+    ]
+    _, kept = run(spec, jobs)
+    assert kept[3].start_s == kept[4].start_s == 100  # without the cancel: behind job 3
+    jobs[2].cancel_s = 20.0
+    res, r = run(spec, jobs)
+    assert r[3].withdrawn and r[3].start_s == -1 and not r[3].cancelled
+    assert r[4].start_s == 20
+    assert summarise(res)["withdrawn"] == 1 and summarise(res)["never_started"] == 0
+
+
+def test_a_job_cancelled_while_running_ends_then(spec):
+    """``scancel`` of a running job ends it: its GPUs go to the next job then."""
+    jobs = [job(1, 0, 100, gpus=4, limit=100), job(2, 0, 100, gpus=4, limit=100), job(3, 1, 10, gpus=2, limit=60)]
+    jobs[0].cancel_s = 40.0
+    _, r = run(spec, jobs, release_s=0.5)
+    assert r[1].end_s == 40 and not r[1].withdrawn and not r[1].timeout
+    assert r[3].start_s == 40.5  # the main scheduler, once job 1's records are free
+
+
+def test_a_job_past_its_limit_ends_at_the_controller_s_next_time_limit_check(spec):
+    """Slurm ends a job past its limit at its next periodic check (every 30 s, ``job_mgr.c``
+    ``job_time_limit``), not at the limit: here the checks fall at 10, 40, 70, ... s.  Job 1
+    (limit 60, work 100) is ended at 70 and job 3 gets its GPUs then; job 2 (limit 60, work
+    65) ends at 65, before the check that would have ended it (TIMEOUT all the same: it
+    ran past its limit, ``_job_complete``)."""
+    jobs = [
+        job(1, 0, 100, gpus=4, limit=60),
+        job(2, 0, 65, gpus=4, limit=60),
+        job(3, 1, 10, gpus=4, limit=60),
+        job(4, 2, 10, gpus=4, limit=60),
+    ]
+    _, at_limit = run(spec, jobs)
+    assert at_limit[1].end_s == 60 and at_limit[1].timeout and at_limit[2].timeout
+    _, r = run(spec, jobs, limit_check_s=30, limit_check_phase_s=10, clock_origin_s=3000)
+    assert r[1].timeout and r[1].end_s == 70
+    assert r[2].timeout and r[2].end_s == 65
+    assert (r[3].start_s, r[4].start_s) == (65, 70)

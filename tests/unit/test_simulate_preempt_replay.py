@@ -10,7 +10,6 @@ the run that completed (or was cancelled)."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import replace
@@ -18,11 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config.load import load_config
-from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile
-from slurm_gpupool.simulate.pool import pool_spec
-from tests.integration.simulate_support import SANDBOX, recorded_handoff, replay_and_compare
+from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
@@ -34,12 +30,9 @@ PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to rec
 def run(monkeypatch):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    rec = json.loads((RECORD / "simulate-preempt.json").read_text())
-    runs = rec["runs"]
+    rec, ids, spec = recorded(RECORD / "simulate-preempt.json")
     # (first submission, start and end of the last run, its nodes)
-    real = {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in runs.items()}
-    ids = {j: (TraceRequest(*v[:4]), v[4], v[5]) for j, v in rec["ids"].items()}
-    spec = pool_spec(load_config(ROOT / "etc" / "gpupool.yaml"), ["day", "night"])
+    real = {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in rec["runs"].items()}
     # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
     yield rec, real, ids, spec, recorded_handoff(RECORD / "simulate-preempt-slurmctld.log", real, rec["since"])
     monkeypatch.undo()

@@ -9,7 +9,6 @@ the QOS priorities and 22.05's will-run rule."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import replace
@@ -17,12 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpupool.config.load import load_config
-from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile
-from slurm_gpupool.simulate.pool import pool_spec
 from slurm_gpupool.simulate.priority import job_priority
-from tests.integration.simulate_support import SANDBOX, recorded_handoff, replay_and_compare
+from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
@@ -33,10 +29,8 @@ NO_SWITCH = 1e9  # the run stayed in the day layout
 def run(monkeypatch):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    rec = json.loads((RECORD / "simulate-qos.json").read_text())
+    rec, ids, spec = recorded(RECORD / "simulate-qos.json")
     real = {j: tuple(v) for j, v in rec["real"].items()}
-    ids = {j: (TraceRequest(*v[:4]), v[4], v[5]) for j, v in rec["ids"].items()}
-    spec = pool_spec(load_config(ROOT / "etc" / "gpupool.yaml"), ["day", "night"])
     # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
     yield rec, real, ids, spec, recorded_handoff(RECORD / "simulate-qos-slurmctld.log", real, rec["since"])
     monkeypatch.undo()
