@@ -13,6 +13,7 @@ resumed (its drain comes back).
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -70,18 +71,20 @@ def restart_log(sb) -> str:
 
 def wait_saved_after_start(sb, job: str) -> None:
     """Until slurmctld's state save thread (src/slurmctld/state_save.c) has written
-    ``job_state`` (StateSaveLocation = the sandbox's spool/slurmctld) after ``job`` started:
-    the job is then RUNNING in what a kill -9 comes back with.  The thread saves a change
-    within SAVE_MAX_WAIT_S on a quiet machine; on a loaded one it waits for the job lock, so
-    a fixed sleep was a guess (a CI run's job came back from the first crash FAILED).  The
-    start is whole seconds (``squeue %S`` with SLURM_TIME_FORMAT=%s), hence the margin."""
-    shown = sb.run(["squeue", "-h", "-j", job, "-o", "%S"], env={**sb.env, "SLURM_TIME_FORMAT": "%s"}).stdout
-    started = float(shown.strip())
+    ``job_state`` (StateSaveLocation = the sandbox's spool/slurmctld) with ``job`` running: the
+    job is then RUNNING in what a kill -9 comes back with.  The test changes the running job
+    (``scontrol update ... Comment=``), which makes slurmctld save its jobs within
+    SAVE_MAX_WAIT_S on a quiet machine, and waits for a save after that change.  (A fixed
+    sleep was a guess: on a loaded machine a CI run's job came back from the first crash
+    FAILED.  Comparing the file's time with the job's start, whole seconds, could miss a
+    save made in the start's second, and then wait for a save nothing asked for.)"""
     saved = sb.root / "spool" / "slurmctld" / "job_state"
+    changed = time.time()
+    sb.run(["scontrol", "update", f"JobId={job}", "Comment=running-before-the-crashes"])
 
     def written() -> bool:
         try:
-            return saved.stat().st_mtime > started + 1.5
+            return saved.stat().st_mtime > changed
         except FileNotFoundError:
             return False
 
