@@ -37,8 +37,8 @@ import yaml
 from benchmarks.common import BenchError, check, cpu_seconds, median_times, run_main, table
 from slurm_gpupool.config.load import load_config, parse_config
 from slurm_gpupool.reports.advice import process_map
+from slurm_gpupool.reports.traces import philly as st
 from slurm_gpupool.simulate.advise import advise
-from slurm_gpupool.simulate.traces import philly as st
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL_512 = ROOT / "etc" / "simulate" / "pool-512.yaml"

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import check, median_times, run_main, table
+from slurm_gpupool.reports.traces.openb import load_openb
 from slurm_gpupool.simulate import packing as P
-from slurm_gpupool.simulate.traces.openb import load_openb
 
 FIXTURE_TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces"
 TABLES: dict[str, Callable[[], P.GpuTable]] = {

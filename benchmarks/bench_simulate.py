@@ -70,7 +70,7 @@ import time, heapq
 t0 = time.perf_counter()
 from datetime import UTC
 from slurm_gpupool.config.load import load_config
-from slurm_gpupool.simulate.traces.philly import helios_curve, philly_jobs
+from slurm_gpupool.reports.traces.philly import helios_curve, philly_jobs
 from slurm_gpupool.simulate import policies as P
 from slurm_gpupool.simulate.engine import Engine, Params
 from slurm_gpupool.simulate.jobs import SimJob

@@ -286,7 +286,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
 
 def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes):  # fmt: skip
     """(epoch, jobs, where they come from); ``accounting``: the report options, in ``_load``'s order."""
-    from slurm_gpupool.simulate.traces import philly as st
+    from slurm_gpupool.reports.traces import philly as st
 
     files = accounting[2]
     if trace == "accounting":

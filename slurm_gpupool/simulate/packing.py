@@ -16,7 +16,7 @@ catalog's profiles, placements and counts, nothing copied).  Filter, scores and 
 fragmentation measure then read the same tables, so the milli run is FGD's and the MIG
 run differs only by the rules of MIG.
 
-No file I/O here: ``slurm_gpupool.simulate.traces.openb`` reads the CSVs.
+No file I/O here: ``slurm_gpupool.reports.traces.openb`` reads the CSVs.
 """
 
 from __future__ import annotations

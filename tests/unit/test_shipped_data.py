@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool import data
-from slurm_gpupool.simulate.traces import philly as st
+from slurm_gpupool.reports.traces import philly as st
 
 TOP = Path(__file__).resolve().parents[2]
 PACKED = TOP / "slurm_gpupool" / "data" / "traces"

@@ -16,10 +16,10 @@ from slurm_gpupool.cli.main import cli
 from slurm_gpupool.config.load import parse_config
 from slurm_gpupool.reports.dataset import Source, build
 from slurm_gpupool.reports.sim_accounting import accounting_jobs
+from slurm_gpupool.reports.traces import philly as st
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import distribution, percentile
-from slurm_gpupool.simulate.traces import philly as st
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import yaml
 from slurm_gpupool.config.load import parse_config
 from slurm_gpupool.data import trace_file
 from slurm_gpupool.pool.submit_catalog import layout_offers
+from slurm_gpupool.reports.traces.openb import OPENB, load_gpu_requests
 from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD, RequestMapper, TraceRequest, map_request
-from slurm_gpupool.simulate.traces.openb import OPENB, load_gpu_requests
 
 TOP = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 from slurm_gpupool import data
 from slurm_gpupool.core.mig import catalog, planner
 from slurm_gpupool.errors import EXIT_DATA, DataError, InfeasibleError
+from slurm_gpupool.reports.traces import openb as sim_openb
 from slurm_gpupool.simulate import packing as P
-from slurm_gpupool.simulate.traces import openb as sim_openb
 
 A100 = "A100-SXM4-40GB"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slurm_gpupool.reports.traces.openb import load_openb, published
 from slurm_gpupool.simulate import packing as P
-from slurm_gpupool.simulate.traces.openb import load_openb, published
 
 # FGD's inputs and published results: the packed test fixtures (scripts/pack-data)
 TRACES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "traces"

@@ -36,9 +36,9 @@ import numpy as np
 
 from slurm_gpupool.data import trace_file
 from slurm_gpupool.errors import DataError
+from slurm_gpupool.reports.traces.openb import OPENB, _read, _whole, load_gpu_requests
 from slurm_gpupool.simulate.jobs import SimJob, time_limit_s
 from slurm_gpupool.simulate.mapping import TraceRequest
-from slurm_gpupool.simulate.traces.openb import OPENB, _read, _whole, load_gpu_requests
 
 if TYPE_CHECKING:  # pandas loads only where a trace is read, not at the CLI's start-up
     import pandas as pd
