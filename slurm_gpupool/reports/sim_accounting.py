@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 
 import pandas as pd
@@ -74,11 +73,9 @@ def _request(g: pd.DataFrame) -> TraceRequest | None:
     r = g.iloc[0]
     mem = int(r["memory_mib"]) if r["memory_mib"] == r["memory_mib"] and r["memory_mib"] else 0
     if r["kind"] in ("mig", "shard", "shared") and float(r["eq"]) < 1:
-        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB);
-        # thousandths rounded down, so the profile or shards the job held still cover it (1/7 -> 142,
-        # not 143, which no 1g holds)
+        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB)
         mem = mem * max(1, int(r["gpus"])) if r["kind"] == "mig" else 0
-        return TraceRequest(1, max(1, min(999, math.floor(float(r["eq"]) * 1000 + 1e-6))), mem)
+        return TraceRequest.fraction(float(r["eq"]), mem)
     gpus = int(g["gpus"].sum()) or max(1, round(float(g["eq"].sum())))
     model = str(r["model"]) if r["kind"] == "whole" and r["model"] == r["model"] and len(g) == 1 else None
     return TraceRequest(gpus, 1000, 0, model)

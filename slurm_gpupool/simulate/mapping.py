@@ -12,6 +12,7 @@ slices / the GPU's), GRES types from ``core.gres.slurm_type``, shards as
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,13 @@ class TraceRequest:
     @property
     def gpu_eq(self) -> float:
         return self.gpus * self.milli / 1000
+
+    @classmethod
+    def fraction(cls, share: float, memory_mib: int = 0) -> TraceRequest:
+        """A fraction of one GPU (a MIG slice's compute share, shards over a GPU's), its
+        thousandths rounded down, so the slice or shards a job held still cover it (1/7 ->
+        142, not 143, which no 1g holds)."""
+        return cls(1, max(1, min(999, math.floor(share * 1000 + 1e-6))), memory_mib)
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,14 @@ jobs first (each on the GRES it holds, for what is left of its time limit), then
 pending ones in Slurm's priority order (each for its whole time limit), then the request;
 the schedule's switches come as the repartitioner makes them (nodes reserved ahead,
 switched once idle, the deadline).  The answer is an estimate: jobs may end earlier than
-their limits, new jobs of higher priority may come, the replay places running jobs first
-fit rather than on the nodes they hold, and models GPUs only (not CPUs or memory).
+their limits, new jobs of higher priority may come, and the replay models GPUs only (not
+CPUs or memory).  Running jobs stay on the nodes they hold.
 
 No clock and no I/O: ``now`` and the queue come in as arguments.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -62,7 +61,7 @@ def trace_request(
         o = by_type.get(typ) if typ else next((x for x in offers if x["kind"] == "shared"), None)
         if o is None or o["kind"] != "shared" or not o.get("shares") or nodes != 1:
             return None
-        return TraceRequest(1, max(1, min(999, math.floor(count * 1000 / o["shares"]))))
+        return TraceRequest.fraction(count / o["shares"])
     if not typ:
         return TraceRequest(count * nodes)
     o = by_type.get(typ)
@@ -71,8 +70,7 @@ def trace_request(
     if o["kind"] == "mig":
         if count != 1 or nodes != 1:
             return None
-        milli = max(1, min(999, math.floor(float(o["compute_share"]) * 1000 + 1e-6)))
-        return TraceRequest(1, milli, int(o["memory_mib"]))
+        return TraceRequest.fraction(float(o["compute_share"]), int(o["memory_mib"]))
     if o["kind"] == "whole":
         return TraceRequest(count * nodes, 1000, 0, o["model"])
     return None
