@@ -447,7 +447,8 @@ def test_gpupool_sbatch_submits_what_sbatch_submits(sandbox, tmp_path: Path):
                     differ.append(f"{where}\n  sbatch:  {recs.get(a.job)}\n  wrapper: {recs.get(b.job)}")
                 elif scripts[a.job] != scripts[b.job]:
                     differ.append(f"{where}\n  batch scripts differ")
-        assert not differ, f"{len(differ)} of {len(cases)} differ:\n" + "\n".join(differ[:20])
+        # ascii(): a case's non-UTF-8 bytes (surrogate-escaped) would crash xdist's report, losing it
+        assert not differ, f"{len(differ)} of {len(cases)} differ:\n" + "\n".join(ascii(d) for d in differ[:20])
         print(f"{len(accepted)} accepted by both, {len(cases) - len(accepted)} refused by both")
         assert len(accepted) >= 300, f"seed {SEED}: only {len(accepted)} of {len(cases)} accepted"
         # the generated lines reach what they are for
@@ -565,7 +566,7 @@ def test_with_friendly_options_only_the_documented_translation_differs(sandbox, 
             elif batch_script(sandbox, ours) != batch_script(sandbox, plain):
                 differ.append(f"{where}\n  batch scripts differ")
         print(f"friendly cases: {counts}")
-        assert not differ, f"{len(differ)} differ:\n" + "\n".join(differ[:20])
+        assert not differ, f"{len(differ)} differ:\n" + "\n".join(ascii(x) for x in differ[:20])
         assert counts.get("accepted", 0) + counts.get("handed over", 0) >= 30, f"seed {SEED}: {counts}"
     finally:
         if jobs:
