@@ -5,9 +5,16 @@ which hands out whole modules in collection order as workers free up; starting w
 the longest ones (measured alone on the host: about 7, 6, 5, 5, 3 and 1-2 minutes)
 keeps the workers' loads even, instead of one worker ending on a long module while
 the others idle.
+
+Every report is made UTF-8-safe: a failure message or captured output holding a lone
+surrogate (a job name that is not UTF-8, decoded with ``surrogateescape``) made
+pytest-xdist's worker die serializing it (execnet's UnicodeEncodeError, an INTERNALERROR),
+which lost the failure and every test after it on that worker.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -32,3 +39,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)  # stable: every other module keeps its place
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with every character UTF-8 cannot encode (lone surrogates) as ``\\udcNN``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def make_reportable(report: Any) -> None:
+    """Rewrite a report's failure text and captured sections that UTF-8 cannot encode."""
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if utf8_safe(text) != text:
+            report.longrepr = utf8_safe(text)
+    report.sections = [(title, utf8_safe(body)) for title, body in report.sections]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    make_reportable(outcome.get_result())

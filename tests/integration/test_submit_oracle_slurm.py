@@ -211,7 +211,9 @@ class Submission:
     files: dict[str, bytes] = field(default_factory=dict)  # relative to the case's directory
 
     def show(self) -> str:
-        line = shlex.join(self.argv)
+        """The case as one line of text, its non-UTF-8 bytes as ``\\xNN``: a failure message
+        with a lone surrogate crashes pytest-xdist's report (execnet), losing the failure."""
+        line = shlex.join(self.argv).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         return f"{self.name}: {line}" + (f" < stdin ({len(self.stdin)} bytes)" if self.stdin is not None else "")
 
 
