@@ -52,6 +52,14 @@ class RestoreFiles:
 
 
 @dataclass(frozen=True)
+class CancelStale:
+    """``scancel JOB`` for each of ``jobs``: our own srun jobs that outlived their srun
+    (:func:`~slurm_gpupool.repartition.rules.stale_own_jobs`)."""
+
+    jobs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Reserve:
     """The run's MAINT reservation holds exactly ``nodes`` and has begun:
     ``scontrol create reservation ReservationName=NAME StartTime=now Nodes=... Flags=MAINT,IGNORE_JOBS
@@ -262,6 +270,7 @@ Action = (
     Wait
     | FinishRestart
     | RestoreFiles
+    | CancelStale
     | Reserve
     | NoteWaiting
     | Signal

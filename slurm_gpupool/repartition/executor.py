@@ -50,6 +50,7 @@ from slurm_gpupool.repartition.actions import (
     Action,
     Apply,
     BeginVerify,
+    CancelStale,
     Done,
     Drain,
     Fail,
@@ -82,6 +83,7 @@ from slurm_gpupool.repartition.next_action import (
 )
 from slurm_gpupool.repartition.restarts import Restarter
 from slurm_gpupool.repartition.rules import (
+    JOB_NAME,
     OUR_DRAIN,
     ahead_name,
     busy_by_node,
@@ -91,6 +93,7 @@ from slurm_gpupool.repartition.rules import (
     priorities_to_restore,
     reason_text,
     run_exit_code,
+    srun_not_started,
     unswitched_to_restart,
 )
 from slurm_gpupool.repartition.scheduled import ahead_nodes, lead_time_s
@@ -383,6 +386,10 @@ class Repartitioner:
                 self._finish_restart(action)
             case RestoreFiles():
                 self._restore_files(action)
+            case CancelStale():
+                self.progress(f"cancelling our own jobs left without their srun: {', '.join(map(str, action.jobs))}")
+                for job in action.jobs:
+                    self.cluster.cancel_job(job)
             case Reserve():
                 self._reserve(action)
             case NoteWaiting():
@@ -479,8 +486,10 @@ class Repartitioner:
         elif a.how == "update":
             start = self.clock.now() + timedelta(seconds=2) if a.start_now else None  # made ahead: begin now
             self.cluster.update_reservation(a.name, nodes=a.nodes, start=start, duration_s=a.duration_s)
-        elif a.how == "delete":
-            self._delete_reservations([a.name])
+        elif a.how == "delete" and self._delete_reservations([a.name]):
+            # still there (in use, slurmctld away): asked again after a poll, not in a busy loop
+            self.clock.sleep(self.poll_s)
+            return
         j.cluster_step(jr.RESERVED, reserved_at=run.get("reserved_at") or self.clock.time())
         if a.nodes:
             self.progress(f"reservation {a.name} holds {hostlist(a.nodes)}")
@@ -506,12 +515,16 @@ class Repartitioner:
             except SlurmUnavailableError as e:
                 self.progress(f"{node}: could not leave reservation {name}: {e}")
 
-    def _delete_reservations(self, names: list[str]) -> None:
+    def _delete_reservations(self, names: list[str]) -> list[str]:
+        """``scontrol delete reservation`` of each; the names it could not delete."""
+        left = []
         for name in names:
             try:
                 self.cluster.delete_reservation(name)
             except SlurmUnavailableError as e:
                 self.progress(f"could not delete reservation {name}: {e}")
+                left.append(name)
+        return left
 
     # -- performing: one node ----------------------------------------------------------------
 
@@ -532,10 +545,19 @@ class Repartitioner:
                 self.cluster.resume([a.node])  # srun cannot run on a drained node; the reservation holds it
             j.step(a.node, jr.APPLYING, applying_at=self.clock.time())
             self.progress(f"{a.node}: node apply {a.layout}")
-            rc, why = self._srun_apply(a.node, a.layout)
+            rc, why, started = self._srun_apply(a.node, a.layout)
             if rc == 0:
                 j.step(a.node, jr.APPLIED, layout=a.layout)
                 self._drain(a.node, a.layout)
+            elif not started:  # slurmctld away: nothing ran on the node; tried again
+                self.progress(f"{a.node}: srun started nothing ({why}); again after a poll")
+                j.step(
+                    a.node,
+                    jr.WAITING,
+                    reason=f"srun started nothing: {why}",
+                    not_started=why,
+                    not_started_at=self.clock.time(),
+                )
             elif rc == 75:  # GPUs busy, or another apply holds the node: tried again
                 j.step(a.node, jr.WAITING, reason=f"GPUs busy: {why}", gpus_busy=why, gpus_busy_at=self.clock.time())
             else:
@@ -543,25 +565,26 @@ class Repartitioner:
         except (SlurmUnavailableError, OSError) as e:
             self._fail(a.node, f"gpupool: switch to {a.layout} failed: {e}")
 
-    def _srun_apply(self, node: str, layout: str) -> tuple[int, str]:
-        """``srun ... gpupool node apply LAYOUT --json`` on the node: (exit code, why); the node
-        state it prints is kept on the controller, for the GRES render."""
+    def _srun_apply(self, node: str, layout: str) -> tuple[int, str, bool]:
+        """``srun ... gpupool node apply LAYOUT --json`` on the node: (exit code, why, whether
+        it ran on the node: :func:`~slurm_gpupool.repartition.rules.srun_not_started`); the
+        node state it prints is kept on the controller, for the GRES render."""
         run = self.journal.run
         assert run is not None
         argv = [*self.s.node_command, "node", "apply", layout, "--json"]
-        r = self.cluster.srun(node, run["reservation"], argv, timeout_s=self.s.command_timeout_s)
+        r = self.cluster.srun(node, run["reservation"], argv, timeout_s=self.s.command_timeout_s, job_name=JOB_NAME)
         why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
         if r.returncode == 0:
             try:
                 state = json.loads(r.stdout)["state"]
             except (ValueError, KeyError, TypeError):
-                return 1, f"node apply printed no node state: {r.stdout[-200:]!r}"
+                return 1, f"node apply printed no node state: {r.stdout[-200:]!r}", True
             if not isinstance(state, dict) or state.get("node") != node:
-                return 1, f"node apply answered for {state.get('node') if isinstance(state, dict) else '?'}"
+                return 1, f"node apply answered for {state.get('node') if isinstance(state, dict) else '?'}", True
             copy = controller_copy_dir(self.cfg.paths.for_node("controller_dir", node), node)
             copy.mkdir(parents=True, exist_ok=True)
             write_json_atomic(copy / FILE_NAME, state)
-        return r.returncode, why
+        return r.returncode, why, not srun_not_started(r.stdout, r.stderr)
 
     def _drain(self, node: str, layout: str) -> None:
         self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {layout}"))
@@ -571,7 +594,7 @@ class Repartitioner:
         """Roll the node back to its previous layout; it stays drained with the reason."""
         try:
             if a.previous:
-                rc, why2 = self._srun_apply(a.node, a.previous)
+                rc, why2, _ = self._srun_apply(a.node, a.previous)
                 back = (
                     f"rolled back to layout {a.previous}"
                     if rc == 0
@@ -588,7 +611,7 @@ class Repartitioner:
         """Back to the layout the restored files describe; verified against them next."""
         try:
             self.cluster.resume([a.node])  # for srun; the reservation still holds it
-            rc, why = self._srun_apply(a.node, a.previous) if a.previous else (1, "no previous layout")
+            rc, why, _ = self._srun_apply(a.node, a.previous) if a.previous else (1, "no previous layout", True)
             if rc == 0:
                 self.cluster.drain([a.node], reason_text(f"{OUR_DRAIN} {a.previous} (rollback)"))
         except SlurmUnavailableError as e:

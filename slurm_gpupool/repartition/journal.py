@@ -15,9 +15,10 @@ with :meth:`Journal.note`, they count only for the process that took the run
 
 ``SLURM_GPUPOOL_KILL_AT=<step>`` makes the process SIGKILL itself right after
 recording that step: the fault injection the convergence tests use (the unit tests
-inject a hook that raises instead: ``Journal(kill=...)``).  ``SLURM_GPUPOOL_FAULT_AT=<step>``
-with ``SLURM_GPUPOOL_FAULT_CMD=<JSON argv>`` runs that command there instead (once; no shell)
-and goes on: how the real-Slurm tests kill slurmctld or a slurmd at a chosen step.
+inject a hook that raises instead: ``Journal(kill=...)``).  ``SLURM_GPUPOOL_FAULT_AT=<step>[,<step>...]``
+(or ``*``: every point) with ``SLURM_GPUPOOL_FAULT_CMD=<JSON argv>`` runs that command there
+instead (once per point; no shell; the point in ``$SLURM_GPUPOOL_FAULT_POINT``) and goes on:
+how the real-Slurm tests kill slurmctld or a slurmd at chosen steps, or at every one in a run.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ SCHEMA = 1
 KILL_ENV = "SLURM_GPUPOOL_KILL_AT"
 FAULT_AT_ENV = "SLURM_GPUPOOL_FAULT_AT"
 FAULT_CMD_ENV = "SLURM_GPUPOOL_FAULT_CMD"
-_faulted: list[str] = []  # the fault command runs once per process
+FAULT_POINT_ENV = "SLURM_GPUPOOL_FAULT_POINT"
+_faulted: list[str] = []  # the fault command runs once per point per process
 
 # The steps, named once in rules.py (which reads them purely); here for the journal's readers.
 WAITING = _steps.WAITING
@@ -265,14 +267,23 @@ def kill_point(step: str) -> None:
     """Fault injection for the convergence tests: SIGKILL ourselves when ``$SLURM_GPUPOOL_KILL_AT``
     names this point (a journaled step, or ``restart:K``/``others:K``: after the K-th restart command);
     run ``$SLURM_GPUPOOL_FAULT_CMD`` (a JSON argv, e.g. one that kills slurmctld with -9) the first
-    time ``$SLURM_GPUPOOL_FAULT_AT`` names it, and go on."""
+    time a point ``$SLURM_GPUPOOL_FAULT_AT`` names is passed, and go on."""
     if os.environ.get(KILL_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
-    if os.environ.get(FAULT_AT_ENV) == step and not _faulted:
+    if fault_due(os.environ.get(FAULT_AT_ENV, ""), step, _faulted):
         _faulted.append(step)
         argv = json.loads(os.environ.get(FAULT_CMD_ENV, "[]"))
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            subprocess.run(argv, check=False, timeout=600, stdin=subprocess.DEVNULL, capture_output=True)
+            env = {**os.environ, FAULT_POINT_ENV: step}
+            subprocess.run(argv, check=False, timeout=600, stdin=subprocess.DEVNULL, capture_output=True, env=env)
+
+
+def fault_due(spec: str, step: str, done: list[str]) -> bool:
+    """Whether ``$SLURM_GPUPOOL_FAULT_AT`` (``spec``: points, comma-separated, or ``*``) names
+    ``step`` and its fault has not run yet (``done``): each point's fault runs once, at its
+    first passage (a node step is passed once per switching node)."""
+    named = {p.strip() for p in spec.split(",") if p.strip()}
+    return (step in named or "*" in named) and step not in done
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 :func:`next_action` reads top to bottom as the order of a switch:
 
 1. finish what a killed run left half-way (a restart begun, files Slurm refused), before
-   anything that needs slurmctld (:func:`recovery`);
+   anything that needs slurmctld (:func:`recovery`); cancel our own srun jobs that
+   outlived their srun (a slurmctld killed before it saved their end);
 2. the run's reservation holds the nodes still to switch (:func:`reservation`);
 3. repair nodes midway: applied but not drained, an apply that failed (roll back), a
    wave Slurm refused (revert);
@@ -33,6 +34,7 @@ from slurm_gpupool.repartition.actions import (
     Action,
     Apply,
     BeginVerify,
+    CancelStale,
     Done,
     Drain,
     Fail,
@@ -73,11 +75,11 @@ from slurm_gpupool.repartition.rules import (
     WAITING,
     after_jobs,
     ahead_name,
-    busy_by_node,
     busy_jobs,
     describe_jobs,
     held_for_s,
     held_problem,
+    index_jobs,
     ours,
     ready_problem,
     redo_first,
@@ -114,6 +116,8 @@ class NodeRecord:
     requeued_at: float | None = None
     gpus_busy: str = ""  # node apply answered 75 (GPUs in use): why
     gpus_busy_at: float | None = None
+    not_started: str = ""  # srun started nothing (slurmctld away): why
+    not_started_at: float | None = None
     apply_failed: str = ""  # node apply failed: why (rolled back next)
     apply_failed_at: float | None = None
     seen_switched_at: float | None = None  # the first of two looks that showed it switched
@@ -165,8 +169,17 @@ class ClusterView:
     unreachable: str = ""
 
     @cached_property
+    def _index(self) -> tuple[dict[str, list[JobInfo]], tuple[int, ...]]:
+        return index_jobs(self.jobs)
+
+    @property
     def _busy(self) -> dict[str, list[JobInfo]]:
-        return busy_by_node(self.jobs)
+        return self._index[0]
+
+    @property
+    def stale_own_jobs(self) -> tuple[int, ...]:
+        """Our own srun jobs that outlived their srun (:func:`~.rules.stale_own_jobs`)."""
+        return self._index[1]
 
     def busy(self, node: str) -> list[JobInfo]:
         """The jobs ``node`` waits for (:func:`~.rules.busy_jobs`), from one pass over the jobs."""
@@ -216,6 +229,8 @@ def journal_state(data: Mapping[str, Any]) -> JournalState:
             requeued_at=r.get("requeued_at"),
             gpus_busy=r.get("gpus_busy", ""),
             gpus_busy_at=r.get("gpus_busy_at"),
+            not_started=r.get("not_started", ""),
+            not_started_at=r.get("not_started_at"),
             apply_failed=r.get("apply_failed", ""),
             apply_failed_at=r.get("apply_failed_at"),
             seen_switched_at=r.get("seen_switched_at"),
@@ -286,6 +301,8 @@ def next_action(journal: JournalState, view: ClusterView, now: float, policy: Po
     first = recovery(journal)
     if first is not None:
         return (first,)
+    if view.stale_own_jobs:
+        return (CancelStale(view.stale_own_jobs),)
     reserve = reservation(journal, view, now, policy)
     if reserve is not None:
         return (reserve,)
@@ -385,6 +402,11 @@ def _waiting_node(n: str, r: NodeRecord, view: ClusterView, now: float, policy: 
             return Skip(n, f"GPUs still busy at the deadline: {r.gpus_busy}")
         if busy_at is not None and now < busy_at + 2 * policy.poll_s:
             return Wait(busy_at + 2 * policy.poll_s - now, f"{n}: GPUs busy")
+        tried_at = _fresh(r.not_started_at, run.taken)
+        if tried_at is not None and now >= run.deadline:
+            return Skip(n, f"srun could not start node apply by the deadline: {r.not_started}")
+        if tried_at is not None and now < tried_at + policy.poll_s:
+            return Wait(tried_at + policy.poll_s - now, f"{n}: srun started nothing, again")
         info = view.nodes.get(n)
         return Apply(n, r.target, resume_first=_ours_to_resume(r, info))
     signalled = _fresh(r.signalled_at, run.taken)

@@ -10,6 +10,7 @@ milliseconds; the real-Slurm tests prove the executor.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -216,9 +217,45 @@ def reason_text(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
+# srun's own words when it started nothing on the node because slurmctld was away or had lost
+# what the run made (measured on 22.05 with slurmctld killed while srun allocated or launched)
+_SRUN_CTLD_TROUBLE = re.compile(
+    r"^srun: error: .*("
+    r"Something is wrong with the boot of the nodes"
+    r"|Unable to contact slurm controller"
+    r"|Unable to confirm allocation"
+    r"|Job allocation \d+ has been revoked"
+    r"|Requested reservation is invalid"
+    r")",
+    re.M,
+)
+
+
+def srun_not_started(stdout: str, stderr: str) -> bool:
+    """The node's command never ran: srun failed on slurmctld's side (killed, restarting, or
+    back without the run's reservation) and printed nothing of the command.  The apply is
+    tried again after a poll (the reservation made again first), not rolled back and failed:
+    nothing changed on the node.  A node srun cannot use (down, drained) is not this."""
+    return not stdout.strip() and bool(_SRUN_CTLD_TROUBLE.search(stderr))
+
+
 def _waited_for(job: JobInfo) -> bool:
     """A job a node waits for: running (our own srun jobs aside)."""
     return job.state in BUSY_STATES and job.name != JOB_NAME
+
+
+def stale_own_jobs(jobs: Iterable[JobInfo]) -> tuple[int, ...]:
+    """Our own srun jobs still shown running between two steps, when no srun of ours runs (a
+    step's sruns have all returned before the next is decided; one run at a time): each
+    outlived its srun.  A slurmctld killed after an srun ended, before it saved that end,
+    comes back with the job RUNNING (``Reason=Prolog``) and nothing behind it (measured on
+    22.05); it would hold the run's reservation ("Requested reservation is in use") until
+    its time limit.  Cancelling ones already COMPLETING would only repeat."""
+    return index_jobs(jobs)[1]
+
+
+def _stale_own(job: JobInfo) -> bool:
+    return job.name == JOB_NAME and not job.finished and job.state != "COMPLETING"
 
 
 def busy_jobs(jobs: Iterable[JobInfo], node: str, unreachable: str = "") -> list[JobInfo]:
@@ -232,12 +269,20 @@ def busy_jobs(jobs: Iterable[JobInfo], node: str, unreachable: str = "") -> list
 def busy_by_node(jobs: Iterable[JobInfo]) -> dict[str, list[JobInfo]]:
     """:func:`busy_jobs` of every node at once, in one pass over the jobs: asked node by
     node, a run over N nodes with J jobs read N x J jobs (10,000 nodes: seconds per step)."""
-    out: dict[str, list[JobInfo]] = {}
+    return index_jobs(jobs)[0]
+
+
+def index_jobs(jobs: Iterable[JobInfo]) -> tuple[dict[str, list[JobInfo]], tuple[int, ...]]:
+    """:func:`busy_by_node` and :func:`stale_own_jobs` from one pass over the jobs."""
+    busy: dict[str, list[JobInfo]] = {}
+    stale: list[int] = []
     for j in jobs:
         if _waited_for(j):
             for n in j.nodes:
-                out.setdefault(n, []).append(j)
-    return out
+                busy.setdefault(n, []).append(j)
+        elif _stale_own(j):
+            stale.append(j.job_id)
+    return busy, tuple(stale)
 
 
 def ends_in(job: JobInfo, now: float) -> int | None:

@@ -14,6 +14,7 @@ what differs between data parser versions is read in :mod:`.json_output`.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -207,8 +208,12 @@ class SlurmCluster:
         if r.returncode != 0 and "not exist" not in (r.stderr + r.stdout).lower() and "invalid" not in r.stderr.lower():
             r.check(f"delete reservation {name}")
 
-    def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float) -> Result:
-        """``srun --reservation=R -w NODE -N1 -n1 ARGV``: run ARGV on the node, as the caller (root)."""
+    def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float, job_name: str) -> Result:
+        """``srun --reservation=R -w NODE -N1 -n1 -J NAME -t MIN ARGV``: run ARGV on the node, as
+        the caller (root).  Its time limit is the timeout's (whole minutes): an allocation that
+        outlives its srun (slurmctld killed after the srun ended, before it saved the end:
+        the job comes back RUNNING, ``Reason=Prolog``, and no InactiveLimit ends it) is ended
+        by Slurm at the latest then; the repartitioner cancels it before (``JOB_NAME``)."""
         cmd = [
             "srun",
             f"--reservation={reservation}",
@@ -216,11 +221,18 @@ class SlurmCluster:
             "--nodes=1",
             "--ntasks=1",
             "--immediate=60",
-            f"--job-name=gpupool-{argv[-1] if argv else 'run'}",
+            f"--job-name={job_name}",
+            f"--time={max(1, math.ceil(timeout_s / 60))}",
             "--quiet",
             *argv,
         ]
         return self.runner.run(cmd, timeout_s=timeout_s)
+
+    def cancel_job(self, job_id: int) -> None:
+        """``scancel JOB`` (a job already gone is no error)."""
+        r = self.runner.run(["scancel", str(job_id)])
+        if r.returncode != 0 and "invalid job id" not in r.stderr.lower():
+            r.check(f"scancel {job_id}")
 
     def signal_job(self, job_id: int, signal: str) -> None:
         """``scancel --batch --signal=SIG JOB``: the checkpoint hint before a requeue."""

@@ -19,7 +19,10 @@ job submitted less than 5 s after an earlier save is undone (a drain reappears, 
 reservation is back, the job is gone and its running processes killed as orphans); what
 is older survives.  The fake saves the same way on its clock (``save_interval_s``; None:
 only :meth:`FakeSlurm.save_state` and a graceful restart save, the worst case).  A killed
-slurmd leaves its jobs running (slurmstepd) and its node's drain as it was.
+slurmd leaves its jobs running (slurmstepd) and its node's drain as it was.  An srun is a
+job while it runs: one whose end was not saved comes back RUNNING (``Reason=Prolog``) with
+no srun behind it, and stays until cancelled; a reservation that holds a job cannot be
+deleted ("Requested reservation is in use"), as measured on 22.05.
 
 :class:`FakeClock` is time that moves only when someone waits.  The real-Slurm tests
 (``tests/integration/test_repartition_*.py``) prove what this stands in for.
@@ -106,6 +109,7 @@ class FakeSlurm:
         self.save_interval_s: float | None = SAVE_MAX_WAIT_S
         self.killed_slurmd: set[str] = set()  # killed with -9, not started again (yet)
         self.crashes = 0
+        self._next_job = 100_000  # srun's jobs (the tests' own jobs have small ids)
         self._saved: tuple | None = None
         self._last_save = float("-inf")
         self._dirty = False
@@ -316,11 +320,13 @@ class FakeSlurm:
     def delete_reservation(self, name: str) -> None:
         self._need_ctld("delete reservation")
         with self._lock:
+            if any(j.reservation == name and not j.finished for j in self.jobs()):
+                raise SlurmUnavailableError(f"delete reservation {name}", "Requested reservation is in use")
             self.resv.pop(name, None)
             self.calls.append(("delete", name, self.clock.time()))
             self._changed()
 
-    def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float) -> Result:
+    def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float, job_name: str) -> Result:
         """The injected handler runs the command "on" the node (exit 1 without one).  As real
         srun, it starts nothing without the reservation, on a drained node (22.05: even inside
         a MAINT reservation) or where slurmd does not answer, and says why (exit 1)."""
@@ -341,9 +347,37 @@ class FakeSlurm:
         elif self.srun_handler is None:
             r = Result(tuple(argv), 1, "", "srun: no handler in this fake")
         else:
-            r = self.srun_handler(node, argv)
+            with self._lock:
+                self._next_job += 1
+                job = JobInfo(
+                    self._next_job,
+                    "RUNNING",
+                    frozenset({node}),
+                    "root",
+                    job_name,
+                    None,
+                    int(self.clock.time()),
+                    False,
+                    reservation,
+                )
+            self.add_job(job)
+            try:
+                r = self.srun_handler(node, argv)
+            finally:
+                self._forget(job.job_id)  # its end: saved like any change
         self.calls.append(("srun", node, r.returncode, r.stderr[-300:]))
         return r
+
+    def cancel_job(self, job_id: int) -> None:
+        """``scancel JOB``: gone from squeue (at once here)."""
+        self._need_ctld("scancel")
+        self.calls.append(("cancel", job_id))
+        self._forget(job_id)
+
+    def _forget(self, job_id: int) -> None:
+        with self._lock:
+            self.jobs_ = [j for j in self.jobs_ if j.job_id != job_id]
+            self._changed()
 
     def signal_job(self, job_id: int, signal: str) -> None:
         self.calls.append(("signal", job_id, signal))

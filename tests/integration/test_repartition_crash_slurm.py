@@ -1,66 +1,88 @@
-"""slurmctld killed with -9 in the middle of a switch, and started again at once (as systemd
-would), on the real sandbox Slurm of each release; and a switching node's slurmd killed with
--9.  The run goes on against a Slurm that lost what it had not saved (#26 item 9: the run's
-reservation, a drain, a resume); it or the next run converges, and no job is lost.
+"""slurmctld killed with -9 at every journaled step and restart command of a switch, and
+started again at once (as systemd would), on the real sandbox Slurm of each release; then a
+switching node's slurmd killed with -9 at every one of the way back.  The run goes on
+against a Slurm that lost what it had not saved (#26 item 9: the run's reservation, a drain,
+a resume); it or the next run converges, and no job is lost.
 
-Killed at every journaled step and restart command, both directions, on the shipped fake
-Slurm (tests/unit/test_repartition_crashes.py, which models what a killed slurmctld keeps,
-measured on 22.05); here the points where what Slurm loses matters most: the reservation
-just made, the daemons' restart under way (where the defect was found), a node just
-resumed (its drain comes back).
+One run per direction takes every fault in turn (``SLURM_GPUPOOL_FAULT_AT='*'``): each
+point's loss is met by the rest of that run, and the points where it matters most (the
+reservation just made, the daemons' restart under way, where the defect was found, a node
+just resumed, its drain coming back) are among them.  A kill at each point alone, both
+directions, runs on the shipped fake Slurm (tests/unit/test_repartition_crashes.py, which
+models what a killed slurmctld keeps, measured on 22.05).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
 
 from slurm_gpupool.slurm.fake import SAVE_MAX_WAIT_S
+from tests.unit.test_repartition_kills import KILL_POINTS
 
 from .repartition_support import GPUPOOL, assert_converged, job_state, nodes_info, repartition, wait_until
 
 pytestmark = pytest.mark.integration
 
 NODES = ["a30n1", "v100n1"]
-CTLD_POINTS = ["reserved", "restart:1", "done"]
 
 
 RESTART_LOG = "crash-restart.log"  # in the sandbox's log/: what each restart after a kill said
 
 
-def crash_ctld(sb) -> list[str]:
-    """The fault command the journal runs (no shell): kill -9 this sandbox's slurmctld, then
-    ``gpupool sandbox up``, which starts the daemon that died, as systemd's Restart= would:
-    again if it fails (at most three times), each attempt's output kept in
-    ``log/crash-restart.log``.  (The journal runs the fault command with its output captured:
+def crash(sb, daemon: str) -> list[str]:
+    """The fault command the journal runs (no shell): kill -9 this sandbox's ``daemon``
+    (``slurmctld`` or ``slurmd-<node>``, by its pid file) if it runs, then ``gpupool sandbox
+    up``, which starts the daemon that died, as systemd's Restart= would: again if it fails
+    (at most three times), each attempt's output kept in ``log/crash-restart.log`` with the
+    point (``$SLURM_GPUPOOL_FAULT_POINT``).  A daemon the switch has stopped itself (a
+    switching node's slurmd between its stop and start) is not running: nothing to kill, and
+    nothing is started early.  (The journal runs the fault command with its output captured:
     once, under load, slurmctld was never restarted after a kill and the rest of that run had
     no controller; the likely cause, a dead process reaped between the wait's ``exists`` and
     its read of ``/proc/PID/stat``, killed the script with FileNotFoundError before it
     restarted anything.)"""
     script = (
         "import os, signal, subprocess, sys, time\n"
-        "root = sys.argv[1]\n"
-        "pid = int(open(root + '/run/slurmctld.pid').read())\n"
-        "os.kill(pid, signal.SIGKILL)\n"
-        "def gone():  # or a zombie; reaped between two reads, /proc/PID vanishes: gone too\n"
+        "root, daemon = sys.argv[1], sys.argv[2]\n"
+        "point = os.environ.get('SLURM_GPUPOOL_FAULT_POINT', '?')\n"
+        "def alive(pid):  # a zombie, or reaped between two reads (/proc/PID gone): dead\n"
         "    try:\n"
-        "        return open(f'/proc/{pid}/stat').read().split()[2] == 'Z'\n"
+        "        return open(f'/proc/{pid}/stat').read().split()[2] != 'Z'\n"
         "    except OSError:\n"
-        "        return True\n"
-        "while not gone():\n"
+        "        return False\n"
+        f"log = open(root + '/log/{RESTART_LOG}', 'a')\n"
+        "try:\n"
+        "    pid = int(open(f'{root}/run/{daemon}.pid').read())\n"
+        "except (OSError, ValueError):\n"
+        "    pid = 0\n"
+        "if not pid or not alive(pid):\n"
+        "    log.write(f'{time.ctime()} at {point} {daemon} not running: nothing killed\\n')\n"
+        "    sys.exit(0)\n"
+        "os.kill(pid, signal.SIGKILL)\n"
+        "while alive(pid):\n"
         "    time.sleep(0.05)\n"
-        f"with open(root + '/log/{RESTART_LOG}', 'a') as log:\n"
-        "    for attempt in range(3):\n"
-        "        p = subprocess.run([*sys.argv[2:], 'sandbox', 'up', '--root', root], capture_output=True, text=True)\n"
-        "        log.write(f'{time.ctime()} killed {pid}; sandbox up: exit {p.returncode}\\n{p.stdout}{p.stderr}\\n')\n"
-        "        log.flush()\n"
-        "        if p.returncode == 0:\n"
-        "            break\n"
-        "        time.sleep(5)\n"
+        "for attempt in range(3):\n"
+        "    p = subprocess.run([*sys.argv[3:], 'sandbox', 'up', '--root', root], capture_output=True, text=True)\n"
+        "    log.write(f'{time.ctime()} at {point} killed {daemon} {pid}; sandbox up: exit {p.returncode}\\n{p.stdout}{p.stderr}\\n')\n"
+        "    log.flush()\n"
+        "    if p.returncode == 0:\n"
+        "        break\n"
+        "    time.sleep(5)\n"
     )
-    return [GPUPOOL[0], "-c", script, str(sb.root), *GPUPOOL]
+    return [GPUPOOL[0], "-c", script, str(sb.root), daemon, *GPUPOOL]
+
+
+def faults_of(sb) -> list[tuple[str, str, bool]]:
+    """(point, daemon, whether it was running and killed) of every fault the restart log
+    records, in order."""
+    path = sb.root / "log" / RESTART_LOG
+    text = path.read_text(errors="replace") if path.exists() else ""
+    found = re.findall(r" at (\S+) (?:killed (\S+) \d+;|(\S+) not running)", text)
+    return [(point, killed or idle, bool(killed)) for point, killed, idle in found]
 
 
 def restart_log(sb) -> str:
@@ -101,11 +123,6 @@ def ctld_log_of(sb, job: str) -> str:
     return "".join(lines[-40:])
 
 
-def kill_slurmd(sb, node: str) -> list[str]:
-    script = "import os, signal, sys\nos.kill(int(open(sys.argv[1]).read()), signal.SIGKILL)\n"
-    return [GPUPOOL[0], "-c", script, str(sb.root / "run" / f"slurmd-{node}.pid")]
-
-
 def switch_with_fault(sb, target: str, point: str, fault: list[str]) -> list[dict]:
     """The run with the fault at ``point``, then runs until one changes nothing (at most two);
     every run's exit code and report."""
@@ -120,36 +137,37 @@ def switch_with_fault(sb, target: str, point: str, fault: list[str]) -> list[dic
     return runs
 
 
-def test_slurmctld_killed_mid_switch_loses_what_it_had_not_saved_and_the_switch_converges(night):
-    """A GPU job runs through it all on a node that does not switch: it runs on after every
-    crash.  (What slurmctld had not saved when killed, Slurm itself loses: a job submitted
-    just before a kill -9 is gone, its id given to the next job and the node drained
-    "Duplicate jobid"; a job started after the last save comes back PENDING, "Registered
-    PENDING JobId=N StepId=N.batch", and Slurm kills the running copy and starts it again,
-    measured on 22.05.  So the test waits until slurmctld has saved the job as running.)"""
+def test_slurmctld_then_a_slurmd_killed_at_every_step_of_a_switch_and_it_converges(night):
+    """night -> day with slurmctld killed (and started again) at every journaled step and
+    restart command the run passes; then day -> night with a switching node's slurmd killed at
+    every one.  A GPU job runs through it all on a node that does not switch: it runs on
+    after every crash.  (What slurmctld had not saved when killed, Slurm itself loses: a job
+    submitted just before a kill -9 is gone, its id given to the next job and the node
+    drained "Duplicate jobid"; a job started after the last save comes back PENDING,
+    "Registered PENDING JobId=N StepId=N.batch", and Slurm kills the running copy and starts
+    it again, measured on 22.05.  So the test waits until slurmctld has saved the job as
+    running.)"""
     rest = {n: "night" for n in night.nodes if n not in NODES}
     gpu = "--gres=gpu:" + next(k for k in nodes_info(night)["h100n1"].gres_counts() if k.startswith("gpu:"))[4:] + ":1"
     long = submit(night, "-w", "h100n1", gpu, "-t", "600", "--wrap", "sleep 36000")
     wait_until(lambda: job_state(night, long)[0] == "RUNNING", "the long job to start")
     wait_saved_after_start(night, long)
     try:
-        for i, point in enumerate(CTLD_POINTS):
-            target = "day" if i % 2 == 0 else "night"
-            runs = switch_with_fault(night, target, point, crash_ctld(night))
-            assert runs[-1]["rc"] == 0, (point, runs, restart_log(night))
+        for target, daemon in (("day", "slurmctld"), ("night", f"slurmd-{NODES[1]}")):
+            runs = switch_with_fault(night, target, "*", crash(night, daemon))
+            assert runs[-1]["rc"] == 0, (daemon, runs, restart_log(night))
             assert_converged(night, {**rest, **{n: target for n in NODES}})
-            wait_until(lambda: all(i.responding for i in nodes_info(night).values()), f"nodes responding after {point}")
-            assert job_state(night, long)[0] == "RUNNING", (point, ctld_log_of(night, long))
+            wait_until(
+                lambda: all(i.responding for i in nodes_info(night).values()), f"nodes responding after {daemon}"
+            )
+            assert job_state(night, long)[0] == "RUNNING", (daemon, ctld_log_of(night, long))
+            faults = [p for p, d, _ in faults_of(night) if d == daemon]
+            # every point of a switch (and more: a node waiting or failed after a fault, later restarts)
+            assert set(KILL_POINTS) <= set(faults) | {"waiting"}, (daemon, faults, restart_log(night))
+        killed = {p for p, d, k in faults_of(night) if k}
+        assert len(killed) > 10, killed  # slurmd: stopped by the switch itself only between restart:0 and restarted
     finally:
         night.run(["scancel", long], check=False)
-
-
-def test_a_switching_nodes_slurmd_killed_mid_switch_and_the_switch_converges(night):
-    """Killed once drained: the switch's own restart of that node starts it again."""
-    rest = {n: "night" for n in night.nodes if n not in NODES}
-    runs = switch_with_fault(night, "day", "drained", kill_slurmd(night, "v100n1"))
-    assert runs[-1]["rc"] == 0, runs
-    assert_converged(night, {**rest, **{n: "day" for n in NODES}})
 
 
 def submit(sb, *args: str) -> str:

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpupool.repartition.rules import srun_not_started
+from slurm_gpupool.slurm.runner import Result
+
 from .repartition_site import Site, repartitioner, site_templates
 from .test_repartition_kills import KILL_POINTS, SWITCHING, assert_converged, busy_site
 
@@ -81,3 +84,77 @@ def test_a_switching_nodes_slurmd_killed_after_each_step_and_started_by_the_next
     reports += run_until_converged(site, "day", None)
     assert reports[-1]["exit_code"] == 0, (point, reports)
     assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+# between an apply and the wave's restart (a graceful stop of slurmctld saves all)
+@pytest.mark.parametrize("point", ["applied", "drained", "gres_installed", "restart:0"])
+def test_an_srun_job_whose_end_slurmctld_lost_is_cancelled_and_the_switch_converges(templates, tmp_path: Path, point):
+    """slurmctld saved while a node's apply ran under srun, and was killed after that srun had
+    ended: it comes back with the srun's job RUNNING and nothing behind it (measured on 22.05:
+    ``Reason=Prolog``, until its time limit; no InactiveLimit).  Found on the sandbox: the job
+    held the run's reservation ("Requested reservation is in use") and the run asked to delete
+    it again and again, without pause, never finishing.  Now the run cancels its own leftover
+    srun jobs, and a reservation it cannot delete is asked again after a poll."""
+    site = busy_site(tmp_path, templates["night"])
+    site.slurm.save_interval_s = None
+    apply_on_node = site.slurm.srun_handler
+    assert apply_on_node is not None
+
+    def srun_saved_meanwhile(node, argv):
+        site.slurm.save_state()  # the save thread ran while the srun's job ran
+        return apply_on_node(node, argv)
+
+    site.slurm.srun_handler = srun_saved_meanwhile
+    crash = CrashAt(point, site.slurm.crash_controller)
+    reports = run_until_converged(site, "day", crash)
+    assert crash.fired
+    assert reports[-1]["exit_code"] == 0, reports
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+    cancelled = [c[1] for c in site.slurm.calls if c[0] == "cancel"]
+    assert cancelled and all(j >= 100_000 for j in cancelled), cancelled  # only srun's own jobs
+    assert not [j for j in site.slurm.jobs() if j.name == "gpupool-repartition"]
+
+
+def test_an_apply_srun_started_nothing_is_tried_again_not_rolled_back(templates, tmp_path: Path):
+    """slurmctld killed while a node's srun was launching (another node's apply going on):
+    srun says "Something is wrong with the boot of the nodes" and runs nothing (seen on the
+    sandbox).  The node was rolled back and failed, to wait for the next run; nothing had
+    changed on it.  Now its apply is tried again after a poll, in the same run."""
+    site = busy_site(tmp_path, templates["night"])
+    apply_on_node = site.slurm.srun_handler
+    assert apply_on_node is not None
+    refused: list[str] = []
+
+    def launch_fails_once(node, argv):
+        if node == "v100n1" and not refused:
+            refused.append(node)
+            return Result(tuple(argv), 1, "", "srun: error: Something is wrong with the boot of the nodes.\n")
+        return apply_on_node(node, argv)
+
+    site.slurm.srun_handler = launch_fails_once
+    report = repartitioner(site).run("day", SWITCHING)
+    assert refused and report.exit_code == 0, report.to_dict()
+    assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}, report.to_dict()
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stderr", "started"),
+    [
+        ("", "srun: error: Something is wrong with the boot of the nodes.\n", False),
+        ("", "srun: error: Unable to allocate resources: Requested reservation is invalid\n", False),
+        ("", "srun: error: Unable to confirm allocation for job 12: Unable to contact slurm controller\n", False),
+        ("", "srun: error: Job allocation 12 has been revoked.\n", False),
+        # the node cannot take it: a failure of the node, not of slurmctld
+        (
+            "",
+            "srun: error: Unable to allocate resources: Required node not available (down, drained or reserved)\n",
+            True,
+        ),
+        # the command ran (its own words, or its output)
+        ("", "gpupool: GPUs busy\n", True),
+        ('{"state": {}}', "srun: error: Something is wrong with the boot of the nodes.\n", True),
+    ],
+)
+def test_srun_not_started_is_srun_failing_on_slurmctlds_side_only(stdout, stderr, started):
+    assert srun_not_started(stdout, stderr) is (not started)
