@@ -170,9 +170,20 @@ def fmt_counts(counts: Mapping[str, int]) -> str:
     return ",".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "(none)"
 
 
+# Slurm's drain of a node whose slurmd registered fewer of a GRES than its node line
+# ("gres/gpu:v100_shared count too low (0 < 4)", 22.05): slurmctld (re)started with a switch's
+# new files while the node's slurmd still had the old ones (killed at that moment, or an
+# admin's restart).  It stays after the slurmd registers right.
+_GRES_COUNT_DRAIN = re.compile(r"^gres/\S+ count too low \(\d+ < \d+\)$")
+
+
 def ours(info: NodeInfo | None) -> bool:
-    """Drained by the repartitioner (its reason), as opposed to by an admin or Slurm."""
-    return info is not None and info.drained and info.reason.startswith(OUR_REASON)
+    """Drained by the repartitioner (its reason), or by Slurm for a GRES count below the
+    node line (a switch's files met a slurmd not yet restarted): the switch's to lift once
+    the node shows its layout, as opposed to an admin's drain or Slurm's for other causes."""
+    if info is None or not info.drained:
+        return False
+    return info.reason.startswith(OUR_REASON) or bool(_GRES_COUNT_DRAIN.match(info.reason))
 
 
 def lead_time_default(max_time_s: int | None, gaps_s: Sequence[int], cap_s: int) -> int:

@@ -157,14 +157,23 @@ class FakeSlurm:
                 self._registered_again()
 
     def _registered_again(self) -> None:
-        """A new slurmctld reads the installed node lines; running slurmds register again."""
+        """A new slurmctld reads the installed node lines; running slurmds register again.  A
+        slurmd with the old gres.conf makes the node INVAL, and where it has fewer of a GRES
+        than the line, drained: "gres/gpu:v100_shared count too low (0 < 4)" (22.05).  Its
+        slurmd started again with the new files lifts INVAL; the drain stays."""
         lines = self._node_lines()
         for name, n in self.nodes_.items():
             if n.state == "down" or name in self.killed_slurmd:
                 continue
             gres, features = lines.get(name, (n.gres, n.features))
-            if gres_counts(gres) != gres_counts(n.gres):  # slurmd has the old gres.conf: INVAL
+            want, have = gres_counts(gres), gres_counts(n.gres)
+            if want != have:  # slurmd has the old gres.conf: INVAL
                 n.flags.add("INVALID")
+                low = [(k, have.get(k, 0), c) for k, c in sorted(want.items()) if have.get(k, 0) < c]
+                if low:
+                    key, got, line = low[0]
+                    n.flags.add("DRAIN")
+                    n.reason = f"gres/{key} count too low ({got} < {line})"
             else:
                 n.features = features
 

@@ -158,3 +158,31 @@ def test_an_apply_srun_started_nothing_is_tried_again_not_rolled_back(templates,
 )
 def test_srun_not_started_is_srun_failing_on_slurmctlds_side_only(stdout, stderr, started):
     assert srun_not_started(stdout, stderr) is (not started)
+
+
+def test_slurms_gres_count_drain_a_crash_brings_back_after_the_run_is_lifted_by_the_next(templates, tmp_path: Path):
+    """Seen on the sandbox with slurmctld killed at every step: killed once the new files were
+    installed, slurmctld came back with them while a switching node's slurmd still had the
+    old gres.conf, and Slurm drained the node "gres/gpu:v100_shared count too low (0 < 4)".
+    The run lifted it once the node showed its layout; killed again after the run, slurmctld
+    came back with that drain (saved, the resume not).  The next run called the node "not
+    usable" and exited 75, forever: a drain of Slurm's, not ours.  It is the switch's to lift."""
+    site = busy_site(tmp_path, templates["night"])
+    site.slurm.save_interval_s = None
+
+    def fault(step: str) -> None:
+        if step == "gres_installed":
+            site.slurm.crash_controller()
+            site.slurm.save_state()  # it saves the drain it set at the slurmd's registration
+        elif step == "finished":
+            site.slurm.crash_controller()  # back with that drain; the resume was never saved
+
+    reports = [repartitioner(site, kill=fault).run("day", SWITCHING).to_dict()]
+    assert "count too low" in site.slurm.nodes()["v100n1"].reason
+    for _ in range(2):
+        again = repartitioner(site).run("day", SWITCHING)
+        reports.append(again.to_dict())
+        if again.exit_code == 0:
+            break
+    assert reports[-1]["exit_code"] == 0, reports
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
