@@ -154,6 +154,9 @@ class RepartitionSettings:
     restart_slurmctld: tuple[str, ...] = ("systemctl", "restart", "slurmctld")
     start_slurmd: tuple[str, ...] = ("clush", "-w", "{nodes}", "systemctl", "start", "slurmd")
     command_timeout_s: int = 600
+    # an srun of ours still in its allocation's prolog after this is cancelled and tried again
+    # (its node's slurmd restarted meanwhile: Slurm waits for that prolog forever)
+    launch_timeout_s: int = 120
     verify_timeout_s: int = 120
     reservation_prefix: str = "gpupool"
     partition: str | None = None  # whose MaxTime is the lead time (default: the default partition)

@@ -450,7 +450,15 @@ def parse_submit(raw: Any, top: Where) -> dict[str, Any]:
     return out
 
 
-_DURATIONS = ("lead_time", "max_lead_time", "deadline", "checkpoint_grace", "command_timeout", "verify_timeout")
+_DURATIONS = (
+    "lead_time",
+    "max_lead_time",
+    "deadline",
+    "checkpoint_grace",
+    "command_timeout",
+    "launch_timeout",
+    "verify_timeout",
+)
 _COMMANDS = ("node_command", "stop_slurmd", "restart_slurmctld", "start_slurmd")
 
 

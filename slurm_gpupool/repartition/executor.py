@@ -94,6 +94,7 @@ from slurm_gpupool.repartition.rules import (
     reason_text,
     run_exit_code,
     srun_not_started,
+    stuck_launches,
     unswitched_to_restart,
 )
 from slurm_gpupool.repartition.scheduled import ahead_nodes, lead_time_s
@@ -374,9 +375,28 @@ class Repartitioner:
             if not isinstance(a, ON_NODES):
                 self._do(a)
         if on_nodes:
-            with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(on_nodes))) as ex:
-                for f in [ex.submit(self._do, a) for a in on_nodes]:
-                    f.result()
+            done = threading.Event()
+            watch = threading.Thread(target=self._watch_launches, args=(done,), daemon=True)
+            watch.start()
+            try:
+                with ThreadPoolExecutor(max_workers=min(self.s.parallel, len(on_nodes))) as ex:
+                    for f in [ex.submit(self._do, a) for a in on_nodes]:
+                        f.result()
+            finally:
+                done.set()
+                watch.join()
+
+    def _watch_launches(self, done: threading.Event) -> None:
+        """While sruns run: every poll (real time; ``squeue --json``), cancel those of ours stuck
+        in their allocation's prolog (:func:`~slurm_gpupool.repartition.rules.stuck_launches`)."""
+        while not done.wait(max(0.05, min(self.poll_s, 5.0))):
+            try:
+                stuck = stuck_launches(self.cluster.jobs(), self.clock.time(), self.s.launch_timeout_s)
+                for job in stuck:
+                    self.progress(f"job {job}: srun waited {self.s.launch_timeout_s} s for its prolog; cancelled")
+                    self.cluster.cancel_job(job)
+            except SlurmUnavailableError:
+                continue  # slurmctld away: looked at again next poll
 
     def _do(self, action: Action) -> None:
         match action:

@@ -236,6 +236,7 @@ _SRUN_CTLD_TROUBLE = re.compile(
     r"|Unable to contact slurm controller"
     r"|Unable to confirm allocation"
     r"|Job allocation \d+ has been revoked"
+    r"|Force Terminated"
     r"|Requested reservation is invalid"
     r")",
     re.M,
@@ -263,6 +264,19 @@ def stale_own_jobs(jobs: Iterable[JobInfo]) -> tuple[int, ...]:
     22.05); it would hold the run's reservation ("Requested reservation is in use") until
     its time limit.  Cancelling ones already COMPLETING would only repeat."""
     return index_jobs(jobs)[1]
+
+
+def stuck_launches(jobs: Iterable[JobInfo], now: float, timeout_s: float) -> tuple[int, ...]:
+    """Our own srun jobs still waiting for their allocation's prolog after ``timeout_s``
+    (``squeue`` reason ``Prolog``; ``PrologFlags=Alloc``).  Seen on 22.05: a node's slurmd
+    killed while our srun's prolog started there, and started again, never reports that
+    prolog; slurmctld waits for it, and srun with it, without end.  Cancelled, the srun
+    ends ("revoked") having run nothing, and the apply is tried again."""
+    return tuple(
+        j.job_id
+        for j in jobs
+        if j.name == JOB_NAME and not j.finished and j.state_reason == "Prolog" and now - j.start_time >= timeout_s
+    )
 
 
 def _stale_own(job: JobInfo) -> bool:

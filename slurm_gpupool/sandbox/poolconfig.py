@@ -90,6 +90,7 @@ def sandbox_config(cfg: PoolConfig, root: Path, addresses: Mapping[str, tuple[st
         "restart_slurmctld": [*sandbox, "restart", "--root", str(root), "--no-files", "--controller"],
         "start_slurmd": [*sandbox, "start", "--root", str(root), "--nodes", "{nodes}"],
         "command_timeout": "5m",
+        "launch_timeout": "20s",
         "verify_timeout": "2m",
         **(raw.get("repartition") or {}),
     }

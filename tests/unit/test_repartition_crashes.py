@@ -186,3 +186,69 @@ def test_slurms_gres_count_drain_a_crash_brings_back_after_the_run_is_lifted_by_
             break
     assert reports[-1]["exit_code"] == 0, reports
     assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+def test_an_apply_srun_stuck_in_its_prolog_is_cancelled_and_tried_again(templates, tmp_path: Path):
+    """Seen on the sandbox with a switching node's slurmd killed at every step: killed (and
+    started again) as our srun's allocation ran its prolog there, slurmctld waited for that
+    prolog for ever (``squeue``: RUNNING, reason Prolog), and the srun with it, so the run
+    hung until the command timeout.  While sruns run, the run cancels its own that are in
+    their prolog past ``launch_timeout``; the srun ends having run nothing; tried again."""
+    import dataclasses
+    import threading
+
+    site = busy_site(tmp_path, templates["night"])
+    apply_on_node = site.slurm.srun_handler
+    assert apply_on_node is not None
+    timeout_s = 5  # this site's deadline is shorter than the default's two minutes
+    cfg = dataclasses.replace(
+        site.cfg, repartition=dataclasses.replace(site.cfg.repartition, launch_timeout_s=timeout_s)
+    )
+    stuck: list[int] = []
+
+    def prolog_never_reported(node, argv):
+        if node != "v100n1" or stuck:
+            return apply_on_node(node, argv)
+        (mine,) = [j for j in site.slurm.jobs() if j.name == "gpupool-repartition" and "v100n1" in j.nodes]
+        stuck.append(mine.job_id)
+        with site.slurm._lock:
+            site.slurm.jobs_ = [
+                dataclasses.replace(j, state_reason="Prolog") if j is mine else j for j in site.slurm.jobs_
+            ]
+        site.clock.sleep(timeout_s + 1)  # its prolog "runs" past the timeout
+        gone = threading.Event()
+        for _ in range(500):  # real time: the watchdog thread polls every 0.05 s here
+            if all(j.job_id != mine.job_id for j in site.slurm.jobs()):
+                gone.set()
+                break
+            gone.wait(0.01)
+        assert gone.is_set(), "the stuck srun job was never cancelled"
+        return Result(tuple(argv), 1, "", f"srun: error: Job allocation {mine.job_id} has been revoked.\n")
+
+    site.slurm.srun_handler = prolog_never_reported
+    report = repartitioner(site, cfg).run("day", SWITCHING)
+    assert stuck and ("cancel", stuck[0]) in site.slurm.calls
+    assert report.exit_code == 0, report.to_dict()
+    assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+def test_stuck_launches_are_our_jobs_in_their_prolog_past_the_timeout():
+    import dataclasses
+
+    from slurm_gpupool.repartition.rules import stuck_launches
+    from slurm_gpupool.slurm.types import JobInfo
+
+    from .repartition_site import job
+
+    def ours(jid: int, **kw) -> JobInfo:
+        return dataclasses.replace(job(jid, "a30n1", start=100, **kw), name="gpupool-repartition")
+
+    jobs = [
+        ours(1, state_reason="Prolog"),  # 120 s in its prolog
+        dataclasses.replace(ours(2, state_reason="Prolog"), start_time=150),  # 70 s: not yet
+        ours(3),  # running its command
+        job(4, "a30n1", start=100, state_reason="Prolog"),  # a user's
+        ours(5, state="COMPLETED", state_reason="Prolog"),
+    ]
+    assert stuck_launches(jobs, now=220, timeout_s=120) == (1,)
