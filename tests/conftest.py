@@ -22,6 +22,7 @@ SLOW_FIRST = (
     "test_repartition_slurm.py",
     "test_elastic_slurm.py",
     "test_simulate_slurm.py",
+    "test_repartition_crash_slurm.py",  # about 3 minutes: a switch each way, a fault at every step
     "test_ansible.py",
     "test_repartition_kill_slurm.py",
     "test_reports_slurm.py",
