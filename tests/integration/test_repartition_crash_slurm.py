@@ -163,6 +163,10 @@ def test_slurmctld_then_a_slurmd_killed_at_every_step_of_a_switch_and_it_converg
     it again, measured on 22.05.  So the test waits until slurmctld has saved the job as
     running.)"""
     rest = {n: "night" for n in night.nodes if n not in NODES}
+    # a graceful restart first: slurmctld saves all its state.  A new sandbox's slurmctld
+    # killed before its first save of assoc_usage does not start again on 26.05 ("fatal: No
+    # Assoc usage file ... to recover"): Slurm's, on a cluster minutes old, not a switch's
+    night.gpupool("sandbox", "restart", "--root", str(night.root), "--no-files", "--controller")
     gpu = "--gres=gpu:" + next(k for k in nodes_info(night)["h100n1"].gres_counts() if k.startswith("gpu:"))[4:] + ":1"
     long = submit(night, "-w", "h100n1", gpu, "-t", "600", "--wrap", "sleep 36000")
     wait_until(lambda: job_state(night, long)[0] == "RUNNING", "the long job to start")
