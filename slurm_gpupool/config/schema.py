@@ -44,13 +44,24 @@ MAX_MIG_COUNT = 64  # instances of one profile on one GPU: no GPU has more than 
 
 
 def parse_target(raw: Any, where: Where) -> GpuTarget:
-    """``whole`` | ``{whole: true}`` | ``{mig: {profile: count}}`` | ``{shared: N}``."""
+    """``whole`` | ``{whole: true}`` | ``{mig: {profile: count}}`` | ``{shared: N}`` |
+    ``{mig: {profile: count}, shared: N}`` (every MIG device of the GPU time-sliced N ways:
+    the same ``shared`` key as a whole GPU's, on the devices instead of the GPU)."""
     if raw == "whole":
         return GpuTarget.whole()
+    if isinstance(raw, dict) and len(raw) == 2 and "mig" in raw:
+        if "shared" not in raw:
+            other = next(k for k in raw if k != "mig")
+            raise where.key(str(other)).error(
+                "unknown key beside mig", hint="`shared: N` time-slices every MIG device N ways"
+            )
+        mig = parse_target({"mig": raw["mig"]}, where)
+        return GpuTarget.mig_counts(mig.counts, _shares(raw["shared"], where.key("shared")))
     if not isinstance(raw, dict) or len(raw) != 1:
         raise where.error(
             "expected exactly one of: whole, {mig: {profile: count}}, {shared: N}",
-            hint="e.g. `all: {mig: {1g.10gb: 7}}` or `0-3: whole` or `4: {shared: 4}`",
+            hint="e.g. `all: {mig: {1g.10gb: 7}}` or `0-3: whole` or `4: {shared: 4}`"
+            " or `all: {mig: {1g.10gb: 7}, shared: 4}`",
         )
     ((kind, val),) = raw.items()
     if kind == "whole":
@@ -68,12 +79,16 @@ def parse_target(raw: Any, where: Where) -> GpuTarget:
             counts[str(name)] = n
         return GpuTarget.mig_counts(counts)
     if kind == "shared":
-        ws = where.key("shared")
-        ws.check_type(val, int)
-        if not 2 <= val <= 128:
-            raise ws.error(f"shares must be 2..128, not {val}", hint="one share is a whole GPU: use whole")
-        return GpuTarget.shared(val)
+        return GpuTarget.shared(_shares(val, where.key("shared")))
     raise where.key(kind).error("unknown key", hint="one of: whole, mig, shared")
+
+
+def _shares(val: Any, ws: Where) -> int:
+    """A ``shared: N`` count: 2..128 Slurm shards per device."""
+    ws.check_type(val, int)
+    if not 2 <= val <= 128:
+        raise ws.error(f"shares must be 2..128, not {val}", hint="one share is the whole device: leave shared out")
+    return int(val)
 
 
 _HOSTLIST = re.compile(r"[A-Za-z0-9._\-\[\],]{1,4096}")

@@ -162,7 +162,7 @@ def check(nodes: Sequence[NodeGres]) -> None:
             if r.name == "gpu":
                 key = f"gpu:{r.type}"
                 counted[key] = counted.get(key, 0) + 1
-                gpu_files.add(r.files[0])
+                gpu_files.add(r.files)
                 own = r.files[1:] if len(r.files) > 1 else r.files
                 for f in own:
                     if f in seen:
@@ -170,8 +170,8 @@ def check(nodes: Sequence[NodeGres]) -> None:
                     seen.add(f)
             else:
                 counted["shard"] = counted.get("shard", 0) + (r.count or 0)
-                if r.files[0] not in gpu_files:
-                    raise InternalError(f"GRES of {n.node}", f"shard on {r.files[0]}, which is no gpu record")
+                if r.files not in gpu_files:  # Slurm ties shards to the gpu record with the same files
+                    raise InternalError(f"GRES of {n.node}", f"shard on {','.join(r.files)}, which is no gpu record")
         if counted != dict(n.counts):
             raise InternalError(f"GRES of {n.node}", f"Gres={n.gres_value()} disagrees with gres.conf {counted}")
 

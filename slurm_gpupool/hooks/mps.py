@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory
 LOCK = ".gpupool-mps.lock"
 LOCK_WAIT_S = 15.0  # a Prolog may wait for another's daemon start (at most timeout_s each)
-_UUID = re.compile(r"GPU-[0-9a-fA-F-]{8,64}")
+_UUID = re.compile(r"(GPU|MIG)-[0-9a-fA-F-]{8,64}")  # a GPU's, or a MIG device's (R470+ form, no '/')
 _PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 
 
@@ -151,8 +151,14 @@ def admission(record: dict[str, Any] | None, uid: str, live_jobs: set[str], daem
 # ---------------------------------------------------------------- I/O: the daemon
 
 
+def daemon_key(device: dict[str, Any]) -> str:
+    """The UUID a shard device's daemon is keyed by: its MIG device's for a time-sliced MIG
+    device (NVIDIA runs one MPS daemon per MIG device), else its GPU's."""
+    return str(device.get("mig_uuid") or device["gpu_uuid"])
+
+
 def daemon_dirs(settings: dict[str, Any], node: str, gpu_uuid: str) -> tuple[str, str, str]:
-    """(base, pipe_dir, log_dir) of a GPU's daemon; the UUID comes from the node state.
+    """(base, pipe_dir, log_dir) of a GPU's (or MIG device's) daemon; the UUID comes from the node state.
     Public: ``scripts/gpu-check`` starts its real-GPU daemon in this same layout."""
     if not _UUID.fullmatch(gpu_uuid):
         raise HookError(f"unexpected GPU UUID {gpu_uuid[:80]!r}")
@@ -288,7 +294,7 @@ def start_mps(
     jid = env["SLURM_JOB_ID"]
     uid = env.get("SLURM_JOB_UID", "")[:16]
     user = env.get("SLURM_JOB_USER", "")[:64]
-    gpus = sorted({d["gpu_uuid"] for d in devices})
+    gpus = sorted({daemon_key(d) for d in devices})
     if len(gpus) != 1:
         return {"note": f"the job's shards span {len(gpus)} GPUs; a client reaches one GPU's MPS daemon"}
     if not uid.isdigit():
@@ -331,7 +337,7 @@ def release_mps(settings: dict[str, Any], node: str, jid: str, devices: list[dic
     (``echo quit | nvidia-cuda-mps-control``).  A daemon no live job uses is stopped too
     (one whose last Epilog never ran), whatever its state."""
     run_dir = node_path(settings, "run_dir", node)
-    for gpu in sorted({d["gpu_uuid"] for d in devices}):
+    for gpu in sorted({daemon_key(d) for d in devices}):
         base, pipes, logs = daemon_dirs(settings, node, gpu)
         if not os.path.isdir(base):
             continue

@@ -6,7 +6,8 @@ whole GPUs listed after MIG records): this hook replaces them with the UUIDs of
 exactly the allocated devices; an allocation that mixes types (``--exclusive``) is
 narrowed to the types the job asked for (``SLURM_TRES_PER_NODE``).  Shard jobs get their
 MPS limits (``hooks/mps.py`` ``client_env``), and under MPS their GPU's pipe and log
-directories; a shard job the Prolog kept off MPS gets a ``print`` note instead.  With
+directories; a shard job the Prolog kept off MPS gets a ``print`` note instead, and every
+shard job ``SLURM_GRES=shard:N`` so its plain ``srun`` steps ask for untyped shards.  With
 ``hooks.share_enforcement: preload`` shard jobs get the site's limiter library appended to
 ``LD_PRELOAD`` and its limit variables, from the same share rule.  It prints nothing when
 it cannot help (fail open).
@@ -36,7 +37,8 @@ Slurm TaskProlog for slurm_gpupool (slurm.conf: TaskProlog=/usr/bin/gpupool-task
 Slurm runs it before each task and applies the `export NAME=value` lines it
 prints: CUDA_VISIBLE_DEVICES becomes the MIG (or GPU) UUIDs of the allocated
 devices, shard jobs get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (and with
-hooks.share_enforcement: preload, LD_PRELOAD and CUDA_DEVICE_*_LIMIT), and every GPU job
+hooks.share_enforcement: preload, LD_PRELOAD and CUDA_DEVICE_*_LIMIT) and SLURM_GRES=shard:N
+(their srun steps then ask for untyped shards), and every GPU job
 gets SLURM_GPUPOOL_LAYOUT and SLURM_GPUPOOL_PROFILE.
 """
 
@@ -72,13 +74,18 @@ def exports(
         out += client_env(
             int(shards),
             shares,
-            state_gpu_memory(state, devices[0]["gpu"]),
+            devices[0].get("memory_mib") or state_gpu_memory(state, devices[0]["gpu"]),  # a MIG device's own
             mps=daemon,
             memory_limit=bool(settings.get("shard_memory_limit")),
             mem_request_mib=int(request) if request.isdigit() and len(request) < 10 else None,
             preload=preload,
             ld_preload=env.get("LD_PRELOAD", ""),
         )
+        if not env.get("SLURM_GRES"):
+            # srun reads SLURM_GRES as --gres: a step of the job's untyped shards.  Without it a
+            # plain `srun` inherits a typed shard request (--gpu-share's shard:<type>:k), which
+            # 22.05, 24.11 and 26.05 refuse for steps: "Invalid generic resource (gres) specification"
+            out.append(("SLURM_GRES", f"shard:{int(shards)}"))
     return out
 
 

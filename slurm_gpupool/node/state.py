@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.core.gres.records import GresGpu, MigInstance, device_order
-from slurm_gpupool.core.mig.catalog import identify
+from slurm_gpupool.core.mig.catalog import get_model, identify
 from slurm_gpupool.core.mig.layouts import MIG, SHARED, WHOLE, GpuTarget
 from slurm_gpupool.model import NodeInventory
 from slurm_gpupool.util.atomic import write_json_atomic
@@ -59,7 +59,7 @@ def build_node_state(
                 "cpus": list(g.cpus),
                 "memory_mib": g.memory_mib,
                 "mode": mode,
-                "shares": shares if mode == SHARED else 0,
+                "shares": shares if mode in (SHARED, MIG) else 0,  # MIG: shards on each MIG device
                 "matches_layout": t is not None,
                 "mig_current": g.mig_current,
                 "mig_pending": g.mig_pending,
@@ -153,9 +153,7 @@ def add_slurm_devices(state: dict[str, Any], naming: str, autodetect: bool) -> d
 
     The job hooks read this to turn Slurm's indices into GPUs and MIG UUIDs.
     """
-    uuid_by = {
-        (g["index"], i["gi_id"], i["ci_id"]): (i["uuid"], i["profile"]) for g in state["gpus"] for i in g["instances"]
-    }
+    inst_by = {(g["index"], i["gi_id"], i["ci_id"]): i for g in state["gpus"] for i in g["instances"]}
     gpu_by = {g["index"]: g for g in state["gpus"]}
     devices = []
     for k, (g, inst, t) in enumerate(device_order(gres_gpus(state), naming, autodetect)):
@@ -167,8 +165,12 @@ def add_slurm_devices(state: dict[str, Any], naming: str, autodetect: bool) -> d
             "gpu_uuid": gpu_by[g.index]["uuid"],
         }
         if inst is not None:
-            entry["mig_uuid"], entry["profile"] = uuid_by[(g.index, inst.gi_id, inst.ci_id)]
+            found = inst_by[(g.index, inst.gi_id, inst.ci_id)]
+            entry["mig_uuid"], entry["profile"] = found["uuid"], found["profile"]
             entry["gi"] = inst.gi_id  # dcgm-exporter's GPU_I_ID: `gpupool metrics` labels slices by it
+            if g.shares:  # a time-sliced MIG device: a shard device, its limits from the profile's memory
+                entry["kind"], entry["shares"] = SHARED, g.shares
+                entry["memory_mib"] = get_model(g.model).profile(inst.profile).memory_mib
         if g.mode == SHARED:
             entry["shares"] = g.shares
         devices.append(entry)

@@ -67,7 +67,8 @@ def _node_offers(cfg: PoolConfig, layout: str, node: str) -> tuple[Offer, ...]:
         if inst is not None:
             assert model.mig is not None
             prof = model.profile(inst.profile)
-            o = Offer(typ, MIG, model.key, 1, mig_fraction(model, inst.profile), prof.memory_mib, profile=inst.profile)
+            kind, eq = ("shared", g.shares) if g.shares else (MIG, 0)  # a time-sliced MIG device: shared
+            o = Offer(typ, kind, model.key, 1, mig_fraction(model, inst.profile), prof.memory_mib, eq, inst.profile)
         elif g.mode == SHARED:
             o = Offer(typ, "shared", model.key, 1, 1.0, model.memory_mib, g.shares)
         else:

@@ -41,7 +41,7 @@ def layout_offers(cfg: PoolConfig, layout: str, nodes: Iterable[str] | None = No
                 assert model.mig is not None
                 prof = model.mig.by_name(inst.profile)
                 assert prof is not None
-                kind, mem, shares = MIG, prof.memory_mib, 0
+                kind, mem, shares = (SHARED if g.shares else MIG), prof.memory_mib, g.shares
             elif g.mode == SHARED:
                 kind, mem, shares = SHARED, model.memory_mib, g.shares
             else:
@@ -53,7 +53,7 @@ def layout_offers(cfg: PoolConfig, layout: str, nodes: Iterable[str] | None = No
             )
             if shares:
                 o["shares"] = shares
-            if kind == MIG and prof is not None and model.mig is not None:  # its share of the GPU's compute
+            if prof is not None and model.mig is not None:  # its share of the GPU's compute
                 o["compute_share"] = round(prof.compute_slices / model.mig.compute_slices, 6)
             o["count"] += 1
             here[key] = here.get(key, 0) + 1

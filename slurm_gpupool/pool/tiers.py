@@ -25,18 +25,18 @@ class GresKind:
 
 def pool_types(cfg: PoolConfig) -> dict[str, GresKind]:
     """Every GRES type the layouts offer (``shard`` for shards), with its GPU-equivalents.
-    A shard's share needs one share count across the pool (else it has none: 0)."""
+    A shard's share needs one share of a GPU per shard across the pool (else it has none: 0)."""
 
     out: dict[str, GresKind] = {}
-    shares: set[int] = set()
+    per_shard: set[float] = set()  # a shard of a time-sliced MIG device holds its slice's share
     for layout in cfg.layout_names():
         for node in cfg.all_nodes():
             for o in node_offers(cfg, layout, node):
                 out.setdefault(o.type, GresKind(o.kind, o.eq_each))
                 if o.shares:
-                    shares.add(o.shares)
-    if shares:
-        out["shard"] = GresKind("shard", 1 / shares.pop() if len(shares) == 1 else 0.0)
+                    per_shard.add(o.eq_each / o.shares)
+    if per_shard:
+        out["shard"] = GresKind("shard", per_shard.pop() if len(per_shard) == 1 else 0.0)
     return out
 
 

@@ -182,7 +182,7 @@ def type_offers(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> Iter
     """Per MIG or whole-GPU type with measured jobs (``efficiency``'s ``per_job``): its offer and those jobs."""
     shares: dict[str, set[int]] = {}  # model -> the shares per GPU the pool's layouts offer
     for o in _all_offers(data.cfg):
-        if o.shares:
+        if o.shares and not o.profile:  # a whole GPU's (a time-sliced MIG device's are its slice's)
             shares.setdefault(o.model, set()).add(o.shares)
     for typ, grp in eff[eff["peak_mem_mib"].notna()].groupby(eff["gres"].astype(str)):
         name = typ.removeprefix("gpu:")

@@ -111,14 +111,23 @@ class Resolver:
             n = g.untyped_rest
             out.append(Grant(UNTYPED, UNTYPED, "untyped", None, n, float(n), None, n))
         if g.shards:
-            shares = node_shares(self.cfg, layout, node)
             stype = g.shard_types[0][0] if len(g.shard_types) == 1 else self._shared_type(node, layout)
+            shares, each = self._shares(node, layout, stype)
             model = self.types[stype].model if stype in self.types else None
             mem = self.types[stype].memory_mib if stype in self.types else None
-            eq = g.shards / shares if shares else float("nan")
+            eq = g.shards * each / shares if shares else float("nan")
             mem_held = mem * g.shards / shares if mem and shares else None  # its share of the GPU's memory
             out.append(Grant(f"shard:{stype}", stype, "shard", model, 0, eq, mem_held, g.shards))
         return tuple(out)
+
+    def _shares(self, node: str, layout: str | None, stype: str) -> tuple[int | None, float]:
+        """(shards per device, GPU-equivalents of one device) of a shard type on ``node``: a
+        time-sliced MIG device's shards share its compute slices, not a whole GPU."""
+        if self.cfg is not None and layout is not None and node in self.cfg.all_nodes():
+            for o in node_offers(self.cfg, layout, node):
+                if o.type == stype and o.shares:
+                    return o.shares, o.eq_each
+        return node_shares(self.cfg, layout, node), 1.0
 
     def _shared_type(self, node: str, layout: str | None) -> str:
         if self.cfg is None or layout is None or node not in self.cfg.all_nodes():

@@ -109,6 +109,7 @@ def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, any
         return None
     k = int(c.gres.rsplit(":", 1)[1])
     n = c.offer["shares"]
+    per = c.offer.get("compute_share")  # a time-sliced MIG device's shards share its slice
     alts = tuple(
         o["type"]
         for o in offers
@@ -116,9 +117,11 @@ def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, any
         and o["kind"] == "shared"
         and o["type"] != c.offer["type"]
         and o["shares"] == n
+        and o.get("compute_share") == per
         and o["memory_mib"] >= req.memory_mib
     )
-    return Demand(c.gres, "shard", req.gpu_eq, k / n, f"{req.milli}/1000 GPU -> {k} of {n} shares", alternatives=alts)
+    why = f"{req.milli}/1000 GPU -> {k} of {n} shares"
+    return Demand(c.gres, "shard", req.gpu_eq, k * (per or 1) / n, why, alternatives=alts)
 
 
 def _whole(

@@ -21,7 +21,7 @@ import pytest
 
 from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.sandbox import devices
-from tests.unit.test_gres import CASES, config_for, golden_name
+from tests.unit.test_gres import ALL_CASES, case_config, golden_name
 
 from .repartition_support import SLURM_WAIT_S, Gate, state_after_scheduling, wait_until
 
@@ -55,9 +55,9 @@ def slurmd_g(sandbox, conf: Path, node: str) -> list[dict[str, str]]:
     return parsed
 
 
-@pytest.mark.parametrize("machine,variant,mig_files", CASES, ids=[golden_name(*c) for c in CASES])
+@pytest.mark.parametrize("machine,variant,mig_files", ALL_CASES, ids=[golden_name(*c) for c in ALL_CASES])
 def test_slurmd_parses_every_rendered_case(sandbox, tmp_path: Path, machine: str, variant: str, mig_files: str):
-    cfg = config_for(machine, mig_files=mig_files)
+    cfg = case_config(machine, variant, mig_files)
     dev = tmp_path / "dev"
     raw = dict(cfg.raw)
     raw["slurm"] = {**raw["slurm"], "dev_root": str(dev), "config_dir": str(tmp_path)}

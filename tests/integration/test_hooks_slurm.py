@@ -492,3 +492,91 @@ def test_slurmd_itself_runs_the_health_check_and_drains(sandbox):
     finally:
         sandbox.gpupool("--node", "a30n1", "sim", "temperature", "2", "34")
         sandbox.run(["scontrol", "update", "nodename=a30n1", "state=resume"], check=False)
+
+
+# -- #28 item 3: shares on a MIG device --------------------------------------------------
+
+MIG_SHARES = {  # a30n1: GPU 0's one 4g.24gb device time-sliced 2 ways, GPU 1's whole 4g.24gb not
+    "0": {"mig": {"4g.24gb": 1}, "shared": 2},
+    "1": {"mig": {"4g.24gb": 1}},
+    "2-3": {"shared": 4},
+}
+
+
+@contextlib.contextmanager
+def a30_mig_shares(sandbox, tmp: Path) -> Iterator[Path]:
+    """a30n1 in a layout of the sandbox's config plus ``mig_shares`` (node apply, gres install,
+    restarts as a switch does); then back to ``day`` with the sandbox's own config."""
+    raw = yaml.safe_load((sandbox.root / "etc" / "gpupool.yaml").read_text())
+    raw["layouts"]["mig_shares"] = {"a30": MIG_SHARES}
+    conf = tmp / "mig-shares.yaml"
+    conf.write_text(yaml.safe_dump(raw))
+
+    def switch(*config: str, layout: str) -> None:
+        sandbox.gpupool(*config, "--node", "a30n1", "node", "apply", layout)
+        sandbox.gpupool(*config, "gres", "install")
+        sandbox.gpupool("sandbox", "restart", "--root", str(sandbox.root), "--controller", "--nodes", "a30n1")
+
+    switch("--config", str(conf), layout="mig_shares")
+    try:
+        yield conf
+    finally:
+        switch(layout="day")
+
+
+def test_shard_jobs_share_one_mig_device_under_its_own_mps_daemon(day, tmp_path: Path):
+    """A node whose MIG device is time-sliced registers exactly the rendered GRES; two shard
+    jobs run side by side on that one MIG device, each with CUDA_VISIBLE_DEVICES=<its MIG
+    UUID>, the MPS daemon of that MIG device (pipe directory named by it) and a memory limit
+    from the profile's memory; the over-limit allocation fails there.  A plain ``srun`` step
+    of such a typed shard job runs (22.05, 24.11 and 26.05 refuse the typed request a step would
+    otherwise inherit).  A ``gpu:4g.24gb`` job meanwhile gets the other GPU's device, never
+    the shared one."""
+    prof = get_model("A30").profile("4g.24gb")
+    with a30_mig_shares(day, tmp_path):
+        nodes_conf = (day.root / "etc" / "nodes.conf").read_text()
+        line = next(ln for ln in nodes_conf.splitlines() if ln.startswith("NodeName=a30n1 "))
+        gres = re.search(r"Gres=(\S+)", line).group(1)
+        assert gres == "gpu:4g.24gb_shared:1,gpu:4g.24gb:1,gpu:a30_shared:2,shard:10", gres
+        show = day.run(["scontrol", "-o", "show", "node", "a30n1"]).stdout
+        tres = dict(t.split("=", 1) for t in re.search(r"CfgTRES=(\S+)", show).group(1).split(","))
+        got = {k: int(v) for k, v in tres.items() if k.startswith("gres/")}
+        assert got == {
+            "gres/gpu": 4, "gres/gpu:4g.24gb_shared": 1, "gres/gpu:4g.24gb": 1, "gres/gpu:a30_shared": 2,
+            "gres/shard": 10,
+        }, show  # fmt: skip
+        limit = prof.memory_mib // 2  # 1 of the device's 2 shares
+        client = sim_client(day, "a30n1", limit + 1, limit // 2)
+        outs = [tmp_path / f"ms{k}.out" for k in range(2)]
+        gate = Gate(tmp_path, "mig-shares")
+        with mps_enabled(day):
+            step = tmp_path / "step.out"  # the first job runs a plain srun step (SLURM_GRES)
+            steps = [f"srun -n1 printenv CUDA_VISIBLE_DEVICES > {step};", ""]
+            jobs = [
+                sbatch(day, "-w", "a30n1", "--gres=shard:4g.24gb_shared:1", "-o", str(o),
+                       "--wrap", f"env; {client}; {s} {gate.wrap()}")
+                for o, s in zip(outs, steps, strict=True)
+            ]  # fmt: skip
+            try:
+                wait_for(lambda: all("sim_mode" in (o.read_text() if o.exists() else "") for o in outs), what="both")
+                wait_for(lambda: step.exists() and step.read_text().strip(), what="the job's step")
+                assert [state_of(day, j) for j in jobs] == ["RUNNING", "RUNNING"]  # side by side
+                _, whole = job_env(day, tmp_path, "whole-mig", "-w", "a30n1", "--gres=gpu:4g.24gb:1")
+            finally:
+                gate.open()
+            wait_for(lambda: all(state_of(day, j) == "" for j in jobs), what="both shard jobs to finish")
+        envs = [parse_env(o.read_text()) for o in outs]
+        devs = [slurm_device(day, "a30n1", e)[0] for e in envs]
+        (wdev,) = slurm_device(day, "a30n1", whole)  # (the table of this layout)
+    mig = devs[0]["mig_uuid"]
+    assert re.fullmatch(r"MIG-[0-9a-f-]{36}", mig) and devs[1]["mig_uuid"] == mig and devs[0]["kind"] == "shared"
+    assert step.read_text().strip() == mig  # its plain srun step ran, on the same MIG device
+    for e, o in zip(envs, outs, strict=True):
+        assert e["CUDA_VISIBLE_DEVICES"] == mig and e["SLURM_GPUPOOL_PROFILE"] == "4g.24gb"
+        assert Path(e["CUDA_MPS_PIPE_DIRECTORY"]).name == mig, e  # the MIG device's own daemon
+        assert e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={limit}M" and e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        ran = json.loads(o.read_text().splitlines()[-1])
+        assert ran["sim_mode"] == "mps", ran
+        assert ran["steps"]["cuMemAlloc_over"] == "CUDA_ERROR_OUT_OF_MEMORY", ran
+        assert ran["steps"]["cuMemAlloc_under"] == "CUDA_SUCCESS", ran
+    assert whole["CUDA_VISIBLE_DEVICES"] == wdev["mig_uuid"] != mig and wdev["kind"] == "mig" and wdev["gpu"] == 1

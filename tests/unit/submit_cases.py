@@ -78,6 +78,15 @@ def _one_whole_type() -> dict[str, Any]:
     return raw
 
 
+def _mig_shares() -> dict[str, Any]:
+    """#28 item 3: time-sliced 1g slices (kind shared, compute_share 1/7) beside time-sliced
+    whole GPUs, so --gpu-share chooses between a GPU's and a slice's shares."""
+    raw = _shipped()
+    raw["layouts"]["day"]["hopper"] = {"0-3": {"mig": {"1g.10gb": 7}, "shared": 4}, "4-7": {"shared": 4}}
+    raw["layouts"]["day"]["dgx"] = {"0-3": {"mig": {"1g.5gb": 7}, "shared": 2}, "4-7": "whole"}
+    return raw
+
+
 def _with(raw: dict[str, Any], **changes: Any) -> dict[str, Any]:
     out = copy.deepcopy(raw)
     for k, v in changes.items():
@@ -141,6 +150,8 @@ def sites() -> tuple[Site, ...]:
         ),
         Site("untyped-leave", _with(shipped, submit={"untyped_gpus": "leave", "nvlink_constraint": False}), "22.05"),
         Site("one-whole-type", _one_whole_type(), "26.05"),
+        Site("mig-shares", _mig_shares(), "24.11", installed="day"),
+        Site("mig-shares-22.05", _mig_shares(), "22.05"),
         Site("one-whole-type-rules", _with(_one_whole_type(), submit={"enforce_binding": True, "switches": "2"})),
         # #26 item 6: untyped requests get the site's preferred whole-GPU type offered now
         Site("untyped-prefer", _with(shipped, submit={"untyped_gpu_types": PREFER}), "24.11"),
@@ -211,6 +222,9 @@ FRACTIONS = [
     "3/4",
     "2/8",
     "1/1",
+    "1/14",  # a share of a time-sliced 1g slice (#28 item 3)
+    "1/7",
+    "0.05",
 ]
 ODD_FRACTIONS = [
     "0",

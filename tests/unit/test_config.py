@@ -114,9 +114,43 @@ BROKEN = [
     ),
     (
         "two kinds at once",
-        _set(["layouts", "day", "a30"], {"all": {"shared": 4, "mig": {"1g.6gb": 4}}}),
+        _set(["layouts", "day", "a30"], {"all": {"shared": 4, "whole": True}}),
         78,
         ["exactly one of"],
+    ),
+    (  # #28 item 3: shares on MIG devices take the same checks as a whole GPU's
+        "MIG shares one",
+        _set(["layouts", "day", "a30"], {"all": {"shared": 1, "mig": {"1g.6gb": 4}}}),
+        78,
+        ["layouts.day.a30.all.shared", "shares must be 2..128"],
+    ),
+    (
+        "MIG shares over 128",
+        _set(["layouts", "day", "a30"], {"all": {"mig": {"1g.6gb": 4}, "shared": 129}}),
+        78,
+        ["layouts.day.a30.all.shared", "shares must be 2..128"],
+    ),
+    (
+        "MIG shares as text",
+        _set(["layouts", "day", "a30"], {"all": {"mig": {"1g.6gb": 4}, "shared": "4"}}),
+        78,
+        ["layouts.day.a30.all.shared"],
+    ),
+    (
+        "MIG shares on a GPU without MIG",
+        lambda c: (
+            c["nodesets"].update(volta={"nodes": "v01", "machine": "dgx1-v100"}),
+            c["layouts"]["day"].update(volta={"all": {"mig": {"1g.5gb": 7}, "shared": 4}}),
+            c["layouts"]["night"].update(volta={"all": "whole"}),
+        ),
+        78,
+        ["layouts.day.volta", "does not support MIG"],
+    ),
+    (
+        "an unknown key beside mig",
+        _set(["layouts", "day", "a30"], {"all": {"mig": {"1g.6gb": 4}, "shares": 4}}),
+        78,
+        ["layouts.day.a30.all.shares", "unknown key beside mig", "shared: N"],
     ),
     ("shared one", _set(["layouts", "day", "a30"], {"all": {"shared": 1}}), 78, ["shares must be 2..128"]),
     (
@@ -464,3 +498,15 @@ def test_share_enforcement_follows_hooks_mps_when_unset():
     pre = hooks(share_enforcement="preload", preload_library="/opt/hami/libvgpu.so")
     assert (pre.share_enforcement, pre.mps, pre.preload_library) == ("preload", False, "/opt/hami/libvgpu.so")
     assert hooks(share_enforcement="none", mps=False).mps is False
+
+
+def test_shares_on_mig_devices_parse_and_round_trip():
+    """#28 item 3: ``{mig: {...}, shared: N}`` is a MIG target whose devices are time-sliced;
+    ``node export`` writes it back in the same form."""
+    cfg = mutate(_set(["layouts", "day", "a30"], {"0-1": {"mig": {"1g.6gb": 4}, "shared": 4}, "2-3": "whole"}))
+    pc = parse_config(cfg, "t.yaml", Path("."))
+    t = pc.machine_targets("day", "pcie01")[0]
+    assert t == GpuTarget.mig_counts({"1g.6gb": 4}, shares=4) and t.wants_mig_mode and t.shares == 4
+    assert t.to_config() == {"mig": {"1g.6gb": 4}, "shared": 4} and str(t) == "mig {1g.6gb: 4} shared x4"
+    assert pc.machine_targets("day", "pcie01")[2] == GpuTarget.whole()
+    assert GpuTarget.mig_counts({"1g.6gb": 4}).to_config() == {"mig": {"1g.6gb": 4}}

@@ -125,9 +125,36 @@ def golden_name(machine: str, variant: str, mig_files: str) -> str:
     return f"{machine}-{variant}" + ("-ci_cap" if mig_files == "ci_cap" else "")
 
 
-@pytest.mark.parametrize("machine,variant,mig_files", CASES, ids=[golden_name(*c) for c in CASES])
+# #28 item 3: every MIG device of a GPU time-sliced ({mig: ..., shared: N}), beside a
+# time-sliced whole GPU and whole GPUs; its own config, so the other files keep their TRES
+MIG_SHARED = {
+    "dgx-a100": {"0-3": {"mig": {"1g.5gb": 7}, "shared": 4}, "4-5": {"shared": 4}, "6-7": "whole"},
+    "pcie-a30": {
+        "0": {"mig": {"1g.6gb": 4}, "shared": 2},
+        "1": {"mig": {"2g.12gb": 2}},
+        "2": {"shared": 4},
+        "3": "whole",
+    },
+}
+ALL_CASES = [*CASES, *((m, "mig_shared", f) for m in MIG_SHARED for f in ("multiple", "ci_cap"))]
+
+
+def case_config(machine: str, variant: str, mig_files: str):
+    """The config a golden case renders: the machine's variants, or the mig_shared layout alone."""
+    if variant != "mig_shared":
+        return config_for(machine, mig_files=mig_files)
+    raw = {
+        "version": 1,
+        "nodesets": {"n": {"nodes": "node[01-02]", "machine": machine}},
+        "layouts": {"mig_shared": {"n": MIG_SHARED[machine]}},
+        "slurm": {"mig_device_files": mig_files},
+    }
+    return parse_config(raw, f"golden/{machine}.yaml", Path("."))
+
+
+@pytest.mark.parametrize("machine,variant,mig_files", ALL_CASES, ids=[golden_name(*c) for c in ALL_CASES])
 def test_golden(machine: str, variant: str, mig_files: str):
-    cfg = config_for(machine, mig_files=mig_files)
+    cfg = case_config(machine, variant, mig_files)
     r = render(cfg, cfg.all_nodes(), variant, mig_ids=IDS_SIMULATED)
     for role in ("gres.conf", "nodes.conf", "gres-types.conf"):
         path = GOLDEN / f"{golden_name(machine, variant, mig_files)}.{role}"
@@ -135,6 +162,26 @@ def test_golden(machine: str, variant: str, mig_files: str):
             path.write_text(r.files[role])
         assert path.exists(), f"missing golden file {path}; regenerate with SLURM_GPUPOOL_REGEN_GOLDEN=1"
         assert r.files[role] == path.read_text(), f"{path} differs (regenerate only on purpose)"
+
+
+def test_a_time_sliced_mig_device_is_its_own_type_with_shards_on_its_ci_cap():
+    """The MIG device's gpu record is `<profile>_shared` (a `gpu:1g.5gb` job cannot take it)
+    and its shard record is on the same CI cap file; the node line counts both."""
+    raw = {
+        "version": 1,
+        "nodesets": {"n": {"nodes": "node01", "machine": "dgx-a100"}},
+        "layouts": {"d": {"n": MIG_SHARED["dgx-a100"]}},
+        "slurm": {"mig_device_files": "ci_cap"},
+    }
+    cfg = parse_config(raw, "t.yaml", Path("."))
+    r = render(cfg, cfg.all_nodes(), "d", mig_ids=IDS_SIMULATED)
+    gres = [line for line in r.files["gres.conf"].splitlines() if line.startswith("NodeName=")]
+    gpu_files = [ln.split("File=")[1].split()[0] for ln in gres if "Type=1g.5gb_shared" in ln]
+    shard_files = [ln.split("File=")[1].split()[0] for ln in gres if "Name=shard" in ln and "nvidia-caps" in ln]
+    assert len(gpu_files) == 28 and gpu_files == shard_files
+    assert all("Count=4" in ln for ln in gres if "Name=shard" in ln)
+    assert "Type=1g.5gb " not in r.files["gres.conf"]
+    assert "Gres=gpu:1g.5gb_shared:28,gpu:a100_shared:2,gpu:a100:2,shard:120" in r.files["nodes.conf"]
 
 
 def test_golden_autodetect_and_model_naming():

@@ -26,7 +26,13 @@ NODE = "h1"
 CONFIG = {
     "version": 1,
     "nodesets": {"h": {"nodes": NODE, "machine": "hgx-h100"}},
-    "layouts": {"day": {"h": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}}, "6-7": {"shared": 4}}}},
+    "layouts": {
+        "day": {"h": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}}, "6-7": {"shared": 4}}},
+        # #28 item 3: GPUs 4-5's MIG devices time-sliced 2 ways (test_hooks_mps.py)
+        "mig_shares": {
+            "h": {"0-3": {"mig": {"1g.10gb": 7}}, "4-5": {"mig": {"3g.40gb": 2}, "shared": 2}, "6-7": "whole"}
+        },
+    },
 }
 
 
@@ -116,6 +122,19 @@ def test_taskprolog_shards_and_slurm_set_uuids(site: dict):
     same = run(site, "taskprolog", SLURM_STEP_GPUS=str(i), CUDA_VISIBLE_DEVICES="MIG-abc")
     assert same.stdout == ""
     assert run(site, "taskprolog").stdout == ""  # no GPUs: nothing to say
+
+
+def test_a_shard_jobs_steps_ask_for_untyped_shards(site: dict):
+    """#28 item 3: inside a job of typed shards (``--gpu-share``'s ``shard:<type>:k``) a plain
+    ``srun`` inherits the typed request, which 22.05, 24.11 and 26.05 refuse for steps; srun reads
+    ``SLURM_GRES`` as ``--gres``, so the TaskProlog gives the job its untyped shard count."""
+    i = str(index_of(site, "shared"))
+    tp = run(site, "taskprolog", SLURM_STEP_GPUS=i, SLURM_SHARDS_ON_NODE="3", CUDA_VISIBLE_DEVICES="0")
+    assert "export SLURM_GRES=shard:3" in tp.stdout.splitlines()
+    mine = run(site, "taskprolog", SLURM_STEP_GPUS=i, SLURM_SHARDS_ON_NODE="3", SLURM_GRES="shard:1")
+    assert "SLURM_GRES" not in mine.stdout and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in mine.stdout  # the job's own
+    mig = str(index_of(site, "mig"))
+    assert "SLURM_GRES" not in run(site, "taskprolog", SLURM_STEP_GPUS=mig, CUDA_VISIBLE_DEVICES="0").stdout
 
 
 @pytest.mark.parametrize(

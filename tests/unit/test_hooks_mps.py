@@ -459,3 +459,64 @@ def test_the_share_enforcement_settings_reach_the_hooks(tmp_path: Path):
     old = {k: v for k, v in written.items() if k not in ("share_enforcement", "preload_library")}
     (tmp_path / "gpupool-hooks.json").write_text(json.dumps(old))  # a file written before these keys
     assert load_settings({"SLURM_CONF": str(tmp_path / "slurm.conf")})["share_enforcement"] == "none"
+
+
+def test_time_sliced_mig_devices_each_get_their_own_daemon_and_the_profiles_memory(site: dict, control: dict):  # noqa: F811
+    """#28 item 3: a shard job on a time-sliced MIG device sees that MIG device, its own MPS
+    daemon (keyed by the MIG UUID, as NVIDIA runs MPS on MIG) and a memory limit from the
+    profile; a job on the GPU's other MIG device gets another daemon."""
+    from slurm_gpupool.config.load import parse_config as parse
+    from slurm_gpupool.core.mig.catalog import get_model
+    from slurm_gpupool.hw import open_backend
+    from slurm_gpupool.node.apply import apply_node
+    from tests.unit.test_hooks import CONFIG
+
+    with open_backend(NODE, site["sim"]) as b:
+        apply_node(b, parse(CONFIG, "t.yaml", Path(".")), "mig_shares", site["state"])
+    site["table"] = json.loads((site["state"] / "node-state.json").read_text())["slurm_devices"]
+    devs = [d for d in site["table"] if d["type"] == "3g.40gb_shared"]
+    assert len(devs) == 4 and all(d["kind"] == "shared" and d["shares"] == 2 for d in devs)
+    limit = (
+        get_model(json.loads((site["state"] / "node-state.json").read_text())["gpus"][4]["model"])
+        .profile("3g.40gb")
+        .memory_mib
+        // 2
+    )
+    store = control["store"]
+    a = shard_job(site, "71", 1000, "alice")  # index_of(site, "shared"): the first of them
+    mig = devs[0]["mig_uuid"]
+    pipes = str(control["base"] / mig)
+    assert a["CUDA_VISIBLE_DEVICES"] == mig and a["SLURM_GPUPOOL_PROFILE"] == "3g.40gb"
+    assert a["CUDA_MPS_PIPE_DIRECTORY"] == pipes and a["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert a["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={limit}M"
+    daemon = sim_mps.daemon_at(store.read(), pipes)
+    assert daemon is not None and daemon["gpu_uuid"] == mig
+    with procs(1) as (p,):  # the simulated client runs on that MIG device, under its limit
+        env = {k: v for k, v in a.items() if not k.startswith("_")}
+        assert sim_mps.cuda_init(store, env, 1000, p) == "mps"
+        sim_mps.allocate(store, p, limit - 10)
+        with pytest.raises(sim_mps.SimMpsError, match="limit"):
+            sim_mps.allocate(store, p, 20)
+    other = devs[1]
+    assert other["gpu"] == devs[0]["gpu"] and other["mig_uuid"] != mig  # the same GPU's other device
+    ids = {"SLURM_JOB_ID": "72", "SLURM_JOB_UID": "1000", "SLURM_JOB_USER": "alice"}
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(other["index"]), **ids).returncode == 0
+    assert sim_mps.daemon_at(store.read(), str(control["base"] / other["mig_uuid"])) is not None
+    end_job(site, "71")
+    assert sim_mps.daemon_at(store.read(), pipes) is None  # its last job's Epilog stopped it
+    assert run(site, "epilog", SLURM_JOB_GPUS=str(other["index"]), **ids).returncode == 0
+    assert not store.read()["mps"]
+
+
+def test_the_daemon_directories_take_a_gpu_or_mig_uuid_and_nothing_else():
+    from slurm_gpupool.hooks.mps import daemon_dirs, daemon_key
+    from slurm_gpupool.hooks.runtime import HookError
+
+    s = {"mps": {"pipe_dir": "/run/mps"}}
+    mig = "MIG-0a1b2c3d-1111-5222-8333-444455556666"
+    assert daemon_dirs(s, "n", mig)[1:] == (f"/run/mps/{mig}", f"/run/mps/{mig}.log")
+    assert daemon_key({"gpu_uuid": "GPU-1", "mig_uuid": mig}) == mig
+    assert daemon_key({"gpu_uuid": "GPU-0a1b2c3d"}) == "GPU-0a1b2c3d"
+    for bad in ("MIG-GPU-0a1b2c3d-1111/1/0", "../GPU-0a1b2c3d", "MIG-0a1b2c3d/.."):
+        with pytest.raises(HookError):
+            daemon_dirs(s, "n", bad)

@@ -147,6 +147,13 @@ def shared_type(model: GpuModel, name: str = "") -> str:
     return f"{whole_type(model, name)}_shared"
 
 
+def shared_mig_type(mig_type: str) -> str:
+    """Type of a time-sliced MIG device's gpu record: its MIG type + ``_shared``
+    (``1g.10gb_shared``), for the same reason as :func:`shared_type`: on 22.05 a plain
+    ``--gres=gpu:1g.10gb:1`` job took the device the shards were on (docs/gres.md)."""
+    return f"{mig_type}_shared"
+
+
 @dataclass(frozen=True)
 class MigInstance:
     profile: str
@@ -163,7 +170,7 @@ class GresGpu:
     minor: int
     model: str  # catalog key
     mode: str  # whole | mig | shared
-    shares: int = 0
+    shares: int = 0  # shared: shards on the GPU; mig: shards on each MIG device (0: none)
     cpus: tuple[int, ...] = ()
     instances: tuple[MigInstance, ...] = ()  # MIG devices in MIG index order
     nvml_name: str = ""  # as the node's GPU reports it (where known): Slurm names types by it
@@ -278,7 +285,9 @@ def node_gres(
     """GRES records, Gres= counts and Features= for one node.
 
     ``mig_files``: ``multiple`` (parent, GI cap, CI cap, as AutoDetect does) or
-    ``ci_cap`` (the CI cap alone: Slurm before 23.02.7 mishandles MultipleFiles).
+    ``ci_cap`` (the CI cap alone: Slurm before 23.02.7 mishandles MultipleFiles).  A
+    time-sliced MIG device is its CI cap alone either way, with its shards on that file:
+    24.11 and 26.05 tie a shard record to no MultipleFiles record (docs/gres.md).
     With ``autodetect`` every type is what NVML AutoDetect reports, so time-sliced
     GPUs keep their model type.  Identical nodes share one computation.
     """
@@ -299,10 +308,10 @@ def device_order(
     for g in gpus:
         model = get_model(g.model)
         if g.mode == MIG:
-            devices.extend(
-                (g, inst, slurm_type(model, inst.profile, naming, autodetect, inst.memory_mib, g.nvml_name))
-                for inst in g.instances
-            )
+            shared = g.shares > 0 and not autodetect  # AutoDetect names every device itself
+            for inst in g.instances:
+                t = slurm_type(model, inst.profile, naming, autodetect, inst.memory_mib, g.nvml_name)
+                devices.append((g, inst, shared_mig_type(t) if shared else t))
         elif g.mode == SHARED and not autodetect:
             devices.append((g, None, shared_type(model, g.nvml_name)))
         else:
@@ -326,7 +335,7 @@ def _node_gres(
         cores = socket_cores(node, g.cpus)
         if inst is not None:
             files: tuple[str, ...] = mig_device_files(g.minor, inst.gi_id, inst.ci_id, dev_root)
-            if mig_files == MIG_FILES_CI_CAP:
+            if mig_files == MIG_FILES_CI_CAP or g.shares:  # shards attach to no MultipleFiles record
                 files = files[2:]
             out.records.append(GresRecord("gpu", t, files, cores=cores))
         else:
@@ -340,6 +349,10 @@ def _node_gres(
     for g in node.gpus:
         if g.mode == SHARED:
             out.records.append(GresRecord("shard", None, (gpu_device_file(g.minor, dev_root),), count=g.shares))
+            out.counts["shard"] = out.counts.get("shard", 0) + g.shares
+    for (g, inst, _), rec in zip(devices, out.records[: len(devices)]):  # in slurmd's order
+        if inst is not None and g.shares:  # a time-sliced MIG device: shards on its gpu record's CI cap
+            out.records.append(GresRecord("shard", None, rec.files, count=g.shares))
             out.counts["shard"] = out.counts.get("shard", 0) + g.shares
     # Features: model, interconnect, NVLink-connected whole-GPU set sizes, layout.
     feats: list[str] = sorted(models)
@@ -356,7 +369,7 @@ def _node_gres(
     feats.extend(f"nvlink{n}" for n in (2, 4, 8) if clique >= n)
     if any(g.mode == MIG for g in node.gpus):
         feats.append("mig")
-    if any(g.mode == SHARED for g in node.gpus):
+    if any(g.mode == SHARED or (g.mode == MIG and g.shares and g.instances) for g in node.gpus):
         feats.append("shard")
     if node.layout:
         feats.append(f"layout_{node.layout}")

@@ -20,15 +20,16 @@ class GpuTarget:
 
     mode: str  # WHOLE, MIG or SHARED
     mig: tuple[tuple[str, int], ...] = ()  # sorted (profile, count), MIG only
-    shares: int = 0  # SHARED only: Slurm shards on this GPU
+    shares: int = 0  # SHARED: Slurm shards on this GPU; MIG: on each MIG device (0: none)
 
     @staticmethod
     def whole() -> GpuTarget:
         return GpuTarget(WHOLE)
 
     @staticmethod
-    def mig_counts(counts: Mapping[str, int]) -> GpuTarget:
-        return GpuTarget(MIG, tuple(sorted((k, v) for k, v in counts.items() if v)))
+    def mig_counts(counts: Mapping[str, int], shares: int = 0) -> GpuTarget:
+        """``shares``: every MIG device time-sliced into that many Slurm shards (0: none)."""
+        return GpuTarget(MIG, tuple(sorted((k, v) for k, v in counts.items() if v)), shares)
 
     @staticmethod
     def shared(n: int) -> GpuTarget:
@@ -45,14 +46,15 @@ class GpuTarget:
     def to_config(self) -> object:
         """The config-file form (what ``gpupool node export`` writes)."""
         if self.mode == MIG:
-            return {"mig": dict(self.mig)}
+            return {"mig": dict(self.mig), "shared": self.shares} if self.shares else {"mig": dict(self.mig)}
         if self.mode == SHARED:
             return {"shared": self.shares}
         return WHOLE
 
     def __str__(self) -> str:
         if self.mode == MIG:
-            return "mig {" + ", ".join(f"{k}: {v}" for k, v in self.mig) + "}"
+            text = "mig {" + ", ".join(f"{k}: {v}" for k, v in self.mig) + "}"
+            return f"{text} shared x{self.shares}" if self.shares else text
         if self.mode == SHARED:
             return f"shared x{self.shares}"
         return WHOLE

@@ -124,6 +124,16 @@ def _nvlink_feature(n: int) -> str:
     return f"nvlink{next(s for s in NVLINK_SIZES if s >= n)}"
 
 
+def share_shards(amount: float, o: dict[str, Any]) -> int | None:
+    """The fewest shards of a time-sliced offer that hold ``amount`` of a GPU, or None when
+    one device's shares do not (``--gpu-share`` asks for a fraction of a GPU: a shard of a
+    time-sliced 1g slice of seven holds 1/7 of it per share).  ``compute_share`` is rounded
+    to 6 digits in the catalog, hence the looser tolerance on MIG devices."""
+    per = o.get("compute_share") or 1
+    k = max(1, math.ceil(amount * o["shares"] / per - (1e-9 if per >= 1 else 1e-3)))
+    return k if k <= o["shares"] else None
+
+
 def choose(request: Request, offers: list[dict[str, Any]], layout: str) -> Choice | None:
     """The best offer of one layout for a request (deterministic tie-breaks)."""
     if request.kind == "mem":
@@ -135,16 +145,19 @@ def choose(request: Request, offers: list[dict[str, Any]], layout: str) -> Choic
         why = f"--gpu-mem={request.text}: smallest {what} with enough memory ({o['memory_mib']} MiB) in layout {layout}"
         return Choice(f"gpu:{o['type']}:1", None, layout, o, why)
     if request.kind == "share":
-        shared = [o for o in offers if o["kind"] == "shared"]
+        shared = [o for o in offers if o["kind"] == "shared" and share_shards(request.amount, o) is not None]
         if not shared:
             return None
 
-        def shards(o: dict[str, Any]) -> int:
-            return max(1, math.ceil(request.amount * o["shares"] - 1e-9))
+        def over(o: dict[str, Any]) -> float:  # how much more of a GPU the shards hold than asked
+            return (share_shards(request.amount, o) or 0) * (o.get("compute_share") or 1) / o["shares"] - request.amount
 
-        o = min(shared, key=lambda o: (shards(o) / o["shares"] - request.amount, -o["count"], o["type"]))
-        k = shards(o)
-        why = f"--gpu-share={request.text}: {k} of the {o['shares']} shares of a {o['type']} GPU in layout {layout}"
+        o = min(shared, key=lambda o: (over(o), -o["count"], o["type"]))
+        k = share_shards(request.amount, o) or 0
+        device = "MIG device" if o.get("compute_share") else "GPU"
+        why = (
+            f"--gpu-share={request.text}: {k} of the {o['shares']} shares of a {o['type']} {device} in layout {layout}"
+        )
         return Choice(f"shard:{o['type']}:{k}", None, layout, o, why)
     if request.kind == "type":  # a typed request as given: is the type offered here at all
         found = [o for o in offers if o["type"] == request.text]
@@ -196,7 +209,7 @@ def _idle_first(
         return c
 
     def shards(o: dict[str, Any]) -> int:
-        return max(1, math.ceil(request.amount * o["shares"] - 1e-9))
+        return share_shards(request.amount, o) or o["shares"] + 1  # (more than a device has: never idle)
 
     def free(o: dict[str, Any]) -> bool:
         return idle.get(o["type"], 0) >= (shards(o) if o["kind"] == "shared" else 1) and may_use(o)

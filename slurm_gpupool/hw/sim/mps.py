@@ -73,9 +73,10 @@ def daemon_at(st: dict[str, Any], pipe_dir: str) -> dict[str, Any] | None:
 
 def register_daemon(store: SimStore, pipe_dir: str, log_dir: str, gpu_uuid: str, pid: int) -> None:
     """``nvidia-cuda-mps-control -d`` came up in ``pipe_dir`` for ``gpu_uuid`` (its
-    ``CUDA_VISIBLE_DEVICES``); a dead daemon's entry for that directory is replaced."""
+    ``CUDA_VISIBLE_DEVICES``: a GPU's UUID, or a MIG device's, one daemon per MIG device);
+    a dead daemon's entry for that directory is replaced."""
     with store.modify() as st:
-        if not any(g["uuid"] == gpu_uuid for g in st["gpus"]):
+        if _find(st, gpu_uuid) is None:
             raise UsageError(f"GPU {gpu_uuid}", f"not on node {st['node']}")
         if daemon_at(st, pipe_dir) is not None:
             raise GpuOperationError(f"MPS control daemon in {pipe_dir}", "one is already running there")
@@ -105,11 +106,37 @@ def _start_server(d: dict[str, Any], uid: int) -> None:
     d["server"] = {"id": d["pid"] * 100 + d["servers_started"], "uid": uid}
 
 
-def _gpu(st: dict[str, Any], uuid: str) -> dict[str, Any]:
+def _find(st: dict[str, Any], uuid: str) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """The GPU of a GPU or MIG device UUID, and ``{"gi", "ci"}`` for a MIG device (else {})."""
     for g in st["gpus"]:
         if g["uuid"] == uuid:
-            return g
-    raise SimMpsError(f"GPU {uuid}", f"not on node {st['node']}")
+            return g, {}
+        for gi in g.get("gis") or ():
+            for ci in gi["cis"]:
+                if ci["uuid"] == uuid:
+                    return g, {"gi": gi["id"], "ci": ci["id"]}
+    return None
+
+
+def _gpu(st: dict[str, Any], uuid: str) -> tuple[dict[str, Any], dict[str, int]]:
+    found = _find(st, uuid)
+    if found is None:
+        raise SimMpsError(f"GPU {uuid}", f"not on node {st['node']}")
+    return found
+
+
+def _total_mib(g: dict[str, Any], proc: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    """The memory of the device a process runs on (a MIG device's: its GPU instance's
+    profile) and the processes sharing that memory."""
+    from slurm_gpupool.core.mig.catalog import get_model
+
+    model = get_model(g["model"])
+    if "gi" not in proc or model.mig is None:
+        return model.memory_mib, g["processes"]
+    gi = next(x for x in g["gis"] if x["id"] == proc["gi"])
+    prof = model.mig.by_id(gi["profile_id"])
+    assert prof is not None
+    return prof.memory_mib, [p for p in g["processes"] if p.get("gi") == proc["gi"]]
 
 
 def _client_of(st: dict[str, Any], pid: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -144,12 +171,12 @@ def cuda_init(store: SimStore, env: dict[str, str], uid: int, pid: int) -> str:
     pipes = env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIR
     with store.modify() as st:
         _prune(st)
-        g = _gpu(st, uuid)
+        g, on_mig = _gpu(st, uuid)
         d = daemon_at(st, pipes)
         entry: dict[str, Any] = {"pid": pid, "start": process_start(pid), "uid": uid}
         if d is None:
             g["processes"] = [p for p in g["processes"] if p["pid"] != pid] + [
-                {"pid": pid, "used_memory_mib": 0, "start": entry["start"]}
+                {"pid": pid, "used_memory_mib": 0, "start": entry["start"], **on_mig}
             ]
             return "plain"
         if d["gpu_uuid"] != uuid:
@@ -167,16 +194,15 @@ def cuda_init(store: SimStore, env: dict[str, str], uid: int, pid: int) -> str:
             return "queued"
         d["clients"].append(entry)
         g["processes"] = [p for p in g["processes"] if p["pid"] != pid] + [
-            {"pid": pid, "used_memory_mib": 0, "start": entry["start"]}
+            {"pid": pid, "used_memory_mib": 0, "start": entry["start"], **on_mig}
         ]
         return "mps"
 
 
 def allocate(store: SimStore, pid: int, mib: int) -> None:
     """``cudaMalloc`` of ``mib`` by a process :func:`cuda_init` set up: refused (SimMpsError,
-    as cudaErrorMemoryAllocation) beyond the client's pinned limit or the GPU's free memory."""
-    from slurm_gpupool.core.mig.catalog import get_model
-
+    as cudaErrorMemoryAllocation) beyond the client's pinned limit or its device's free
+    memory (a MIG device's own)."""
     with store.modify() as st:
         _prune(st)
         d, c = _client_of(st, pid)
@@ -191,9 +217,9 @@ def allocate(store: SimStore, pid: int, mib: int) -> None:
                 f"allocation of {mib} MiB by MPS client {pid}",
                 f"over its pinned device memory limit ({c['used_mib']} of {c['mem_limit_mib']} MiB in use)",
             )
-        total = get_model(gpu["model"]).memory_mib
-        if sum(p.get("used_memory_mib", 0) for p in gpu["processes"]) + mib > total:
-            raise SimMpsError(f"allocation of {mib} MiB by process {pid}", f"out of memory on a {total} MiB GPU")
+        total, sharing = _total_mib(gpu, proc)
+        if sum(p.get("used_memory_mib", 0) for p in sharing) + mib > total:
+            raise SimMpsError(f"allocation of {mib} MiB by process {pid}", f"out of memory on a {total} MiB device")
         proc["used_memory_mib"] = proc.get("used_memory_mib", 0) + mib
         if c is not None:
             c["used_mib"] += mib
