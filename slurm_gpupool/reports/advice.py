@@ -1,6 +1,6 @@
 """Concrete recommendations, each with the numbers behind it.
 
-Four rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
+Five rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, and (with
 ``simulate``) the simulator's recommendation (``simulated``):
 
 * **oversized slices**: most jobs on a MIG type peaked below the memory of a
@@ -8,6 +8,8 @@ Four rules, with thresholds from ``reports.advice`` / ``reports.efficiency``, an
   offer more of the smaller one, saying the jobs and GPU-hours it would free;
 * **whole GPU to slice or share**: the same for whole-GPU jobs, towards a MIG profile
   or a share of the GPU;
+* **oversized shares**: most shard jobs of a time-sliced type held more shards than their
+  measured peak memory and activity needed → ask for fewer (a request's size, no layout change);
 * **idle capacity**: a GRES type sat idle most of a layout's hours → offer less;
 * **long waits**: a type's p90 queue wait is above ``long_wait`` → offer more.
 
@@ -274,6 +276,42 @@ def right_size(data: Data, eff: pd.DataFrame, types: Mapping[str, Any]) -> list[
     return rows
 
 
+def oversized_shares(data: Data, eff: pd.DataFrame) -> list[tuple[str, str, float, str]]:
+    """Per time-sliced type with measured shard jobs: most of them held more shards than their
+    measured peak memory and activity needed (a shard's memory is the device's over its
+    shares; a job's activity is its part of the GPU's utilization, to stay under
+    ``ACTIVITY_HEADROOM`` of what it holds).  The request's size is the user's to make
+    smaller (``--gres=shard:N``, ``gpupool-sbatch --gpu-mem``); no layout changes."""
+    offers = {o.type: o for o in _all_offers(data.cfg) if o.kind == "shared" and o.shares}
+    rows: list[tuple[str, str, float, str]] = []
+    measured = eff[eff["peak_mem_mib"].notna() & eff["gres"].astype(str).str.startswith("shard:")]
+    for typ, grp in measured.groupby(measured["gres"].astype(str)):
+        o = offers.get(typ.removeprefix("shard:"))
+        if o is None or len(grp) < data.settings.min_jobs:
+            continue
+        each = o.memory_mib / o.shares
+        held = (grp["slice_mib"] / each).round()
+        by_activity = np.ceil(_activity(grp).fillna(0) / 100 * o.shares / ACTIVITY_HEADROOM)
+        need = np.maximum(1, np.maximum(np.ceil(grp["peak_mem_mib"] / each), by_activity))
+        fewer = need < held
+        if not len(grp) or fewer.mean() < FIT_SHARE:
+            continue
+        freed = float((grp.loc[fewer, "eq_hours"] * (1 - need[fewer] / held[fewer])).sum())
+        rows.append(
+            (
+                "oversized shares",
+                f"most {o.type} shard jobs ({int(fewer.sum())} of {len(grp)}) held more shards than they used: "
+                f"median {held[fewer].median():g} held, {need[fewer].median():g} would have done "
+                f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))}; one share is {_gb(each)} and "
+                f"{1 / o.shares:.0%} of a {o.model}): ask for fewer (--gres=shard:N, or gpupool-sbatch --gpu-mem); "
+                f"it would free {freed:,.1f} GPU-eq-h over {int(fewer.sum())} jobs",
+                float(grp["eq_hours"].sum()),
+                "a request's size: no layout change",
+            )
+        )
+    return rows
+
+
 def _all_offers(cfg: PoolConfig | None) -> Iterator[Any]:
     from slurm_gpupool.pool.capacity import node_offers
 
@@ -325,6 +363,7 @@ def advice(
     # 1. oversized slices and whole GPUs: the measured peak memory and activity fit less
     eff = (done.get("efficiency") or compute.efficiency(data, spool)).series["per_job"]
     rows += right_size(data, eff, types)
+    rows += oversized_shares(data, eff)
 
     # 2. idle capacity, per layout in force and type (the five largest; at least a GPU-hour offered)
     idle = idle_rank[(idle_rank["capacity_eq_hours"] >= 1) & (idle_rank["idle_share"] >= s.idle_fraction)]

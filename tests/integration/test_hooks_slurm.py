@@ -10,7 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -386,9 +386,9 @@ def sacct_done(sandbox, job: str) -> tuple[datetime, datetime] | None:
     return start, end
 
 
-def reports_read_the_gpm_job(day, tmp_path: Path, job: str, mean_sm: float) -> None:
-    """``report efficiency`` and ``report advice`` on the job's own window of accounting, read
-    from the sandbox's spool by the config's default paths (``paths.spool_dir`` per node).
+def job_reports(day, tmp_path: Path, job: str) -> tuple[Callable[..., dict], float]:
+    """A ``report NAME`` (JSON) on the job's own window of accounting, read from the sandbox's
+    spool by the config's default paths (``paths.spool_dir`` per node), and the job's hours.
     ``reports.advice.min_jobs: 1``: one job is below the default 5 the rule wants behind it."""
     start, end = wait_until(lambda: sacct_done(day, job), f"slurmdbd to have job {job} completed")
     cfg = yaml.safe_load((day.root / "etc" / "gpupool.yaml").read_text())
@@ -407,8 +407,14 @@ def reports_read_the_gpm_job(day, tmp_path: Path, job: str, mean_sm: float) -> N
         (doc,) = json.loads(out)["reports"]
         return doc
 
+    return report, (end - start).total_seconds() / 3600
+
+
+def reports_read_the_gpm_job(day, tmp_path: Path, job: str, mean_sm: float) -> None:
+    """``report efficiency`` and ``report advice`` read the job's measured use."""
+    report, hours = job_reports(day, tmp_path, job)
     slice_mib = next(p.memory_mib for p in get_model("H100-SXM5-80GB").mig.profiles if p.name == "3g.40gb")
-    eq_hours = (end - start).total_seconds() / 3600 * 3 / 7  # a 3g.40gb is 3 of the H100's 7 compute slices
+    eq_hours = hours * 3 / 7  # a 3g.40gb is 3 of the H100's 7 compute slices
     eff = report("efficiency")
     (row,) = [r for r in eff["tables"]["measured jobs"] if r["job_id"] == job]
     assert row["gres"] == "gpu:3g.40gb" and row["eq_hours"] == pytest.approx(eq_hours)
@@ -426,6 +432,68 @@ def reports_read_the_gpm_job(day, tmp_path: Path, job: str, mean_sm: float) -> N
     change = "layouts.day.hopper.4-5: mig {3g.40gb: 2} -> {1g.10gb: 4, 3g.40gb: 1}"
     change += " (placed by the planner on H100-SXM5-80GB)"
     assert rule["layout_change"] == change, rule
+
+
+# the injected load of the shard job: 2 of an A30's 4 shares (12 GB offered), a tenth of the
+# memory used, 15 % of the GPU busy: one share would have done (60 % of it busy, under 80 %)
+SHARE_UTIL_PCT, SHARE_MEMORY_MIB = 15, 1200
+
+
+def test_the_sampler_records_a_shard_jobs_own_use_and_the_reports_read_it(day, tmp_path: Path):
+    """A shard job on a time-sliced A30 under load: the sampler (started by the real Prolog)
+    measures the memory of the job's own processes on the shared GPU and its part of the GPU's
+    utilization (NVML: no per-job counter exists for time slices), and the Epilog records them.
+    ``report efficiency`` shows them against the share the job was offered, flags it, and
+    ``report advice`` proposes the smaller share its peak fits."""
+    node, gate = "a30n1", Gate(tmp_path, "share")
+    gpus_file, pid_file = tmp_path / "gpus", tmp_path / "pid"
+    job = sbatch(
+        day, "-w", node, "--gres=shard:2", "-o", "/dev/null",
+        "--wrap", f"echo $$ > {pid_file}; echo $SLURM_JOB_GPUS > {gpus_file}; {gate.wrap()}",
+    )  # fmt: skip
+    wait_for(lambda: gpus_file.exists() and gpus_file.read_text().strip(), what="the shard job to start")
+    pid = pid_file.read_text().strip()
+    (dev,) = slurm_device(day, node, {"SLURM_JOB_GPUS": gpus_file.read_text().strip()})
+    gpu, run_dir = dev["gpu"], day.root / "nodes" / node / "run"
+    on = ["--node", node, "sim"]
+    try:
+
+        def samples() -> int:
+            try:
+                devices = json.loads((run_dir / f"{job}.usage.json").read_text())["devices"]
+            except (OSError, ValueError):
+                return 0
+            return min((d.get("util_samples", 0) for d in devices.values()), default=0)
+
+        day.gpupool(*on, "process", str(gpu), pid, "--memory-mib", str(SHARE_MEMORY_MIB))
+        day.gpupool(*on, "activity", str(gpu), str(SHARE_UTIL_PCT))
+        before = samples()  # of the next rounds one may have been under way when the load was set
+        wait_for(lambda: samples() >= before + 3, what="three sampler rounds under the load")
+        gate.open()
+        rec_path = day.root / "nodes" / node / "spool" / "jobs" / f"{job}.json"
+        wait_for(lambda: "usage" in json.loads(rec_path.read_text()), what="the epilog's record")
+        (u,) = json.loads(rec_path.read_text())["usage"]
+        assert u["peak_memory_mib"] == SHARE_MEMORY_MIB
+        assert u["peak_utilization_pct"] == SHARE_UTIL_PCT  # its processes are all the GPU's: all of it
+        assert 0 < u["mean_utilization_pct"] <= SHARE_UTIL_PCT
+    finally:
+        gate.open()
+        day.gpupool(*on, "activity", str(gpu), "0", check=False)
+        day.gpupool(*on, "process", str(gpu), pid, "--remove", check=False)
+    report, hours = job_reports(day, tmp_path, job)
+    offered = get_model("A30").memory_mib * 2 // 4
+    eff = report("efficiency")
+    (row,) = [r for r in eff["tables"]["measured jobs"] if r["job_id"] == job]
+    assert row["gres"].startswith("shard") and row["eq_hours"] == pytest.approx(hours * 2 / 4), row
+    assert (row["peak_mem_mib"], row["slice_mib"]) == (SHARE_MEMORY_MIB, offered), row
+    assert row["util_pct"] == pytest.approx(u["mean_utilization_pct"]), row
+    (flagged,) = [r for r in eff["tables"]["jobs"] if r["job_id"] == job]  # 1.2 of 12 GB
+    assert flagged["why"] == "peak memory < 25% of the slice", flagged
+    advice = report("advice", "--no-simulate")
+    (rule,) = [r for r in advice["tables"]["advice"] if r["rule"] == "oversized shares"]
+    assert "most a30_shared shard jobs (1 of 1) held more shards than they used" in rule["advice"], rule
+    assert "median 2 held, 1 would have done" in rule["advice"], rule
+    assert rule["weight"] == pytest.approx(hours * 2 / 4)
 
 
 def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Path):

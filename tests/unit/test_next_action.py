@@ -13,6 +13,7 @@ import pytest
 from slurm_gpupool.repartition.actions import (
     Apply,
     BeginVerify,
+    CancelStale,
     Done,
     Drain,
     Fail,
@@ -189,7 +190,12 @@ def test_idle_nodes_apply_at_once_and_together():
         Apply("b", "day"),
         Apply("c", "day", resume_first=True),  # srun refuses a drained node: the reservation holds it
     )
-    assert decide(j, view(j, jobs=[job(3, "a", name="gpupool-repartition")]))[0] == Apply("a", "day")  # our own srun
+    # our own srun job, seen between two steps: it outlived its srun (a slurmctld crash), so it
+    # is cancelled first, never waited for; once it is completing, the node applies
+    ours = job(3, "a", name="gpupool-repartition")
+    assert decide(j, view(j, jobs=[ours])) == (CancelStale((3,)),)
+    completing = job(3, "a", state="COMPLETING", name="gpupool-repartition")
+    assert decide(j, view(j, jobs=[completing]))[0] == Apply("a", "day")
 
 
 def test_a_busy_node_waits_and_says_why_then_is_skipped_at_the_deadline_never_killed():

@@ -889,3 +889,41 @@ def test_advice_moves_a_small_whole_gpu_job_to_a_slice_or_a_share(cfg, tmp_path,
     assert len(rows) == 1, t.to_string()
     assert offer in rows["advice"].iloc[0] and rows["layout_change"].iloc[0].startswith(check)
     assert "free " in rows["advice"].iloc[0]
+
+
+def _measured_job2(cfg, tmp_path, peak_mib: int, util_pct: float):
+    """Job 2 (2 shards of a time-sliced V100 on v100n1, 3 h) measured by the hooks: its own
+    processes' memory and its part of the GPU's utilization."""
+    spool = tmp_path / "v100n1" / "jobs"
+    spool.mkdir(parents=True)
+    start = datetime(2026, 11, 16, 10, 0, tzinfo=UTC).timestamp()
+    dev = {"index": 0, "type": "v100_shared", "memory_total_mib": 32768, "peak_memory_mib": peak_mib}
+    dev["mean_utilization_pct"] = util_pct
+    rec = {"job_id": "2", "node": "v100n1", "start_time": start, "devices": [dev], "usage": [dev]}
+    (spool / "2.json").write_text(json.dumps(rec))
+    f = tmp_path / "s.txt"
+    f.write_text(HISTORY + "\n")
+    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "v100n1"),), now=UNTIL)
+
+
+@pytest.mark.parametrize(
+    ("peak_mib", "util", "fires"),
+    [
+        (3000, 10.0, True),  # a quarter of one share's memory, 10 % of the GPU: one share would do
+        (9000, 10.0, False),  # more than one share's memory
+        (3000, 30.0, False),  # 30 % of the GPU keeps one share (a quarter) over 80 % busy
+    ],
+)
+def test_advice_tells_shard_jobs_that_held_more_shares_than_they_used(cfg, tmp_path, peak_mib, util, fires):
+    d, _, records = _measured_job2(cfg, tmp_path, peak_mib, util)
+    eff = compute.efficiency(d, records).tables["measured jobs"].set_index("job_id")
+    each = eff.loc["2", "slice_mib"] / 2
+    t = advice(d, records).main
+    rows = t[t["rule"] == "oversized shares"]
+    assert len(rows) == int(fires), t.to_string()
+    if fires:
+        text = rows["advice"].iloc[0]
+        assert "most v100_shared shard jobs (1 of 1) held more shards than they used" in text
+        assert "median 2 held, 1 would have done" in text and f"one share is {each / 1024:.1f} GB" in text
+        assert "free 0.8 GPU-eq-h over 1 jobs" in text  # 3 h on half a GPU, a quarter would have done
+        assert rows["layout_change"].iloc[0] == "a request's size: no layout change"
