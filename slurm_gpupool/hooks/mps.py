@@ -246,7 +246,9 @@ def daemon_state(settings: dict[str, Any], env: dict[str, str], pipes: str) -> t
 
 def stop_daemon(settings: dict[str, Any], env: dict[str, str], pipes: str) -> None:
     """``echo quit | nvidia-cuda-mps-control``; a daemon that does not answer is killed (only
-    the process this pipe directory names); then the directory is emptied for a fresh start."""
+    the process this pipe directory names); then the directory is emptied and removed, so a
+    crashed daemon leaves no pipes behind and a GPU that is gone leaves no directory (a
+    fresh start makes it again; the log directory stays for the admin)."""
     import signal
     import time
 
@@ -265,6 +267,7 @@ def stop_daemon(settings: dict[str, Any], env: dict[str, str], pipes: str) -> No
                     os.unlink(name, dir_fd=fd)  # never follows a symlink
         finally:
             os.close(fd)
+        os.rmdir(pipes)  # empty now, and a real directory (the open refused a symlink)
 
 
 def _live_jobs(run_dir: str) -> set[str]:

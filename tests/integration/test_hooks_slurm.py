@@ -19,7 +19,7 @@ import yaml
 
 from slurm_gpupool.core.mig.catalog import get_model
 
-from .repartition_support import SLURM_WAIT_S, Gate, wait_until
+from .repartition_support import SLURM_WAIT_S, Gate, assert_converged, repartition, wait_jobs_done, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -137,21 +137,30 @@ def _write_hooks_settings(path: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def mps_enabled(sandbox) -> Iterator[None]:
-    """hooks.mps on (the hooks read gpupool-hooks.json at every job: no restart) with the
-    simulated GPUs' stand-in nvidia-cuda-mps-control; the settings as they were after."""
+def mps_enabled(sandbox, timeout_s: float | None = None) -> Iterator[None]:
+    """hooks.mps on with the simulated GPUs' stand-in nvidia-cuda-mps-control (and
+    ``hooks.mps_timeout_s`` if given); the settings as they were after.  Both in the pool
+    config, whose ``gres install`` (a switch's) writes gpupool-hooks.json again, and in that
+    file itself, which the hooks read at every job: no restart."""
     from slurm_gpupool.sandbox.configs import MPS_CONTROL, mps_control_stand_in
 
     mps_control_stand_in(sandbox.root / "libexec", set())
-    hooks = sandbox.root / "etc" / "gpupool-hooks.json"
-    saved = hooks.read_bytes()
-    on = json.loads(saved)
-    on["mps"] = {**on.get("mps", {}), "enabled": True, "control": str(sandbox.root / "libexec" / MPS_CONTROL)}
+    control = str(sandbox.root / "libexec" / MPS_CONTROL)
+    hooks, config = sandbox.root / "etc" / "gpupool-hooks.json", sandbox.root / "etc" / "gpupool.yaml"
+    saved = {path: path.read_bytes() for path in (hooks, config)}
+    on = json.loads(saved[hooks])
+    on["mps"] = {**on.get("mps", {}), "enabled": True, "control": control}
+    cfg = yaml.safe_load(saved[config])
+    cfg["hooks"] = {**(cfg.get("hooks") or {}), "mps": True, "mps_control": control}
+    if timeout_s is not None:
+        on["mps"]["timeout_s"] = cfg["hooks"]["mps_timeout_s"] = timeout_s
+    _write_hooks_settings(config, yaml.safe_dump(cfg).encode())
     _write_hooks_settings(hooks, json.dumps(on).encode())
     try:
         yield
     finally:
-        _write_hooks_settings(hooks, saved)
+        for path, data in saved.items():
+            _write_hooks_settings(path, data)
 
 
 def test_a_shard_job_runs_under_its_gpus_mps_daemon_and_the_last_epilog_stops_it(day, tmp_path: Path):
@@ -257,6 +266,144 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
     assert second["sim_mode"] == "plain" and second["steps"]["cuInit"] == "CUDA_SUCCESS", second
     # without MPS nothing limits it: what the note tells the user
     assert second["steps"]["cuMemAlloc_over"] == "CUDA_SUCCESS", second
+
+
+def clients(out: Path) -> list[dict]:
+    """The JSON lines the job's simulated CUDA clients printed so far, in order."""
+    text = out.read_text() if out.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"pid"')]
+
+
+def daemon_pid(pipes: Path) -> int:
+    """The pid the GPU's MPS control daemon wrote into its pipe directory."""
+    return int((pipes / "nvidia-cuda-mps-control.pid").read_text())
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a killed daemon nobody reaped is a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def healthcheck_program(sandbox) -> str:
+    """slurm.conf's HealthCheckProgram."""
+    (program,) = re.findall(r"^HealthCheckProgram=(\S+)$", Path(sandbox.env["SLURM_CONF"]).read_text(), re.M)
+    return program
+
+
+def limits_held(client: dict) -> bool:
+    """The client ran under MPS: its allocation over the pinned limit failed, the one under it not."""
+    steps = client["steps"]
+    return client["sim_mode"] == "mps" and (steps["cuMemAlloc_over"], steps["cuMemAlloc_under"]) == (
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "CUDA_SUCCESS",
+    )
+
+
+# a hook waits this long for a daemon that does not answer (hooks.mps_timeout_s; 5 s by default)
+MPS_TIMEOUT_S = 3.0
+
+
+def test_a_killed_and_a_wedged_mps_daemon_cost_no_hang_no_drain_and_the_next_job_gets_a_fresh_one(day, tmp_path: Path):
+    """#28: while shard jobs run, one GPU's MPS control daemon is killed (-9, as a crash) and
+    another's is stopped (SIGSTOP: alive, answering nothing).  What the hooks promise
+    (docs/hooks.md): the running jobs are left alone and complete (a CUDA process that job
+    starts after the crash finds no daemon and runs without MPS); a new shard job on such a
+    GPU runs without MPS, is told why, and never waits (for a wedged daemon its Prolog waits
+    ``mps_timeout_s``); the GPU's last Epilog kills what is left and removes the pipe
+    directory, so the next job gets a fresh daemon and its limits; a third GPU's daemon and
+    job are untouched; the node is not drained (a daemon is not the GPU's health)."""
+    memory = min(g["memory_mib"] for g in day.node_state("v100n1")["gpus"])
+    big, small = memory * 3 // 4, memory // 4  # 3 and 1 of a GPU's 4 shares
+    big_client, small_client = sim_client(day, "v100n1", big + 1, big // 2), sim_client(day, "v100n1", small + 1, 1)
+    out = {n: tmp_path / f"{n}.out" for n in ("killed", "wedged", "untouched", "beside", "wedged2", "fresh")}
+    gates = {n: Gate(tmp_path, n) for n in ("killed", "wedged", "untouched", "beside")}
+    jobs: dict[str, str] = {}
+    pids: dict[str, int] = {}
+    with mps_enabled(day, timeout_s=MPS_TIMEOUT_S):
+        try:
+            # three jobs of 3 shares each: one per GPU; each runs a client under its daemon
+            for name in ("killed", "wedged", "untouched"):
+                after = big_client if name != "wedged" else "true"  # a real client would hang at a stopped daemon
+                wrap = f"env; {big_client}; {gates[name].wrap()}; {after}"
+                jobs[name] = sbatch(day, "-o", str(out[name]), "-w", "v100n1", "--gres=shard:3", "--wrap", wrap)
+            wait_for(lambda: all(clients(out[n]) for n in jobs), what="the three jobs' first CUDA clients")
+            env = {n: parse_env(out[n].read_text()) for n in jobs}
+            gpu = {n: env[n]["CUDA_VISIBLE_DEVICES"] for n in jobs}
+            assert len(set(gpu.values())) == 3, gpu  # Slurm gave each its own GPU
+            assert all(limits_held(clients(out[n])[0]) for n in jobs), {n: clients(out[n]) for n in jobs}
+            pipes = {n: Path(env[n]["CUDA_MPS_PIPE_DIRECTORY"]) for n in jobs}
+            pids = {n: daemon_pid(pipes[n]) for n in jobs}
+            control_log = Path(f"{pipes['killed']}.log") / "control.log"  # kept across daemons and tests
+            logged = len(control_log.read_text())
+            os.kill(pids["killed"], signal.SIGKILL)
+            os.kill(pids["wedged"], signal.SIGSTOP)
+            wait_for(lambda: not running(pids["killed"]), what="the killed daemon to be gone")
+            health = day.run([healthcheck_program(day)], env={"SLURMD_NODENAME": "v100n1"}, check=False)
+            assert health.returncode == 0, health.stdout + health.stderr  # no GPU problem: nothing to drain
+
+            # a new job on each broken GPU (first fit: the one shard each has left) runs without MPS at once
+            wrap = f"env; {small_client}; {gates['beside'].wrap()}"
+            jobs["beside"] = sbatch(day, "-o", str(out["beside"]), "-w", "v100n1", "--gres=shard:1", "--wrap", wrap)
+            wait_for(lambda: clients(out["beside"]), what="the job beside the killed daemon's")
+            wrap = f"env; {small_client}"
+            jobs["wedged2"] = sbatch(day, "--wait", "-o", str(out["wedged2"]), "-w", "v100n1", "--gres=shard:1", "--wrap", wrap)  # fmt: skip
+            for name, broken, state in (("beside", "killed", "dead"), ("wedged2", "wedged", "wedged")):
+                text = out[name].read_text()
+                assert parse_env(text)["CUDA_VISIBLE_DEVICES"] == gpu[broken], (name, text)
+                assert "CUDA_MPS_PIPE_DIRECTORY" not in parse_env(text), text
+                assert f"runs without CUDA MPS: the GPU's MPS daemon is {state}" in text, text
+                assert f"left to the jobs using it ({jobs[broken]})" in text, text
+                (c,) = clients(out[name])
+                assert c["sim_mode"] == "plain" and c["steps"]["cuInit"] == "CUDA_SUCCESS", c
+            assert running(pids["wedged"]) and running(pids["untouched"])  # the hooks killed nothing in use
+            for name in ("killed", "wedged", "beside"):
+                gates[name].open()
+            done = ("killed", "wedged", "beside")
+            wait_for(lambda: all(state_of(day, jobs[n]) == "" for n in done), what="the broken GPUs' jobs to end")
+            # their last Epilogs: the wedged daemon killed, both pipe directories and records gone
+            broken = (pipes["killed"], pipes["wedged"])
+            wait_for(lambda: not any(p.exists() for p in broken), what="the Epilogs to clean up both daemons")
+            assert not any((p.parent / f"{p.name}.json").exists() for p in broken)
+            assert not running(pids["wedged"])
+            (_, after) = clients(out["killed"])
+            assert after["sim_mode"] == "plain", after  # its CUDA process after the crash: no daemon, no MPS
+
+            # the next shard job on the killed daemon's GPU gets a fresh daemon and its limits
+            job_out = out["fresh"]
+            jobs["fresh"] = sbatch(day, "--wait", "-o", str(job_out), "-w", "v100n1", "--gres=shard:1", "--wrap", f"env; {small_client}")  # fmt: skip
+            fresh = parse_env(job_out.read_text())
+            assert fresh["CUDA_MPS_PIPE_DIRECTORY"] == str(pipes["killed"]), job_out.read_text()
+            assert fresh["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={small}M"
+            (c,) = clients(job_out)
+            assert limits_held(c), c
+            since_kill = control_log.read_text()[logged:]
+            assert since_kill.count("Control daemon started") == 1, since_kill  # the fresh one
+
+            # the third GPU: the same daemon all along, its job's clients under it
+            assert daemon_pid(pipes["untouched"]) == pids["untouched"] and running(pids["untouched"])
+            gates["untouched"].open()
+            wait_for(lambda: state_of(day, jobs["untouched"]) == "", what="the untouched GPU's job to end")
+            assert all(limits_held(c) for c in clients(out["untouched"])), clients(out["untouched"])
+            left = (pipes["killed"], pipes["untouched"])
+            wait_for(lambda: not any(p.exists() for p in left), what="the last Epilogs to stop the daemons")
+            assert not running(pids["untouched"])
+        finally:
+            for gate in gates.values():
+                gate.open()
+            if jobs:
+                day.run(["scancel", *jobs.values()], check=False)
+                wait_for(lambda: all(state_of(day, j) == "" for j in jobs.values()), what="the jobs to end")
+            for pid in pids.values():  # a failure left a daemon: nothing of this test outlives it
+                if running(pid):
+                    os.kill(pid, signal.SIGKILL)
+    node = day.run(["sinfo", "-h", "-n", "v100n1", "-o", "%T|%E"]).stdout.strip()
+    assert "drain" not in node and "down" not in node, node
+    states = wait_jobs_done(day, list(jobs.values()))
+    assert set(states.values()) == {"COMPLETED"}, states  # every job, the killed daemon's too
 
 
 def test_epilog_ends_its_own_leftover_and_spares_another_jobs(day, tmp_path: Path):
@@ -524,8 +671,7 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
 def test_healthcheck_program_drains_with_a_clear_reason(sandbox):
     """Run the HealthCheckProgram as slurmd does: no arguments, SLURMD_NODENAME as the only
     variable (measured: slurmd 22.05 passes nothing else, not even PATH or SLURM_CONF)."""
-    conf = Path(sandbox.env["SLURM_CONF"]).read_text()
-    (program,) = re.findall(r"^HealthCheckProgram=(\S+)$", conf, re.M)
+    program = healthcheck_program(sandbox)
     env = {"SLURMD_NODENAME": "a30n1"}
     try:
         ok = sandbox.run([program], env=env, check=False)
@@ -648,3 +794,53 @@ def test_shard_jobs_share_one_mig_device_under_its_own_mps_daemon(day, tmp_path:
         assert ran["steps"]["cuMemAlloc_over"] == "CUDA_ERROR_OUT_OF_MEMORY", ran
         assert ran["steps"]["cuMemAlloc_under"] == "CUDA_SUCCESS", ran
     assert whole["CUDA_VISIBLE_DEVICES"] == wdev["mig_uuid"] != mig and wdev["kind"] == "mig" and wdev["gpu"] == 1
+
+
+def test_shard_jobs_under_mps_ride_out_another_nodes_switch_and_leave_nothing_behind(day, tmp_path: Path):
+    """#28: two shard jobs share a V100 under its MPS daemon while the repartitioner switches
+    another node (a30n1 to night: slurmctld and a30n1's slurmd restarted).
+    The jobs keep running; their daemon is the same process, with both jobs in its record;
+    their CUDA clients after the switch still run under it with their limits; both complete;
+    the last Epilog stops the daemon and removes its pipe directory and record.
+
+    The module's last test: a30n1 stays in night (a switch back would cost as much again, and
+    the ``day`` fixture switches every node to night after this test anyway)."""
+    memory = min(g["memory_mib"] for g in day.node_state("v100n1")["gpus"])
+    limit = memory // 4
+    client = sim_client(day, "v100n1", limit + 1, limit // 2)
+    gate = Gate(tmp_path, "switch")
+    outs = [tmp_path / f"s{k}.out" for k in range(2)]
+    jobs: list[str] = []
+    with mps_enabled(day):
+        try:
+            for o in outs:
+                wrap = f"env; {client}; {gate.wrap()}; {client}"
+                jobs.append(sbatch(day, "-o", str(o), "-w", "v100n1", "--gres=shard:1", "--wrap", wrap))
+            wait_for(lambda: all(clients(o) for o in outs), what="both jobs' first CUDA clients")
+            envs = [parse_env(o.read_text()) for o in outs]
+            pipes = Path(envs[0]["CUDA_MPS_PIPE_DIRECTORY"])
+            assert envs[1]["CUDA_MPS_PIPE_DIRECTORY"] == str(pipes), envs  # one GPU, one daemon
+            pid = daemon_pid(pipes)
+            proc = repartition(day, "--to", "night", "--nodes", "a30n1", "--json")
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert json.loads(proc.stdout)["nodes"]["a30n1"]["outcome"] == "done", proc.stdout
+            assert [state_of(day, j) for j in jobs] == ["RUNNING", "RUNNING"]
+            assert_converged(day, {"a30n1": "night"})
+            assert daemon_pid(pipes) == pid and running(pid)
+            record = json.loads((pipes.parent / f"{pipes.name}.json").read_text())
+            assert sorted(record["jobs"]) == sorted(jobs), record  # both, in the order their Prologs ran
+            gate.open()
+            wait_for(lambda: all(state_of(day, j) == "" for j in jobs), what="both shard jobs to end")
+            wait_for(lambda: not pipes.exists(), what="the last Epilog to stop the daemon")
+        finally:
+            gate.open()
+            if jobs:
+                day.run(["scancel", *jobs], check=False)
+    for o, env in zip(outs, envs, strict=True):
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={limit}M"
+        before, after = clients(o)
+        assert limits_held(before) and limits_held(after), (before, after)
+    assert not running(pid)
+    assert not (pipes.parent / f"{pipes.name}.json").exists()
+    assert "Control daemon exited (quit)" in (Path(f"{pipes}.log") / "control.log").read_text()
+    assert wait_jobs_done(day, jobs) == dict.fromkeys(jobs, "COMPLETED")

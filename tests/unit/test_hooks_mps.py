@@ -211,7 +211,8 @@ def test_shard_jobs_run_under_their_gpus_daemon_and_its_limits_hold(site: dict, 
     assert sim_mps.daemon_at(store.read(), pipes) is not None  # job 52 still uses it
     end_job(site, "52")
     assert sim_mps.daemon_at(store.read(), pipes) is None  # the last job's Epilog stopped it
-    assert not (Path(pipes) / PID_FILE).exists()
+    assert not Path(pipes).exists()  # and left no pipe directory behind
+    assert "Control daemon exited (quit)" in (Path(pipes + ".log") / "control.log").read_text()  # the log stays
     mig = str(index_of(site, "mig"))
     assert run(site, "prolog", SLURM_JOB_ID="53", SLURM_JOB_GPUS=mig).returncode == 0
     tp = run(site, "taskprolog", SLURM_JOB_ID="53", SLURM_STEP_GPUS=mig, CUDA_VISIBLE_DEVICES="0")
@@ -265,8 +266,8 @@ def test_a_dead_daemon_is_replaced_by_the_next_job(site: dict, control: dict):  
     shard_job(site, "81", 1000, "alice")
     old = sim_mps.daemon_at(store.read(), pipes)["pid"]
     os.kill(old, signal.SIGKILL)
-    end_job(site, "81")  # its Epilog finds a dead daemon: cleaned up
-    assert not (Path(pipes) / PID_FILE).exists()
+    end_job(site, "81")  # its Epilog finds a dead daemon: cleaned up, its pipes and directory gone
+    assert not Path(pipes).exists()
     shard_job(site, "82", 1000, "alice")
     os.kill(sim_mps.daemon_at(store.read(), pipes)["pid"], signal.SIGKILL)  # dies under job 82...
     (site["root"] / "run" / NODE / "82.devices").unlink()  # ...whose Epilog never ran
