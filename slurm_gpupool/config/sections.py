@@ -504,7 +504,13 @@ def parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
     values["reservation_prefix"] = prefix
     values["partition"] = w.optional(raw, "partition", str, None)
     values["cron"] = parse_cron(raw["cron"], w.key("cron")) if raw.get("cron") is not None else d.cron
-    return RepartitionSettings(**{**d.__dict__, **values})
+    merged = {**d.__dict__, **values}
+    if merged["launch_timeout_s"] >= merged["command_timeout_s"]:
+        raise w.key("launch_timeout").error(
+            f"must be shorter than command_timeout ({merged['command_timeout_s']} s): an srun stuck in its prolog"
+            " is cancelled after it, within the command's time"
+        )
+    return RepartitionSettings(**merged)
 
 
 def parse_gpu_models(raw: Any, top: Where) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import threading
 from collections.abc import Callable
@@ -202,8 +203,10 @@ class Repartitioner:
         j = Journal(self.dir).load()
         unfinished = j.unfinished()
         midway = {n for n in (unfinished or {}).get("nodes", []) if j.node(n)["step"] not in jr.OUTCOMES}
+        last_run = (j.data.get("run") or {}).get("nodes", [])  # finished or not: the last one's nodes
         covered = [n for n in self.cfg.all_nodes() if self.cfg.covers(target, n)]
-        return plan_switch(target, covered, node_views(self.cluster.nodes(), midway), nodes, midway, force)
+        views = node_views(self.cluster.nodes(), midway, last_run)
+        return plan_switch(target, covered, views, nodes, midway, force)
 
     def describe(self, plan: SwitchPlan, deadline_s: int, requeue: bool) -> dict[str, Any]:
         """The whole plan of a run, for --dry-run: nothing is changed."""
@@ -354,9 +357,11 @@ class Repartitioner:
 
     def _observe(self) -> ClusterView:
         try:
-            return ClusterView(self.cluster.nodes(), tuple(self.cluster.jobs()), self.cluster.reservations())
+            nodes, jobs, resv = self.cluster.nodes(), tuple(self.cluster.jobs()), self.cluster.reservations()
         except SlurmUnavailableError as e:  # e.g. slurmctld restarting: the decision knows what to do
             return ClusterView(unreachable=str(e))
+        earlier = own_sruns_alive() if any(j.name == JOB_NAME for j in jobs) else 0
+        return ClusterView(nodes, jobs, resv, earlier_sruns=earlier)
 
     def _policy(self) -> Policy:
         return Policy(
@@ -387,16 +392,20 @@ class Repartitioner:
                 watch.join()
 
     def _watch_launches(self, done: threading.Event) -> None:
-        """While sruns run: every poll (real time; ``squeue --json``), cancel those of ours stuck
-        in their allocation's prolog (:func:`~slurm_gpupool.repartition.rules.stuck_launches`)."""
-        while not done.wait(max(0.05, min(self.poll_s, 5.0))):
+        """While sruns run: every quarter of ``launch_timeout`` (real time; at most 10 s, at
+        least the poll), ``squeue --json``, and cancel those of ours stuck in their
+        allocation's prolog (:func:`~slurm_gpupool.repartition.rules.stuck_launches`; the
+        age is by the executor's clock).  Never fatal: a stuck srun then ends at the command
+        timeout, as before."""
+        every = max(self.poll_s, min(10.0, self.s.launch_timeout_s / 4))
+        prefix = self.s.reservation_prefix
+        while not done.wait(every):
             try:
-                stuck = stuck_launches(self.cluster.jobs(), self.clock.time(), self.s.launch_timeout_s)
-                for job in stuck:
+                for job in stuck_launches(self.cluster.jobs(), self.clock.time(), self.s.launch_timeout_s, prefix):
                     self.progress(f"job {job}: srun waited {self.s.launch_timeout_s} s for its prolog; cancelled")
                     self.cluster.cancel_job(job)
-            except SlurmUnavailableError:
-                continue  # slurmctld away: looked at again next poll
+            except Exception as e:
+                self.progress(f"watching the sruns' prologs: {type(e).__name__}: {e}")
 
     def _do(self, action: Action) -> None:
         match action:
@@ -409,7 +418,11 @@ class Repartitioner:
             case CancelStale():
                 self.progress(f"cancelling our own jobs left without their srun: {', '.join(map(str, action.jobs))}")
                 for job in action.jobs:
-                    self.cluster.cancel_job(job)
+                    try:
+                        self.cluster.cancel_job(job)
+                    except SlurmUnavailableError as e:  # slurmctld away: seen again next look
+                        self.progress(f"could not cancel job {job}: {e}")
+                self.clock.sleep(min(self.poll_s, 1.0))  # one that comes back (a crash) is not cancelled in a busy loop
             case Reserve():
                 self._reserve(action)
             case NoteWaiting():
@@ -794,6 +807,23 @@ class Repartitioner:
             r = self.cluster.release(job, priority)
             if r.returncode == 0:
                 self.progress(f"job {job}: released (Slurm had held it while its GRES were gone)")
+
+
+def own_sruns_alive(proc: Path = Path("/proc")) -> int:
+    """``pgrep -c -f -- --job-name=gpupool-repartition``: sruns of ours running on this host.
+    A killed run leaves its sruns (``KillMode=process``, a kill -9 from cron): their jobs
+    are no stale ones, and their apply is not cut off."""
+    flag = f"--job-name={JOB_NAME}".encode()
+    n = 0
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        n += bool(argv) and os.path.basename(argv[0]) == b"srun" and flag in argv
+    return n
 
 
 def restored_gres(nodes_conf: Path) -> dict[str, dict[str, int]]:

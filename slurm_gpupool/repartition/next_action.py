@@ -83,7 +83,9 @@ from slurm_gpupool.repartition.rules import (
     ours,
     ready_problem,
     redo_first,
+    stale_own_jobs,
     still_held,
+    switch_gres_drain,
     unswitched_to_restart,
     verify_problem,
 )
@@ -167,9 +169,10 @@ class ClusterView:
     jobs: tuple[JobInfo, ...] = ()
     reservations: Mapping[str, Reservation] = field(default_factory=dict)
     unreachable: str = ""
+    earlier_sruns: int = 0  # sruns of ours still running on this host (a killed run's)
 
     @cached_property
-    def _index(self) -> tuple[dict[str, list[JobInfo]], tuple[int, ...]]:
+    def _index(self) -> tuple[dict[str, list[JobInfo]], tuple[JobInfo, ...]]:
         return index_jobs(self.jobs)
 
     @property
@@ -177,8 +180,8 @@ class ClusterView:
         return self._index[0]
 
     @property
-    def stale_own_jobs(self) -> tuple[int, ...]:
-        """Our own srun jobs that outlived their srun (:func:`~.rules.stale_own_jobs`)."""
+    def own_jobs(self) -> tuple[JobInfo, ...]:
+        """Our own srun jobs Slurm shows (for :func:`~.rules.stale_own_jobs`)."""
         return self._index[1]
 
     def busy(self, node: str) -> list[JobInfo]:
@@ -301,8 +304,11 @@ def next_action(journal: JournalState, view: ClusterView, now: float, policy: Po
     first = recovery(journal)
     if first is not None:
         return (first,)
-    if view.stale_own_jobs:
-        return (CancelStale(view.stale_own_jobs),)
+    stale = stale_own_jobs(view.own_jobs, policy.reservation_prefix)
+    if stale and view.earlier_sruns:  # a killed run's srun may still apply: never cut it off
+        return (Wait(policy.poll_s, f"{view.earlier_sruns} srun of an earlier run still running here"),)
+    if stale:
+        return (CancelStale(stale),)
     reserve = reservation(journal, view, now, policy)
     if reserve is not None:
         return (reserve,)
@@ -526,7 +532,7 @@ def _ours_to_resume(r: NodeRecord, info: NodeInfo | None) -> bool:
     """Drained by this run, or by an earlier one (Slurm shows our reason): a drain Slurm
     restored after slurmctld was killed, or a node an earlier run failed.  Ours to resume
     (the run's reservation holds the node meanwhile); an admin's drain never is."""
-    return info is not None and info.drained and (r.drained_by_us or ours(info))
+    return info is not None and info.drained and (r.drained_by_us or ours(info) or switch_gres_drain(info))
 
 
 def _held_by_run(r: NodeRecord, taken: float) -> bool:

@@ -178,12 +178,16 @@ _GRES_COUNT_DRAIN = re.compile(r"^gres/\S+ count too low \(\d+ < \d+\)$")
 
 
 def ours(info: NodeInfo | None) -> bool:
-    """Drained by the repartitioner (its reason), or by Slurm for a GRES count below the
-    node line (a switch's files met a slurmd not yet restarted): the switch's to lift once
-    the node shows its layout, as opposed to an admin's drain or Slurm's for other causes."""
-    if info is None or not info.drained:
-        return False
-    return info.reason.startswith(OUR_REASON) or bool(_GRES_COUNT_DRAIN.match(info.reason))
+    """Drained by the repartitioner (its reason), as opposed to by an admin or Slurm."""
+    return info is not None and info.drained and info.reason.startswith(OUR_REASON)
+
+
+def switch_gres_drain(info: NodeInfo | None) -> bool:
+    """Drained by Slurm for a GRES count below the node line.  On a node of the run (or of
+    the last run) it is the switch's own: its files met a slurmd not yet restarted, and it
+    is lifted once the node shows its layout.  Elsewhere it may be a GPU gone (the same
+    words with AutoDetect): never touched."""
+    return info is not None and info.drained and bool(_GRES_COUNT_DRAIN.match(info.reason))
 
 
 def lead_time_default(max_time_s: int | None, gaps_s: Sequence[int], cap_s: int) -> int:
@@ -245,10 +249,16 @@ _SRUN_CTLD_TROUBLE = re.compile(
 
 def srun_not_started(stdout: str, stderr: str) -> bool:
     """The node's command never ran: srun failed on slurmctld's side (killed, restarting, or
-    back without the run's reservation) and printed nothing of the command.  The apply is
-    tried again after a poll (the reservation made again first), not rolled back and failed:
-    nothing changed on the node.  A node srun cannot use (down, drained) is not this."""
-    return not stdout.strip() and bool(_SRUN_CTLD_TROUBLE.search(stderr))
+    back without the run's reservation) and printed nothing of the command: every line is
+    srun's own, none about a task.  The apply is tried again after a poll (the reservation
+    made again first), not rolled back and failed: nothing changed on the node.  A node srun
+    cannot use (down, drained) is not this, nor a command that said anything."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    if stdout.strip() or not lines or not all(ln.startswith("srun: ") for ln in lines):
+        return False
+    if any(re.search(r"\btask \d+|StepId=\S+\.\d+", ln) for ln in lines):
+        return False  # a step, and so the command, had begun
+    return bool(_SRUN_CTLD_TROUBLE.search(stderr))
 
 
 def _waited_for(job: JobInfo) -> bool:
@@ -256,31 +266,32 @@ def _waited_for(job: JobInfo) -> bool:
     return job.state in BUSY_STATES and job.name != JOB_NAME
 
 
-def stale_own_jobs(jobs: Iterable[JobInfo]) -> tuple[int, ...]:
-    """Our own srun jobs still shown running between two steps, when no srun of ours runs (a
-    step's sruns have all returned before the next is decided; one run at a time): each
-    outlived its srun.  A slurmctld killed after an srun ended, before it saved that end,
-    comes back with the job RUNNING (``Reason=Prolog``) and nothing behind it (measured on
-    22.05); it would hold the run's reservation ("Requested reservation is in use") until
-    its time limit.  Cancelling ones already COMPLETING would only repeat."""
-    return index_jobs(jobs)[1]
+def stale_own_jobs(own: Iterable[JobInfo], prefix: str) -> tuple[int, ...]:
+    """Our own srun jobs (``own``: named ``JOB_NAME``) still shown running in one of our
+    reservations (``<prefix>_...``, ``Users=root``: no one else's job runs there) between two
+    steps, when no srun of this run runs (a step's sruns have all returned before the next is
+    decided; one run at a time; the executor first waits for sruns an earlier, killed run
+    left on this host): each outlived its srun.  A slurmctld killed after an srun ended,
+    before it saved that end, comes back with the job RUNNING (``Reason=Prolog``) and nothing
+    behind it (measured on 22.05); it holds the run's reservation ("Requested reservation is
+    in use") until its time limit.  Pending and completing ones are left alone."""
+    return tuple(
+        j.job_id
+        for j in own
+        if j.name == JOB_NAME and j.state in ("RUNNING", "CONFIGURING") and j.reservation.startswith(prefix + "_")
+    )
 
 
-def stuck_launches(jobs: Iterable[JobInfo], now: float, timeout_s: float) -> tuple[int, ...]:
+def stuck_launches(jobs: Sequence[JobInfo], now: float, timeout_s: float, prefix: str) -> tuple[int, ...]:
     """Our own srun jobs still waiting for their allocation's prolog after ``timeout_s``
     (``squeue`` reason ``Prolog``; ``PrologFlags=Alloc``).  Seen on 22.05: a node's slurmd
     killed while our srun's prolog started there, and started again, never reports that
     prolog; slurmctld waits for it, and srun with it, without end.  Cancelled, the srun
     ends ("revoked") having run nothing, and the apply is tried again."""
+    live = set(stale_own_jobs(jobs, prefix))
     return tuple(
-        j.job_id
-        for j in jobs
-        if j.name == JOB_NAME and not j.finished and j.state_reason == "Prolog" and now - j.start_time >= timeout_s
+        j.job_id for j in jobs if j.job_id in live and j.state_reason == "Prolog" and now - j.start_time >= timeout_s
     )
-
-
-def _stale_own(job: JobInfo) -> bool:
-    return job.name == JOB_NAME and not job.finished and job.state != "COMPLETING"
 
 
 def busy_jobs(jobs: Iterable[JobInfo], node: str, unreachable: str = "") -> list[JobInfo]:
@@ -297,17 +308,18 @@ def busy_by_node(jobs: Iterable[JobInfo]) -> dict[str, list[JobInfo]]:
     return index_jobs(jobs)[0]
 
 
-def index_jobs(jobs: Iterable[JobInfo]) -> tuple[dict[str, list[JobInfo]], tuple[int, ...]]:
-    """:func:`busy_by_node` and :func:`stale_own_jobs` from one pass over the jobs."""
+def index_jobs(jobs: Iterable[JobInfo]) -> tuple[dict[str, list[JobInfo]], tuple[JobInfo, ...]]:
+    """:func:`busy_by_node`, and our own srun jobs (for :func:`stale_own_jobs`), from one pass
+    over the jobs."""
     busy: dict[str, list[JobInfo]] = {}
-    stale: list[int] = []
+    own: list[JobInfo] = []
     for j in jobs:
         if _waited_for(j):
             for n in j.nodes:
                 busy.setdefault(n, []).append(j)
-        elif _stale_own(j):
-            stale.append(j.job_id)
-    return busy, tuple(stale)
+        elif j.name == JOB_NAME and not j.finished:
+            own.append(j)
+    return busy, tuple(own)
 
 
 def ends_in(job: JobInfo, now: float) -> int | None:
@@ -336,17 +348,22 @@ def held_for_s(jobs: Iterable[JobInfo], held: Iterable[str], now: float) -> int:
     return max([3600, *(s + 600 for s in known)]) if len(known) == len(left) else 7 * 86400
 
 
-def node_views(infos: Mapping[str, NodeInfo], midway: Iterable[str]) -> dict[str, NodeView]:
+def node_views(
+    infos: Mapping[str, NodeInfo], midway: Iterable[str], last_run: Iterable[str] = ()
+) -> dict[str, NodeView]:
     """Slurm's nodes as the switch plan sees them: a node drained by someone else is not
     usable; one drained by an earlier switch (it failed there, or slurmctld, killed, came back
-    with a drain the switch had lifted) is switched again (``retry``): never left drained."""
-    unfinished = set(midway)
+    with a drain the switch had lifted) is switched again (``retry``): never left drained.
+    Slurm's GRES-count drain counts as the switch's on a node of the last run only
+    (:func:`switch_gres_drain`)."""
+    unfinished, switched = set(midway), set(last_run)
     out = {}
     for name, i in infos.items():
-        foreign_drain = i.drained and name not in unfinished and not ours(i)
+        mine = ours(i) or (name in switched and switch_gres_drain(i))
+        foreign_drain = i.drained and name not in unfinished and not mine
         usable = i.usable and not foreign_drain
         state = f"drained: {i.reason}" if foreign_drain else i.state
-        retry = ours(i) and name not in unfinished  # failed, or a drain slurmctld restored after a crash
+        retry = mine and name not in unfinished  # failed, or a drain slurmctld restored after a crash
         out[name] = NodeView(name, i.layout, usable, state, retry=retry, reason=i.reason if retry else "")
     return out
 

@@ -291,11 +291,14 @@ def oversized_shares(data: Data, eff: pd.DataFrame) -> list[tuple[str, str, floa
             continue
         each = o.memory_mib / o.shares
         held = (grp["slice_mib"] / each).round()
-        by_activity = np.ceil(_activity(grp).fillna(0) / 100 * o.shares / ACTIVITY_HEADROOM)
+        # a job's activity is of its device (a GPU, or a time-sliced MIG device): unmeasured
+        # (NVML has no utilization for MIG), it may need all it held
+        by_activity = np.ceil(_activity(grp) / 100 * o.shares / ACTIVITY_HEADROOM).fillna(held)
         need = np.maximum(1, np.maximum(np.ceil(grp["peak_mem_mib"] / each), by_activity))
         fewer = need < held
-        if not len(grp) or fewer.mean() < FIT_SHARE:
+        if fewer.mean() < FIT_SHARE:
             continue
+        device = f"{o.profile} slice of a {o.model}" if o.profile else o.model
         freed = float((grp.loc[fewer, "eq_hours"] * (1 - need[fewer] / held[fewer])).sum())
         rows.append(
             (
@@ -303,7 +306,7 @@ def oversized_shares(data: Data, eff: pd.DataFrame) -> list[tuple[str, str, floa
                 f"most {o.type} shard jobs ({int(fewer.sum())} of {len(grp)}) held more shards than they used: "
                 f"median {held[fewer].median():g} held, {need[fewer].median():g} would have done "
                 f"(p75 peak {_gb(grp['peak_mem_mib'].quantile(0.75))}; one share is {_gb(each)} and "
-                f"{1 / o.shares:.0%} of a {o.model}): ask for fewer (--gres=shard:N, or gpupool-sbatch --gpu-mem); "
+                f"{1 / o.shares:.0%} of a {device}): ask for fewer (--gres=shard:N, or gpupool-sbatch --gpu-mem); "
                 f"it would free {freed:,.1f} GPU-eq-h over {int(fewer.sum())} jobs",
                 float(grp["eq_hours"].sum()),
                 "a request's size: no layout change",

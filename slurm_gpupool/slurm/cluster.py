@@ -14,7 +14,6 @@ what differs between data parser versions is read in :mod:`.json_output`.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -209,11 +208,10 @@ class SlurmCluster:
             r.check(f"delete reservation {name}")
 
     def srun(self, node: str, reservation: str, argv: Sequence[str], timeout_s: float, job_name: str) -> Result:
-        """``srun --reservation=R -w NODE -N1 -n1 -J NAME -t MIN ARGV``: run ARGV on the node, as
-        the caller (root).  Its time limit is the timeout's (whole minutes): an allocation that
-        outlives its srun (slurmctld killed after the srun ended, before it saved the end:
-        the job comes back RUNNING, ``Reason=Prolog``, and no InactiveLimit ends it) is ended
-        by Slurm at the latest then; the repartitioner cancels it before (``JOB_NAME``)."""
+        """``srun --reservation=R -w NODE -N1 -n1 -J NAME ARGV``: run ARGV on the node, as the
+        caller (root).  The name is how the repartitioner knows its own jobs: one that outlives
+        its srun (slurmctld killed after the srun ended, before it saved the end: the job comes
+        back RUNNING, ``Reason=Prolog``, and no InactiveLimit ends it) is cancelled."""
         cmd = [
             "srun",
             f"--reservation={reservation}",
@@ -222,7 +220,6 @@ class SlurmCluster:
             "--ntasks=1",
             "--immediate=60",
             f"--job-name={job_name}",
-            f"--time={max(1, math.ceil(timeout_s / 60))}",
             "--quiet",
             *argv,
         ]

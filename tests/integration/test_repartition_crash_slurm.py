@@ -180,11 +180,13 @@ def test_slurmctld_then_a_slurmd_killed_at_every_step_of_a_switch_and_it_converg
                 lambda: all(i.responding for i in nodes_info(night).values()), f"nodes responding after {daemon}"
             )
             assert job_state(night, long)[0] == "RUNNING", (daemon, ctld_log_of(night, long))
-            faults = [p for p, d, _ in faults_of(night) if d == daemon]
+            faults = [(p, k) for p, d, k in faults_of(night) if d == daemon]
             # every point of a switch (and more: a node waiting or failed after a fault, later restarts)
-            assert set(KILL_POINTS) <= set(faults) | {"waiting"}, (daemon, faults, restart_log(night))
-        killed = {p for p, d, k in faults_of(night) if k}
-        assert len(killed) > 10, killed  # slurmd: stopped by the switch itself only between restart:0 and restarted
+            assert set(KILL_POINTS) <= {p for p, _ in faults} | {"waiting"}, (daemon, faults, restart_log(night))
+            # killed where it ran: slurmctld everywhere; the slurmd but where the switch had stopped it
+            killed = {p for p, k in faults if k}
+            stopped = {"restart:0", "restart:1"} if daemon.startswith("slurmd") else set()
+            assert set(KILL_POINTS) - stopped - {"waiting"} <= killed, (daemon, sorted(killed), restart_log(night))
     finally:
         night.run(["scancel", long], check=False)
 

@@ -6,6 +6,7 @@ Each test builds the journal's state (``RunRecord``, ``NodeRecord``), what Slurm
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 import pytest
@@ -190,12 +191,20 @@ def test_idle_nodes_apply_at_once_and_together():
         Apply("b", "day"),
         Apply("c", "day", resume_first=True),  # srun refuses a drained node: the reservation holds it
     )
-    # our own srun job, seen between two steps: it outlived its srun (a slurmctld crash), so it
-    # is cancelled first, never waited for; once it is completing, the node applies
-    ours = job(3, "a", name="gpupool-repartition")
+    # our own srun job, seen between two steps in our reservation: it outlived its srun (a
+    # slurmctld crash), so it is cancelled first, never waited for; once it is completing,
+    # the node applies.  While a killed run's srun still runs here, it may still be applying
+    # (its job is no stale one): the run waits instead.
+    ours = dataclasses.replace(job(3, "a", name="gpupool-repartition"), user="root", reservation="gpupool_day")
     assert decide(j, view(j, jobs=[ours])) == (CancelStale((3,)),)
-    completing = job(3, "a", state="COMPLETING", name="gpupool-repartition")
+    v = dataclasses.replace(view(j, jobs=[ours]), earlier_sruns=1)
+    (w,) = decide(j, v)
+    assert isinstance(w, Wait) and "earlier run" in w.why
+    completing = dataclasses.replace(ours, state="COMPLETING")
     assert decide(j, view(j, jobs=[completing]))[0] == Apply("a", "day")
+    # a job of the same name that is not in one of our reservations is someone else's: left alone
+    theirs = [job(4, "a", name="gpupool-repartition"), job(5, "", name="gpupool-repartition", state="PENDING")]
+    assert decide(j, view(j, jobs=theirs))[0] == Apply("a", "day")
 
 
 def test_a_busy_node_waits_and_says_why_then_is_skipped_at_the_deadline_never_killed():

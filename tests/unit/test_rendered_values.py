@@ -370,3 +370,14 @@ def test_path_settings_are_one_line_without_dotdot(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConfigError) as e:
         parse_config(copy.deepcopy(BASE), "/etc/g.yaml")
     assert e.value.source == "$SLURM_GPUPOOL_STATE_DIR"
+
+
+@pytest.mark.parametrize(("launch", "ok"), [("2m", True), ("9m", True), ("10m", False), ("1h", False)])
+def test_a_launch_timeout_must_be_shorter_than_the_command_timeout(launch: str, ok: bool):
+    """An srun stuck in its prolog is cancelled after launch_timeout, which only helps within
+    the command's own time (10 minutes by default)."""
+    raw = with_("repartition.launch_timeout", launch)
+    if ok:
+        assert parse_config(raw, "/etc/slurm-gpupool/gpupool.yaml").repartition.launch_timeout_s > 0
+    else:
+        refused(raw, "repartition.launch_timeout")

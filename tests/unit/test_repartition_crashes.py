@@ -154,6 +154,9 @@ def test_an_apply_srun_started_nothing_is_tried_again_not_rolled_back(templates,
         # the command ran (its own words, or its output)
         ("", "gpupool: GPUs busy\n", True),
         ('{"state": {}}', "srun: error: Something is wrong with the boot of the nodes.\n", True),
+        ("", "gpupool: apply failed\nsrun: error: Unable to contact slurm controller (connect failure)\n", True),
+        ("", "srun: Force Terminated JobId=12\nsrun: error: a100n1: task 0: Terminated\n", True),
+        ("", "srun: error: Job allocation 12 has been revoked\nsrun: error: a100n1: task 0: Killed\n", True),
     ],
 )
 def test_srun_not_started_is_srun_failing_on_slurmctlds_side_only(stdout, stderr, started):
@@ -242,7 +245,8 @@ def test_stuck_launches_are_our_jobs_in_their_prolog_past_the_timeout():
     from .repartition_site import job
 
     def ours(jid: int, **kw) -> JobInfo:
-        return dataclasses.replace(job(jid, "a30n1", start=100, **kw), name="gpupool-repartition")
+        j = job(jid, "a30n1", start=100, **kw)
+        return dataclasses.replace(j, name="gpupool-repartition", user="root", reservation="gpupool_day")
 
     jobs = [
         ours(1, state_reason="Prolog"),  # 120 s in its prolog
@@ -250,5 +254,22 @@ def test_stuck_launches_are_our_jobs_in_their_prolog_past_the_timeout():
         ours(3),  # running its command
         job(4, "a30n1", start=100, state_reason="Prolog"),  # a user's
         ours(5, state="COMPLETED", state_reason="Prolog"),
+        dataclasses.replace(ours(6, state_reason="Prolog"), reservation=""),  # not in one of ours
     ]
-    assert stuck_launches(jobs, now=220, timeout_s=120) == (1,)
+    assert stuck_launches(jobs, now=220, timeout_s=120, prefix="gpupool") == (1,)
+
+
+def test_slurms_gres_count_drain_is_the_switchs_only_on_a_node_of_the_last_run():
+    """The same words mean a GPU gone when no switch is behind them (AutoDetect, a GPU off the
+    bus): such a node is not usable and never touched; on a node of the last run, switched again."""
+    from slurm_gpupool.repartition.rules import node_views
+    from slurm_gpupool.slurm.types import NodeInfo
+
+    def drained(name: str) -> NodeInfo:
+        return NodeInfo(
+            name, "idle", frozenset({"DRAIN"}), "gpu:a100:8", ("layout_night",), "gres/gpu:a100 count too low (7 < 8)"
+        )
+
+    views = node_views({"a": drained("a"), "b": drained("b")}, midway=(), last_run=["b"])
+    assert (views["a"].usable, views["a"].retry) == (False, False) and "count too low" in views["a"].state
+    assert (views["b"].usable, views["b"].retry) == (True, True)

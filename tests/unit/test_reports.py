@@ -927,3 +927,11 @@ def test_advice_tells_shard_jobs_that_held_more_shares_than_they_used(cfg, tmp_p
         assert "median 2 held, 1 would have done" in text and f"one share is {each / 1024:.1f} GB" in text
         assert "free 0.8 GPU-eq-h over 1 jobs" in text  # 3 h on half a GPU, a quarter would have done
         assert rows["layout_change"].iloc[0] == "a request's size: no layout change"
+
+
+def test_advice_keeps_the_shards_of_a_job_whose_activity_was_not_measured(cfg, tmp_path):
+    """No utilization (as on a time-sliced MIG device): its compute need is unknown, so the
+    shards it held are not called too many, however small its memory."""
+    d, _, records = _measured_job2(cfg, tmp_path, 3000, float("nan"))
+    t = advice(d, records).main
+    assert not (t["rule"] == "oversized shares").any(), t.to_string()
