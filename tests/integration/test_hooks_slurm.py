@@ -477,24 +477,14 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_and_the_reports_read_it(d
     20 % of a 3g.40gb is 60 % of a 1g.10gb's compute (under the rule's 80 %) and 4000 MiB
     fit its 9.75 GiB."""
     node, gate = "h100n1", Gate(tmp_path, "gpm")
-    uuid_file, pid_file = tmp_path / "uuid", tmp_path / "pid"
-    job = sbatch(
-        day, "-w", node, "--gres=gpu:3g.40gb:1", "-o", "/dev/null",
-        "--wrap", f"echo $$ > {pid_file}; echo $CUDA_VISIBLE_DEVICES > {uuid_file}; {gate.wrap()}",
-    )  # fmt: skip
-    wait_for(lambda: uuid_file.exists() and uuid_file.read_text().strip(), what="the job to start")
-    uuid, pid = uuid_file.read_text().strip(), pid_file.read_text().strip()
+    job, pid, uuid = gated_job(day, tmp_path, gate, node, "--gres=gpu:3g.40gb:1", "CUDA_VISIBLE_DEVICES")
     gpu = next(d["gpu"] for d in day.node_state(node)["slurm_devices"] if d.get("mig_uuid") == uuid)
     run_dir = day.root / "nodes" / node / "run"
     try:
 
         def intervals() -> int:
             """GPM intervals the sampler has measured for the job so far."""
-            try:
-                devices = json.loads((run_dir / f"{job}.usage.json").read_text())["devices"]
-            except (OSError, ValueError):
-                return 0
-            return min((d.get("sm_activity_samples", 0) for d in devices.values()), default=0)
+            return sampled(run_dir, job, "sm_activity_samples")
 
         # the job's shell holds memory on its instance (a CUDA process would)
         on = ["--node", node, "sim"]
@@ -521,6 +511,28 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_and_the_reports_read_it(d
         day.gpupool("--node", node, "sim", "activity", str(gpu), "0", "--mig-uuid", uuid, check=False)
         day.gpupool("--node", node, "sim", "process", str(gpu), pid, "--remove", check=False)
     reports_read_the_gpm_job(day, tmp_path, job, u["mean_sm_activity_pct"])
+
+
+def gated_job(day, tmp_path: Path, gate: Gate, node: str, gres: str, var: str) -> tuple[str, str, str]:
+    """A job on ``node`` holding ``gres`` until ``gate`` opens, once started: its id, its
+    shell's pid (for a simulated process of it) and its ``$var``."""
+    seen, pid_file = tmp_path / f"{var}.seen", tmp_path / f"{var}.pid"
+    job = sbatch(
+        day, "-w", node, gres, "-o", "/dev/null",
+        "--wrap", f"echo $$ > {pid_file}; echo ${var} > {seen}; {gate.wrap()}",
+    )  # fmt: skip
+    wait_for(lambda: seen.exists() and seen.read_text().strip(), what=f"job {job} to start")
+    return job, pid_file.read_text().strip(), seen.read_text().strip()
+
+
+def sampled(run_dir: Path, job: str, count: str) -> int:
+    """How many rounds the sampler has measured ``count`` (``util_samples``,
+    ``sm_activity_samples``) of the job on each of its devices so far: the fewest."""
+    try:
+        devices = json.loads((run_dir / f"{job}.usage.json").read_text())["devices"]
+    except (OSError, ValueError):
+        return 0
+    return min((d.get(count, 0) for d in devices.values()), default=0)
 
 
 def sacct_done(sandbox, job: str) -> tuple[datetime, datetime] | None:
@@ -593,24 +605,14 @@ def test_the_sampler_records_a_shard_jobs_own_use_and_the_reports_read_it(day, t
     ``report efficiency`` shows them against the share the job was offered, flags it, and
     ``report advice`` proposes the smaller share its peak fits."""
     node, gate = "a30n1", Gate(tmp_path, "share")
-    gpus_file, pid_file = tmp_path / "gpus", tmp_path / "pid"
-    job = sbatch(
-        day, "-w", node, "--gres=shard:2", "-o", "/dev/null",
-        "--wrap", f"echo $$ > {pid_file}; echo $SLURM_JOB_GPUS > {gpus_file}; {gate.wrap()}",
-    )  # fmt: skip
-    wait_for(lambda: gpus_file.exists() and gpus_file.read_text().strip(), what="the shard job to start")
-    pid = pid_file.read_text().strip()
-    (dev,) = slurm_device(day, node, {"SLURM_JOB_GPUS": gpus_file.read_text().strip()})
+    job, pid, gpus = gated_job(day, tmp_path, gate, node, "--gres=shard:2", "SLURM_JOB_GPUS")
+    (dev,) = slurm_device(day, node, {"SLURM_JOB_GPUS": gpus})
     gpu, run_dir = dev["gpu"], day.root / "nodes" / node / "run"
     on = ["--node", node, "sim"]
     try:
 
         def samples() -> int:
-            try:
-                devices = json.loads((run_dir / f"{job}.usage.json").read_text())["devices"]
-            except (OSError, ValueError):
-                return 0
-            return min((d.get("util_samples", 0) for d in devices.values()), default=0)
+            return sampled(run_dir, job, "util_samples")
 
         day.gpupool(*on, "process", str(gpu), pid, "--memory-mib", str(SHARE_MEMORY_MIB))
         day.gpupool(*on, "activity", str(gpu), str(SHARE_UTIL_PCT))

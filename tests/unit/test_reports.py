@@ -861,16 +861,21 @@ def test_advice_keeps_the_slice_when_the_measured_activity_needs_it(cfg, tmp_pat
 
 def _measured_job3(cfg, tmp_path, peak_mib: int, util_pct: float):
     """Job 3 (a whole A100, 1.5 h, in the night layout) measured by the hooks: NVML's utilization."""
-    spool = tmp_path / "a100n2" / "jobs"
-    spool.mkdir(parents=True)
-    start = datetime(2026, 11, 16, 22, 0, tzinfo=UTC).timestamp()
     dev = {"index": 0, "type": "a100", "memory_total_mib": 40960, "peak_memory_mib": peak_mib}
-    dev["mean_utilization_pct"] = util_pct
-    rec = {"job_id": "3", "node": "a100n2", "start_time": start, "devices": [dev], "usage": [dev]}
-    (spool / "3.json").write_text(json.dumps(rec))
+    return _measured(cfg, tmp_path, "3", "a100n2", datetime(2026, 11, 16, 22, 0, tzinfo=UTC), dev, util_pct)
+
+
+def _measured(cfg, tmp_path, job: str, node: str, start: datetime, dev: dict, util_pct: float):
+    """The history with job ``job``'s spool record as the Epilog writes it (``dev`` measured,
+    with NVML's mean utilization)."""
+    spool = tmp_path / node / "jobs"
+    spool.mkdir(parents=True)
+    dev = {**dev, "mean_utilization_pct": util_pct}
+    rec = {"job_id": job, "node": node, "start_time": start.timestamp(), "devices": [dev], "usage": [dev]}
+    (spool / f"{job}.json").write_text(json.dumps(rec))
     f = tmp_path / "s.txt"
     f.write_text(HISTORY + "\n")
-    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "a100n2"),), now=UNTIL)
+    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / node),), now=UNTIL)
 
 
 @pytest.mark.parametrize(
@@ -894,16 +899,8 @@ def test_advice_moves_a_small_whole_gpu_job_to_a_slice_or_a_share(cfg, tmp_path,
 def _measured_job2(cfg, tmp_path, peak_mib: int, util_pct: float):
     """Job 2 (2 shards of a time-sliced V100 on v100n1, 3 h) measured by the hooks: its own
     processes' memory and its part of the GPU's utilization."""
-    spool = tmp_path / "v100n1" / "jobs"
-    spool.mkdir(parents=True)
-    start = datetime(2026, 11, 16, 10, 0, tzinfo=UTC).timestamp()
     dev = {"index": 0, "type": "v100_shared", "memory_total_mib": 32768, "peak_memory_mib": peak_mib}
-    dev["mean_utilization_pct"] = util_pct
-    rec = {"job_id": "2", "node": "v100n1", "start_time": start, "devices": [dev], "usage": [dev]}
-    (spool / "2.json").write_text(json.dumps(rec))
-    f = tmp_path / "s.txt"
-    f.write_text(HISTORY + "\n")
-    return build(cfg, Source(files=(f,)), SINCE, UNTIL, spools=(str(tmp_path / "v100n1"),), now=UNTIL)
+    return _measured(cfg, tmp_path, "2", "v100n1", datetime(2026, 11, 16, 10, 0, tzinfo=UTC), dev, util_pct)
 
 
 @pytest.mark.parametrize(
