@@ -295,6 +295,18 @@ def test_gpupool_avail_agrees_with_scontrol_and_with_what_slurm_does(day):
     from slurm_gpupool.core.gres.node_gres import gres_by_type
     from slurm_gpupool.slurm.parse import parse_one_line
 
+    from .repartition_support import nodes_info, wait_until
+
+    # both A100 nodes idle and answering first: a test before may have left a job ending or a
+    # slurmd restarting there (seen once on 26.05), and which nodes are free is what is checked
+    wait_until(
+        lambda: all(
+            i.responding and i.state == "idle" and not i.drained
+            for n, i in nodes_info(day).items()
+            if n.startswith("a100")
+        ),
+        "a100n1 and a100n2 idle and answering",
+    )
     a = json.loads(day.gpupool("avail", "--json", "--gpu-mem=18G", "-t", "5").stdout)
     shown = {}
     for line in day.run(["scontrol", "-d", "-o", "show", "node"]).stdout.splitlines():

@@ -122,3 +122,27 @@ def test_gpupool_sim_activity_puts_the_load_gpm_measures(tmp_path: Path):
             {"sm_activity_pct": 42, "tensor_activity_pct": 7, "dram_bw_pct": 0}, abs=0.1
         )
     assert gpupool("sim", "activity", "1", "142").returncode == 2  # a percentage is 0-100
+
+
+def test_a_load_starts_once_its_state_is_locked_not_before(tmp_path: Path, monkeypatch):
+    """Found on 24.11 under load: the sampler measured 20.1 % for an injected 20 %.  The load's
+    start was taken before the state's lock: a sample that read the old state meanwhile saw no
+    load for a time the new one was back-dated over.  It is taken under the lock now."""
+    import contextlib
+
+    store = _node(tmp_path, "h1", "hgx-h100")
+    ticks = iter(range(1_000, 2_000))
+    monkeypatch.setattr(inject.time, "time", lambda: float(next(ticks)))
+    locked_at: list[float] = []
+    modify = store.modify
+
+    @contextlib.contextmanager
+    def modify_after_a_wait():
+        locked_at.append(inject.time.time())  # the lock is ours from now on (a sampler read before)
+        with modify() as st:
+            yield st
+
+    monkeypatch.setattr(store, "modify", modify_after_a_wait)
+    inject.set_activity(store, 2, 20)
+    since = SimStore(tmp_path / "h1.json").read()["gpus"][2]["activity"]["since"]
+    assert since > locked_at[0]

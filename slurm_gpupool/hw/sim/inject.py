@@ -159,11 +159,14 @@ def set_activity(
     """
     from slurm_gpupool.hw.sim.gpm import fold
 
-    now = time.time() if when is None else when
     load = {"sm": float(sm_pct), "tensor": float(tensor_pct), "dram": float(dram_pct)}
     if not all(0 <= v <= 100 for v in load.values()):
         raise UsageError(f"activity on GPU {index}", "percentages are 0-100")
     with store.modify() as st:
+        # the load's start is taken once the state is ours, just before it is written: taken
+        # before the lock, a sampler reading the old state meanwhile saw no load for a time the
+        # new one is back-dated over, and measured more than was set (20.1 % for 20, under load)
+        now = time.time() if when is None else when
         g = _gpu(st, index)
         if mig_uuid is None:
             g["activity"] = fold(g.get("activity"), load, now)
