@@ -66,7 +66,10 @@ def log_lines(sb) -> list[str]:
 
 
 def ctld_errors(lines: list[str]) -> list[str]:
-    noise = ("pmix", "MPI:", "mpi/")  # the sandbox has no PMIx: every (re)start says so
+    # the sandbox has no PMIx: every (re)start says so; and 24.11 may log the end of a
+    # persistent connection's thread at a reconfigure (seen once in a CI trial, under load:
+    # "slurm_persist_conn_recv_server_fini: pthread_join(): Invalid argument"): not about GRES
+    noise = ("pmix", "MPI:", "mpi/", "slurm_persist_conn")
     return [x.split("] ", 1)[-1] for x in lines if "error:" in x and not any(n in x for n in noise)]
 
 
