@@ -95,6 +95,7 @@ from slurm_gpupool.repartition.rules import (
     reason_text,
     run_exit_code,
     srun_not_started,
+    stale_own_jobs,
     stuck_launches,
     unswitched_to_restart,
 )
@@ -360,7 +361,9 @@ class Repartitioner:
             nodes, jobs, resv = self.cluster.nodes(), tuple(self.cluster.jobs()), self.cluster.reservations()
         except SlurmUnavailableError as e:  # e.g. slurmctld restarting: the decision knows what to do
             return ClusterView(unreachable=str(e))
-        earlier = own_sruns_alive() if any(j.name == JOB_NAME for j in jobs) else 0
+        # the /proc scan only when a stale job is in question (our finished jobs stay in
+        # squeue for MinJobAge: a condition on the name alone scanned at every look after an apply)
+        earlier = own_sruns_alive() if stale_own_jobs(jobs, self.s.reservation_prefix) else 0
         return ClusterView(nodes, jobs, resv, earlier_sruns=earlier)
 
     def _policy(self) -> Policy:

@@ -359,15 +359,15 @@ class FakeSlurm:
             with self._lock:
                 self._next_job += 1
                 job = JobInfo(
-                    self._next_job,
-                    "RUNNING",
-                    frozenset({node}),
-                    "root",
-                    job_name,
-                    None,
-                    int(self.clock.time()),
-                    False,
-                    reservation,
+                    job_id=self._next_job,
+                    state="RUNNING",
+                    nodes=frozenset({node}),
+                    user="root",
+                    name=job_name,
+                    time_limit_s=None,
+                    start_time=int(self.clock.time()),
+                    requeue=False,
+                    reservation=reservation,
                 )
             self.add_job(job)
             try:
