@@ -163,7 +163,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
 
     from slurm_gpupool.core.policy.qos import preempt_lists
     from slurm_gpupool.reports import sim_report
+    from slurm_gpupool.reports.sim_accuracy import shipped
     from slurm_gpupool.simulate import policies as pol
+    from slurm_gpupool.simulate.accuracy import to_dict
     from slurm_gpupool.simulate.engine import Engine, Params
     from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
     from slurm_gpupool.simulate.metrics import summarise
@@ -270,6 +272,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
         },
         "notes": notes,
+        "accuracy": to_dict(shipped()),
     }
     if fmt == "json":
         text = sim_report.to_json(runs, context)

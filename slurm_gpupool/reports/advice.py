@@ -19,6 +19,7 @@ A layout change is only suggested if the planner places it (the same check as
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ from slurm_gpupool.reports import compute
 from slurm_gpupool.reports.compute import Data, Report
 from slurm_gpupool.reports.output import human_s
 from slurm_gpupool.reports.sim_accounting import accounting_jobs
+from slurm_gpupool.reports.sim_accuracy import shipped
 from slurm_gpupool.reports.sim_report import finite
+from slurm_gpupool.simulate.accuracy import margins, to_dict
 from slurm_gpupool.simulate.advise import Settings, advise
 
 
@@ -465,7 +468,13 @@ def simulated(
             None,
         )
     parallel = process_map(settings.workers) if settings.workers > 1 else None
+    # a change is recommended only where its gain is larger than the simulator's measured error
+    acc = shipped()
+    wait_margin, util_margin = margins(settings.wait_margin, settings.util_margin, acc)
+    settings = dataclasses.replace(settings, wait_margin=wait_margin, util_margin=util_margin)
     sim = finite(advise(cfg, epoch, jobs, settings, progress, parallel))
+    sim["accuracy"] = to_dict(acc)
+    sim["margins"] = {"p90_wait": wait_margin, "utilisation": util_margin}
     notes = [f"simulation: {v:,} jobs left out ({k})" for k, v in skipped.items() if v]
     return _policy_table(sim), _recommendation_text(sim), notes, sim
 
@@ -519,6 +528,17 @@ def _policy_table(sim: dict[str, Any]) -> pd.DataFrame:
     return t
 
 
+def _error(sim: dict[str, Any]) -> str:
+    """The simulator's measured error, and the margins a gain had to clear because of it."""
+    acc, m = sim.get("accuracy"), sim.get("margins")
+    if not acc or not m:
+        return "the simulator's error is not known"
+    return (
+        f"the simulator's {acc['summary']}; a gain had to clear "
+        f"{100 * m['p90_wait']:.0f} % of the p90 wait or {100 * m['utilisation']:.0f} points of utilisation"
+    )
+
+
 def _recommendation_text(sim: dict[str, Any]) -> str:
     """What to do, with the gain and its range, and the YAML to paste."""
     import yaml
@@ -539,11 +559,12 @@ def _recommendation_text(sim: dict[str, Any]) -> str:
                 f"{human_s(best['point']['p90_wait_s'])}, utilisation {_pct(cur['point']['utilisation']):.0f} % -> "
                 f"{_pct(best['point']['utilisation']):.0f} % ({best['verdict']})"
             )
-        return head + "\n"
+        return head + f"\n  ({_error(sim)})\n"
     p, r = rec["point"], rec["range"]
     cp = rec["current_point"]
     lines = [
         f"recommended by the simulator ({sim['jobs']:,} jobs replayed on {sim['gpus']} GPUs): {rec['name']}",
+        f"  {_error(sim)}",
         f"  p90 wait {human_s(cp['p90_wait_s'])} -> {human_s(p['p90_wait_s'])} "
         f"(range {human_s(r['p90_wait_s'][0])}-{human_s(r['p90_wait_s'][1])} {over}); "
         f"utilisation {_pct(cp['utilisation']):.0f} % -> {_pct(p['utilisation']):.0f} % "

@@ -117,7 +117,14 @@ def _show(df: pd.DataFrame) -> str:
 
 
 def to_table(runs: list[dict[str, Any]], context: dict[str, Any]) -> str:
-    parts = [_header(context), _show(comparison(runs)), "", "waits by kind:", _show(waits_by_kind(runs))]
+    acc = context.get("accuracy")
+    parts = [
+        _header(context),
+        _show(_with_error(comparison(runs), acc)),
+        "",
+        "waits by kind:",
+        _show(waits_by_kind(runs)),
+    ]
     parts += ["", "utilisation by layout period:", _show(by_period(runs))]
     return "\n".join(parts) + "\n" + "".join(f"note: {n}\n" for n in context.get("notes", []))
 
@@ -128,7 +135,25 @@ def _header(context: dict[str, Any]) -> str:
         lines.append(f"replayed from {context['since']} to {context.get('until', '')}")
     for k, v in context.get("parameters", {}).items():
         lines.append(f"  {k}: {v}")
+    if context.get("accuracy"):
+        lines.append(f"  accuracy: {context['accuracy']['summary']}")
     return "\n".join(lines) + "\n"
+
+
+def _with_error(df: pd.DataFrame, acc: dict[str, Any] | None) -> pd.DataFrame:
+    """The headline columns named with the simulator's measured error (``wait p90 ±9 %``);
+    ``acc``: ``simulate.accuracy.to_dict``'s."""
+    if not acc:
+        return df
+    from slurm_gpupool.simulate.accuracy import from_json
+
+    a = from_json(json.dumps(acc), "accuracy")
+    names = {
+        COLUMNS["p50"]: f"{COLUMNS['p50']} {a.wait('median')}",
+        COLUMNS["p90"]: f"{COLUMNS['p90']} {a.wait('p90')}",
+        COLUMNS["utilisation"]: f"{COLUMNS['utilisation']} ±{a.utilisation_points:g}",
+    }
+    return df.rename(columns=names)
 
 
 def to_json(runs: list[dict[str, Any]], context: dict[str, Any]) -> str:
@@ -154,7 +179,10 @@ def to_html(runs: list[dict[str, Any]], context: dict[str, Any], series: dict[st
         "Policies side by side",
         since,
         until,
-        {"policies": _html_frame(comparison(runs)), "waits by kind": _html_frame(waits_by_kind(runs))},
+        {
+            "policies": _html_frame(_with_error(comparison(runs), context.get("accuracy"))),
+            "waits by kind": _html_frame(waits_by_kind(runs)),
+        },
         notes=list(context.get("notes", [])),
         series={"utilisation": _series_frame(series)},
         meta={"runs": runs},

@@ -257,6 +257,9 @@ def test_small_jobs_waiting_on_whole_gpus_get_mig_slices_and_a_lower_p90_wait(sm
     assert rec["point"]["not_started"] == 0
     assert "recommended by the simulator" in report.text and f": {rec['name']}" in report.text
     assert "p90 wait 2h 35m -> 0 s (range 0 s-0 s over slowdown 1-2 and 3 resamples)" in report.text
+    # with the simulator's measured error beside it, and the margin it imposed (#27)
+    assert "the simulator's measured error against Slurm on" in report.text
+    assert sim["accuracy"]["runs"] and sim["margins"]["p90_wait"] >= sim["accuracy"]["wait_rel"]["p90"]
     # the YAML to paste: the config with it parses, and runs the recommended layout by default
     pasted = yaml.safe_load(report.text[report.text.index("layouts:") :])
     raw = {**WHOLE_ONLY, "layouts": {**WHOLE_ONLY["layouts"], **pasted["layouts"]}, "schedule": pasted["schedule"]}
@@ -274,6 +277,7 @@ def test_a_whole_gpu_heavy_history_gets_no_change(whole_jobs):
         assert c["beats_current_everywhere"] in (None, False)
         assert c["point"]["p90_wait_s"] >= cur["p90_wait_s"]  # slices only take GPUs from whole jobs
     assert "no change recommended" in report.text and "layouts:" not in report.text
+    assert "a gain had to clear" in report.text
     assert all(c["name"] != "static: every GPU whole" for c in sim["candidates"])  # that is the current policy
 
 

@@ -71,12 +71,12 @@ def _params(phase: float | None) -> Params:
     return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=phase)
 
 
-def _replay(run, params, results=None):
+def _replay(run, params, results=None, kept=None):
     rec, real, ids, spec, handoff = run
     cancel = _withdrawn(rec)
     work = {j: float(ids[j][1]) for j in cancel}  # its sleep: what it would have run
     return replay_and_compare(
-        spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05", work, (), results, None, cancel
+        spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05", work, (), results, None, cancel, kept
     )
 
 
@@ -130,7 +130,7 @@ def _phase() -> float:
 
 def test_the_replay_with_the_time_limit_checks_and_the_cancellations_agrees_with_slurm(run):
     results: dict = {}
-    got = _replay(run, _params(_phase()), results)
+    got = _replay(run, _params(_phase()), results, kept="burst@22.05")
     rec = run[0]
     for exact, res in results.items():
         sim = {str(r.job_id): r for r in res.jobs}

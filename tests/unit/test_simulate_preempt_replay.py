@@ -81,7 +81,9 @@ def test_the_replay_preempts_the_same_jobs_and_agrees_with_slurm(run):
     results: dict = {}
     held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
     params = _params(rec)
-    replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05", work, requeue, results, held)
+    replay_and_compare(
+        spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05", work, requeue, results, held, kept="preempt@22.05"
+    )
     for exact, res in results.items():
         sim = {str(r.job_id): r for r in res.jobs}
         assert {j for j, r in sim.items() if r.preemptions} == set(logged), exact

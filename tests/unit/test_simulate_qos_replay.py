@@ -62,7 +62,7 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run):
 def test_the_replay_with_the_qos_priorities_agrees_with_slurm(run):
     rec, real, ids, spec, handoff = run
     params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
-    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05")
+    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "22.05", kept="qos@22.05")
     for exact in (True, False):
         assert got[exact]["median wait"][0] > 0  # (checked in the comparison too: the run queued)
 

@@ -83,7 +83,9 @@ def test_the_hand_over_is_the_main_schedulers_read_in_the_controllers_log(run):
 
 def test_the_failed_run_agrees_with_the_simulator_given_that_hand_over(run):
     rec, real, ids, spec, measured = run
-    replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], measured, "24.11")
+    replay_and_compare(
+        spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], measured, "24.11", kept="validation@24.11"
+    )
 
 
 def test_handing_over_two_seconds_late_it_does_not_and_the_comparison_says_so(run):
@@ -106,7 +108,9 @@ def test_given_the_mean_hand_over_the_replay_agrees_and_its_mean_wait_is_closer_
     gaps = sorted(handoff_gaps(record / "simulate-validation-slurmctld.log", real, rec["since"], SANDBOX.bf_interval_s))
     mean, median = sum(gaps) / len(gaps), percentile(gaps, 50)
     assert mean > 1.5 * median  # the long tail: the two differ
-    by_mean = replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], mean, release)
+    by_mean = replay_and_compare(
+        spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], mean, release, kept=f"validation@{release}"
+    )
     try:
         by_median = replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], median, release)
     except AssertionError:
