@@ -52,6 +52,7 @@ def test_wheel_contains_every_template_and_machine(wheel: zipfile.ZipFile):
     for m in (TOP / "etc" / "machines").glob("*.yaml"):
         assert f"slurm_gpupool/etc/machines/{m.name}" in names
     assert "slurm_gpupool/data/grafana/gpupool.json" in names  # docs/metrics.md
+    assert "slurm_gpupool/data/simulator-accuracy.json" in names  # simulate.accuracy: gpupool simulate, report advice
     for m in (TOP / "etc" / "simulate").glob("*.yaml"):
         assert f"slurm_gpupool/etc/simulate/{m.name}" in names
 

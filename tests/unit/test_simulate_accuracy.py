@@ -72,7 +72,6 @@ def test_the_shipped_figures_cover_every_family_on_every_release_and_are_what_th
     assert acc.wait_rel["p90"] <= 0.20 and acc.utilisation_points <= 5.0 and acc.order >= 0.90
     path = TOP / "slurm_gpupool" / "data" / "simulator-accuracy.json"
     assert path.read_text() == to_json(acc)
-    assert "simulator-accuracy.json" in (TOP / "setup.cfg").read_text()  # shipped in the wheel
 
 
 def test_a_gain_smaller_than_the_simulators_error_is_not_a_gain():
