@@ -18,7 +18,7 @@ predicts 1,000 nodes.  The same-run baseline is the smallest N: every figure of 
 is also printed as a ratio to it.  Needs root and Slurm (the host's); leaves nothing
 running unless ``--keep``.
 
-``--smoke`` needs no Slurm: the generated pool of 8 and 16 nodes on the tests' fake Slurm
+``--smoke`` needs no Slurm: the generated pool of 4 and 8 nodes on the tests' fake Slurm
 (tests/unit/repartition_site.py), the same switches, journal phases, fit and report.
 
     python -m benchmarks.bench_sandbox_scale --nodes 32,64 --root /var/tmp/gpupool-scale --port-base 27600
@@ -281,7 +281,7 @@ def measure(n: int, root: Path, port_base: int, deadline: str) -> ScaleRun:
 
 
 def smoke(tmp: Path) -> list[ScaleRun]:
-    """The same switches and report without Slurm: the scale config of 8 and 16 nodes on the
+    """The same switches and report without Slurm: the scale config of 4 and 8 nodes on the
     tests' fake Slurm (tests/unit/repartition_site.py: simulated GPUs, in-process srun, a clock
     that never waits); "up" is making that site, and there are no daemons nor busy jobs."""
     from slurm_gpupool.sandbox.scale import scale_config
@@ -290,7 +290,7 @@ def smoke(tmp: Path) -> list[ScaleRun]:
     from tests.unit.repartition_site import make_site, repartitioner
 
     runs = []
-    for n in (8, 16):
+    for n in (4, 8):
         raw = scale_config(n)
         (tmp / str(n)).mkdir()
         t = time.monotonic()
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port-base", type=int, help="a port base of its own")
     ap.add_argument("--deadline", default="30s", help="how long the switch waits for the busy nodes")
     ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
-    ap.add_argument("--smoke", action="store_true", help="8 and 16 nodes on a fake Slurm: no sandbox needed")
+    ap.add_argument("--smoke", action="store_true", help="4 and 8 nodes on a fake Slurm: no sandbox needed")
     args = ap.parse_args(argv)
     from slurm_gpupool.config.load import load_config
     from slurm_gpupool.config.model import RepartitionSettings
