@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 import pandas as pd
@@ -31,7 +32,7 @@ def accounting_jobs(
     epoch = jobs.loc[started, "submit"].min().normalize()
     by_job = grants.groupby("job")
     out: list[SimJob] = []
-    reqs: dict[tuple[int, int, int, str | None], TraceRequest] = {}
+    reqs: dict[tuple[int, int, int, str | None, str | None], TraceRequest] = {}
     for k, row in enumerate(jobs.itertuples()):
         if not started.iloc[k] or row.Index not in by_job.groups:
             continue
@@ -41,7 +42,7 @@ def accounting_jobs(
             why = "GRES we cannot map (several types in one job)"
             skipped[why] = skipped.get(why, 0) + 1
             continue
-        req = reqs.setdefault((req.gpus, req.milli, req.memory_mib, req.model), req)
+        req = reqs.setdefault((req.gpus, req.milli, req.memory_mib, req.model, req.gres), req)
         run = (row.end - row.start).total_seconds()
         lim = getattr(row, "timelimit_min", float("nan"))
         limit = float(lim) * 60 if lim == lim and lim and lim > 0 else time_limit_s(run, limit_factor)
@@ -73,9 +74,12 @@ def _request(g: pd.DataFrame) -> TraceRequest | None:
     r = g.iloc[0]
     mem = int(r["memory_mib"]) if r["memory_mib"] == r["memory_mib"] and r["memory_mib"] else 0
     if r["kind"] in ("mig", "shard", "shared") and float(r["eq"]) < 1:
-        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB)
+        # MIG devices: their compute share and memory together (two 1g.5gb ask for 2/7 and 2 x 5 GB);
+        # and the GRES itself, asked for again where a layout offers it (simulate.mapping._as_held)
         mem = mem * max(1, int(r["gpus"])) if r["kind"] == "mig" else 0
-        return TraceRequest.fraction(float(r["eq"]), mem)
+        held = {"mig": f"gpu:{r['type']}:{int(r['gpus'])}", "shard": f"shard:{r['type']}:{int(r['count'])}"}
+        req = TraceRequest.fraction(float(r["eq"]), mem)
+        return dataclasses.replace(req, gres=held.get(str(r["kind"])))
     gpus = int(g["gpus"].sum()) or max(1, round(float(g["eq"].sum())))
     model = str(r["model"]) if r["kind"] == "whole" and r["model"] == r["model"] and len(g) == 1 else None
     return TraceRequest(gpus, 1000, 0, model)

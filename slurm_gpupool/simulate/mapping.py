@@ -36,6 +36,10 @@ class TraceRequest:
     milli: int = 1000  # thousandths of one GPU (openb ``gpu_milli``); < 1000 only with gpus == 1
     memory_mib: int = 0  # GPU memory the job needs, where the trace says (0: unknown)
     model: str | None = None  # whole GPUs of this catalog model only (a typed request); None: any
+    # the GRES a site's job held, exactly ("gpu:1g.5gb:2", "shard:v100_shared:2", from its
+    # accounting): asked for again where a layout offers that type; None (traces), or a layout
+    # without it: mapped by the rules from the share above
+    gres: str | None = None
 
     @property
     def gpu_eq(self) -> float:
@@ -124,6 +128,46 @@ def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, any
     return Demand(c.gres, "shard", req.gpu_eq, k * (per or 1) / n, why, alternatives=alts)
 
 
+def _as_held(
+    req: TraceRequest,
+    offers: Sequence[dict[str, Any]],
+    candidates: Sequence[tuple[float, int, str, str]],
+    any_model: bool,
+) -> Demand | None:
+    """The MIG devices or shards a site's job held (``req.gres``), asked for again where the
+    layout offers that type: the rules would map its share to whatever the layout offers
+    first (half a GPU as a 3g slice, under ``prefer: mig``), not to what the job asked for.
+    Untyped shards (``--gres=shard:N``) take any shared type with as many shards per GPU,
+    with ``any_model``, as Slurm gives them."""
+    parts = (req.gres or "").split(":")
+    if len(parts) != 3 or not parts[2].isdigit() or int(parts[2]) < 1:
+        return None
+    kind, typ, count = parts
+    n = int(count)
+    if kind == "gpu":
+        for share, _mib, t, what in candidates:
+            if t == typ:
+                why = f"{n} x {what}, as the job held"
+                return Demand(f"gpu:{typ}:{n}", "mig", req.gpu_eq, n * share, why)
+        return None
+    held = [o for o in offers if kind == "shard" and o["kind"] == "shared" and o["type"] == typ]
+    if not held or held[0]["shares"] < n:
+        return None
+    o = held[0]
+    per = o.get("compute_share")
+    alts = tuple(
+        x["type"]
+        for x in offers
+        if any_model
+        and x["kind"] == "shared"
+        and x["type"] != typ
+        and x["shares"] == o["shares"]
+        and x.get("compute_share") == per
+    )
+    why = f"{n} of {o['shares']} shares of {typ}, as the job held"
+    return Demand(f"shard:{typ}:{n}", "shard", req.gpu_eq, n * (per or 1) / o["shares"], why, alternatives=alts)
+
+
 def _whole(
     req: TraceRequest, offers: Sequence[dict[str, Any]], multi_node: bool = False, any_model: bool = False
 ) -> Demand | None:
@@ -194,6 +238,10 @@ class RequestMapper:
     def __call__(self, req: TraceRequest) -> Demand | None:
         if req.gpus < 1 or not 0 < req.milli <= 1000 or (req.gpus > 1 and req.milli != 1000):
             raise ValueError(f"not a GPU request: {req}")
+        if req.gres is not None and req.milli < 1000:
+            d = _as_held(req, self.offers, self.candidates, self.any_model)
+            if d is not None:
+                return d
         if req.milli < 1000 and req.model is None:
             tries = {
                 PREFER_MIG: lambda: _mig(req, self.candidates, self.any_model),

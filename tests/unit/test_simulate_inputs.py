@@ -82,8 +82,10 @@ def test_accounting_jobs_become_requests(tmp_path):
     epoch, jobs, skipped = accounting_jobs(data)
     by = {j.job_id: j for j in jobs}
     assert set(by) == {1, 2, 3, 4, 7}
-    assert by[1].request == TraceRequest(1, 285, 2 * 4864)  # two 1g.5gb: 2/7 of an A100 (down), their memory
+    # two 1g.5gb: 2/7 of an A100 (down), their memory, and the GRES they were
+    assert by[1].request == TraceRequest(1, 285, 2 * 4864, None, "gpu:1g.5gb:2")
     assert by[2].request.gpus == 1 and by[2].request.milli == 500  # 2 of v100n1's 4 shards
+    assert by[2].request.gres == "shard:v100_shared:2"
     assert by[3].request == TraceRequest(1, 1000, 0, "A100-SXM4-40GB")  # a whole A100, its model
     assert by[4].request.milli == 428 and by[4].request.memory_mib > 40000  # 3g.40gb of an H100 (3/7, down)
     # replayed, a job fits the device it held: a 1g.5gb job (1/7) maps to a 1g.5gb again
@@ -229,3 +231,27 @@ def test_accounting_replay_measures_utilisation_over_the_traces_window_not_from_
     assert run["allocated_eq_h"] == pytest.approx(2.0)
     gpus = run["capacity_eq_h"] / run["window_h"]
     assert gpus >= 8 and run["utilisation"] == pytest.approx(2.0 / gpus)
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_accounting_jobs_keep_the_gres_they_held_on_every_releases_sacct(release):
+    """Each release's recorded sacct (tests/fixtures/slurm/*/sacct-parsable2.txt): a 1g.5gb
+    job and a two-shard job replay as exactly that in the day layout, not as the share the
+    rules would map (#27: shard against MIG, and the shard type, were lost)."""
+    from slurm_gpupool.config.load import load_config
+    from slurm_gpupool.pool.submit_catalog import layout_offers
+    from slurm_gpupool.reports.dataset import Source, build
+    from slurm_gpupool.reports.sim_accounting import accounting_jobs
+    from slurm_gpupool.simulate.mapping import PREFER_MIG, map_request
+
+    cfg = load_config(ROOT / "etc" / "gpupool.yaml")
+    sacct = ROOT / "tests" / "fixtures" / "slurm" / release / "sacct-parsable2.txt"
+    data, _, _ = build(cfg, Source(files=(sacct,), tz="UTC"), None, None)
+    _, jobs, _ = accounting_jobs(data)
+    held = {j.request.gres for j in jobs}
+    assert {"gpu:1g.5gb:1", "shard:v100_shared:2"} <= held
+    day = layout_offers(cfg, "day")
+    for j in jobs:
+        if j.request.gres is not None:
+            d = map_request(j.request, day, "day", cfg.slurm.type_naming, PREFER_MIG)
+            assert d is not None and d.gres == j.request.gres, (j, d)

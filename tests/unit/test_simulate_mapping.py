@@ -113,3 +113,31 @@ def test_idle_alternatives_are_larger_slices_then_whole_gpus_as_the_wrapper_trie
     assert [d.gres for d in mapper.idle_alternatives(quarter)] == ["gpu:a30:1", "gpu:2g.12gb:1"]
     assert [d.gres for d in mapper.idle_alternatives(TraceRequest(1, 500))] == ["gpu:a30:1"]  # 2g.12gb is its own
     assert mapper.idle_alternatives(TraceRequest(2)) == []  # whole GPUs: nothing to trade
+
+
+def test_a_sites_job_asks_again_for_the_gres_it_held_where_the_layout_offers_it(shipped):
+    """#27: `simulate --from` mapped a site's jobs by their share alone, so one shard of a
+    V100 (a quarter of a GPU) came back as an A30's 1g.6gb slice under `prefer: mig`, and a
+    1g.5gb job as a shard under `prefer: shard`.  What a job held is asked for again where
+    the layout offers it."""
+    cfg, offers = shipped
+    day, night, naming = offers["day"], offers["night"], cfg.slurm.type_naming
+    by_share = map_request(TraceRequest.fraction(0.25), day, "day", naming, PREFER_MIG)
+    assert by_share is not None and by_share.gres == "gpu:1g.6gb:1"  # the rules alone: another kind
+    held = map_request(TraceRequest(1, 250, 0, None, "shard:v100_shared:1"), day, "day", naming, PREFER_MIG)
+    assert held is not None and (held.gres, held.kind) == ("shard:v100_shared:1", "shard")
+    assert held.allocated_eq == pytest.approx(0.25)
+    one = map_request(TraceRequest.fraction(1 / 7), day, "day", naming, PREFER_SHARD)
+    assert one is not None and one.kind == "shard"
+    two = map_request(TraceRequest(1, 285, 9728, None, "gpu:1g.5gb:2"), day, "day", naming, PREFER_SHARD)
+    assert two is not None and (two.gres, two.kind) == ("gpu:1g.5gb:2", "mig")
+    assert two.allocated_eq == pytest.approx(2 / 7)
+    # any shared type with as many shards per GPU, as Slurm gives an untyped --gres=shard:1
+    any_type = RequestMapper(day, "day", naming, any_model=True)(TraceRequest(1, 250, 0, None, "shard:v100_shared:1"))
+    assert any_type is not None and set(any_type.alternatives) == {"a30_shared", "h100_80gb_hbm3_shared"}
+    # a layout without the type (night: every GPU whole), or more shards than a GPU has: the rules
+    gone = map_request(TraceRequest(1, 250, 0, None, "shard:v100_shared:1"), night, "night", naming)
+    assert gone is not None and gone.kind == "whole"
+    for bad in ("shard:v100_shared:9", "gpu:1g.5gb:0", "shard:v100_shared:x", "nonsense"):
+        d = map_request(TraceRequest(1, 250, 0, None, bad), day, "day", naming, PREFER_MIG)
+        assert d is not None and d.gres == "gpu:1g.6gb:1", bad
