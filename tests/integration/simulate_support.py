@@ -15,6 +15,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.config.load import load_config
+from slurm_gpupool.sandbox.users import USERS
 from slurm_gpupool.simulate.engine import Engine, Params, Result, Switcher
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
@@ -43,6 +44,7 @@ LOG_EVENTS = (
     ("end", re.compile(r"_job_complete: JobId=(\d+) done$")),
 )
 STAMPED = re.compile(r"^\[(\S+?)\] (.*)")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
 
 def stamped_lines(log: Path, since: float, until: float = math.inf) -> Iterator[tuple[float, str]]:
@@ -154,6 +156,25 @@ def recorded(record: Path) -> tuple[dict, dict[str, tuple[TraceRequest, int, str
     ids = {j: (TraceRequest(*v[:4]), v[4], v[5]) for j, v in rec["ids"].items()}
     example = Path(__file__).resolve().parents[2] / "etc" / "gpupool.yaml"
     return rec, ids, pool_spec(load_config(example), ["day", "night"])
+
+
+def recorded_releases(family: str) -> list[str]:
+    """The releases with a kept run of ``family`` (``<release>/simulate-<family>.json``
+    under the fixtures, as ``tests/fixtures/record_simulate_<family>.py`` writes it), oldest first."""
+    found = [d.name for d in FIXTURES.iterdir() if (d / f"simulate-{family}.json").is_file()]
+    return sorted(found, key=lambda name: tuple(int(x) for x in name.split(".")))
+
+
+def assert_spread_over_users(rec: dict) -> None:
+    """The run's jobs were the sandbox's unprivileged users', each in its account, as
+    accounting kept them (the record's ``owners``: job -> [user, account]): at least three
+    users in two accounts, no job of root's, each job charged to its submitter's account."""
+    account_of = {u.name: u.account for u in USERS}
+    owners = rec["owners"]
+    assert set(owners) == set(rec["ids"])
+    for job, (user, account) in owners.items():
+        assert user == rec["ids"][job][6] and account == account_of[user], (job, user, account)
+    assert len({u for u, _ in owners.values()}) >= 3 and len({a for _, a in owners.values()}) >= 2
 
 
 def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> float:
