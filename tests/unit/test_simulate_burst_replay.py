@@ -19,23 +19,15 @@ from itertools import pairwise
 import pytest
 
 from slurm_gpupool.simulate.engine import Params
-from tests.integration.simulate_support import (
-    FIXTURES,
-    LIMIT_MIN,
-    SANDBOX,
-    assert_spread_over_users,
-    recorded,
-    recorded_handoff,
-    recorded_releases,
-    replay_and_compare,
-)
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import LIMIT_MIN, SANDBOX, recorded, recorded_handoff, replay_and_compare
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
 TIMED_OUT = re.compile(r"^\[(\S+)\] Time limit exhausted for JobId=(\d+)$", re.M)
 
 
-@pytest.fixture(params=recorded_releases("burst"))
+@pytest.fixture(params=support.recorded_releases("burst"))
 def release(request) -> str:
     return request.param
 
@@ -44,7 +36,7 @@ def release(request) -> str:
 def run(monkeypatch, release):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    record = FIXTURES / release
+    record = support.FIXTURES / release
     rec, ids, spec = recorded(record / "simulate-burst.json")
     # (submission, start, end, nodes) of each job's one run; a job cancelled while pending
     # has no start
@@ -68,7 +60,7 @@ def _withdrawn(rec) -> dict[str, float]:
 def _checks(release: str) -> list[float]:
     """When the controller ended jobs at their limit (epoch s, its log's milliseconds; the
     jobs one check ends are logged a millisecond or so apart: the first of them)."""
-    text = (FIXTURES / release / "simulate-burst-slurmctld.log").read_text()
+    text = (support.FIXTURES / release / "simulate-burst-slurmctld.log").read_text()
     out: list[float] = []
     for at in sorted(datetime.fromisoformat(m[1]).timestamp() for m in TIMED_OUT.finditer(text)):
         if not out or at > out[-1] + 1:
@@ -96,7 +88,7 @@ def test_the_record_has_what_trace_a_is_about(run):
     """Bursts, multi-GPU whole jobs beside the slices, limits hit, cancellations while pending,
     by three users in two accounts."""
     rec, real, ids, _, _ = run
-    assert_spread_over_users(rec)
+    support.assert_spread_over_users(rec)
     assert len(ids) == len(real) >= 100
     states = _states(rec)
     assert sum(s == "TIMEOUT" for s in states.values()) >= 4
@@ -121,7 +113,7 @@ def test_slurm_ended_each_job_past_its_limit_at_a_periodic_check(run, release):
     check ran to its end, and Slurm recorded it TIMEOUT too (``_job_complete``)."""
     rec, real, ids, _, _ = run
     checks = _checks(release)
-    text = (FIXTURES / release / "simulate-burst-slurmctld.log").read_text()
+    text = (support.FIXTURES / release / "simulate-burst-slurmctld.log").read_text()
     killed = {m[2] for m in TIMED_OUT.finditer(text)}
     timeouts = {j for j, s in _states(rec).items() if s == "TIMEOUT"}
     assert killed <= timeouts  # (on 22.05 one ended by itself before the next check)

@@ -17,21 +17,14 @@ from dataclasses import replace
 import pytest
 
 from slurm_gpupool.simulate.metrics import percentile
-from tests.integration.simulate_support import (
-    FIXTURES,
-    SANDBOX,
-    assert_spread_over_users,
-    recorded,
-    recorded_handoff,
-    recorded_releases,
-    replay_and_compare,
-)
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to reclaim resources for JobId=(\d+)")
 
 
-@pytest.fixture(params=recorded_releases("preempt"))
+@pytest.fixture(params=support.recorded_releases("preempt"))
 def release(request) -> str:
     return request.param
 
@@ -40,7 +33,7 @@ def release(request) -> str:
 def run(monkeypatch, release):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    record = FIXTURES / release
+    record = support.FIXTURES / release
     rec, ids, spec = recorded(record / "simulate-preempt.json")
     # (first submission, start and end of the last run, its nodes)
     real = {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in rec["runs"].items()}
@@ -62,13 +55,13 @@ def _params(rec: dict):
 
 def _logged(release: str) -> dict[str, tuple[str, str]]:
     """preempted job -> (how, for which job), from the controller's log."""
-    text = (FIXTURES / release / "simulate-preempt-slurmctld.log").read_text()
+    text = (support.FIXTURES / release / "simulate-preempt-slurmctld.log").read_text()
     return {m[1]: (m[2], m[3]) for m in PREEMPTED.finditer(text)}
 
 
 def test_slurm_preempted_low_and_scav_jobs_for_high_ones_and_requeued_the_low_ones(run, release):
     rec, real, ids, _, _ = run
-    assert_spread_over_users(rec)
+    support.assert_spread_over_users(rec)
     logged = _logged(release)
     assert len(logged) >= 4
     for job, (how, preemptor) in logged.items():

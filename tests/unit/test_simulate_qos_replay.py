@@ -17,20 +17,13 @@ import pytest
 
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.priority import job_priority
-from tests.integration.simulate_support import (
-    FIXTURES,
-    SANDBOX,
-    assert_spread_over_users,
-    recorded,
-    recorded_handoff,
-    recorded_releases,
-    replay_and_compare,
-)
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 
 
-@pytest.fixture(params=recorded_releases("qos"))
+@pytest.fixture(params=support.recorded_releases("qos"))
 def release(request) -> str:
     return request.param
 
@@ -39,7 +32,7 @@ def release(request) -> str:
 def run(monkeypatch, release):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    record = FIXTURES / release
+    record = support.FIXTURES / release
     rec, ids, spec = recorded(record / "simulate-qos.json")
     real = {j: tuple(v) for j, v in rec["real"].items()}
     # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
@@ -54,7 +47,7 @@ def _waits(real, ids, qos: str) -> list[float]:
 
 def test_the_record_queued_and_its_high_priority_jobs_went_first(run):
     rec, real, ids, _, _ = run
-    assert_spread_over_users(rec)
+    support.assert_spread_over_users(rec)
     assert len(real) == len(ids) == 64
     assert {q for _, _, q in ids.values()} == {"high", "normal", "low"}
     high, normal = _waits(real, ids, "high"), _waits(real, ids, "normal")
@@ -65,8 +58,11 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, release):
     """The controller logs each job's priority at submission (``InitPrio``; 26.05 logs the
     job's ``SLUID`` before it)."""
     rec, _, ids, _, _ = run
-    text = (FIXTURES / release / "simulate-qos-slurmctld.log").read_text()
-    logged = {m[1]: int(m[2]) for m in re.finditer(r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)", text)}
+    text = (support.FIXTURES / release / "simulate-qos-slurmctld.log").read_text()
+    logged = {
+        m[1]: int(m[2])
+        for m in re.finditer(r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)", text)
+    }
     assert set(logged) == set(ids)
     assert {j: job_priority(q, rec["qos"], 10000) for j, (_, _, q) in ids.items()} == logged
     assert set(logged.values()) == {1, 1000, 10000}
@@ -80,9 +76,7 @@ def test_the_replay_with_the_qos_priorities_agrees_with_slurm(run, release):
         assert got[exact]["median wait"][0] > 0  # (checked in the comparison too: the run queued)
 
 
-def test_without_the_qos_priorities_the_replay_starts_jobs_in_another_order_and_the_comparison_says_so(
-    run, release
-):
+def test_without_the_qos_priorities_the_replay_starts_jobs_in_another_order_and_the_comparison_says_so(run, release):
     """Submission order: the high jobs wait behind the normal ones (83 % of pairs in Slurm's order on 22.05)."""
     _, real, ids, spec, handoff = run
     with pytest.raises(AssertionError):
