@@ -71,6 +71,10 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, release):
 def test_the_replay_with_the_qos_priorities_agrees_with_slurm(run, release):
     rec, real, ids, spec, handoff = run
     params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    if miss := support.KNOWN_MISSES.get(("qos", release)):
+        with pytest.raises(AssertionError, match=miss):
+            replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release)
+        return
     got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release)
     for exact in (True, False):
         assert got[exact]["median wait"][0] > 0  # (checked in the comparison too: the run queued)
