@@ -77,7 +77,14 @@ def test_slurm_preempted_low_and_scav_jobs_for_high_ones_and_requeued_the_low_on
         assert real[preemptor][1] - rec["runs"][job][0][2] <= 3
 
 
+# Kept runs where the replay preempts one job otherwise than Slurm did (docs/simulate.md):
+# release -> (Slurm's job, its preemptor) -> (the replay's job, its preemptor)
+OTHERWISE = {"22.05": {("80", "115"): ("77", "115")}, "26.05": {("88", "108"): ("88", "106")}}
+
+
 def test_the_replay_preempts_the_same_jobs_and_agrees_with_slurm(run, release):
+    """As many preemptions as Slurm's, each of the same job for the same one (but for the one
+    ``OTHERWISE`` lists on a run), the same cancelled; and the comparison agrees."""
     rec, real, ids, spec, handoff = run
     logged = _logged(release)
     cancelled = {j for j, (how, _) in logged.items() if how == "killed"}
@@ -86,17 +93,16 @@ def test_the_replay_preempts_the_same_jobs_and_agrees_with_slurm(run, release):
     results: dict = {}
     held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
     params = _params(rec)
-    if miss := support.KNOWN_MISSES.get(("preempt", release)):
-        with pytest.raises(AssertionError, match=miss):
-            replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, {}, held)
-        return
     replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, results, held)
+    expected = {j: p for j, (_, p) in logged.items()}
+    for (job, by), (sim_job, sim_by) in OTHERWISE.get(release, {}).items():
+        assert expected.pop(job) == by
+        expected[sim_job] = sim_by
     for exact, res in results.items():
         sim = {str(r.job_id): r for r in res.jobs}
-        assert {j for j, r in sim.items() if r.preemptions} == set(logged), exact
-        # each for the job Slurm preempted it for (job 18 for 27, not for 32, only because a
-        # backfill pass keeps 32 off the node it holds for 27: no preemption there either)
-        assert {j: str(sim[j].preempted_by) for j in logged} == {j: p for j, (_, p) in logged.items()}
+        # each for the job Slurm preempted it for (on 22.05's first, root-only run, job 18 for
+        # 27, not for 32, only because a backfill pass keeps 32 off the node it holds for 27)
+        assert {j: str(r.preempted_by) for j, r in sim.items() if r.preemptions} == expected, exact
         assert {j for j, r in sim.items() if r.cancelled} == cancelled
         # once each (``res.preempted`` counts only those up to the last submission: on 24.11
         # some came after it)
@@ -116,29 +122,20 @@ def test_without_preemption_the_replay_disagrees_and_the_comparison_says_so(run,
 def test_the_high_jobs_start_as_soon_in_the_replay_as_in_slurm(run, release):
     """Per QOS: the high jobs (most of which preempted, or found room) wait a second or two in
     both; the median wait of the QOS preemption concerns (high, low, scav) within the
-    tolerance (10 % or 5 s; Slurm / replay: high 1 / 0.3 s, low 10.5 / 8.5 s, scav 44.5 /
-    42.5 s; without preemption the replay gives 8, 25 and 67.5 s).  Not ``normal``'s (16
-    jobs, never preempted, queued behind all the others): Slurm 82 s, the replay 66 s (105 s
-    without preemption).  The whole trace's median, mean and p90 are within tolerance; where
-    the normal jobs gain 16 s is not explained yet (docs/simulate.md)."""
+    tolerance (10 % or 5 s; Slurm / replay on 24.11: high 1.5 / 1.1 s, low 14.0 / 13.6 s, scav
+    74.5 / 73.5 s).  Not ``normal``'s (16 jobs, never preempted, queued behind all the
+    others), which agree on 24.11 and 26.05 but not on 22.05 (docs/simulate.md)."""
     rec, real, ids, spec, handoff = run
     cancelled = {j for j, (how, _) in _logged(release).items() if how == "killed"}
     results: dict = {}
     held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
     work = {j: float(ids[j][1]) for j in cancelled}
     requeue = {j for j in ids if ids[j][2] == "low"}
-    miss = support.KNOWN_MISSES.get(("preempt", release))
-    try:
-        replay_and_compare(
-            spec, _params(rec), ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, results, held
-        )
-    except AssertionError:
-        if miss is None:
-            raise
+    replay_and_compare(spec, _params(rec), ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, results, held)
     sim = {str(r.job_id): r for r in results[True].jobs}
-    # (on a kept run whose replay misses, the high jobs only: 22.05's second run preempted
-    # one other low job than Slurm did, and its scav and normal jobs wait less)
-    for qos in ("high",) if miss else ("high", "low", "scav"):
+    # (not on 22.05's run with users, whose replay preempts one other low job than Slurm did:
+    # its scav jobs wait a median 53.5 s against 81.5 s there)
+    for qos in ("high", "low") if release == "22.05" else ("high", "low", "scav"):
         of = [j for j in ids if ids[j][2] == qos]
         med_r = percentile(sorted(real[j][1] - real[j][0] for j in of), 50)
         med_s = percentile(sorted(sim[j].wait_s for j in of), 50)
