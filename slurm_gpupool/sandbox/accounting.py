@@ -1,8 +1,11 @@
-"""The sandbox's cluster, account and user in slurmdbd (``sacctmgr -i add ...``), once.
+"""The sandbox's cluster, accounts and users in slurmdbd (``sacctmgr -i add ...``), once.
 
 Jobs of a user with no association are refused under ``AccountingStorageEnforce``, and
-``sacct`` shows nothing for a cluster slurmdbd does not know; a marker file under
-``<root>/run`` remembers that it was done, so a later ``up`` asks slurmdbd nothing.
+``sacct`` shows nothing for a cluster slurmdbd does not know.  root is in the account
+``sandbox``; the unprivileged users of :mod:`.users` are in theirs (``research`` and
+``teaching``, under ``root``).  A marker file under ``<root>/run`` remembers that it was
+done (what it holds says which records: a sandbox registered before the users were gets
+them at its next ``up``), so a later ``up`` asks slurmdbd nothing.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from pathlib import Path
 from slurm_gpupool.errors import SlurmUnavailableError
 from slurm_gpupool.sandbox import procs
 from slurm_gpupool.sandbox.client import SlurmCommand
+from slurm_gpupool.sandbox.users import ACCOUNTS, USERS
 
 ACCOUNT = "sandbox"
+MARKER_TEXT = "ok: cluster, sandbox/root, " + ", ".join(f"{u.account}/{u.name}" for u in USERS) + "\n"
 
 
 class Accounting:
@@ -29,7 +34,7 @@ class Accounting:
 
     def register(self, cluster: str, marker: Path) -> None:
         """``sacctmgr -i add cluster|account|user``, once (``marker`` remembers)."""
-        if marker.exists():
+        if marker.exists() and marker.read_text() == MARKER_TEXT:
             return
         self._progress("registering the cluster in accounting")
 
@@ -46,7 +51,26 @@ class Accounting:
         if "root" not in assoc:
             self._sacctmgr("-i", "add", "user", "root", f"Account={ACCOUNT}", f"Cluster={cluster}", check=True)
             self._sacctmgr("-i", "modify", "user", "where", "name=root", "set", f"DefaultAccount={ACCOUNT}")
-        marker.write_text("ok\n")
+        self._add_users(cluster, listed)
+        marker.write_text(MARKER_TEXT)
+
+    def _add_users(self, cluster: str, listed: Callable[..., set[str]]) -> None:
+        """The unprivileged users' accounts and associations: one ``sacctmgr`` for the
+        missing accounts, one per account for its missing users."""
+        accounts = [a for a in ACCOUNTS if a not in listed("show", "account", "format=Account")]
+        if accounts:
+            self._sacctmgr(
+                "-i", "add", "account", ",".join(accounts), f"Cluster={cluster}",
+                "Description=sandbox users", "Organization=gpupool", check=True,
+            )  # fmt: skip
+        have = listed("show", "assoc", f"cluster={cluster}", "format=Account,User")
+        for account in ACCOUNTS:
+            names = [u.name for u in USERS if u.account == account and f"{account}|{u.name}" not in have]
+            if names:
+                self._sacctmgr(
+                    "-i", "add", "user", ",".join(names), f"Account={account}", f"DefaultAccount={account}",
+                    f"Cluster={cluster}", check=True,
+                )  # fmt: skip
 
     def _add_cluster(self, cluster: str, present: Callable[[], bool]) -> None:
         """``sacctmgr -i add cluster``, retried until ``show cluster`` lists it.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.errors import SlurmUnavailableError, UsageError
-from slurm_gpupool.sandbox import configs, health, mariadb, nodes, procs, scale, teardown
+from slurm_gpupool.sandbox import configs, health, mariadb, nodes, procs, scale, teardown, users
 from slurm_gpupool.sandbox.accounting import Accounting
 from slurm_gpupool.sandbox.configs import ANSIBLE_ROLE_MARKER
 from slurm_gpupool.sandbox.daemons import DaemonSpec
@@ -37,6 +37,7 @@ from slurm_gpupool.sandbox.record import SandboxRecord
 from slurm_gpupool.sandbox.state import default_config_path
 from slurm_gpupool.sandbox.status import status_report
 from slurm_gpupool.sandbox.tools import PACKAGES, install_packages, missing_packages
+from slurm_gpupool.sandbox.users import USERS, SandboxUser
 from slurm_gpupool.slurm.cluster import SlurmCluster
 from slurm_gpupool.slurm.runner import SlurmRunner
 
@@ -44,6 +45,10 @@ from slurm_gpupool.slurm.runner import SlurmRunner
 class Sandbox(SandboxRecord):
     """The sandbox cluster under one root: up, restart, status, down (arguments: see
     :class:`~slurm_gpupool.sandbox.record.SandboxRecord`)."""
+
+    users: tuple[SandboxUser, ...] = USERS
+    """The unprivileged users ``up`` makes, each in its account; submit as one with
+    :func:`~slurm_gpupool.sandbox.users.as_user` (``runuser -u NAME -- sbatch ...``)."""
 
     @functools.cached_property
     def _daemons(self) -> DaemonControl:
@@ -139,7 +144,8 @@ class Sandbox(SandboxRecord):
         A daemon whose configuration changed is restarted; slurmds before slurmctld
         sees the new files, so no slurmd with old GRES meets a slurmctld with new ones.
         The order is a real cluster's: munged, MariaDB (``mariadb-install-db`` once),
-        slurmdbd, the accounting records (``sacctmgr``), slurmctld (``scontrol ping``),
+        slurmdbd, the unprivileged users (:mod:`.users`) and the accounting records
+        (``sacctmgr``), slurmctld (``scontrol ping``),
         the slurmds, then until ``sinfo`` shows every node registered.
         """
         make_dirs(self.paths)
@@ -161,6 +167,7 @@ class Sandbox(SandboxRecord):
         dbd_ready = lambda: procs.tcp_open("127.0.0.1", dbd_port)  # noqa: E731
         dbd_answers = lambda: health.dbd_answers(self.slurm)  # noqa: E731
         ctl.ensure(specs["slurmdbd"], changed, stopped, report, dbd_ready, 60, healthy=dbd_answers)
+        users.ensure_system_users()
         Accounting(self.slurm, p.log / "slurmdbd.log", self._progress).register(
             self.state["cluster"], p.accounting_marker
         )

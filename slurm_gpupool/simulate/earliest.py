@@ -21,11 +21,13 @@ from slurm_gpupool.simulate.state import GPU, INF, Need
 NOW = -math.inf  # a lower bound that is the present, whenever that is (kept across passes)
 
 
-def rounded(start: float, end: float, resolution: float) -> tuple[float, float]:
-    """A backfill window as Slurm keeps it: both ends rounded down to ``bf_resolution``."""
+def rounded(start: float, end: float, resolution: float, origin_s: float = 0.0) -> tuple[float, float]:
+    """A backfill window as Slurm keeps it: both ends rounded down to ``bf_resolution`` on the
+    clock (``backfill.c`` rounds epoch seconds: ``origin_s`` is the clock's at time 0)."""
     if resolution <= 0:
         return start, end
-    return (start // resolution) * resolution, (end // resolution) * resolution
+    o = origin_s % resolution
+    return ((start + o) // resolution) * resolution - o, ((end + o) // resolution) * resolution - o
 
 
 def lower_bound(n: SimNode, typ: str, count: int, line: Sequence[tuple[float, list[Part]]]) -> float:
@@ -52,6 +54,7 @@ def first_clear(
     windows: Sequence[tuple[float, float]],
     resolution: float,
     next_end: float = INF,
+    origin_s: float = 0.0,
 ) -> float:
     """The earliest start from ``lb`` on (when the records are idle, and stay so) whose
     window overlaps none of ``windows`` (sorted, on the bf_resolution grid), before
@@ -67,7 +70,7 @@ def first_clear(
     for t in (lb, *sorted(later)):
         if t > horizon or t + limit > ahead_at:
             return INF
-        lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution)
+        lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s)
         if not overlaps(windows, lo, hi):
             return t
     return INF
@@ -94,6 +97,7 @@ def earliest(
     windows: Sequence[tuple[float, float]],
     line: Sequence[tuple[float, list[Part]]],
     resolution: float = 0.0,
+    origin_s: float = 0.0,
 ) -> tuple[float, list[Part]]:
     """The earliest time ``need`` fits on ``n`` as ``typ`` for ``limit`` seconds: its records
     are free by then as running jobs reach their limits (``line``: the scheduler does not know
@@ -116,7 +120,7 @@ def earliest(
         if windows:
             # reservations are kept rounded down to bf_resolution; a job tested to start now is
             # checked with its exact window, one planned later with its rounded one (backfill.c)
-            lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution)
+            lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s)
             if overlaps(windows, lo, hi):
                 continue
         if shared:

@@ -30,8 +30,9 @@ import pytest
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.poolconfig import node_map
+from slurm_gpupool.sandbox.users import as_user
 
-from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, repartition
+from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, repartition, wait_until
 
 WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
 
@@ -92,6 +93,20 @@ class SandboxHandle:
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def sbatch_as(self, user: str, *args: str) -> str:
+        """``sbatch --parsable ARGS`` run by ``user`` (``runuser``: munge vouches for that uid,
+        as on a login node); retried while slurmctld has not yet been sent the user's
+        association.  The job id."""
+
+        def submitted() -> str | None:
+            proc = self.run(as_user(user, ["sbatch", "--parsable", *args]), check=False)
+            if proc.returncode == 0:
+                return proc.stdout.strip().split(";")[0]
+            assert "account" in proc.stderr.lower() or "association" in proc.stderr.lower(), proc.stderr
+            return None
+
+        return wait_until(submitted, f"slurmctld to accept {user}'s job")
 
     def gpupool(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run([sys.executable, "-m", "slurm_gpupool.cli.main", *args], timeout=timeout, check=check)

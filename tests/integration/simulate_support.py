@@ -17,6 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.reports.sim_accuracy import shipped
+from slurm_gpupool.sandbox.users import USERS
 from slurm_gpupool.simulate.accuracy import RunError
 from slurm_gpupool.simulate.engine import Engine, Params, Result, Switcher
 from slurm_gpupool.simulate.jobs import SimJob
@@ -49,6 +50,7 @@ LOG_EVENTS = (
     ("end", re.compile(r"_job_complete: JobId=(\d+) done$")),
 )
 STAMPED = re.compile(r"^\[(\S+?)\] (.*)")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
 
 def stamped_lines(log: Path, since: float, until: float = math.inf) -> Iterator[tuple[float, str]]:
@@ -162,6 +164,32 @@ def recorded(record: Path) -> tuple[dict, dict[str, tuple[TraceRequest, int, str
     return rec, ids, pool_spec(load_config(example), ["day", "night"])
 
 
+# Kept runs whose replay misses a tolerance, not explained yet (docs/simulate.md, "Validation
+# families on each release"): (family, release) -> the first measure the comparison finds out
+# of tolerance.  Their tests assert that it still misses there, so a change that brings one
+# within (or moves the miss) is seen; the tolerances stay as published.
+KNOWN_MISSES = {("qos", "24.11"): "median wait", ("burst", "26.05"): "mean wait"}
+
+
+def recorded_releases(family: str) -> list[str]:
+    """The releases with a kept run of ``family`` (``<release>/simulate-<family>.json``
+    under the fixtures, as ``tests/fixtures/record_simulate_<family>.py`` writes it), oldest first."""
+    found = [d.name for d in FIXTURES.iterdir() if (d / f"simulate-{family}.json").is_file()]
+    return sorted(found, key=lambda name: tuple(int(x) for x in name.split(".")))
+
+
+def assert_spread_over_users(rec: dict) -> None:
+    """The run's jobs were the sandbox's unprivileged users', each in its account, as
+    accounting kept them (the record's ``owners``: job -> [user, account]): at least three
+    users in two accounts, no job of root's, each job charged to its submitter's account."""
+    account_of = {u.name: u.account for u in USERS}
+    owners = rec["owners"]
+    assert set(owners) == set(rec["ids"])
+    for job, (user, account) in owners.items():
+        assert user == rec["ids"][job][6] and account == account_of[user], (job, user, account)
+    assert len({u for u, _ in owners.values()}) >= 3 and len({a for _, a in owners.values()}) >= 2
+
+
 def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> float:
     """The mean hand-over of a short recorded run (a fixture), as :func:`handoff_s` reads it
     from a 210-job one: at least 10 hand-overs."""
@@ -189,7 +217,8 @@ def _compare(ids, real, epoch, res, switch_at, out, exact, held=None, kept=None)
     measure -> (Slurm's, the simulator's).  ``held``: job -> the (start, end) of each of its
     runs, when it had more than the one in ``real`` (a preempted job's).  ``kept``: the kept
     run's name (family@release) when this is its replay as the simulator makes it for a site:
-    then its errors must be within the simulator's shipped accuracy (:func:`_kept`)."""
+    then its errors must be within the simulator's shipped accuracy (:func:`_kept`), whether
+    or not it meets the tolerances (a run in ``KNOWN_MISSES`` errs more than them)."""
     sim = {str(r.job_id): r for r in res.jobs}
     assert all(sim[j].start_s >= 0 for j in ids), [sim[j] for j in ids if sim[j].start_s < 0][:3]
     real_start = {j: real[j][1] - epoch for j in ids}
@@ -212,15 +241,15 @@ def _compare(ids, real, epoch, res, switch_at, out, exact, held=None, kept=None)
         f"sim {med_s:.1f} s; mean real {mean_r:.1f} s sim {mean_s:.1f} s; p90 real {p90_r:.1f} s sim {p90_s:.1f} s; utilisation real {util_real:.1f} % sim "
         f"{util_sim:.1f} %; switch at {switch_at:.0f} s, out of service median {percentile(out, 50):.1f} s"
     )
+    if kept is not None:  # before the tolerances: a kept run that misses them counts in the error too
+        waits = {"median": (med_r, med_s), "mean": (mean_r, mean_s), "p90": (p90_r, p90_s)}
+        _kept(RunError(kept, waits, (util_real, util_sim), concordant))
     assert concordant >= ORDER
     assert abs(med_s - med_r) <= max(WAIT_REL * med_r, WAIT_ABS), ("median wait", med_r, med_s)
     assert abs(mean_s - mean_r) <= max(WAIT_REL * mean_r, WAIT_ABS), ("mean wait", mean_r, mean_s)
     assert abs(p90_s - p90_r) <= max(P90_REL * p90_r, P90_ABS), ("p90 wait", p90_r, p90_s)
     assert abs(util_sim - util_real) <= UTIL_POINTS, ("utilisation", util_real, util_sim)
     assert med_r > 0 and p90_r > 10  # the trace did queue: the comparison says something
-    if kept is not None:
-        waits = {"median": (med_r, med_s), "mean": (mean_r, mean_s), "p90": (p90_r, p90_s)}
-        _kept(RunError(kept, waits, (util_real, util_sim), concordant))
     return {"median wait": (med_r, med_s), "mean wait": (mean_r, mean_s), "p90 wait": (p90_r, p90_s)}
 
 

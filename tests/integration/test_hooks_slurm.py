@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -178,34 +177,6 @@ def test_a_shard_job_runs_under_its_gpus_mps_daemon_and_the_last_epilog_stops_it
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory // 4}M"
 
 
-SECOND_USER = "gpupool-user2"
-
-
-def second_user(sandbox) -> str:
-    """A second real user on this machine (``useradd``; in a container, the container's) with
-    an association in the sandbox's account (``sacctmgr add user``), as a site's users have."""
-    if subprocess.run(["id", "-u", SECOND_USER], capture_output=True, check=False).returncode != 0:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", SECOND_USER], check=True)
-    sandbox.run(["sacctmgr", "-i", "add", "user", SECOND_USER, "account=sandbox"], check=False)
-    listed = sandbox.run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={SECOND_USER}", "format=User"]).stdout
-    assert SECOND_USER in listed.split(), listed
-    return SECOND_USER
-
-
-def sbatch_as(sandbox, user: str, *args: str) -> str:
-    """``sbatch`` run by ``user`` (``runuser``: munge vouches for that uid, as on a login node);
-    retried while slurmctld has not yet been sent the user's new association."""
-
-    def submitted() -> str | None:
-        proc = sandbox.run(["runuser", "-u", user, "--", "sbatch", "--parsable", *args], check=False)
-        if proc.returncode == 0:
-            return proc.stdout.strip().split(";")[0]
-        assert "account" in proc.stderr.lower() or "association" in proc.stderr.lower(), proc.stderr
-        return None
-
-    return wait_until(submitted, f"slurmctld to accept {user}'s job")
-
-
 def sim_client(sandbox, node: str, over_mib: int, under_mib: int) -> str:
     """A job's CUDA program on the simulated GPUs (``hw/sim/mps_client.py``): it initialises
     CUDA with the job's environment, allocates ``over_mib`` then ``under_mib``, prints one
@@ -224,7 +195,7 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
     documentation): another user's shard job on that GPU is kept off MPS by the Prolog,
     told so, and its CUDA client runs at once (plain time-slicing) instead of waiting for
     the server at cuInit while its time limit runs."""
-    user = second_user(day)
+    user = day.sandbox.users[0].name  # an unprivileged user the sandbox made
     shared = day.root / "jobs-two-users"  # where the second user's job can write
     shared.mkdir(exist_ok=True)
     shared.chmod(0o1777)
@@ -238,8 +209,8 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
             out = tmp_path / "alone.out"
             sbatch(day, "--wait", "-o", str(out), "-w", "v100n1", "--gres=shard:1", "--wrap", f"env; {client}")
             alone = out.read_text()
-            held = sbatch_as(
-                day, user, "-o", str(shared / "held.out"), "--chdir", str(shared), "-w", "v100n1", "--gres=shard:1",
+            held = day.sbatch_as(
+                user, "-o", str(shared / "held.out"), "--chdir", str(shared), "-w", "v100n1", "--gres=shard:1",
                 "--wrap", f"env > {shared / 'held.env'}; {gate.wrap()}",
             )  # fmt: skip
             wait_for(lambda: (shared / "held.env").exists(), what=f"{user}'s job to start")

@@ -60,7 +60,7 @@ def test_rounded_figures_still_hold_for_the_runs_that_set_them():
 def test_no_kept_run_no_figures_and_a_damaged_file_names_itself():
     with pytest.raises(ValueError):
         measured([], 5.0)
-    with pytest.raises(ValueError, match="accuracy.json"):
+    with pytest.raises(ValueError, match=r"accuracy\.json"):
         from_json('{"runs": []}', "accuracy.json")
 
 

@@ -116,6 +116,23 @@ def test_backfill_reservations_take_whole_nodes_rounded_down_to_bf_resolution(sp
     assert r[4].start_s == 30  # exact windows: [30, 90) ends before 100
 
 
+def test_backfill_rounds_reservations_on_the_clock_not_on_the_runs_start(spec):
+    """``backfill.c`` rounds a reservation's epoch seconds: with the clock at 30 s past a minute when the run
+    starts, job 3's 100-200 is 130-230 on the clock, held 120-180, so [90, 150) in the run,
+    and job 4's [30, 90) ends before it (on the run's own start it met [60, 180))."""
+    jobs = [
+        job(1, 0, 100, gpus=2, limit=100),
+        job(2, 0, 1000, gpus=4, limit=1000),
+        job(3, 1, 100, gpus=3, limit=100),
+        job(4, 2, 30, gpus=1, limit=60),
+    ]
+    _, r = run(spec, jobs, bf_resolution_s=60, will_run="exact", clock_origin_s=1_795_000_050.0)
+    assert r[4].start_s == 30 and r[3].start_s == 100
+    _, r = run(spec, jobs, bf_resolution_s=60, will_run="exact", clock_origin_s=1_795_000_000.0)
+    assert r[4].start_s == 100  # 40 s past a minute: held [80, 200), which [30, 90) meets
+    assert _rounded(50, 110, 60, 20.0) == (40, 100) and _rounded(50, 110, 60) == (0, 60)
+
+
 def test_completion_latency_delays_the_next_job(spec):
     _, r = run(spec, [job(1, 0, 100, gpus=4), job(2, 0, 100, gpus=4), job(3, 1, 10, gpus=4)], release_s=0.5)
     assert r[1].end_s == 100 and r[3].start_s == 100.5  # its records came free half a second later
