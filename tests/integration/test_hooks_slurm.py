@@ -277,8 +277,9 @@ def limits_held(client: dict) -> bool:
 # a hook waits this long for a daemon that does not answer (hooks.mps_timeout_s; 5 s by
 # default).  Longer here than the default, not shorter: it is also how long a new daemon may
 # take to answer, and on a loaded CI machine (24.11's container) a job's daemon that took
-# longer than 3 s left that job off MPS, failing the test's first check
-MPS_TIMEOUT_S = 10.0
+# longer than 3 s left that job off MPS, failing the test's first check; with the machine
+# at a load average of 240, 10 s did not do either
+MPS_TIMEOUT_S = 20.0
 
 
 def test_a_killed_and_a_wedged_mps_daemon_cost_no_hang_no_drain_and_the_next_job_gets_a_fresh_one(day, tmp_path: Path):

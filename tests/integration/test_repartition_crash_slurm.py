@@ -48,9 +48,15 @@ def crash(sb, daemon: str) -> list[str]:
     its read of ``/proc/PID/stat``, killed the script with FileNotFoundError before it
     restarted anything.)"""
     script = (
-        "import os, signal, subprocess, sys, time\n"
+        "import fcntl, os, signal, subprocess, sys, time\n"
         "root, daemon = sys.argv[1], sys.argv[2]\n"
         "point = os.environ.get('SLURM_GPUPOOL_FAULT_POINT', '?')\n"
+        # one fault at a time: a wave's nodes journal their steps from parallel threads, so a
+        # point could find the daemon down while another point's restart was still under way
+        # (seen under load: 'applied' and 'drained' found nothing to kill while 'applying''s
+        # restart ran); each waits for the one before to have restarted what it killed
+        "lock = open(root + '/run/crash-fault.lock', 'w')\n"
+        "fcntl.flock(lock, fcntl.LOCK_EX)\n"
         "def alive(pid):  # a zombie, or reaped between two reads (/proc/PID gone): dead\n"
         "    try:\n"
         "        return open(f'/proc/{pid}/stat').read().split()[2] != 'Z'\n"
