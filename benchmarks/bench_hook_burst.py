@@ -243,6 +243,7 @@ class Burst:
     failed_open: dict[str, int] | None = None
     floor_failures: int = 0
     stderr: dict[str, list[str]] = field(default_factory=dict)  # hook -> its stderr lines
+    not_completed: list[str] = field(default_factory=list)  # what Slurm says of jobs not COMPLETED
 
     def of(self, hook: str) -> list[Timing]:
         return [t for t in self.timings if t.hook == hook]
@@ -321,6 +322,8 @@ def report(b: Burst, where: str) -> None:
     if b.states:
         bad = sorted({s for s in b.states.values() if s != FINAL_OK})
         print(f"accounting states other than {FINAL_OK}: {bad}")
+    if b.not_completed:
+        print("\n".join(b.not_completed))
     check(not any(fails.values()), f"hook failures under the burst: {fails}")
 
 
@@ -402,6 +405,19 @@ def accounting(env: dict[str, str], ids: list[str], since: float, timeout_s: flo
     return states  # the missing ones count as failures
 
 
+def why_not_completed(env: dict[str, str], root: Path, states: dict[str, str], most: int = 5) -> list[str]:
+    """For the first jobs not COMPLETED: their steps in accounting and slurmctld's lines on them."""
+    out: list[str] = []
+    log = root / "log" / "slurmctld.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    for job in sorted((j for j, st in states.items() if st != FINAL_OK), key=int)[:most]:
+        argv = ["sacct", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ExitCode,Reason,NodeList"]
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        out += [f"  sacct: {ln}" for ln in p.stdout.splitlines()]
+        out += [f"  slurmctld: {ln}" for ln in lines if re.search(rf"\b(JobId=|job ){job}\b", ln)][-10:]
+    return out
+
+
 def drained_nodes(env: dict[str, str]) -> list[str]:
     """Nodes drained, draining, down or failed, with their reasons (``sinfo -N -t ...``)."""
     argv = ["sinfo", "-h", "-N", "-t", "drain,drained,draining,down,fail", "-o", "%N %T %E"]
@@ -448,6 +464,7 @@ def measure(args: argparse.Namespace) -> Burst:
     burst = Burst(len(ids), read_timings(out), submit_s, retries, t0, floor_failures=sampler.failed)
     burst.stderr = stderr_lines(out)
     burst.states = accounting(env, ids, t0)
+    burst.not_completed = why_not_completed(env, root, burst.states)
     burst.drained = drained_nodes(env)
     burst.failed_open = failed_open(root, nodes)
     return burst
