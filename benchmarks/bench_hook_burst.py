@@ -9,19 +9,23 @@ them, and the benchmark waits until every job has ended.
 How a hook is timed, without changing what runs: for the run, each hook launcher in
 ``<root>/libexec`` (what slurm.conf's ``Prolog=``, ``TaskProlog=`` and ``Epilog=`` name) is
 moved aside to ``gpupool-HOOK.timed`` and a benchmark-only bash wrapper takes its place.
-The wrapper runs the real launcher with slurmd's arguments, environment, stdin, stdout (the
-TaskProlog's ``export`` lines) and stderr, reads ``$EPOCHREALTIME`` (no extra process) just
-before and after it, appends one line (hook, node, job, start, end, exit status) to a log and
-exits with the launcher's status.  The launchers are put back at the end.  The floor is
+The wrapper runs the real launcher with slurmd's arguments, environment, stdin and stdout (the
+TaskProlog's ``export`` lines), keeps its stderr (which slurmd discards for a Prolog or an
+Epilog: the reasons of hooks that failed open), reads ``$EPOCHREALTIME`` (no extra process)
+just before and after it and the CPU time from bash's ``times``, writes them (hook, node,
+job, start, end, exit status, CPU) to a file of its own and exits with the launcher's
+status.  The launchers are put back at the end.  The floor is
 ``/usr/bin/python3 -c pass`` run through the same kind of wrapper by a thread of this
 benchmark every ``--floor-interval`` seconds for the whole burst, so its samples are
 interleaved with the hooks' and taken under the same load.
 
 Reports, per hook: the p50, p99 and max duration, each also as a ratio to the floor's same
-percentile; the submission rate; the burst's total time (first submission to the last Epilog's
-end); and the hook failures, all of which must be 0: hooks that exited non-zero, hooks that
-failed open (the nodes' ``hook-stats.json``), nodes drained or down, jobs whose accounting
-state is not COMPLETED, and hooks that did not run once per job.
+percentile and, run by run, to the floor samples taken while it ran; the mean CPU time; the
+submission rate; the burst's total time (first submission to the last Epilog's end); and the
+hook failures, all of which must be 0: hooks that exited non-zero, hooks that failed open
+(the nodes' ``hook-stats.json``), nodes drained or down, jobs whose accounting state is not
+COMPLETED (with what sacct and slurmctld say of them), jobs requeued (a second Prolog), and
+hooks that did not run for a job.
 
 ``--smoke`` needs no Slurm: the same wrappers around the launchers of one simulated HGX node
 (bench_hooks' set-up), a few jobs' hooks run in turn while the floor thread samples.
