@@ -22,6 +22,7 @@ running unless ``--keep``.
 (tests/unit/repartition_site.py), the same switches, journal phases, fit and report.
 
     python -m benchmarks.bench_sandbox_scale --nodes 32,64 --root /var/tmp/gpupool-scale --port-base 27600
+    python -m benchmarks.bench_sandbox_scale --nodes 64 --parallel 32 --root ... --port-base ...  # another parallel
     python -m benchmarks.bench_sandbox_scale --smoke
 """
 
@@ -240,15 +241,25 @@ def switch(root: Path, target: str, deadline: str) -> Switch:
     return Switch(target, wall, report, journal_phases(root / "controller"), samples)
 
 
-def measure(n: int, root: Path, port_base: int, deadline: str) -> ScaleRun:
+def up_fresh(root: Path, n: int, port_base: int, repartition: dict[str, Any] | None = None) -> float:
+    """A fresh sandbox of ``n`` scale-pool nodes in the day layout at ``root`` (whatever was
+    there purged first); the seconds ``sandbox up`` took.  With ``repartition`` settings the
+    scale pool is written beside the root with them and played with ``--config`` (what
+    docs/scale-sandbox.md tells a user to do), else ``--nodes N``."""
+    from slurm_gpupool.sandbox.scale import scale_config_text
+
     gpupool(root, "sandbox", "down", "--purge", "--root", str(root))
+    source = ["--nodes", str(n)]
+    if repartition:
+        config = root.with_name(f"{root.name}.scale-pool.yaml")
+        config.write_text(scale_config_text(n, repartition))
+        source = ["--config", str(config)]
     t = time.monotonic()
     gpupool(
         root,
         "sandbox",
         "up",
-        "--nodes",
-        str(n),
+        *source,
         "--layout",
         "day",
         "--root",
@@ -258,7 +269,11 @@ def measure(n: int, root: Path, port_base: int, deadline: str) -> ScaleRun:
         "--no-install",
         "--json",
     )
-    up_s = time.monotonic() - t
+    return time.monotonic() - t
+
+
+def measure(n: int, root: Path, port_base: int, deadline: str, parallel: int | None = None) -> ScaleRun:
+    up_s = up_fresh(root, n, port_base, {"parallel": parallel} if parallel else None)
     rss = daemon_rss_mib(root)
     check(len(rss.get("slurmd", [])) == n, f"{n} slurmds expected, RSS of {len(rss.get('slurmd', []))}")
     names = sorted(
@@ -521,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, help="a sandbox root of its own (purged first)")
     ap.add_argument("--port-base", type=int, help="a port base of its own")
     ap.add_argument("--deadline", default="30s", help="how long the switch waits for the busy nodes")
+    ap.add_argument("--parallel", type=int, help="repartition.parallel of the scale pool (default: its default)")
     ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
     ap.add_argument("--smoke", action="store_true", help="4 and 8 nodes on a fake Slurm: no sandbox needed")
     args = ap.parse_args(argv)
@@ -545,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             print(f"# measuring {n} nodes ...", file=sys.stderr, flush=True)
             try:
-                runs.append(measure(n, args.root.absolute(), args.port_base, args.deadline))
+                runs.append(measure(n, args.root.absolute(), args.port_base, args.deadline, args.parallel))
             except (BenchError, GpupoolError, subprocess.TimeoutExpired) as e:
                 if not runs:
                     raise

@@ -17,7 +17,11 @@ instance's metrics carry their GPU's index.  So:
   it from every file (a file left empty is deleted);
 * both edit under an exclusive lock (``.gpupool.lock`` in DIR: dcgm-exporter
   ignores names that are not GPU ids), each file replaced atomically, so two
-  shard jobs starting on one GPU at once both end up listed;
+  shard jobs starting on one GPU at once both end up listed.  The files are
+  not fsynced: they mean nothing after a crash (the node's jobs are gone with
+  it), and every hook of the node waits for the lock while its holder writes.
+  Under a burst (benchmarks/bench_hook_burst.py: 40 jobs starting on one node)
+  hooks waited more than the lock's 2 s and lost the job's label;
 * an id whose job has no ``<run_dir>/<id>.devices`` any more (its Epilog never
   ran: slurmd was killed) is dropped the next time the file is written.
 
@@ -111,7 +115,7 @@ def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None) -> N
                 if after == before:
                     continue
                 if after:
-                    write_in_dir(fd, key, "".join(f"{j}\n" for j in after).encode(), 0o644)
+                    write_in_dir(fd, key, "".join(f"{j}\n" for j in after).encode(), 0o644, durable=False)
                 else:
                     try:
                         os.unlink(key, dir_fd=fd)

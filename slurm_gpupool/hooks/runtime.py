@@ -212,8 +212,10 @@ def _own_dir(fd: int, path: str) -> int:
     return fd
 
 
-def write_in_dir(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
-    """Atomically write ``name`` inside an opened directory (temp + fsync + rename)."""
+def write_in_dir(dir_fd: int, name: str, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Atomically write ``name`` inside an opened directory (temp + fsync + rename).  Not
+    ``durable``: no fsync, for files that mean nothing after a crash (readers still never see
+    a torn file: the rename is atomic), where the fsync would be paid under a lock."""
     if "/" in name or name in (".", ".."):
         raise HookError(f"bad file name {name!r}")
     tmp = f".{name}.{os.getpid()}.tmp"
@@ -224,7 +226,8 @@ def write_in_dir(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -157,3 +157,33 @@ def test_a_fifo_in_the_mapping_directory_blocks_no_hook(mapped: dict, name: str)
     assert (mapped["root"] / "spool" / NODE / "jobs" / "42.json").exists()  # the rest of the Prolog ran
     assert stats(mapped)["hook_failures"] == {"prolog": 1}
     assert run(mapped, "epilog", SLURM_JOB_GPUS=str(shared)).returncode == 0
+
+
+def test_mapping_files_are_replaced_without_an_fsync_and_job_records_with_one(monkeypatch, tmp_path: Path):
+    """The mapping is written under the node's lock by every Prolog and Epilog: no fsync there
+    (bench_hook_burst: hooks waited over the lock's 2 s); a job record is still made durable."""
+    from slurm_gpupool.hooks import jobmap, runtime
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    d, run_dir = tmp_path / "map", tmp_path / "run"
+    d.mkdir()
+    run_dir.mkdir()
+    (run_dir / "7.devices").write_text("[]")
+    jobmap.add_job(str(d), ["3.1", "3"], "7", str(run_dir))
+    jobmap.add_job(str(d), ["3"], "8", str(run_dir))  # job 8 has no .devices: not alive, yet just added
+    assert listing(d) == {"3": ["7", "8"], "3.1": ["7"]}
+    assert synced == []
+    fd = runtime.open_dir(str(tmp_path))
+    try:
+        runtime.write_in_dir(fd, "7.json", b"{}\n")
+    finally:
+        os.close(fd)
+    assert len(synced) == 1 and ".7.json." in synced[0]
+    assert (tmp_path / "7.json").read_text() == "{}\n"
