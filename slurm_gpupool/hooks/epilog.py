@@ -136,7 +136,7 @@ def _body(env: dict[str, str]) -> int:
         if indices and settings["mps"].get("enabled"):
             release_mps(settings, node, env, jid, state_for_mps)
         if indices and settings.get("dcgm_job_mapping_dir"):
-            unmap_job(settings, node, env, jid, run_dir)
+            unmap_job(settings, node, env, jid, run_dir, state_for_mps)
         _cleanup(run_dir, jid)
 
 
@@ -157,12 +157,22 @@ def release_mps(settings: dict, node: str, env: dict[str, str], jid: str, state:
         count_failure("epilog", env)
 
 
-def unmap_job(settings: dict, node: str, env: dict[str, str], jid: str, run_dir: str) -> None:
-    """Take the job out of dcgm-exporter's mapping files, whatever else failed (logged, counted)."""
-    from slurm_gpupool.hooks.jobmap import remove_job
+def unmap_job(settings: dict, node: str, env: dict[str, str], jid: str, run_dir: str, state: dict | None) -> None:
+    """Take the job out of dcgm-exporter's mapping files, whatever else failed (logged,
+    counted): out of its devices' files, named from the node state as its Prolog named them
+    (every Epilog of a node waits for the directory's lock, and under a burst of 40 jobs on
+    one node reading every GPU's file held it too long); without the state, out of all."""
+    from slurm_gpupool.hooks.allocation import devices_for
+    from slurm_gpupool.hooks.jobmap import device_keys, remove_job
 
     try:
-        remove_job(node_path(settings, "dcgm_job_mapping_dir", node), jid, run_dir)
+        keys = None
+        if state is not None:
+            try:
+                keys = device_keys(state, devices_for(state, gpu_indices(env.get("SLURM_JOB_GPUS"))))
+            except Exception:  # a device the state does not know: every file, as before
+                keys = None
+        remove_job(node_path(settings, "dcgm_job_mapping_dir", node), jid, run_dir, keys)
     except Exception as e:  # fail open
         log("epilog", jid, f"DCGM job mapping not cleared: {type(e).__name__}: {e}", 3)
         count_failure("epilog", env)

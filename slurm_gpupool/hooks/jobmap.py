@@ -14,7 +14,9 @@ instance's metrics carry their GPU's index.  So:
   own ``<gpu>.<gi>`` file listing its job alone, for tools that attribute per
   instance (dcgm-exporter ignores that name);
 * the Prolog adds the job's id to the files of its devices, the Epilog removes
-  it from every file (a file left empty is deleted);
+  it from the same files (the node state names them; without it, from every file), so
+  under the lock it reads one or two files, not every GPU's (a file left empty is
+  deleted);
 * both edit under an exclusive lock (``.gpupool.lock`` in DIR: dcgm-exporter
   ignores names that are not GPU ids), each file replaced atomically, so two
   shard jobs starting on one GPU at once both end up listed.  The files are
@@ -76,9 +78,10 @@ def add_job(directory: str, keys: list[str], job: str, run_dir: str) -> None:
     _edit(directory, job, run_dir, add_to=keys)
 
 
-def remove_job(directory: str, job: str, run_dir: str) -> None:
-    """Take ``job`` out of every mapping file (Epilog); files left empty are deleted."""
-    _edit(directory, job, run_dir, add_to=None)
+def remove_job(directory: str, job: str, run_dir: str, keys: list[str] | None = None) -> None:
+    """Take ``job`` out of ``keys``' files, the ones its Prolog listed it in (None: out of
+    every mapping file); files left empty are deleted (Epilog)."""
+    _edit(directory, job, run_dir, add_to=None, only=keys)
 
 
 def read_jobs(dir_fd: int, key: str) -> list[str]:
@@ -99,13 +102,16 @@ def read_jobs(dir_fd: int, key: str) -> list[str]:
     return out
 
 
-def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None) -> None:
+def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None, only: list[str] | None = None) -> None:
     if not _JOB.fullmatch(job):
         raise HookError(f"bad job id {job!r}")
     fd = open_dir(directory)
     try:
         with locked(fd, LOCK_NAME):
-            keys = [n for n in os.listdir(fd) if _KEY.fullmatch(n)] if add_to is None else add_to
+            if add_to is not None:
+                keys = add_to
+            else:
+                keys = only if only is not None else [n for n in os.listdir(fd) if _KEY.fullmatch(n)]
             for key in keys:
                 if not _KEY.fullmatch(key):
                     raise HookError(f"bad mapping file name {key!r}")

@@ -187,3 +187,25 @@ def test_mapping_files_are_replaced_without_an_fsync_and_job_records_with_one(mo
         os.close(fd)
     assert len(synced) == 1 and ".7.json." in synced[0]
     assert (tmp_path / "7.json").read_text() == "{}\n"
+
+
+def test_an_epilog_edits_only_its_own_jobs_files_and_all_of_them_without_the_node_state(mapped: dict):
+    """#29: under a burst (40 jobs starting on one node) every Epilog read every GPU's file
+    under the node's lock, and hooks waiting for it past its 2 s lost their jobs' labels.
+    The Epilog now edits the files its Prolog wrote, named from the node state; another
+    GPU's file is not even read (its stale job 17 stays until that file is next written).
+    Without a readable node state it still clears the job from every file."""
+    mig, shared = index_of(mapped, "mig", "3g.40gb"), index_of(mapped, "shared")
+    assert run(mapped, "prolog", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert run(mapped, "prolog", SLURM_JOB_ID="43", SLURM_JOB_GPUS=str(shared)).returncode == 0
+    other = str(mapped["table"][shared]["gpu"])
+    (mapped["map"] / other).write_text("17\n43\n")  # job 17: slurmd died, no Epilog, no .devices
+    before = (mapped["map"] / other).stat().st_ino
+    assert run(mapped, "epilog", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert listing(mapped["map"]) == {other: ["17", "43"]}  # job 42's files gone, the other untouched
+    assert (mapped["map"] / other).stat().st_ino == before
+    # without the node state: the job is taken out of every file (and the stale 17 with it)
+    assert run(mapped, "prolog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    (mapped["state"] / "node-state.json").write_text("{not json")
+    assert run(mapped, "epilog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(mig)).returncode == 0
+    assert listing(mapped["map"]) == {other: ["43"]}
