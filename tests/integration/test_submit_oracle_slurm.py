@@ -356,27 +356,67 @@ def run(sandbox, program: str, sub: Submission, cwd: Path, argv: list[str] | Non
 
 def records(sandbox) -> dict[str, list[str]]:
     """Every job's ``scontrol -o show job`` records (a het job: one per component), by job id,
-    the per-submission fields masked and the job's id in file names replaced."""
+    the per-submission fields masked and the job's id in file names replaced.  A job array's
+    records are one canonical list (:func:`_array`): Slurm splits a pending array's tasks
+    into records of their own when it pleases (seen once in 330 cases on 22.05: one of two
+    identical held arrays split, its task 3 keeping the array's id), which says nothing of
+    what was submitted."""
     proc = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, env=sandbox.env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode("utf-8", "surrogateescape")  # job names and comments need not be UTF-8
     by_job: dict[str, list[str]] = {}
+    arrays: set[str] = set()
     for line in re.split(r"\n(?=JobId=)", out.strip()):
         m = re.match(r"JobId=(\d+)", line)
         if not m:
             continue
         het = re.search(r"(?<!\S)HetJobId=(\d+)", line)
-        by_job.setdefault(het.group(1) if het else m.group(1), []).append(line)
-    return {job: [_masked(r.rstrip()) for r in recs] for job, recs in by_job.items()}
+        arr = re.search(r"(?<!\S)ArrayJobId=(\d+)", line)
+        key = het.group(1) if het else arr.group(1) if arr else m.group(1)
+        if arr and not het:
+            arrays.add(key)
+        by_job.setdefault(key, []).append(line)
+    masked = {job: [_masked(r.rstrip()) for r in recs] for job, recs in by_job.items()}
+    return {job: _array(recs) if job in arrays else recs for job, recs in masked.items()}
+
+
+def _tasks(spec: str) -> set[int]:
+    """``1-3``, ``1,5-9:2``: the task ids of an ``ArrayTaskId`` field (its ``%N`` taken off)."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        rng, _, step = part.partition(":")
+        lo, _, hi = rng.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1, int(step or 1)))
+    return out
+
+
+def _array(recs: list[str]) -> list[str]:
+    """An array's records however Slurm has split them: the union of their task ids, then
+    each distinct record with its task id (and the task id in its default file names) masked."""
+    tasks: set[int] = set()
+    throttles, rest = set(), set()
+    for r in recs:
+        m = re.search(r"(?<!\S)ArrayTaskId=(\S+)", r)
+        assert m, r
+        spec, _, throttle = m.group(1).partition("%")  # 1-9%2: at most 2 running
+        tasks |= _tasks(spec)
+        throttles.add(throttle)
+        r = r.replace(m.group(0), "ArrayTaskId=*")
+        rest.add(re.sub(r"<id>_\d+", "<id>_<task>", r))
+    return [f"tasks={sorted(tasks)} throttle={sorted(throttles)}", *sorted(rest)]
 
 
 def _masked(line: str) -> str:
     own = re.match(r"JobId=(\d+)", line)
     assert own
+    arr = re.search(r"(?<!\S)ArrayJobId=(\d+)", line)
+    ids = {own.group(1), *([arr.group(1)] if arr else [])}  # a split task's files name its array's id
 
     def file_name(m: re.Match[str]) -> str:  # the id in the file's name, not in its directories
         head, _, name = m.group(2).rpartition("/")
-        return f"{m.group(1)}={head}{'/' if head else ''}" + re.sub(rf"(?<!\d){own.group(1)}(?!\d)", "<id>", name)
+        for i in ids:
+            name = re.sub(rf"(?<!\d){i}(?!\d)", "<id>", name)
+        return f"{m.group(1)}={head}{'/' if head else ''}" + name
 
     for key in WITH_JOB_ID:
         line = re.sub(rf"(?<!\S)({key})=(\S*)", file_name, line)
