@@ -40,7 +40,18 @@ if TYPE_CHECKING:
 
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory
 LOCK = ".gpupool-mps.lock"
-LOCK_WAIT_S = 15.0  # a Prolog may wait for another's daemon start (at most timeout_s each)
+
+
+def lock_wait_s(settings: dict[str, Any]) -> float:
+    """How long a hook waits for the node's MPS lock: as long as its holder may keep it.  A
+    Prolog replacing a daemon asks it (``timeout_s``), stops it (``quit``: ``timeout_s``, then
+    up to ``timeout_s`` for it to end) and starts another (``-d``: ``timeout_s``); an Epilog
+    stopping a wedged one, two of those.  A fixed 15 s was shorter than that with a
+    ``timeout_s`` of 5 s and more: the Epilogs ending beside a wedged daemon's gave up, and
+    no one removed the dead daemon's pipes (an integration test, a quiet machine, 20 s)."""
+    return max(15.0, 4 * float(settings["mps"].get("timeout_s", 5.0)) + 5.0)
+
+
 _UUID = re.compile(r"(GPU|MIG)-[0-9a-fA-F-]{8,64}")  # a GPU's, or a MIG device's (R470+ form, no '/')
 _PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -308,7 +319,7 @@ def start_mps(
     run_dir = node_path(settings, "run_dir", node)
     fd = open_dir(base)
     try:
-        with locked(fd, LOCK, LOCK_WAIT_S):
+        with locked(fd, LOCK, lock_wait_s(settings)):
             record = _read_record(fd, gpu + ".json")
             daemon, _ = daemon_state(settings, cenv, pipes)
             live = _live_jobs(run_dir) - {jid}
@@ -346,7 +357,7 @@ def release_mps(settings: dict[str, Any], node: str, jid: str, devices: list[dic
             continue
         fd = open_dir(base, create=False)
         try:
-            with locked(fd, LOCK, LOCK_WAIT_S):
+            with locked(fd, LOCK, lock_wait_s(settings)):
                 record = _read_record(fd, gpu + ".json")
                 live = _live_jobs(run_dir) - {jid}
                 jobs = [j for j in (record or {}).get("jobs", []) if j in live]

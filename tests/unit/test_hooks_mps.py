@@ -521,3 +521,14 @@ def test_the_daemon_directories_take_a_gpu_or_mig_uuid_and_nothing_else():
     for bad in ("MIG-GPU-0a1b2c3d-1111/1/0", "../GPU-0a1b2c3d", "MIG-0a1b2c3d/.."):
         with pytest.raises(HookError):
             daemon_dirs(s, "n", bad)
+
+
+def test_a_hook_waits_for_the_mps_lock_as_long_as_its_holder_may_keep_it():
+    """A Prolog replacing a daemon may hold the node's MPS lock for four ``timeout_s`` (ask,
+    quit, wait for the end, start); a fixed 15 s wait made the Epilogs beside a wedged
+    daemon's give up at ``timeout_s: 20``, and the dead daemon's pipes stayed."""
+    from slurm_gpupool.hooks.mps import lock_wait_s
+
+    assert lock_wait_s({"mps": {"timeout_s": 20}}) >= 4 * 20
+    assert lock_wait_s({"mps": {"timeout_s": 5}}) >= 4 * 5
+    assert lock_wait_s({"mps": {}}) >= 15.0  # never shorter than before
