@@ -145,9 +145,9 @@ def _with_error(df: pd.DataFrame, acc: dict[str, Any] | None) -> pd.DataFrame:
     ``acc``: ``simulate.accuracy.to_dict``'s."""
     if not acc:
         return df
-    from slurm_gpupool.simulate.accuracy import from_json
+    from slurm_gpupool.simulate.accuracy import from_dict
 
-    a = from_json(json.dumps(acc), "accuracy")
+    a = from_dict(acc, "accuracy")
     names = {
         COLUMNS["p50"]: f"{COLUMNS['p50']} {a.wait('median')}",
         COLUMNS["p90"]: f"{COLUMNS['p90']} {a.wait('p90')}",

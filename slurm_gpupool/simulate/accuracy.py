@@ -129,6 +129,14 @@ def from_json(text: str, where: str) -> Accuracy:
     """The shipped figures; a damaged file is the package's defect, said with its name."""
     try:
         d = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{where}: not the simulator's accuracy figures ({e})") from None
+    return from_dict(d, where)
+
+
+def from_dict(d: Any, where: str) -> Accuracy:
+    """:func:`to_dict`'s (or the file's) mapping back as figures."""
+    try:
         acc = Accuracy(
             runs=tuple(str(r) for r in d["runs"]),
             floor_s=float(d["floor_s"]),
