@@ -141,6 +141,7 @@ def mps_enabled(sandbox, timeout_s: float | None = None) -> Iterator[None]:
     ``hooks.mps_timeout_s`` if given); the settings as they were after.  Both in the pool
     config, whose ``gres install`` (a switch's) writes gpupool-hooks.json again, and in that
     file itself, which the hooks read at every job: no restart."""
+    from slurm_gpupool.hooks.mps import PID_FILE
     from slurm_gpupool.sandbox.configs import MPS_CONTROL, mps_control_stand_in
 
     mps_control_stand_in(sandbox.root / "libexec", set())
@@ -148,6 +149,14 @@ def mps_enabled(sandbox, timeout_s: float | None = None) -> Iterator[None]:
     hooks, config = sandbox.root / "etc" / "gpupool-hooks.json", sandbox.root / "etc" / "gpupool.yaml"
     saved = {path: path.read_bytes() for path in (hooks, config)}
     on = json.loads(saved[hooks])
+    # The previous test's last Epilog may still be stopping its daemon (its job shows as
+    # COMPLETING, or has just left squeue): a job started now on that GPU would find a
+    # daemon serving another user and run without MPS (CI, 24.11, a loaded machine).
+    left = Path(str(on["mps"]["pipe_dir"]).replace("{node}", "*"))
+    wait_for(
+        lambda: not list(Path("/").glob(f"{str(left).lstrip('/')}/*/{PID_FILE}")),
+        what="earlier tests' MPS daemons to stop",
+    )
     on["mps"] = {**on.get("mps", {}), "enabled": True, "control": control}
     cfg = yaml.safe_load(saved[config])
     cfg["hooks"] = {**(cfg.get("hooks") or {}), "mps": True, "mps_control": control}
@@ -245,6 +254,11 @@ def clients(out: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith('{"pid"')]
 
 
+def notes(out: Path) -> list[str]:
+    """A job's output without its environment: what the hooks told it and its clients' lines."""
+    return [line for line in out.read_text().splitlines() if "=" not in line or line.startswith("{")]
+
+
 def daemon_pid(pipes: Path) -> int:
     """The pid the GPU's MPS control daemon wrote into its pipe directory."""
     return int((pipes / "nvidia-cuda-mps-control.pid").read_text())
@@ -309,7 +323,7 @@ def test_a_killed_and_a_wedged_mps_daemon_cost_no_hang_no_drain_and_the_next_job
             env = {n: parse_env(out[n].read_text()) for n in jobs}
             gpu = {n: env[n]["CUDA_VISIBLE_DEVICES"] for n in jobs}
             assert len(set(gpu.values())) == 3, gpu  # Slurm gave each its own GPU
-            assert all(limits_held(clients(out[n])[0]) for n in jobs), {n: clients(out[n]) for n in jobs}
+            assert all(limits_held(clients(out[n])[0]) for n in jobs), {n: notes(out[n]) for n in jobs}
             pipes = {n: Path(env[n]["CUDA_MPS_PIPE_DIRECTORY"]) for n in jobs}
             pids = {n: daemon_pid(pipes[n]) for n in jobs}
             control_log = Path(f"{pipes['killed']}.log") / "control.log"  # kept across daemons and tests
