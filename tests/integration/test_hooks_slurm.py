@@ -296,6 +296,10 @@ def limits_held(client: dict) -> bool:
 MPS_TIMEOUT_S = 20.0
 
 
+# The hooks' own handling of a crashed and a wedged daemon (against the stand-in
+# nvidia-cuda-mps-control); Slurm only runs the jobs and their hooks, which the MPS tests
+# above and below prove on every release: run once (docs/development.md).
+@pytest.mark.release_independent
 def test_a_killed_and_a_wedged_mps_daemon_cost_no_hang_no_drain_and_the_next_job_gets_a_fresh_one(day, tmp_path: Path):
     """#28: while shard jobs run, one GPU's MPS control daemon is killed (-9, as a crash) and
     another's is stopped (SIGSTOP: alive, answering nothing).  What the hooks promise

@@ -328,6 +328,7 @@ def test_a_partial_switch_leaves_no_slurmd_with_an_old_slurm_conf(night):
         assert back.returncode == 0, back.stdout + back.stderr
 
 
+@pytest.mark.release_independent  # the repartitioner's own lock: no Slurm release sees it differently
 def test_two_runs_never_overlap(night, tmp_path: Path):
     """While one run holds the lock, another exits 75 at once.  The first holds it as long as
     the test needs: it waits for a job on its node that ends when the test opens its gate."""

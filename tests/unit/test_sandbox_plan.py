@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 from slurm_gpupool.config.load import load_config
@@ -155,3 +158,24 @@ def test_the_sandboxs_reports_read_its_nodes_spools_not_the_sites_collected_ones
     (jobs / "7.json").write_text(json.dumps({"job_id": 7, "node": NODE, "start_time": 1.0, "usage": [usage]}))
     records, bad = read_records(spool_dirs(cfg))
     assert bad == 0 and records.set_index("job_id").loc["7", ["peak_mem_mib", "sm_activity_pct"]].tolist() == [4000, 20]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_char_devices_are_made_once_and_a_broken_one_is_made_again(tmp_path):
+    """A full check leaves its stamp; the next call trusts it only while every planned name is
+    still a special file: a cap replaced by a regular file, or removed, is made again."""
+    from slurm_gpupool.sandbox.devices import ensure_char_devices
+
+    plan = device_plan([0])
+    assert ensure_char_devices(tmp_path, plan) == len(plan)
+    assert ensure_char_devices(tmp_path, plan) == 0
+    cap = tmp_path / next(
+        rel for rel in plan if rel.startswith("nvidia-caps/nvidia-cap") and rel != "nvidia-caps/nvidia-cap1"
+    )
+    cap.unlink()
+    cap.write_text("")  # a regular file where a device goes
+    (tmp_path / "nvidia0").unlink()
+    assert ensure_char_devices(tmp_path, plan) == 2
+    assert stat.S_ISCHR(os.lstat(cap).st_mode) and stat.S_ISCHR(os.lstat(tmp_path / "nvidia0").st_mode)
+    assert ensure_char_devices(tmp_path, plan) == 0
+    assert ensure_char_devices(tmp_path, device_plan([0, 1])) > 0  # another plan: checked in full

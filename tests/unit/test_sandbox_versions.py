@@ -52,6 +52,10 @@ def test_requirements_take_the_base_and_wanted_extras_without_lint_tools():
         'mypy>=1.8; extra == "dev"',
         'ansible-core>=2.16; extra == "dev"',
         'pytest>=7.4; extra == "dev"',
+        'hypothesis>=6.100; extra == "test"',
+        'import-linter>=2.1; extra == "test"',
+        'lupa>=2.0; extra == "test"',
+        'ansible-lint>=24.2; extra == "dev"',
     ]
     got = image.requirements(requires)
     assert got == sorted(["click>=8.1", "jinja2>=3.1", "pandas>=2.0", "pytest>=7.4", "ansible-core>=2.16"])
