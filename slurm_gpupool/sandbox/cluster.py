@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_gpupool.errors import SlurmUnavailableError, UsageError
-from slurm_gpupool.sandbox import configs, health, mariadb, nodes, procs, scale, teardown, users
+from slurm_gpupool.sandbox import health, mariadb, nodes, procs, scale, teardown, users
 from slurm_gpupool.sandbox.accounting import Accounting
-from slurm_gpupool.sandbox.configs import ANSIBLE_ROLE_MARKER
 from slurm_gpupool.sandbox.daemons import DaemonSpec
 from slurm_gpupool.sandbox.lifecycle import DaemonControl, UpReport
 from slurm_gpupool.sandbox.paths import DEFAULT_ROOT, SandboxPaths, locked, make_dirs, write_if_changed
@@ -86,6 +85,8 @@ class Sandbox(SandboxRecord):
 
     def _slurm_version(self) -> tuple[int, int, int]:
         """The Slurm the sandbox runs (``slurmd -V``); 22.05 where no Slurm answers."""
+        from slurm_gpupool.sandbox import configs
+
         return configs.sandbox_slurm_version(self.daemon_env())
 
     def _write_configs(self, plans: list[NodePlan]) -> set[Path]:
@@ -94,7 +95,12 @@ class Sandbox(SandboxRecord):
         Nodes whose simulated GPUs are new get the initial layout applied; then
         gres.conf and the slurm.conf includes come from `gpupool gres install`
         (live node state), exactly as on a real cluster.  Returns changed files.
+        Imported here: rendering loads the GRES installer, the support files and the
+        submit catalog, which ``stop``, ``start`` and ``status`` (run hundreds of times a
+        test run, by the repartitioner's restarts) never use.
         """
+        from slurm_gpupool.sandbox import configs
+
         p = self.paths
         changed: set[Path] = set()
         derived = sandbox_config(self.source_config(), self.root, self.node_addresses())
@@ -297,7 +303,6 @@ def env(root: Path | str | None = None) -> dict[str, str]:
 
 
 __all__ = [
-    "ANSIBLE_ROLE_MARKER",
     "DEFAULT_ROOT",
     "PACKAGES",
     "Ports",

@@ -64,7 +64,7 @@ def test_defaults_match_their_spec_and_readme_row(name: str):
 def test_the_sandbox_marks_its_hooks_with_the_roles_marker():
     """The role replaces the sandbox's own hook lines with its include (blockinfile, same
     marker): from Slurm 24.11 a second ``Prolog=`` would run a second prolog."""
-    from slurm_gpupool.sandbox.cluster import ANSIBLE_ROLE_MARKER
+    from slurm_gpupool.sandbox.configs import ANSIBLE_ROLE_MARKER
 
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert role_vars["_gpupool_marker"] == ANSIBLE_ROLE_MARKER
