@@ -95,7 +95,8 @@ def _body(env: dict[str, str]) -> int:
     jid = job_id(env)
     indices = gpu_indices(env.get("SLURM_JOB_GPUS"))
     run_dir = node_path(settings, "run_dir", node)
-    state_for_mps: dict | None = None
+    state: dict | None = None
+    devices: list[dict] | None = None  # the job's devices, named from the node state once
     try:
         if not indices:
             return 0
@@ -104,7 +105,6 @@ def _body(env: dict[str, str]) -> int:
             state = read_json(os.path.join(state_dir, "node-state.json"))
         except FileNotFoundError:
             raise HookError("no node state (run `gpupool node apply` on this node)") from None
-        state_for_mps = state
         from slurm_gpupool.hooks.allocation import devices_for, gpus_of
         from slurm_gpupool.hooks.health import check_gpus
         from slurm_gpupool.hooks.leftovers import belongs_to_job, candidates, end_processes, lineage
@@ -134,22 +134,26 @@ def _body(env: dict[str, str]) -> int:
         return 0
     finally:
         if indices and settings["mps"].get("enabled"):
-            release_mps(settings, node, env, jid, state_for_mps)
+            release_mps(settings, node, env, jid, state, devices)
         if indices and settings.get("dcgm_job_mapping_dir"):
-            unmap_job(settings, node, env, jid, run_dir, state_for_mps)
+            unmap_job(settings, node, env, jid, run_dir, state, devices)
         _cleanup(run_dir, jid)
 
 
-def release_mps(settings: dict, node: str, env: dict[str, str], jid: str, state: dict | None) -> None:
+def release_mps(
+    settings: dict, node: str, env: dict[str, str], jid: str, state: dict | None, devices: list[dict] | None
+) -> None:
     """Take the job off its GPUs' MPS daemons; the last job's Epilog stops a daemon (logged,
-    counted on failure; it runs before the job's runtime files go)."""
-    from slurm_gpupool.hooks.allocation import devices_for
+    counted on failure; it runs before the job's runtime files go).  ``devices``: the job's,
+    as the body named them (None where the node state could not name them: nothing to do)."""
     from slurm_gpupool.hooks.mps import release_mps as release
 
     try:
         if state is None:
             return
-        shared = [d for d in devices_for(state, gpu_indices(env.get("SLURM_JOB_GPUS"))) if d["kind"] == "shared"]
+        if devices is None:
+            raise HookError("the node state does not name the job's devices")
+        shared = [d for d in devices if d["kind"] == "shared"]
         if shared:
             release(settings, node, jid, shared)
     except Exception as e:  # fail open
@@ -157,21 +161,26 @@ def release_mps(settings: dict, node: str, env: dict[str, str], jid: str, state:
         count_failure("epilog", env)
 
 
-def unmap_job(settings: dict, node: str, env: dict[str, str], jid: str, run_dir: str, state: dict | None) -> None:
+def unmap_job(
+    settings: dict,
+    node: str,
+    env: dict[str, str],
+    jid: str,
+    run_dir: str,
+    state: dict | None,
+    devices: list[dict] | None,
+) -> None:
     """Take the job out of dcgm-exporter's mapping files, whatever else failed (logged,
     counted): out of its devices' files, named from the node state as its Prolog named them
     (every Epilog of a node waits for the directory's lock, and under a burst of 40 jobs on
-    one node reading every GPU's file held it too long); without the state, out of all."""
-    from slurm_gpupool.hooks.allocation import devices_for
+    one node reading every GPU's file held it too long); without them, out of all."""
     from slurm_gpupool.hooks.jobmap import device_keys, remove_job
 
     try:
         keys = None
-        if state is not None:
-            try:
-                keys = device_keys(state, devices_for(state, gpu_indices(env.get("SLURM_JOB_GPUS"))))
-            except Exception:  # a device the state does not know: every file, as before
-                keys = None
+        if state is not None and devices is not None:
+            with contextlib.suppress(HookError):  # a device that names no GPU: every file, as before
+                keys = device_keys(state, devices)
         remove_job(node_path(settings, "dcgm_job_mapping_dir", node), jid, run_dir, keys)
     except Exception as e:  # fail open
         log("epilog", jid, f"DCGM job mapping not cleared: {type(e).__name__}: {e}", 3)

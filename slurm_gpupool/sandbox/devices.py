@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from slurm_gpupool.core.gres.devices import MAX_CIS, MAX_GIS, ci_cap_minor, gi_cap_minor, mig_minors_table
+from slurm_gpupool.sandbox.paths import write_if_changed
 
 NVIDIA_MAJOR = 195  # /dev/nvidia<minor>, /dev/nvidiactl (195, 255)
 NVIDIACTL_MINOR = 255
@@ -50,15 +51,17 @@ def mig_minors_text() -> str:
 STAMP = ".gpupool-devices"  # the digest of the plan last made in full
 
 
-def _special_entries(directory: Path, prefix: str = "") -> set[str]:
-    """Names in ``directory`` that are neither regular files, directories nor symlinks, from
-    the directory's own entry types (``d_type``): no stat per file."""
+def _entries(directory: Path, prefix: str = "") -> tuple[set[str], set[str]]:
+    """(every name, the special ones) in ``directory``: special means neither a regular file,
+    a directory nor a symlink, from the directory's own entry types (``d_type``: no stat per
+    file)."""
+    names, special = set(), set()
     with os.scandir(directory) as it:
-        return {
-            prefix + e.name
-            for e in it
-            if not (e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False) or e.is_symlink())
-        }
+        for e in it:
+            names.add(prefix + e.name)
+            if not (e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False) or e.is_symlink()):
+                special.add(prefix + e.name)
+    return names, special
 
 
 def ensure_char_devices(dev_root: Path, plan: dict[str, tuple[int, int]]) -> int:
@@ -71,14 +74,14 @@ def ensure_char_devices(dev_root: Path, plan: dict[str, tuple[int, int]]) -> int
     (dev_root / "nvidia-caps").mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(repr(sorted(plan.items())).encode()).hexdigest()
     stamp = dev_root / STAMP
-    specials = _special_entries(dev_root) | _special_entries(dev_root / "nvidia-caps", "nvidia-caps/")
+    top, top_special = _entries(dev_root)
+    caps, caps_special = _entries(dev_root / "nvidia-caps", "nvidia-caps/")
     try:
-        if stamp.read_text() == digest and specials.issuperset(plan):
+        if stamp.read_text() == digest and (top_special | caps_special).issuperset(plan):
             return 0
     except OSError:
         pass
-    # one listdir instead of a failing lstat per missing file (slow on some filesystems, e.g. gVisor)
-    existing = {*os.listdir(dev_root), *(f"nvidia-caps/{n}" for n in os.listdir(dev_root / "nvidia-caps"))}
+    existing = top | caps  # one listing instead of a failing lstat per missing file (slow on gVisor)
     made = 0
     old_umask = os.umask(0)  # mode 0666 as the driver creates them (not cut by the umask)
     try:
@@ -94,9 +97,7 @@ def ensure_char_devices(dev_root: Path, plan: dict[str, tuple[int, int]]) -> int
             made += 1
     finally:
         os.umask(old_umask)
-    tmp = stamp.with_name(STAMP + ".tmp")
-    tmp.write_text(digest)
-    os.replace(tmp, stamp)
+    write_if_changed(stamp, digest)
     return made
 
 

@@ -114,18 +114,28 @@ def _shard(req: TraceRequest, offers: Sequence[dict[str, Any]], layout: str, any
     k = int(c.gres.rsplit(":", 1)[1])
     n = c.offer["shares"]
     per = c.offer.get("compute_share")  # a time-sliced MIG device's shards share its slice
-    alts = tuple(
-        o["type"]
-        for o in offers
-        if any_model
-        and o["kind"] == "shared"
-        and o["type"] != c.offer["type"]
-        and o["shares"] == n
-        and o.get("compute_share") == per
-        and o["memory_mib"] >= req.memory_mib
-    )
+    alts = _shard_alternatives(offers, c.offer, req.memory_mib, any_model)
     why = f"{req.milli}/1000 GPU -> {k} of {n} shares"
     return Demand(c.gres, "shard", req.gpu_eq, k * (per or 1) / n, why, alternatives=alts)
+
+
+def _shard_alternatives(
+    offers: Sequence[dict[str, Any]], offer: dict[str, Any], memory_mib: int, any_model: bool
+) -> tuple[str, ...]:
+    """With ``any_model``, every other shared type whose shards hold the same share as
+    ``offer``'s (as many per GPU, the same compute share) and enough memory: an untyped
+    ``--gres=shard:N`` takes any of them, as Slurm gives it."""
+    if not any_model:
+        return ()
+    return tuple(
+        o["type"]
+        for o in offers
+        if o["kind"] == "shared"
+        and o["type"] != offer["type"]
+        and o["shares"] == offer["shares"]
+        and o.get("compute_share") == offer.get("compute_share")
+        and o["memory_mib"] >= memory_mib
+    )
 
 
 def _as_held(
@@ -155,15 +165,7 @@ def _as_held(
         return None
     o = held[0]
     per = o.get("compute_share")
-    alts = tuple(
-        x["type"]
-        for x in offers
-        if any_model
-        and x["kind"] == "shared"
-        and x["type"] != typ
-        and x["shares"] == o["shares"]
-        and x.get("compute_share") == per
-    )
+    alts = _shard_alternatives(offers, o, req.memory_mib, any_model)
     why = f"{n} of {o['shares']} shares of {typ}, as the job held"
     return Demand(f"shard:{typ}:{n}", "shard", req.gpu_eq, n * (per or 1) / o["shares"], why, alternatives=alts)
 

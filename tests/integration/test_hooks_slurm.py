@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -152,11 +153,8 @@ def mps_enabled(sandbox, timeout_s: float | None = None) -> Iterator[None]:
     # The previous test's last Epilog may still be stopping its daemon (its job shows as
     # COMPLETING, or has just left squeue): a job started now on that GPU would find a
     # daemon serving another user and run without MPS (CI, 24.11, a loaded machine).
-    left = Path(str(on["mps"]["pipe_dir"]).replace("{node}", "*"))
-    wait_for(
-        lambda: not list(Path("/").glob(f"{str(left).lstrip('/')}/*/{PID_FILE}")),
-        what="earlier tests' MPS daemons to stop",
-    )
+    left = f"{str(on['mps']['pipe_dir']).replace('{node}', '*')}/*/{PID_FILE}"
+    wait_for(lambda: not glob.glob(left), what="earlier tests' MPS daemons to stop")
     on["mps"] = {**on.get("mps", {}), "enabled": True, "control": control}
     cfg = yaml.safe_load(saved[config])
     cfg["hooks"] = {**(cfg.get("hooks") or {}), "mps": True, "mps_control": control}
