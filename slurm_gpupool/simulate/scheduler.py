@@ -21,6 +21,7 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Container, Sequence
 
+from slurm_gpupool.simulate.cadence import next_pass
 from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.records import Part, SimNode, apply, take
@@ -217,14 +218,10 @@ class Scheduler(NodeIndex):
         return {n.index for n in self.nodes if n.name not in pins} if pins else ()
 
     def _next_pass_at(self) -> float:
-        """Backfill runs every ``bf_interval_s`` on a fixed grid: the next grid instant that has
-        not had its pass (this one's, if the change came at a grid instant before its pass:
-        events at one instant come before the pass)."""
-        step = self.p.bf_interval_s
-        if step <= 0:
-            return self.now
-        at = math.ceil(self.now / step) * step
-        return at if at > self.last_pass_s else self.last_pass_s + step
+        """The next backfill pass that has not run (this one's, if the change came at a pass
+        instant before its pass: events at one instant come before the pass): on the grid of
+        ``bf_interval_s``, or at Slurm's own instants where a replay knows them (``cadence``)."""
+        return next_pass(self.now, self.last_pass_s, self.p.bf_interval_s, self.p.bf_passes_s)
 
     def _fit_now(
         self, need: Need, limit: float, blocked: Container[int] = ()

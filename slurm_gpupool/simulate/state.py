@@ -21,6 +21,9 @@ class Params:
     """The scheduler's and the repartitioner's settings a replay uses (defaults: Slurm's and ours)."""
 
     bf_interval_s: float = 30.0  # SchedulerParameters bf_interval
+    # when Slurm's passes began, s from time 0 (a recorded run's controller log), sorted;
+    # none: on the bf_interval grid from 0 (``cadence``)
+    bf_passes_s: tuple[float, ...] = ()
     bf_max_job_test: int = 500  # bf_max_job_test
     bf_window_s: float = 86400.0  # bf_window (1440 minutes)
     bf_resolution_s: float = 60.0  # bf_resolution: reservation windows are rounded down to it

@@ -111,6 +111,25 @@ def backfill_passes(log: Path, since: float, until: float) -> BackfillPasses:
     return seen
 
 
+# a backfill pass begins (logged with DebugFlags=Backfill, on 22.05, 24.11 and 26.05), or
+# starts a job (logged on 22.05 and 24.11 with or without it)
+PASS_BEGINS = re.compile(r"(?:sched/backfill: )?_attempt_backfill: beginning$")
+BACKFILL_START = re.compile(r"(?:sched/backfill: )?_start_job: Started JobId=")
+
+
+def pass_instants(log: Path, since: float, until: float = math.inf) -> list[float]:
+    """When the controller's backfill passes began (epoch s), between ``since`` and
+    ``until``: each logged beginning, and each first backfill start more than a second after
+    the last pass seen (a pass that started jobs, where its beginning was not logged).  What
+    the replay takes as ``Params.bf_passes_s`` (``simulate.cadence``): Slurm's passes have
+    their own phase and drift, which moved the replay's median wait by up to 5 s."""
+    seen: list[float] = []
+    for at, text in stamped_lines(log, since, until):
+        if PASS_BEGINS.search(text) or (BACKFILL_START.search(text) and (not seen or at - seen[-1] > 1.0)):
+            seen.append(at)
+    return seen
+
+
 def handoff_s(log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float) -> float:
     """How long after a job ends the **main scheduler** starts a waiting one in its place —
     what ``Params.release_s`` models (the epilog, the completion, the scheduler's next run;
@@ -283,6 +302,7 @@ def replay_and_compare(
     held: dict[str, list[tuple[float, float]]] | None = None,
     cancel: dict[str, float] | None = None,
     kept: str | None = None,
+    passes: Collection[float] = (),
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -297,7 +317,8 @@ def replay_and_compare(
     more than once (:func:`_compare`); ``cancel``: job -> when (epoch s) its user cancelled
     it while it was pending in Slurm (``scancel``): replayed (it queues until then), not
     compared (it has no start); its ``work`` is what it would have run.  ``kept``: see
-    :func:`_compare`."""
+    :func:`_compare`.  ``passes``: when Slurm's backfill passes began (epoch s,
+    :func:`pass_instants`): the replay's passes fall there (none: on its own grid)."""
     epoch = min(v[0] for v in real.values())
     work = work or {}
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
@@ -318,6 +339,7 @@ def replay_and_compare(
     got = {}
     for exact in (True, False):  # every reservation placed as Slurm does, and the fast shortcut
         measured = {"switch_s": percentile(out, 50), "release_s": handoff, "clock_origin_s": epoch}
+        measured["bf_passes_s"] = tuple(sorted(at - epoch for at in passes))
         if release is not None:
             measured["will_run"] = rule_for(release)
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}

@@ -1,0 +1,53 @@
+"""When the backfill passes fall (pure).
+
+Slurm's backfill agent (``backfill.c``: ``backfill_agent``) sleeps ``bf_interval`` after a
+pass *ends*, then runs the next one if anything changed since (``_more_work``), else looks
+again every second.  On a busy queue the passes therefore come every ``bf_interval`` plus
+the pass's own time and the agent's wake-up, a cadence that drifts on a loaded controller
+(5.0-5.5 s for ``bf_interval=5``), from a phase set by the controller's history, not by the
+trace.  A replay that knows nothing of them puts its passes on a grid of ``bf_interval`` from
+its time 0.  One that replays a recorded run is given the instants at which Slurm's passes
+began (``DebugFlags=Backfill`` logs each, ``_attempt_backfill: beginning``; without it, the
+backfill starts, ``_start_job``, date the passes that started something): a pass falls on
+each of them, and between and around them on the grid anchored at the latest one, so that
+neither the phase nor the drift is guessed.  How much it matters: on the sandbox's 210-job
+validation run, the replay's median wait moves by up to 5 s (a sixth) with the phase alone.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+
+_EPS = 1e-9  # instants closer than this are one (float arithmetic on the grid)
+
+
+def next_pass(now: float, last: float, step: float, known: Sequence[float] = ()) -> float:
+    """The first pass instant at or after ``now`` and later than ``last`` (the last pass).
+
+    ``step``: ``bf_interval`` (0 or less: a pass at once).  ``known``: sorted instants at
+    which passes are known to have begun; the grid runs ``step`` apart from the latest of
+    them at or before the instant sought (before the first: back from the first; none:
+    from 0) and stops half a step short of the next, which always has its pass: passes
+    known one after another (gaps under 1.5 ``step``) have none between them, and a pass
+    Slurm did not log in a longer gap (one that started nothing, when only starts are
+    known) is put back on the grid."""
+    if step <= 0:
+        return now
+    at = _on_grid(now, step, known, after=False)
+    return at if at > last + _EPS else _on_grid(last, step, known, after=True)
+
+
+def _on_grid(t: float, step: float, known: Sequence[float], after: bool) -> float:
+    """The first instant of the pass grid at ``t`` or later (``after``: later than ``t``)."""
+    i = bisect_right(known, t + _EPS)  # known[:i] are at or before t
+    anchor = known[i - 1] if i else (known[0] if known else 0.0)
+    steps = (t - anchor) / step
+    at = anchor + (math.floor(steps + _EPS) + 1 if after else math.ceil(steps - _EPS)) * step
+    if i < len(known):
+        following = known[i]
+        if i and at > following - step / 2 - _EPS:
+            return following  # between two known passes the grid stops half a step short of the next
+        at = min(at, following)
+    return at

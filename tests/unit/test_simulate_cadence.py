@@ -1,0 +1,70 @@
+"""When the replay's backfill passes fall (``simulate.cadence``): on its own grid, or at the
+instants a recorded run's controller logged, with their phase and drift."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slurm_gpupool.simulate.cadence import next_pass
+from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401  (the engine tests' pool)
+
+NEVER = -math.inf
+
+
+@pytest.mark.parametrize(
+    ("now", "last", "expected"),
+    [
+        (0.0, NEVER, 0.0),  # a grid instant that had no pass yet has it
+        (0.1, NEVER, 5.0),
+        (5.0, 5.0, 10.0),  # ... once only: the change came at the pass's instant, after it
+        (7.0, 5.0, 10.0),
+        (12.0, 5.0, 15.0),
+    ],
+)
+def test_without_known_passes_they_fall_on_the_interval_grid_from_time_0(now, last, expected):
+    assert next_pass(now, last, 5.0) == pytest.approx(expected)
+
+
+def test_an_interval_of_zero_passes_at_once():
+    assert next_pass(3.3, 3.3, 0.0) == 3.3
+
+
+# a run's logged passes: Slurm's phase (4.59), a cadence a little over 5 s, a pause while
+# nothing changed (14.63 -> 30.0), then one more
+KNOWN = (4.59, 9.6, 14.63, 30.0, 35.2)
+
+
+@pytest.mark.parametrize(
+    ("now", "last", "expected", "why"),
+    [
+        (0.0, NEVER, 4.59, "the first known pass, not the grid's 0 or 5"),
+        (-3.0, NEVER, -0.41, "before the first: back from it by the interval"),
+        (4.59, 4.59, 9.6, "known one after another: the next known, not 4.59 + 5"),
+        (5.0, 4.59, 9.6, "the drift is Slurm's: 9.6"),
+        (14.7, 14.63, 19.63, "a long gap: the grid anchored at the latest known pass"),
+        (20.0, 14.63, 24.63, "... on it"),
+        (25.0, 24.63, 30.0, "... stopping half an interval short of the next known one"),
+        (31.0, 30.0, 35.2, "known again"),
+        (36.0, 35.2, 40.2, "after the last: the grid from it"),
+    ],
+)
+def test_known_passes_fall_where_slurm_logged_them_and_the_grid_fills_only_longer_gaps(now, last, expected, why):
+    assert next_pass(now, last, 5.0, KNOWN) == pytest.approx(expected), why
+
+
+def test_a_replay_backfills_at_the_known_passes(spec):  # noqa: F811
+    """The engine test's backfill case (job 4 backfilled at the first pass), given a known pass
+    at 41.5 s with the interval 30: the passes have that phase (11.5, 41.5, ...), so job 4
+    starts at 11.5 s, not at the grid's 30 s."""
+    jobs = [
+        job(1, 0, 100, gpus=2, limit=100),  # n1: 2 of 4 until 100
+        job(2, 0, 1000, gpus=4, limit=1000),  # n2: full until 1000
+        job(3, 1, 100, gpus=4, limit=100),  # head: waits for n1 (100)
+        job(4, 2, 30, gpus=1, limit=50),  # backfilled: ends before 100 either way
+    ]
+    _, r = run(spec, jobs, bf_resolution_s=0)
+    assert r[4].start_s == 30
+    _, r = run(spec, jobs, bf_resolution_s=0, bf_passes_s=(41.5,))
+    assert r[4].start_s == 11.5 and r[3].start_s == 100
