@@ -85,3 +85,27 @@ def test_without_the_qos_priorities_the_replay_starts_jobs_in_another_order_and_
     _, real, ids, spec, handoff = run
     with pytest.raises(AssertionError):
         replay_and_compare(spec, SANDBOX, ids, real, NO_SWITCH, [60.0], handoff, release)
+
+
+def test_the_known_miss_on_24_11_is_the_backfill_passes_phase_given_them_the_replay_agrees(monkeypatch):
+    """24.11's run misses the median on the replay's own grid (``KNOWN_MISSES``): its backfill
+    passes fell 3.6-3.8 s after that grid.  Given the passes its log dates (each pass's
+    first backfill start, ``pass_instants``), the replay agrees within every tolerance.  A
+    site's simulator cannot know them, so the kept run's error stays in the shipped
+    accuracy (the test above)."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    record = support.FIXTURES / "24.11"
+    rec, ids, spec = recorded(record / "simulate-qos.json")
+    real = {j: tuple(v) for j, v in rec["real"].items()}
+    log = record / "simulate-qos-slurmctld.log"
+    handoff = recorded_handoff(log, real, rec["since"])
+    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    passes = support.pass_instants(log, rec["since"])
+    epoch = min(v[0] for v in real.values())
+    assert len(passes) == 10 and all(3.5 < (at - epoch) % 5 < 3.9 for at in passes[:4])
+    assert support.KNOWN_MISSES[("qos", "24.11")] == "median wait"
+    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "24.11", passes=passes)
+    assert got[True]["median wait"] == pytest.approx((25.0, 29.5), abs=0.1)
+    monkeypatch.undo()
+    time.tzset()

@@ -14,6 +14,10 @@ A second record, a run on 26.05 with the unit tests looping beside it
 (``tests/fixtures/slurm/26.05/simulate-validation*``, the log cut to the lines read), and
 the first are both replayed with the hand-over's mean and median: the mean is what a queue
 pays per job (CI later failed on 24.11 and 26.05 with a replay given the median).
+
+A third, a CI run on 26.05 that failed on the median wait because Slurm's backfill passes
+had another phase than the replay's grid (``simulate-validation-phase*``), is replayed on
+the grid (it misses as CI said) and at the passes its log dates (it agrees).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from tests.integration.simulate_support import (
     handoff_gaps,
     handoff_s,
     log_events,
+    pass_instants,
     replay_and_compare,
+    stamped_lines,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +54,8 @@ RECORD = FIXTURES / "24.11"
 LOGGED = {"22.05": (116, 9, 23), "24.11": (116, 9, 18), "26.05": (116, 8, 13)}
 
 
-def _load(record: Path):
-    rec = json.loads((record / "simulate-validation.json").read_text())
+def _load(record: Path, name: str = "simulate-validation"):
+    rec = json.loads((record / f"{name}.json").read_text())
     real = {j: tuple(v) for j, v in rec["real"].items()}
     ids = {j: (TraceRequest(*v[:4]), v[4]) for j, v in rec["ids"].items()}
     spec = pool_spec(load_config(ROOT / "etc" / "gpupool.yaml"), ["day", "night"])
@@ -118,6 +124,43 @@ def test_given_the_mean_hand_over_the_replay_agrees_and_its_mean_wait_is_closer_
     for exact in (True, False):
         (slurm, sim_mean), (_, sim_median) = by_mean[exact]["mean wait"], by_median[exact]["mean wait"]
         assert abs(sim_mean - slurm) < abs(sim_median - slurm), (exact, slurm, sim_mean, sim_median)
+
+
+def test_the_ci_run_whose_backfill_passes_fell_3_s_after_the_grid_agrees_given_them(utc):
+    """A CI run on 26.05 (three releases' tests on two cores) that failed: Slurm's median wait
+    35.0 s, the replay's 26.0 s.  Its controller had started 8 s before the trace, so its
+    backfill passes fell 2.97 s after the replay's grid (``_attempt_backfill: beginning``,
+    05:00:27.970 for a first submission at 05:00:25.281) and drifted another 1.2 s by the
+    switch (a pass every 5.04 s): each pass the replay made came some 3-4 s early, and a
+    queue of slices pays that once per job it runs.  Given the passes its log dates, the
+    replay agrees within every tolerance.  (Recorded from that run's controller log and
+    accounting database after it failed: ``simulate-validation-phase*``, the log cut to the
+    lines read; the switch's instant and out-of-service times as the failure printed them.)"""
+    record = FIXTURES / "26.05"
+    rec, real, ids, spec = _load(record, "simulate-validation-phase")
+    log = record / "simulate-validation-phase-slurmctld.log"
+    handoff = handoff_s(log, real, rec["since"], SANDBOX.bf_interval_s)
+    passes = pass_instants(log, rec["since"])
+    epoch = min(v[0] for v in real.values())
+    assert len(passes) == 35 and passes[0] - epoch == pytest.approx(2.97, abs=0.01)
+    with pytest.raises(AssertionError) as missed:
+        replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], handoff, "26.05")
+    assert missed.value.args[0] == ("median wait", 35.0, 26.0)  # what CI printed
+    got = replay_and_compare(spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], handoff, "26.05", passes=passes)
+    for exact in (True, False):
+        slurm, replay = got[exact]["median wait"]
+        assert abs(replay - slurm) < 2.0, (exact, slurm, replay)
+
+
+@pytest.mark.parametrize(("release", "passes"), [("22.05", 4), ("24.11", 3)])
+def test_without_the_backfill_flag_a_pass_is_dated_by_its_first_start(utc, release, passes):
+    """22.05 and 24.11 log each backfill start (26.05 does not): the jobs one pass started
+    come within milliseconds, the next pass's some 5 s later; each pass is its first start."""
+    log = FIXTURES / release / "slurmctld-jobs.log"
+    starts = [at for at, text in stamped_lines(log, 0) if "_start_job: Started" in text]
+    got = pass_instants(log, 0)
+    assert len(got) == passes and got[0] == starts[0] and set(got) <= set(starts)
+    assert all(4.5 < b - a < 6 for a, b in zip(got, got[1:]))
 
 
 @pytest.mark.parametrize("release", sorted(LOGGED))
