@@ -27,6 +27,7 @@ import re
 import time
 from dataclasses import replace
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,7 @@ def test_without_the_backfill_flag_a_pass_is_dated_by_its_first_start(utc, relea
     starts = [at for at, text in stamped_lines(log, 0) if "_start_job: Started" in text]
     got = pass_instants(log, 0)
     assert len(got) == passes and got[0] == starts[0] and set(got) <= set(starts)
-    assert all(4.5 < b - a < 6 for a, b in zip(got, got[1:]))
+    assert all(4.5 < b - a < 6 for a, b in pairwise(got))
 
 
 @pytest.mark.parametrize("release", sorted(LOGGED))
