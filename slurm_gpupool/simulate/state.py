@@ -76,6 +76,10 @@ class Params:
     window_s: float | None = None  # measure utilisation and switches up to here (None: the last submission)
     window_from_s: float | None = None  # ... and from here (None: the first submission, not the epoch's midnight)
 
+    def __post_init__(self) -> None:
+        # the pass instants are searched by bisection (``cadence``): in order, whoever gave them
+        object.__setattr__(self, "bf_passes_s", tuple(sorted(self.bf_passes_s)))
+
 
 @dataclass(frozen=True)
 class Need:

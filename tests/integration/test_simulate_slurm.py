@@ -153,9 +153,12 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     passes = backfill_passes(log, wall0 - 1, wall0 + switch_at)
     print(f"\nby day: {passes}")
     release = ".".join(str(x) for x in sandbox.slurm_version)  # its will-run rule (willrun.rule_for)
-    replay_and_compare(
-        spec, SANDBOX, ids, real, wall0 + switch_at - epoch, out, handoff, release, passes=pass_instants(log, wall0 - 1)
-    )
+    # Slurm's passes, to the millisecond: by day, and by night once the flag was set again
+    logged = pass_instants(log, wall0 - 1)
+    night_from = wall0 + switch_at + out[-1]
+    assert sum(at < wall0 + switch_at for at in logged) >= passes.passes > 10, (passes, logged)
+    assert sum(at > night_from for at in logged) >= 10, (night_from, logged)
+    replay_and_compare(spec, SANDBOX, ids, real, wall0 + switch_at - epoch, out, handoff, release, passes=logged)
     # the sandbox's bf_continue and bf_max_time (slurm.conf): every pass went to its end
     assert passes.passes > 10 and passes.breaks == 0 and passes.longest_s < 30, str(passes)
     assert sacct_states(sandbox, list(ids)) == states

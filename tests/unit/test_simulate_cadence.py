@@ -68,3 +68,9 @@ def test_a_replay_backfills_at_the_known_passes(spec):  # noqa: F811
     assert r[4].start_s == 30
     _, r = run(spec, jobs, bf_resolution_s=0, bf_passes_s=(41.5,))
     assert r[4].start_s == 11.5 and r[3].start_s == 100
+
+
+def test_a_pass_never_falls_before_now_even_within_float_noise_of_a_grid_instant():
+    assert next_pass(30.000000000000004, NEVER, 5.0) == 30.000000000000004
+    assert next_pass(4.59 + 1e-10, NEVER, 5.0, KNOWN) == 4.59 + 1e-10
+    assert next_pass(4.59 + 1e-10, 4.59, 5.0, KNOWN) == 9.6

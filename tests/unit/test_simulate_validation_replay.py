@@ -134,9 +134,12 @@ def test_the_ci_run_whose_backfill_passes_fell_3_s_after_the_grid_agrees_given_t
     05:00:27.970 for a first submission at 05:00:25.281) and drifted another 1.2 s by the
     switch (a pass every 5.04 s): each pass the replay made came some 3-4 s early, and a
     queue of slices pays that once per job it runs.  Given the passes its log dates, the
-    replay agrees within every tolerance.  (Recorded from that run's controller log and
-    accounting database after it failed: ``simulate-validation-phase*``, the log cut to the
-    lines read; the switch's instant and out-of-service times as the failure printed them.)"""
+    replay agrees within every tolerance.  Those are the day's only: the restarted
+    controller of the night did not log its passes (the live test now sets the flag again),
+    so the night's replayed passes stay on the grid from the day's last one, 1-2 s off
+    Slurm's.  (Recorded from that run's controller log and accounting database after it
+    failed: ``simulate-validation-phase*``, the log cut to the lines read; the switch's
+    instant and out-of-service times as the failure printed them.)"""
     record = FIXTURES / "26.05"
     rec, real, ids, spec = _load(record, "simulate-validation-phase")
     log = record / "simulate-validation-phase-slurmctld.log"
@@ -162,6 +165,29 @@ def test_without_the_backfill_flag_a_pass_is_dated_by_its_first_start(utc, relea
     got = pass_instants(log, 0)
     assert len(got) == passes and got[0] == starts[0] and set(got) <= set(starts)
     assert all(4.5 < b - a < 6 for a, b in pairwise(got))
+
+
+def test_a_logged_pass_is_dated_by_its_beginning_and_an_unlogged_one_by_its_first_start(tmp_path, utc):
+    """With the flag on (22.05 and 24.11 log backfill starts too), a start inside a logged
+    pass is that pass, even over a second into it; after a restart has dropped the flag, a
+    pass that started jobs is dated by its first start; ``until`` bounds the reading."""
+    log = tmp_path / "slurmctld.log"
+    log.write_text(
+        "[2026-11-29T05:00:10.100] sched/backfill: _attempt_backfill: beginning\n"
+        "[2026-11-29T05:00:10.120] sched/backfill: _start_job: Started JobId=7 in gpu on a100n1\n"
+        "[2026-11-29T05:00:11.300] sched/backfill: _start_job: Started JobId=8 in gpu on a100n2\n"
+        "[2026-11-29T05:00:11.310] sched/backfill: _attempt_backfill: completed testing 9(9) jobs, usec=1210000\n"
+        "[2026-11-29T05:00:16.400] sched/backfill: _attempt_backfill: beginning\n"
+        "[2026-11-29T05:00:16.401] sched/backfill: _attempt_backfill: no jobs to backfill\n"
+        "[2026-11-29T05:00:20.000] slurmctld version 24.11.5 started on cluster gpupool(3568)\n"
+        "[2026-11-29T05:00:26.500] sched/backfill: _start_job: Started JobId=9 in gpu on a30n1\n"
+        "[2026-11-29T05:00:26.510] sched/backfill: _start_job: Started JobId=10 in gpu on a30n1\n"
+        "[2026-11-29T05:00:31.600] sched/backfill: _start_job: Started JobId=11 in gpu on v100n1\n"
+    )
+    at = datetime.fromisoformat("2026-11-29T05:00:00").timestamp()
+    got = [round(t - at, 3) for t in pass_instants(log, at)]
+    assert got == [10.1, 16.4, 26.5, 31.6]
+    assert [round(t - at, 3) for t in pass_instants(log, at, at + 30)] == [10.1, 16.4, 26.5]
 
 
 @pytest.mark.parametrize("release", sorted(LOGGED))
