@@ -133,7 +133,7 @@ def _body(env: dict[str, str]) -> int:
             return 1
         return 0
     finally:
-        if indices and settings["mps"].get("enabled"):
+        if indices:  # MPS on or not now: a daemon its Prolog started is stopped all the same
             release_mps(settings, node, env, jid, state, devices)
         if indices and settings.get("dcgm_job_mapping_dir"):
             unmap_job(settings, node, env, jid, run_dir, state, devices)
@@ -145,16 +145,23 @@ def release_mps(
 ) -> None:
     """Take the job off its GPUs' MPS daemons; the last job's Epilog stops a daemon (logged,
     counted on failure; it runs before the job's runtime files go).  ``devices``: the job's,
-    as the body named them (None where the node state could not name them: nothing to do)."""
-    from slurm_gpupool.hooks.mps import release_mps as release
+    as the body named them (None where the node state could not name them: nothing to do).
 
+    Whether MPS is on *now* does not matter: an admin may turn it off (a switch's ``gres
+    install`` rewrites the hooks' settings) while jobs run under daemons, and nothing after
+    this Epilog would stop them.  A node that never ran a daemon has no pipe directory, and
+    the release looks no further (``hooks.mps.release_mps``)."""
     try:
         if state is None:
             return
         if devices is None:
-            raise HookError("the node state does not name the job's devices")
+            if settings["mps"].get("enabled"):
+                raise HookError("the node state does not name the job's devices")
+            return
         shared = [d for d in devices if d["kind"] == "shared"]
         if shared:
+            from slurm_gpupool.hooks.mps import release_mps as release
+
             release(settings, node, jid, shared)
     except Exception as e:  # fail open
         log("epilog", jid, f"MPS daemon not released: {type(e).__name__}: {e}", 3)

@@ -219,6 +219,30 @@ def test_shard_jobs_run_under_their_gpus_daemon_and_its_limits_hold(site: dict, 
     assert "CUDA_MPS" not in tp.stdout and not store.read()["mps"]  # MIG jobs get no MPS
 
 
+def test_mps_turned_off_while_a_job_runs_its_epilog_still_stops_the_daemon(site: dict, control: dict):  # noqa: F811
+    """The admin turns MPS off (``hooks.mps: false``: a switch's ``gres install`` writes the
+    hooks' settings again) while a shard job runs under its GPU's daemon.  Its Epilog stops
+    the daemon all the same: nothing would stop it later (CI, 24.11: a test's settings
+    restored before its job's Epilog ran left a daemon serving that user for good, and the
+    next user's jobs ran without MPS).  With MPS off and no daemon, an Epilog does nothing
+    and reports no failure."""
+    store = control["store"]
+    uuid = site["table"][index_of(site, "shared")]["gpu_uuid"]
+    pipes = str(control["base"] / uuid)
+    shard_job(site, "71", 1000, "alice")
+    assert sim_mps.daemon_at(store.read(), pipes) is not None
+    hooks = site["etc"] / "gpupool-hooks.json"
+    off = json.loads(hooks.read_text())
+    off["mps"] = {**off["mps"], "enabled": False, "control": "nvidia-cuda-mps-control"}  # the defaults again
+    hooks.write_text(json.dumps(off))
+    ep = run(site, "epilog", SLURM_JOB_ID="71", SLURM_JOB_GPUS=str(index_of(site, "shared")))
+    assert ep.returncode == 0, ep.stderr
+    assert sim_mps.daemon_at(store.read(), pipes) is None  # stopped (killed: no control program now)
+    assert not Path(pipes).exists() and "stopped the MPS daemon" in ep.stderr
+    ep = run(site, "epilog", SLURM_JOB_ID="72", SLURM_JOB_GPUS=str(index_of(site, "shared")))
+    assert ep.returncode == 0 and "MPS" not in ep.stderr, ep.stderr
+
+
 def test_another_users_job_runs_without_mps_and_never_waits(site: dict, control: dict):  # noqa: F811
     store = control["store"]
     shard_job(site, "61", 1000, "alice")
