@@ -19,6 +19,7 @@ from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.priority import job_priority
 from tests.integration import simulate_support as support
 from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 
@@ -87,17 +88,7 @@ def test_without_the_qos_priorities_the_replay_starts_jobs_in_another_order_and_
         replay_and_compare(spec, SANDBOX, ids, real, NO_SWITCH, [60.0], handoff, release)
 
 
-@pytest.fixture
-def utc(monkeypatch):
-    """The recorded times are UTC; the local zone comes back whatever the test does."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-def test_the_known_miss_on_24_11_is_the_backfill_passes_phase_given_them_the_replay_agrees(utc):
+def test_the_known_miss_on_24_11_is_the_backfill_passes_phase_given_them_the_replay_agrees(utc):  # noqa: F811
     """24.11's run misses the median on the replay's own grid (``KNOWN_MISSES``): its backfill
     passes fell 3.6-3.8 s after that grid.  Given the passes its log dates (each pass's
     first backfill start, ``pass_instants``), the replay agrees within every tolerance.  A
