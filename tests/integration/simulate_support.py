@@ -348,7 +348,7 @@ def replay_and_compare(
     got = {}
     for exact in (True, False):  # every reservation placed as Slurm does, and the fast shortcut
         measured = {"switch_s": percentile(out, 50), "release_s": handoff, "clock_origin_s": epoch}
-        measured["bf_passes_s"] = tuple(sorted(at - epoch for at in passes))
+        measured["bf_passes_s"] = tuple(at - epoch for at in passes)  # Params sorts them
         if release is not None:
             measured["will_run"] = rule_for(release)
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}
