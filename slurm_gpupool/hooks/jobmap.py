@@ -17,13 +17,15 @@ instance's metrics carry their GPU's index.  So:
   it from the same files (the node state names them; without it, from every file), so
   under the lock it reads one or two files, not every GPU's (a file left empty is
   deleted);
-* both edit under an exclusive lock (``.gpupool.lock`` in DIR: dcgm-exporter
-  ignores names that are not GPU ids), each file replaced atomically, so two
-  shard jobs starting on one GPU at once both end up listed.  The files are
-  not fsynced: they mean nothing after a crash (the node's jobs are gone with
-  it), and every hook of the node waits for the lock while its holder writes.
-  Under a burst (benchmarks/bench_hook_burst.py: 40 jobs starting on one node)
-  hooks waited more than the lock's 2 s and lost the job's label;
+* a GPU's files (``<gpu>`` and its ``<gpu>.<gi>``) are edited under that GPU's
+  exclusive lock (``.gpupool.<gpu>.lock`` in DIR: dcgm-exporter ignores names that
+  are not GPU ids), each file replaced atomically, so two shard jobs starting on
+  one GPU at once both end up listed, while jobs on other GPUs of the node do not
+  wait.  One lock for the whole directory made every hook of a node queue behind
+  each other: under a burst (benchmarks/bench_hook_burst.py: 40 jobs starting on
+  one node) hooks waited more than the lock's 2 s and lost the job's label.  A
+  hook takes one GPU's lock at a time (no lock order to keep).  The files are not
+  fsynced: they mean nothing after a crash (the node's jobs are gone with it);
 * an id whose job has no ``<run_dir>/<id>.devices`` any more (its Epilog never
   ran: slurmd was killed) is dropped the next time the file is written.
 
@@ -44,7 +46,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-LOCK_NAME = ".gpupool.lock"
+def lock_name(gpu: str) -> str:
+    """The lock of one GPU's mapping files (a dot name: dcgm-exporter skips it)."""
+    return f".gpupool.{gpu}.lock"
+
+
 MAX_READ = 1 << 16
 _KEY = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,5})?")
 _JOB = re.compile(r"[0-9]{1,12}")
@@ -107,28 +113,37 @@ def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None, only
         raise HookError(f"bad job id {job!r}")
     fd = open_dir(directory)
     try:
-        with locked(fd, LOCK_NAME):
-            if add_to is not None:
-                keys = add_to
-            else:
-                keys = only if only is not None else [n for n in os.listdir(fd) if _KEY.fullmatch(n)]
-            for key in keys:
-                if not _KEY.fullmatch(key):
-                    raise HookError(f"bad mapping file name {key!r}")
-                before = read_jobs(fd, key)
-                kept = {j for j in before if j != job and _alive(run_dir, j)}
-                after = sorted(kept | ({job} if add_to is not None else set()), key=int)
-                if after == before:
-                    continue
-                if after:
-                    write_in_dir(fd, key, "".join(f"{j}\n" for j in after).encode(), 0o644, durable=False)
-                else:
-                    try:
-                        os.unlink(key, dir_fd=fd)
-                    except FileNotFoundError:
-                        pass
+        if add_to is not None:
+            keys = add_to
+        else:
+            keys = only if only is not None else [n for n in os.listdir(fd) if _KEY.fullmatch(n)]
+        by_gpu: dict[str, list[str]] = {}
+        for key in keys:
+            if not _KEY.fullmatch(key):
+                raise HookError(f"bad mapping file name {key!r}")
+            by_gpu.setdefault(key.split(".")[0], []).append(key)
+        for gpu, gpu_keys in by_gpu.items():
+            with locked(fd, lock_name(gpu)):
+                for key in gpu_keys:
+                    _rewrite(fd, key, job, run_dir, add=add_to is not None)
     finally:
         os.close(fd)
+
+
+def _rewrite(fd: int, key: str, job: str, run_dir: str, add: bool) -> None:
+    """One mapping file with ``job`` added or taken out and dead jobs dropped (the GPU's lock held)."""
+    before = read_jobs(fd, key)
+    kept = {j for j in before if j != job and _alive(run_dir, j)}
+    after = sorted(kept | ({job} if add else set()), key=int)
+    if after == before:
+        return
+    if after:
+        write_in_dir(fd, key, "".join(f"{j}\n" for j in after).encode(), 0o644, durable=False)
+    else:
+        try:
+            os.unlink(key, dir_fd=fd)
+        except FileNotFoundError:
+            pass
 
 
 def _alive(run_dir: str, job: str) -> bool:

@@ -485,7 +485,7 @@ def test_fifos_and_other_specials_where_hook_files_go_block_no_hook(site: dict, 
     gpu = str(site["table"][shared]["gpu"])
     targets = {
         "mapping file": mapping / gpu,
-        "mapping lock": mapping / ".gpupool.lock",
+        "mapping lock": mapping / f".gpupool.{gpu}.lock",
         "devices file": run_dir / "42.devices",
         "node state": site["state"] / "node-state.json",
     }

@@ -151,7 +151,7 @@ def test_a_fifo_in_the_mapping_directory_blocks_no_hook(mapped: dict, name: str)
     shared = index_of(mapped, "shared")
     gpu = str(mapped["table"][shared]["gpu"])
     mapped["map"].mkdir(parents=True)
-    os.mkfifo(mapped["map"] / (gpu if name == "gpu" else ".gpupool.lock"))
+    os.mkfifo(mapped["map"] / (gpu if name == "gpu" else f".gpupool.{gpu}.lock"))
     res = run(mapped, "prolog", SLURM_JOB_GPUS=str(shared))  # (run's timeout: 60 s)
     assert res.returncode == 0 and "not a regular file" in res.stderr, res.stderr
     assert (mapped["root"] / "spool" / NODE / "jobs" / "42.json").exists()  # the rest of the Prolog ran
@@ -209,3 +209,49 @@ def test_an_epilog_edits_only_its_own_jobs_files_and_all_of_them_without_the_nod
     (mapped["state"] / "node-state.json").write_text("{not json")
     assert run(mapped, "epilog", SLURM_JOB_ID="44", SLURM_JOB_GPUS=str(mig)).returncode == 0
     assert listing(mapped["map"]) == {other: ["43"]}
+
+
+def test_a_job_on_another_gpu_does_not_wait_for_a_gpus_lock_held_by_a_slow_hook(monkeypatch, tmp_path: Path):
+    """#29: one lock per node queued every hook of the node behind each other (40 jobs
+    starting on one node under a burst; those waiting past 2 s lost their labels).  Each
+    GPU's files now have their own lock: while a hook is stuck inside GPU 3's, a job on GPU 5
+    is listed at once, and the stuck hook's edit still lands when it goes on."""
+    import threading
+    import time
+
+    from slurm_gpupool.hooks import jobmap
+
+    d, run_dir = tmp_path / "map", tmp_path / "run"
+    d.mkdir()
+    run_dir.mkdir()
+    inside, go_on = threading.Event(), threading.Event()
+    real_read = jobmap.read_jobs
+
+    def slow_read(dir_fd: int, key: str) -> list[str]:
+        if key == "3":
+            inside.set()
+            go_on.wait(30)
+        return real_read(dir_fd, key)
+
+    monkeypatch.setattr(jobmap, "read_jobs", slow_read)
+    failed: list[BaseException] = []
+
+    def stuck() -> None:
+        try:
+            jobmap.add_job(str(d), ["3.1", "3"], "7", str(run_dir))
+        except BaseException as e:  # reported below
+            failed.append(e)
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    try:
+        assert inside.wait(10)
+        started = time.monotonic()
+        jobmap.add_job(str(d), ["5"], "8", str(run_dir))  # before: HookError after the lock's 2 s
+        assert time.monotonic() - started < 1.5
+        assert listing(d) == {"3.1": ["7"], "5": ["8"]}
+    finally:
+        go_on.set()
+        t.join(30)
+    assert failed == [] and listing(d) == {"3": ["7"], "3.1": ["7"], "5": ["8"]}
+    assert sorted(p.name for p in d.iterdir() if p.name.endswith(".lock")) == [".gpupool.3.lock", ".gpupool.5.lock"]
