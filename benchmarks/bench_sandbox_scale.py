@@ -23,6 +23,7 @@ running unless ``--keep``.
 
     python -m benchmarks.bench_sandbox_scale --nodes 32,64 --root /var/tmp/gpupool-scale --port-base 27600
     python -m benchmarks.bench_sandbox_scale --nodes 64 --parallel 32 --root ... --port-base ...  # another parallel
+    python -m benchmarks.bench_sandbox_scale --nodes 64 --restart-batch 16 --root ... --port-base ...  # smaller batches
     python -m benchmarks.bench_sandbox_scale --smoke
 """
 
@@ -272,8 +273,11 @@ def up_fresh(root: Path, n: int, port_base: int, repartition: dict[str, Any] | N
     return time.monotonic() - t
 
 
-def measure(n: int, root: Path, port_base: int, deadline: str, parallel: int | None = None) -> ScaleRun:
-    up_s = up_fresh(root, n, port_base, {"parallel": parallel} if parallel else None)
+def measure(
+    n: int, root: Path, port_base: int, deadline: str, parallel: int | None = None, restart_batch: int | None = None
+) -> ScaleRun:
+    settings = {k: v for k, v in (("parallel", parallel), ("restart_batch", restart_batch)) if v}
+    up_s = up_fresh(root, n, port_base, settings or None)
     rss = daemon_rss_mib(root)
     check(len(rss.get("slurmd", [])) == n, f"{n} slurmds expected, RSS of {len(rss.get('slurmd', []))}")
     names = sorted(
@@ -537,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port-base", type=int, help="a port base of its own")
     ap.add_argument("--deadline", default="30s", help="how long the switch waits for the busy nodes")
     ap.add_argument("--parallel", type=int, help="repartition.parallel of the scale pool (default: its default)")
+    ap.add_argument(
+        "--restart-batch", type=int, help="repartition.restart_batch of the scale pool (default: its default)"
+    )
     ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
     ap.add_argument("--smoke", action="store_true", help="4 and 8 nodes on a fake Slurm: no sandbox needed")
     args = ap.parse_args(argv)
@@ -561,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             print(f"# measuring {n} nodes ...", file=sys.stderr, flush=True)
             try:
-                runs.append(measure(n, args.root.absolute(), args.port_base, args.deadline, args.parallel))
+                runs.append(
+                    measure(n, args.root.absolute(), args.port_base, args.deadline, args.parallel, args.restart_batch)
+                )
             except (BenchError, GpupoolError, subprocess.TimeoutExpired) as e:
                 if not runs:
                     raise
