@@ -179,8 +179,8 @@ def unmap_job(
 ) -> None:
     """Take the job out of dcgm-exporter's mapping files, whatever else failed (logged,
     counted): out of its devices' files, named from the node state as its Prolog named them
-    (every Epilog of a node waits for the directory's lock, and under a burst of 40 jobs on
-    one node reading every GPU's file held it too long); without them, out of all."""
+    (under a burst of 40 jobs on one node, reading every GPU's file under the lock held it too
+    long); without them, out of all, each GPU's files under that GPU's lock."""
     from slurm_gpupool.hooks.jobmap import device_keys, remove_job
 
     try:

@@ -24,7 +24,9 @@ instance's metrics carry their GPU's index.  So:
   wait.  One lock for the whole directory made every hook of a node queue behind
   each other: under a burst (benchmarks/bench_hook_burst.py: 40 jobs starting on
   one node) hooks waited more than the lock's 2 s and lost the job's label.  A
-  hook takes one GPU's lock at a time (no lock order to keep).  The files are not
+  hook takes one GPU's lock at a time (no lock order to keep), all of them within one
+  2 s wait.  (A hook of an older version still running during an upgrade takes the old
+  ``.gpupool.lock``, so a label may be lost in that window; the old file can be deleted.)  The files are not
   fsynced: they mean nothing after a crash (the node's jobs are gone with it);
 * an id whose job has no ``<run_dir>/<id>.devices`` any more (its Epilog never
   ran: slurmd was killed) is dropped the next time the file is written.
@@ -38,8 +40,9 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
-from slurm_gpupool.hooks.runtime import HookError, locked, open_dir, open_regular, write_in_dir
+from slurm_gpupool.hooks.runtime import LOCK_WAIT_S, HookError, locked, open_dir, open_regular, write_in_dir
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
 if TYPE_CHECKING:
@@ -52,7 +55,8 @@ def lock_name(gpu: str) -> str:
 
 
 MAX_READ = 1 << 16
-_KEY = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,5})?")
+_N = r"(?:0|[1-9][0-9]{0,4})"  # as device_keys writes them: no leading zero (03 would be GPU 3 to dcgm-exporter)
+_KEY = re.compile(rf"{_N}(?:\.{_N})?")
 _JOB = re.compile(r"[0-9]{1,12}")
 
 
@@ -79,15 +83,17 @@ def device_keys(state: dict[str, Any], devices: list[dict[str, Any]]) -> list[st
     return keys
 
 
-def add_job(directory: str, keys: list[str], job: str, run_dir: str) -> None:
+def add_job(directory: str, keys: list[str], job: str, run_dir: str, wait_s: float = LOCK_WAIT_S) -> None:
     """List ``job`` in each of ``keys``' files (Prolog)."""
-    _edit(directory, job, run_dir, add_to=keys)
+    _edit(directory, job, run_dir, wait_s, add_to=keys)
 
 
-def remove_job(directory: str, job: str, run_dir: str, keys: list[str] | None = None) -> None:
+def remove_job(
+    directory: str, job: str, run_dir: str, keys: list[str] | None = None, wait_s: float = LOCK_WAIT_S
+) -> None:
     """Take ``job`` out of ``keys``' files, the ones its Prolog listed it in (None: out of
     every mapping file); files left empty are deleted (Epilog)."""
-    _edit(directory, job, run_dir, add_to=None, only=keys)
+    _edit(directory, job, run_dir, wait_s, add_to=None, only=keys)
 
 
 def read_jobs(dir_fd: int, key: str) -> list[str]:
@@ -108,7 +114,13 @@ def read_jobs(dir_fd: int, key: str) -> list[str]:
     return out
 
 
-def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None, only: list[str] | None = None) -> None:
+def _edit(
+    directory: str, job: str, run_dir: str, wait_s: float, add_to: list[str] | None, only: list[str] | None = None
+) -> None:
+    """Edit each GPU's files under its lock, one GPU at a time.  The wait for all the locks
+    together is ``wait_s`` (one deadline, not one per GPU: an Epilog clearing eight GPUs must
+    not wait 8 × 2 s); a GPU whose lock is not taken in time is skipped and the others are
+    still edited, then the hook fails open naming the skipped ones."""
     if not _JOB.fullmatch(job):
         raise HookError(f"bad job id {job!r}")
     fd = open_dir(directory)
@@ -122,10 +134,17 @@ def _edit(directory: str, job: str, run_dir: str, add_to: list[str] | None, only
             if not _KEY.fullmatch(key):
                 raise HookError(f"bad mapping file name {key!r}")
             by_gpu.setdefault(key.split(".")[0], []).append(key)
+        deadline = time.monotonic() + wait_s
+        missed: list[str] = []
         for gpu, gpu_keys in by_gpu.items():
-            with locked(fd, lock_name(gpu)):
-                for key in gpu_keys:
-                    _rewrite(fd, key, job, run_dir, add=add_to is not None)
+            try:
+                with locked(fd, lock_name(gpu), max(0.0, deadline - time.monotonic())):
+                    for key in gpu_keys:
+                        _rewrite(fd, key, job, run_dir, add=add_to is not None)
+            except HookError as e:
+                missed.append(f"GPU {gpu}: {e}")
+        if missed:
+            raise HookError("; ".join(missed))
     finally:
         os.close(fd)
 
