@@ -26,8 +26,9 @@ instance's metrics carry their GPU's index.  So:
   one node) hooks waited more than the lock's 2 s and lost the job's label.  A
   hook takes one GPU's lock at a time (no lock order to keep), all of them within one
   2 s wait.  (A hook of an older version still running during an upgrade takes the old
-  ``.gpupool.lock``, so a label may be lost in that window; the old file can be deleted.)  The files are not
-  fsynced: they mean nothing after a crash (the node's jobs are gone with it);
+  ``.gpupool.lock``, so a label may be lost in that window; the old file can be
+  deleted.)  The files are not fsynced: they mean nothing after a crash (the node's
+  jobs are gone with it);
 * an id whose job has no ``<run_dir>/<id>.devices`` any more (its Epilog never
   ran: slurmd was killed) is dropped the next time the file is written.
 
@@ -85,7 +86,7 @@ def device_keys(state: dict[str, Any], devices: list[dict[str, Any]]) -> list[st
 
 def add_job(directory: str, keys: list[str], job: str, run_dir: str, wait_s: float = LOCK_WAIT_S) -> None:
     """List ``job`` in each of ``keys``' files (Prolog)."""
-    _edit(directory, job, run_dir, wait_s, add_to=keys)
+    _edit(directory, job, run_dir, wait_s, keys, add=True)
 
 
 def remove_job(
@@ -93,7 +94,7 @@ def remove_job(
 ) -> None:
     """Take ``job`` out of ``keys``' files, the ones its Prolog listed it in (None: out of
     every mapping file); files left empty are deleted (Epilog)."""
-    _edit(directory, job, run_dir, wait_s, add_to=None, only=keys)
+    _edit(directory, job, run_dir, wait_s, keys, add=False)
 
 
 def read_jobs(dir_fd: int, key: str) -> list[str]:
@@ -114,9 +115,7 @@ def read_jobs(dir_fd: int, key: str) -> list[str]:
     return out
 
 
-def _edit(
-    directory: str, job: str, run_dir: str, wait_s: float, add_to: list[str] | None, only: list[str] | None = None
-) -> None:
+def _edit(directory: str, job: str, run_dir: str, wait_s: float, keys: list[str] | None, add: bool) -> None:
     """Edit each GPU's files under its lock, one GPU at a time.  The wait for all the locks
     together is ``wait_s`` (one deadline, not one per GPU: an Epilog clearing eight GPUs must
     not wait 8 × 2 s); a GPU whose lock is not taken in time is skipped and the others are
@@ -125,10 +124,8 @@ def _edit(
         raise HookError(f"bad job id {job!r}")
     fd = open_dir(directory)
     try:
-        if add_to is not None:
-            keys = add_to
-        else:
-            keys = only if only is not None else [n for n in os.listdir(fd) if _KEY.fullmatch(n)]
+        if keys is None:  # an Epilog without the node state: every mapping file
+            keys = [n for n in os.listdir(fd) if _KEY.fullmatch(n)]
         by_gpu: dict[str, list[str]] = {}
         for key in keys:
             if not _KEY.fullmatch(key):
@@ -140,7 +137,7 @@ def _edit(
             try:
                 with locked(fd, lock_name(gpu), max(0.0, deadline - time.monotonic())):
                     for key in gpu_keys:
-                        _rewrite(fd, key, job, run_dir, add=add_to is not None)
+                        _rewrite(fd, key, job, run_dir, add)
             except HookError as e:
                 missed.append(f"GPU {gpu}: {e}")
         if missed:
