@@ -17,18 +17,22 @@ instance's metrics carry their GPU's index.  So:
   it from the same files (the node state names them; without it, from every file), so
   under the lock it reads one or two files, not every GPU's (a file left empty is
   deleted);
-* a GPU's files (``<gpu>`` and its ``<gpu>.<gi>``) are edited under that GPU's
-  exclusive lock (``.gpupool.<gpu>.lock`` in DIR: dcgm-exporter ignores names that
-  are not GPU ids), each file replaced atomically, so two shard jobs starting on
-  one GPU at once both end up listed, while jobs on other GPUs of the node do not
-  wait.  One lock for the whole directory made every hook of a node queue behind
-  each other: under a burst (benchmarks/bench_hook_burst.py: 40 jobs starting on
-  one node) hooks waited more than the lock's 2 s and lost the job's label.  A
-  hook takes one GPU's lock at a time (no lock order to keep), all of them within one
-  2 s wait.  (A hook of an older version still running during an upgrade takes the old
-  ``.gpupool.lock``, so a label may be lost in that window; the old file can be
-  deleted.)  The files are not fsynced: they mean nothing after a crash (the node's
-  jobs are gone with it);
+* a hook never waits for another: it states its edit in a small file of DIR (an
+  *intent*, ``.gpupool.<gpu>.<stamp>.<job>.<add|del>``, the keys of that GPU it
+  touches, written atomically), then takes the GPU's lock (``.gpupool.<gpu>.lock``) only
+  if no one holds it.  The holder applies every intent of the GPU in stamp order
+  (``CLOCK_MONOTONIC``), replaces each file it changes atomically, deletes the intents
+  it applied, releases, and looks again: if an intent came meanwhile, it takes the lock
+  again unless someone else has.  So an intent written while the lock is held is
+  applied by its holder or by a later one, and no hook fails or waits on the lock: under
+  a burst (benchmarks/bench_hook_burst.py: 40 jobs starting on one node, on two cores)
+  hooks that waited 2 s for a lock whose holder got no CPU lost their job's label; now
+  the holder lists them all in one write.  A holder killed in between (Slurm's
+  PrologEpilogTimeout) leaves its intents for the next hook on that GPU.  dcgm-exporter
+  skips dot names.  (A hook of an older version still running during an upgrade takes
+  ``.gpupool.lock``, or a GPU's lock without applying others' intents, so a label may
+  lag in that window until the next hook on the GPU.)  The files are not fsynced: they
+  mean nothing after a crash (the node's jobs are gone with it);
 * an id whose job has no ``<run_dir>/<id>.devices`` any more (its Epilog never
   ran: slurmd was killed) is dropped the next time the file is written.
 
@@ -43,7 +47,7 @@ import os
 import re
 import time
 
-from slurm_gpupool.hooks.runtime import LOCK_WAIT_S, HookError, locked, open_dir, open_regular, write_in_dir
+from slurm_gpupool.hooks.runtime import HookError, open_dir, open_regular, try_lock, write_in_dir
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
 if TYPE_CHECKING:
@@ -57,7 +61,9 @@ def lock_name(gpu: str) -> str:
 
 MAX_READ = 1 << 16
 _N = r"(?:0|[1-9][0-9]{0,4})"  # as device_keys writes them: no leading zero (03 would be GPU 3 to dcgm-exporter)
-_KEY = re.compile(rf"{_N}(?:\.{_N})?")
+_KEY = re.compile(rf"({_N})(?:\.{_N})?")
+_INTENT = re.compile(rf"\.gpupool\.({_N})\.([0-9]{{1,20}})\.([0-9]{{1,12}})\.(add|del)")
+MAX_ROUNDS = 1000  # looks again after each release while intents keep coming (never reached in practice)
 _JOB = re.compile(r"[0-9]{1,12}")
 
 
@@ -84,73 +90,105 @@ def device_keys(state: dict[str, Any], devices: list[dict[str, Any]]) -> list[st
     return keys
 
 
-def add_job(directory: str, keys: list[str], job: str, run_dir: str, wait_s: float = LOCK_WAIT_S) -> None:
+def add_job(directory: str, keys: list[str], job: str, run_dir: str) -> None:
     """List ``job`` in each of ``keys``' files (Prolog)."""
-    _edit(directory, job, run_dir, wait_s, keys, add=True)
+    _edit(directory, job, run_dir, keys, add=True)
 
 
-def remove_job(
-    directory: str, job: str, run_dir: str, keys: list[str] | None = None, wait_s: float = LOCK_WAIT_S
-) -> None:
+def remove_job(directory: str, job: str, run_dir: str, keys: list[str] | None = None) -> None:
     """Take ``job`` out of ``keys``' files, the ones its Prolog listed it in (None: out of
     every mapping file); files left empty are deleted (Epilog)."""
-    _edit(directory, job, run_dir, wait_s, keys, add=False)
+    _edit(directory, job, run_dir, keys, add=False)
 
 
 def read_jobs(dir_fd: int, key: str) -> list[str]:
     """The job ids a mapping file lists (missing file: none); other lines are ignored."""
-    try:
-        fd = open_regular(key, dir_fd=dir_fd)  # a FIFO there blocked the hook, lock held
-    except FileNotFoundError:
-        return []
-    except HookError as e:
-        raise HookError(f"mapping file {e}") from None
-    with os.fdopen(fd, "rb") as f:
-        text = f.read(MAX_READ).decode("ascii", "replace")
     out: list[str] = []
-    for line in text.splitlines():
-        line = line.strip()
+    for line in _read_lines(dir_fd, key, "mapping file"):
         if _JOB.fullmatch(line) and line not in out:
             out.append(line)
     return out
 
 
-def _edit(directory: str, job: str, run_dir: str, wait_s: float, keys: list[str] | None, add: bool) -> None:
-    """Edit each GPU's files under its lock, one GPU at a time.  The wait for all the locks
-    together is ``wait_s`` (one deadline, not one per GPU: an Epilog clearing eight GPUs must
-    not wait 8 × 2 s); a GPU whose lock is not taken in time is skipped and the others are
-    still edited, then the hook fails open naming the skipped ones."""
+def pending(dir_fd: int, gpu: str | None = None) -> list[tuple[int, str, str, bool]]:
+    """The intents not applied yet (of one GPU, or all), oldest first: (stamp, name, job, add)."""
+    out = []
+    for name in os.listdir(dir_fd):
+        m = _INTENT.fullmatch(name)
+        if m and (gpu is None or m[1] == gpu):
+            out.append((int(m[2]), name, m[3], m[4] == "add"))
+    return sorted(out)
+
+
+def _edit(directory: str, job: str, run_dir: str, keys: list[str] | None, add: bool) -> None:
+    """State the edit as one intent per GPU, then apply what is pending on each of those GPUs
+    unless another hook holds its lock (that one applies ours: see the module's docstring)."""
     if not _JOB.fullmatch(job):
         raise HookError(f"bad job id {job!r}")
     fd = open_dir(directory)
     try:
-        if keys is None:  # an Epilog without the node state: every mapping file
-            keys = [n for n in os.listdir(fd) if _KEY.fullmatch(n)]
         by_gpu: dict[str, list[str]] = {}
-        for key in keys:
+        if keys is None:  # an Epilog without the node state: every GPU with a file or an intent
+            for name in os.listdir(fd):
+                m = _KEY.fullmatch(name) or _INTENT.fullmatch(name)
+                if m:
+                    by_gpu.setdefault(m[1], [])
+        for key in keys or []:
             if not _KEY.fullmatch(key):
                 raise HookError(f"bad mapping file name {key!r}")
             by_gpu.setdefault(key.split(".")[0], []).append(key)
-        deadline = time.monotonic() + wait_s
-        missed: list[str] = []
-        for gpu, gpu_keys in by_gpu.items():
-            try:
-                with locked(fd, lock_name(gpu), max(0.0, deadline - time.monotonic())):
-                    for key in gpu_keys:
-                        _rewrite(fd, key, job, run_dir, add)
-            except HookError as e:
-                missed.append(f"GPU {gpu}: {e}")
-        if missed:
-            raise HookError("; ".join(missed))
+        op = "add" if add else "del"
+        for gpu, gpu_keys in by_gpu.items():  # an empty list: every file of the GPU
+            body = "".join(f"{k}\n" for k in gpu_keys).encode()
+            write_in_dir(fd, f".gpupool.{gpu}.{time.monotonic_ns()}.{job}.{op}", body, 0o600, durable=False)
+        for gpu in by_gpu:
+            _settle(fd, gpu, run_dir)
     finally:
         os.close(fd)
 
 
-def _rewrite(fd: int, key: str, job: str, run_dir: str, add: bool) -> None:
-    """One mapping file with ``job`` added or taken out and dead jobs dropped (the GPU's lock held)."""
+def _settle(fd: int, gpu: str, run_dir: str) -> None:
+    """Apply the GPU's intents until none is left or another hook holds the lock.  Looking
+    again after the release is what makes the hand-over safe: an intent written while we
+    held the lock is seen here, or by whoever took the lock after us."""
+    for _ in range(MAX_ROUNDS):
+        lock = try_lock(fd, lock_name(gpu))
+        if lock is None:
+            return
+        try:
+            _apply(fd, gpu, run_dir)
+        finally:
+            os.close(lock)
+        if not pending(fd, gpu):
+            return
+
+
+def _apply(fd: int, gpu: str, run_dir: str) -> None:
+    """Every pending intent of the GPU, in order, in one write per file (its lock held); then
+    the intents are deleted oldest first (re-applying a left-over tail changes nothing)."""
+    intents = pending(fd, gpu)
+    ops: list[tuple[str, bool, list[str] | None]] = []  # (job, add, keys; None: every file of the GPU)
+    for _, name, job, add in intents:
+        keys = [k for k in _read_lines(fd, name, "intent") if _KEY.fullmatch(k) and k.split(".")[0] == gpu]
+        ops.append((job, add, keys or None))
+    touched: set[str] = set().union(*(k for _, _, k in ops if k))
+    if any(k is None for _, _, k in ops):
+        touched |= {n for n in os.listdir(fd) if _KEY.fullmatch(n) and n.split(".")[0] == gpu}
+    for key in sorted(touched):
+        _rewrite(fd, key, run_dir, [(job, add) for job, add, k in ops if k is None or key in k])
+    for _, name, _, _ in intents:
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+
+
+def _rewrite(fd: int, key: str, run_dir: str, ops: list[tuple[str, bool]]) -> None:
+    """One mapping file with the jobs added or taken out, in order, and dead jobs dropped."""
     before = read_jobs(fd, key)
-    kept = {j for j in before if j != job and _alive(run_dir, j)}
-    after = sorted(kept | ({job} if add else set()), key=int)
+    last = dict(ops)  # each job's last edit
+    listed = {j for j in before if j not in last and _alive(run_dir, j)} | {j for j, add in last.items() if add}
+    after = sorted(listed, key=int)
     if after == before:
         return
     if after:
@@ -160,6 +198,19 @@ def _rewrite(fd: int, key: str, job: str, run_dir: str, add: bool) -> None:
             os.unlink(key, dir_fd=fd)
         except FileNotFoundError:
             pass
+
+
+def _read_lines(dir_fd: int, name: str, what: str) -> list[str]:
+    """A small file's stripped lines (missing: none); never a FIFO (it would block, lock held)."""
+    try:
+        fd = open_regular(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return []
+    except HookError as e:
+        raise HookError(f"{what} {e}") from None
+    with os.fdopen(fd, "rb") as f:
+        text = f.read(MAX_READ).decode("ascii", "replace")
+    return [line.strip() for line in text.splitlines()]
 
 
 def _alive(run_dir: str, job: str) -> bool:

@@ -258,6 +258,20 @@ def locked(dir_fd: int, name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None
         os.close(fd)
 
 
+def try_lock(dir_fd: int, name: str) -> int | None:
+    """An exclusive ``flock`` on ``name`` in an opened directory if no one holds it (the lock's
+    fd: closing it releases the lock), else None at once."""
+    fd = open_regular(name, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise HookError(f"lock {name}: {e.strerror}") from None
+    return fd
+
+
 def record_health(state_dir: str, status: str, by: str, job: str | None, found: list[str]) -> None:
     """``health.json``: what ``gpupool health --show`` and ``gpupool status`` read (a hook's or
     the HealthCheckProgram's last verdict on this node's GPUs)."""

@@ -164,6 +164,7 @@ def test_first_run_deploys_and_slurm_uses_the_installed_hooks(deployed: Deployed
     assert conf["TaskProlog"] == f"{role}/venv/libexec/gpupool-taskprolog"
     assert conf["HealthCheckProgram"] == f"{role}/sbin/gpupool-healthcheck"
     assert "Alloc" in conf["PrologFlags"] and conf["PrologEpilogTimeout"] == "60"
+    assert conf["BatchStartTimeout"] == "60 sec"  # a Prolog as long as its timeout requeues no job
     slurm_conf = (sb.root / "etc" / "slurm.conf").read_text()
     assert slurm_conf.count(f"Include {sb.root}/etc/gpupool.conf") == 1
 
@@ -272,6 +273,8 @@ def test_check_diff_shows_exactly_what_the_real_run_then_changes(deployed: Deplo
         "+    A30: 1.5": len(HOSTS),
         "-PrologEpilogTimeout=60": 1,
         "+PrologEpilogTimeout=90": 1,
+        "-BatchStartTimeout=60": 1,
+        "+BatchStartTimeout=90": 1,
     }, check.out[-6000:]
     assert "check mode, nothing restarts; a real run would: restart slurmctld" in check.out
     assert {host: counts[1] for host, counts in check.recap().items()} == {
@@ -287,8 +290,9 @@ def test_check_diff_shows_exactly_what_the_real_run_then_changes(deployed: Deplo
         after = snapshot(sb.root)
         assert {p for p in after.keys() | before.keys() if after.get(p) != before.get(p)} == {installed, include}
         assert after[installed] == before[installed].replace(b"    A30: 1.2\n", b"    A30: 1.5\n")
-        assert after[include] == before[include].replace(b"PrologEpilogTimeout=60\n", b"PrologEpilogTimeout=90\n")
+        assert after[include] == before[include].replace(b"Timeout=60\n", b"Timeout=90\n")  # PrologEpilog, BatchStart
         assert show_config(sb)["PrologEpilogTimeout"] == "90"  # the handler restarted Slurm
+        assert show_config(sb)["BatchStartTimeout"] == "90 sec"
     finally:  # the role's defaults again for the tests after this one
         installed.write_text(text)
         include.write_bytes(before[include])
