@@ -104,7 +104,7 @@ def remove_job(directory: str, job: str, run_dir: str, keys: list[str] | None = 
 def read_jobs(dir_fd: int, key: str) -> list[str]:
     """The job ids a mapping file lists (missing file: none); other lines are ignored."""
     out: list[str] = []
-    for line in _read_lines(dir_fd, key, "mapping file"):
+    for line in _read_lines(dir_fd, key, "mapping file") or []:
         if _JOB.fullmatch(line) and line not in out:
             out.append(line)
     return out
@@ -169,8 +169,13 @@ def _apply(fd: int, gpu: str, run_dir: str) -> None:
     intents = pending(fd, gpu)
     ops: list[tuple[str, bool, list[str] | None]] = []  # (job, add, keys; None: every file of the GPU)
     for _, name, job, add in intents:
-        keys = [k for k in _read_lines(fd, name, "intent") if _KEY.fullmatch(k) and k.split(".")[0] == gpu]
-        ops.append((job, add, keys or None))
+        try:
+            lines = _read_lines(fd, name, "intent", missing=None)
+        except HookError:  # not a regular file: only root could have put it there; dropped below
+            continue
+        if lines is not None:
+            keys = [k for k in lines if _KEY.fullmatch(k) and k.split(".")[0] == gpu]
+            ops.append((job, add, keys or None))
     touched: set[str] = set().union(*(k for _, _, k in ops if k))
     if any(k is None for _, _, k in ops):
         touched |= {n for n in os.listdir(fd) if _KEY.fullmatch(n) and n.split(".")[0] == gpu}
@@ -200,12 +205,12 @@ def _rewrite(fd: int, key: str, run_dir: str, ops: list[tuple[str, bool]]) -> No
             pass
 
 
-def _read_lines(dir_fd: int, name: str, what: str) -> list[str]:
-    """A small file's stripped lines (missing: none); never a FIFO (it would block, lock held)."""
+def _read_lines(dir_fd: int, name: str, what: str, missing: list[str] | None = None) -> list[str] | None:
+    """A small file's stripped lines (missing: ``missing``); never a FIFO (it would block, lock held)."""
     try:
         fd = open_regular(name, dir_fd=dir_fd)
     except FileNotFoundError:
-        return []
+        return missing
     except HookError as e:
         raise HookError(f"{what} {e}") from None
     with os.fdopen(fd, "rb") as f:

@@ -333,3 +333,29 @@ def test_many_hooks_on_one_gpu_at_once_leave_exactly_the_running_jobs_and_no_int
         assert jobmap.pending(fd) == []
     finally:
         os.close(fd)
+
+
+def test_a_fifo_or_a_vanished_file_among_the_intents_is_dropped_and_the_others_applied(monkeypatch, tmp_path: Path):
+    """A FIFO under an intent's name would block its reader forever, lock held; an intent whose
+    file vanished must not read as "every file of the GPU".  Both are dropped; the rest is applied."""
+    from slurm_gpupool.hooks import jobmap
+
+    d, run_dir = tmp_path / "map", tmp_path / "run"
+    d.mkdir()
+    run_dir.mkdir()
+    (d / "2").write_text("5\n")
+    (run_dir / "5.devices").write_text("[]")
+    os.mkfifo(d / ".gpupool.2.1.5.del")
+    jobmap.add_job(str(d), ["2"], "6", str(run_dir))
+    assert listing(d) == {"2": ["5", "6"]}  # the FIFO's "del" of job 5 applied nothing
+    assert not (d / ".gpupool.2.1.5.del").exists()
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        real = jobmap.pending  # an intent listed, then gone before it is read
+        monkeypatch.setattr(
+            jobmap, "pending", lambda dir_fd, gpu=None: [(0, ".gpupool.2.0.6.del", "6", False), *real(dir_fd, gpu)]
+        )
+        jobmap._apply(fd, "2", str(run_dir))
+        assert listing(d) == {"2": ["5", "6"]}
+    finally:
+        os.close(fd)
