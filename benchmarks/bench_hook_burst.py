@@ -410,15 +410,24 @@ def accounting(env: dict[str, str], ids: list[str], since: float, timeout_s: flo
 
 
 def why_not_completed(env: dict[str, str], root: Path, states: dict[str, str], most: int = 5) -> list[str]:
-    """For the first jobs not COMPLETED: their steps in accounting and slurmctld's lines on them."""
+    """For the first jobs not COMPLETED: their steps in accounting, and slurmctld's and their
+    node's slurmd's lines on them."""
     out: list[str] = []
-    log = root / "log" / "slurmctld.log"
-    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+
+    def lines_on(name: str, job: str) -> list[str]:
+        log = root / "log" / name
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return [ln for ln in text.splitlines() if re.search(rf"\b(JobId=|job |StepId=){job}\b", ln)][-12:]
+
     for job in sorted((j for j, st in states.items() if st != FINAL_OK), key=int)[:most]:
         argv = ["sacct", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ExitCode,Reason,NodeList"]
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-        out += [f"  sacct: {ln}" for ln in p.stdout.splitlines()]
-        out += [f"  slurmctld: {ln}" for ln in lines if re.search(rf"\b(JobId=|job ){job}\b", ln)][-10:]
+        rows = p.stdout.splitlines()
+        out += [f"  sacct: {ln}" for ln in rows]
+        out += [f"  slurmctld: {ln}" for ln in lines_on("slurmctld.log", job)]
+        for node in sorted({r.split("|")[-1] for r in rows if r.count("|") == 4 and r.split("|")[-1]}):
+            if re.fullmatch(r"[A-Za-z0-9_-]+", node):  # one node (a burst job has one)
+                out += [f"  slurmd-{node}: {ln}" for ln in lines_on(f"slurmd-{node}.log", job)]
     return out
 
 
