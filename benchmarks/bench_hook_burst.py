@@ -76,6 +76,7 @@ GRES_MIX = (
     "gpu:3g.40gb:1",
 )
 FINAL_OK = "COMPLETED"
+JOB_OUT = "job-out"  # in the sandbox root: each job's output file
 TIMES = re.compile(r"(\d+)m([\d.,]+)s")  # one of bash's times figures: 0m0.012s
 TIMED_SUFFIX = ".timed"  # the real launcher, moved aside while its wrapper stands in
 
@@ -340,9 +341,10 @@ def job_env(root: Path) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | sandbox_env(root)
 
 
-def submit_burst(env: dict[str, str], n: int, submitters: int) -> tuple[list[str], float, int]:
+def submit_burst(env: dict[str, str], n: int, submitters: int, out_dir: Path) -> tuple[list[str], float, int]:
     """``n`` jobs of :data:`GRES_MIX` from ``submitters`` threads, each calling sbatch in turn
-    (a refusal, such as slurmctld busy, is tried again); (the job ids, seconds, retries)."""
+    (a refusal, such as slurmctld busy, is tried again); (the job ids, seconds, retries).
+    Each job's output (empty unless its shell or Slurm says something) goes to ``out_dir``."""
     todo = iter(range(n))
     lock = threading.Lock()
     ids: list[str] = []
@@ -356,7 +358,7 @@ def submit_burst(env: dict[str, str], n: int, submitters: int) -> tuple[list[str
             if i is None:
                 return
             argv = ["sbatch", "--parsable", "-J", JOB_NAME, f"--gres={GRES_MIX[i % len(GRES_MIX)]}", "-t", "10"]
-            argv += ["-o", "/dev/null", "--wrap", "true"]
+            argv += ["-o", f"{out_dir}/%j.out", "--wrap", "true"]
             for attempt in range(30):
                 p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
                 if p.returncode == 0:
@@ -414,10 +416,12 @@ def why_not_completed(env: dict[str, str], root: Path, states: dict[str, str], m
     node's slurmd's lines on them."""
     out: list[str] = []
 
+    def lines_of(path: Path) -> list[str]:
+        return path.read_text(errors="replace").splitlines() if path.exists() else []
+
     def lines_on(name: str, job: str) -> list[str]:
-        log = root / "log" / name
-        text = log.read_text(errors="replace") if log.exists() else ""
-        return [ln for ln in text.splitlines() if re.search(rf"\b(JobId=|job |StepId=){job}\b", ln)][-12:]
+        found = lines_of(root / "log" / name)
+        return [ln for ln in found if re.search(rf"\b(JobId=|job |StepId=){job}\b", ln)][-12:]
 
     for job in sorted((j for j, st in states.items() if st != FINAL_OK), key=int)[:most]:
         argv = ["sacct", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ExitCode,Reason,NodeList"]
@@ -425,6 +429,7 @@ def why_not_completed(env: dict[str, str], root: Path, states: dict[str, str], m
         rows = p.stdout.splitlines()
         out += [f"  sacct: {ln}" for ln in rows]
         out += [f"  slurmctld: {ln}" for ln in lines_on("slurmctld.log", job)]
+        out += [f"  output: {ln}" for ln in lines_of(root / JOB_OUT / f"{job}.out")[:10]]
         for node in sorted({r.split("|")[-1] for r in rows if r.count("|") == 4 and r.split("|")[-1]}):
             if re.fullmatch(r"[A-Za-z0-9_-]+", node):  # one node (a burst job has one)
                 out += [f"  slurmd-{node}: {ln}" for ln in lines_on(f"slurmd-{node}.log", job)]
@@ -469,7 +474,8 @@ def measure(args: argparse.Namespace) -> Burst:
         t0 = time.time()
         try:
             print(f"# submitting {args.jobs} jobs ...", file=sys.stderr, flush=True)
-            ids, submit_s, retries = submit_burst(env, args.jobs, args.submitters)
+            (root / JOB_OUT).mkdir(exist_ok=True)
+            ids, submit_s, retries = submit_burst(env, args.jobs, args.submitters, root / JOB_OUT)
             print(f"#   submitted in {submit_s:.1f} s; waiting for the ends ...", file=sys.stderr, flush=True)
             wait_ended(env, out, len(ids), args.timeout)
         finally:
