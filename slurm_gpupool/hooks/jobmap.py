@@ -141,8 +141,14 @@ def _edit(directory: str, job: str, run_dir: str, keys: list[str] | None, add: b
         for gpu, gpu_keys in by_gpu.items():  # an empty list: every file of the GPU
             body = "".join(f"{k}\n" for k in gpu_keys).encode()
             write_in_dir(fd, f".gpupool.{gpu}.{time.monotonic_ns()}.{job}.{op}", body, 0o600, durable=False)
-        for gpu in by_gpu:
-            _settle(fd, gpu, run_dir)
+        failed: list[str] = []
+        for gpu in by_gpu:  # one GPU's failure (a FIFO among its files) stops no other's
+            try:
+                _settle(fd, gpu, run_dir)
+            except (HookError, OSError) as e:
+                failed.append(f"GPU {gpu}: {e}")
+        if failed:
+            raise HookError("; ".join(failed))
     finally:
         os.close(fd)
 
@@ -173,8 +179,8 @@ def _apply(fd: int, gpu: str, run_dir: str) -> None:
             lines = _read_lines(fd, name, "intent", missing=None)
         except HookError:  # not a regular file: only root could have put it there; dropped below
             continue
-        if lines is not None:
-            keys = [k for k in lines if _KEY.fullmatch(k) and k.split(".")[0] == gpu]
+        keys = [k for k in lines or [] if _KEY.fullmatch(k) and k.split(".")[0] == gpu]
+        if keys or (lines is not None and not add):  # no keys: every file, for a "del" only
             ops.append((job, add, keys or None))
     touched: set[str] = set().union(*(k for _, _, k in ops if k))
     if any(k is None for _, _, k in ops):

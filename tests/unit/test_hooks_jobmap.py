@@ -359,3 +359,28 @@ def test_a_fifo_or_a_vanished_file_among_the_intents_is_dropped_and_the_others_a
         assert listing(d) == {"2": ["5", "6"]}
     finally:
         os.close(fd)
+
+
+def test_a_requeued_jobs_edits_apply_in_order_and_a_gpus_failure_stops_no_other(tmp_path: Path):
+    """A requeued job keeps its id: its Prolog, Epilog and second Prolog may all be pending
+    at one holder, and apply in their order (listed).  An "add" whose keys are gone (an
+    empty file) is dropped, not taken for "every file".  A FIFO among GPU 1's files fails
+    that GPU's edit; the hook's GPU 2 is still edited, and the hook fails naming GPU 1."""
+    import pytest
+
+    from slurm_gpupool.hooks import jobmap
+
+    d, run_dir = tmp_path / "map", tmp_path / "run"
+    d.mkdir()
+    run_dir.mkdir()
+    (run_dir / "7.devices").write_text("[]")
+    (d / "0.1").write_text("")
+    for stamp, op in ((1, "add"), (2, "del"), (3, "add")):
+        (d / f".gpupool.0.{stamp}.7.{op}").write_text("0\n")
+    (d / ".gpupool.0.4.9.add").write_text("")
+    jobmap.add_job(str(d), ["0"], "8", str(run_dir))
+    assert listing(d) == {"0": ["7", "8"], "0.1": []}
+    os.mkfifo(d / "1")
+    with pytest.raises(HookError, match=r"^GPU 1: mapping file 1: not a regular file"):
+        jobmap.add_job(str(d), ["1", "2"], "8", str(run_dir))
+    assert (d / "2").read_text() == "8\n"  # (not listing(): it would open the FIFO)
