@@ -180,7 +180,7 @@ def unmap_job(
     """Take the job out of dcgm-exporter's mapping files, whatever else failed (logged,
     counted): out of its devices' files, named from the node state as its Prolog named them
     (under a burst of 40 jobs on one node, reading every GPU's file under the lock held it too
-    long); without them, out of all, each GPU's files under that GPU's lock."""
+    long); without them, out of all (``hooks.jobmap``: an intent per GPU, no lock waited for)."""
     from slurm_gpupool.hooks.jobmap import device_keys, remove_job
 
     try:

@@ -112,8 +112,12 @@ def read_jobs(dir_fd: int, key: str) -> list[str]:
 
 def pending(dir_fd: int, gpu: str | None = None) -> list[tuple[int, str, str, bool]]:
     """The intents not applied yet (of one GPU, or all), oldest first: (stamp, name, job, add)."""
+    return _intents(os.listdir(dir_fd), gpu)
+
+
+def _intents(names: list[str], gpu: str | None) -> list[tuple[int, str, str, bool]]:
     out = []
-    for name in os.listdir(dir_fd):
+    for name in names:
         m = _INTENT.fullmatch(name)
         if m and (gpu is None or m[1] == gpu):
             out.append((int(m[2]), name, m[3], m[4] == "add"))
@@ -172,11 +176,12 @@ def _settle(fd: int, gpu: str, run_dir: str) -> None:
 def _apply(fd: int, gpu: str, run_dir: str) -> None:
     """Every pending intent of the GPU, in order, in one write per file (its lock held); then
     the intents are deleted oldest first (re-applying a left-over tail changes nothing)."""
-    intents = pending(fd, gpu)
+    names = os.listdir(fd)  # one listing for the intents and the GPU's files
+    intents = _intents(names, gpu)
     ops: list[tuple[str, bool, list[str] | None]] = []  # (job, add, keys; None: every file of the GPU)
     for _, name, job, add in intents:
         try:
-            lines = _read_lines(fd, name, "intent", missing=None)
+            lines = _read_lines(fd, name, "intent")
         except HookError:  # not a regular file: only root could have put it there; dropped below
             continue
         keys = [k for k in lines or [] if _KEY.fullmatch(k) and k.split(".")[0] == gpu]
@@ -184,7 +189,7 @@ def _apply(fd: int, gpu: str, run_dir: str) -> None:
             ops.append((job, add, keys or None))
     touched: set[str] = set().union(*(k for _, _, k in ops if k))
     if any(k is None for _, _, k in ops):
-        touched |= {n for n in os.listdir(fd) if _KEY.fullmatch(n) and n.split(".")[0] == gpu}
+        touched |= {n for n in names if _KEY.fullmatch(n) and n.split(".")[0] == gpu}
     for key in sorted(touched):
         _rewrite(fd, key, run_dir, [(job, add) for job, add, k in ops if k is None or key in k])
     for _, name, _, _ in intents:
@@ -211,12 +216,12 @@ def _rewrite(fd: int, key: str, run_dir: str, ops: list[tuple[str, bool]]) -> No
             pass
 
 
-def _read_lines(dir_fd: int, name: str, what: str, missing: list[str] | None = None) -> list[str] | None:
-    """A small file's stripped lines (missing: ``missing``); never a FIFO (it would block, lock held)."""
+def _read_lines(dir_fd: int, name: str, what: str) -> list[str] | None:
+    """A small file's stripped lines (None: no such file); never a FIFO (it would block, lock held)."""
     try:
         fd = open_regular(name, dir_fd=dir_fd)
     except FileNotFoundError:
-        return missing
+        return None
     except HookError as e:
         raise HookError(f"{what} {e}") from None
     with os.fdopen(fd, "rb") as f:

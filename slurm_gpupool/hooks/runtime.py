@@ -245,14 +245,10 @@ def locked(dir_fd: int, name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None
     fd = open_regular(name, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
     try:
         deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
-                    raise HookError(f"lock {name}: not taken within {wait_s:g} s") from None
-                time.sleep(0.01)
+        while not _flock_now(fd, name):
+            if time.monotonic() > deadline:
+                raise HookError(f"lock {name}: not taken within {wait_s:g} s")
+            time.sleep(0.01)
         yield
     finally:
         os.close(fd)
@@ -263,13 +259,24 @@ def try_lock(dir_fd: int, name: str) -> int | None:
     fd: closing it releases the lock), else None at once."""
     fd = open_regular(name, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
     try:
+        if _flock_now(fd, name):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
+def _flock_now(fd: int, name: str) -> bool:
+    """``flock(LOCK_EX | LOCK_NB)``: False while another open file holds it."""
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
+            return False
         raise HookError(f"lock {name}: {e.strerror}") from None
-    return fd
+    return True
 
 
 def record_health(state_dir: str, status: str, by: str, job: str | None, found: list[str]) -> None:

@@ -351,9 +351,9 @@ def test_a_fifo_or_a_vanished_file_among_the_intents_is_dropped_and_the_others_a
     assert not (d / ".gpupool.2.1.5.del").exists()
     fd = os.open(d, os.O_RDONLY)
     try:
-        real = jobmap.pending  # an intent listed, then gone before it is read
+        real = jobmap._intents  # an intent listed, then gone before it is read
         monkeypatch.setattr(
-            jobmap, "pending", lambda dir_fd, gpu=None: [(0, ".gpupool.2.0.6.del", "6", False), *real(dir_fd, gpu)]
+            jobmap, "_intents", lambda names, gpu: [(0, ".gpupool.2.0.6.del", "6", False), *real(names, gpu)]
         )
         jobmap._apply(fd, "2", str(run_dir))
         assert listing(d) == {"2": ["5", "6"]}
