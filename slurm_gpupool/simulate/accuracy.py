@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,7 +34,7 @@ WAITS = ("median", "mean", "p90")
 class RunError:
     """One kept run's replay against Slurm: each measure as (Slurm's, the simulator's)."""
 
-    run: str  # family@release, e.g. "burst@22.05"
+    run: str  # family@release, e.g. "burst@22.05"; another seed of the family: "burst-s5151@22.05"
     waits: Mapping[str, tuple[float, float]]  # WAITS -> (real s, simulated s)
     utilisation: tuple[float, float]  # percent
     order: float  # share of pairs in Slurm's order
@@ -49,7 +50,8 @@ class Accuracy:
 
     @property
     def families(self) -> list[str]:
-        return sorted({r.split("@")[0] for r in self.runs})
+        """The workload families: a family's runs with other seeds (``burst-s5151@…``) count once."""
+        return sorted({re.sub(r"-s\d+$", "", r.split("@")[0]) for r in self.runs})
 
     @property
     def releases(self) -> list[str]:

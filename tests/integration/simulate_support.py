@@ -193,17 +193,54 @@ def recorded(record: Path) -> tuple[dict, dict[str, tuple[TraceRequest, int, str
 
 
 # Kept runs whose replay misses a tolerance, not explained yet (docs/simulate.md, "Validation
-# families on each release"): (family, release) -> the first measure the comparison finds out
-# of tolerance.  Their tests assert that it still misses there, so a change that brings one
-# within (or moves the miss) is seen; the tolerances stay as published.
-KNOWN_MISSES = {("qos", "24.11"): "median wait", ("burst", "26.05"): "mean wait"}
+# families on each release"): the run's label (``Kept.label``) -> the first measure the
+# comparison finds out of tolerance.  Their tests assert that it still misses there, so a
+# change that brings one within (or moves the miss) is seen; the tolerances stay as published.
+KNOWN_MISSES = {"qos@24.11": "median wait", "burst@26.05": "mean wait"}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One kept validation run: the release it ran on and its files' stem under the
+    fixtures (``<release>/<stem>.json`` and ``<stem>-slurmctld.log``): ``simulate-<family>``
+    for the family's first seed, ``simulate-<family>-s<seed>`` for each other workload of
+    the family (``tests/fixtures/record_simulate_<family>.py RELEASE SEED``)."""
+
+    release: str
+    stem: str
+
+    @property
+    def label(self) -> str:
+        """``burst@22.05``, ``burst-s5151@22.05``: how the accuracy file and
+        ``KNOWN_MISSES`` name it."""
+        return f"{self.stem.removeprefix('simulate-')}@{self.release}"
+
+    @property
+    def record(self) -> Path:
+        return FIXTURES / self.release / f"{self.stem}.json"
+
+    @property
+    def log(self) -> Path:
+        return FIXTURES / self.release / f"{self.stem}-slurmctld.log"
+
+
+def kept_runs(family: str) -> list[Kept]:
+    """Every kept run of ``family`` on every release, oldest release first, the first seed
+    first."""
+    seeds = re.compile(rf"simulate-{re.escape(family)}(-s\d+)?\.json")
+    found = [
+        Kept(d.name, p.name.removesuffix(".json"))
+        for d in FIXTURES.iterdir()
+        if d.is_dir()
+        for p in d.iterdir()
+        if seeds.fullmatch(p.name)
+    ]
+    return sorted(found, key=lambda k: (tuple(int(x) for x in k.release.split(".")), len(k.stem), k.stem))
 
 
 def recorded_releases(family: str) -> list[str]:
-    """The releases with a kept run of ``family`` (``<release>/simulate-<family>.json``
-    under the fixtures, as ``tests/fixtures/record_simulate_<family>.py`` writes it), oldest first."""
-    found = [d.name for d in FIXTURES.iterdir() if (d / f"simulate-{family}.json").is_file()]
-    return sorted(found, key=lambda name: tuple(int(x) for x in name.split(".")))
+    """The releases with a kept run of ``family``'s first seed (``<release>/simulate-<family>.json``)."""
+    return [k.release for k in kept_runs(family) if k.stem == f"simulate-{family}"]
 
 
 def assert_spread_over_users(rec: dict) -> None:

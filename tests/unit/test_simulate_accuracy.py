@@ -27,9 +27,10 @@ def test_the_worst_run_sets_each_figure_and_errors_within_the_floor_count_as_agr
         _err("a@22.05", median=(30.0, 34.0), p90=(100.0, 112.0), util=(25.0, 26.5), order=0.97),
         _err("b@24.11", median=(60.0, 69.0), p90=(200.0, 190.0), util=(20.0, 18.0), order=0.99),
         _err("b@26.05", mean=(2.0, 6.5)),  # 4.5 s: within the 5 s resolution, whatever the ratio
+        _err("b-s77@26.05"),  # another seed of family b: one family still
     ]
     acc = measured(errs, 5.0)
-    assert acc.runs == ("a@22.05", "b@24.11", "b@26.05")
+    assert acc.runs == ("a@22.05", "b-s77@26.05", "b@24.11", "b@26.05")
     assert acc.families == ["a", "b"] and acc.releases == ["22.05", "24.11", "26.05"]
     assert acc.wait_rel == {"median": 0.15, "mean": 0.0, "p90": 0.12}
     assert acc.utilisation_points == 2.0 and acc.order == 0.97

@@ -1,8 +1,9 @@
 """#27's validation, replayed from recorded runs: 64 jobs mixing QOS priorities (``high``
 100, ``low`` 10, the rest ``normal``) with MIG slices and multi-GPU whole jobs on the
 day layout's mixed nodes (DGXs with slices beside whole A100s, a V100 node with whole
-GPUs beside time-sliced ones), run once on the sandbox of each release by
-``tests/fixtures/record_simulate_qos.py`` (``tests/fixtures/slurm/<release>/simulate-qos*``:
+GPUs beside time-sliced ones), run on the sandbox of each release by
+``tests/fixtures/record_simulate_qos.py``, with the first seed and others
+(``tests/fixtures/slurm/<release>/simulate-qos*``:
 what sacct said of each job, its request, QOS, user and account, and the controller's log
 lines of those jobs).  Every kept run's replay must agree within the published tolerances
 (docs/simulate.md), with the QOS priorities and its release's will-run rule."""
@@ -24,20 +25,24 @@ from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the r
 NO_SWITCH = 1e9  # the run stayed in the day layout
 
 
-@pytest.fixture(params=support.recorded_releases("qos"))
-def release(request) -> str:
+@pytest.fixture(params=support.kept_runs("qos"), ids=lambda k: k.label)
+def kept(request) -> support.Kept:
     return request.param
 
 
 @pytest.fixture
-def run(monkeypatch, release):
+def release(kept) -> str:
+    return kept.release
+
+
+@pytest.fixture
+def run(monkeypatch, kept):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    record = support.FIXTURES / release
-    rec, ids, spec = recorded(record / "simulate-qos.json")
+    rec, ids, spec = recorded(kept.record)
     real = {j: tuple(v) for j, v in rec["real"].items()}
     # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
-    yield rec, real, ids, spec, recorded_handoff(record / "simulate-qos-slurmctld.log", real, rec["since"])
+    yield rec, real, ids, spec, recorded_handoff(kept.log, real, rec["since"])
     monkeypatch.undo()
     time.tzset()
 
@@ -55,11 +60,11 @@ def test_the_record_queued_and_its_high_priority_jobs_went_first(run):
     assert percentile(high, 50) < 5 < 20 < percentile(normal, 50)
 
 
-def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, release):
+def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, kept):
     """The controller logs each job's priority at submission (``InitPrio``; 26.05 logs the
     job's ``SLUID`` before it)."""
     rec, _, ids, _, _ = run
-    text = (support.FIXTURES / release / "simulate-qos-slurmctld.log").read_text()
+    text = kept.log.read_text()
     logged = {
         m[1]: int(m[2])
         for m in re.finditer(r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)", text)
@@ -69,14 +74,14 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, release):
     assert set(logged.values()) == {1, 1000, 10000}
 
 
-def test_the_replay_with_the_qos_priorities_agrees_with_slurm(run, release):
+def test_the_replay_with_the_qos_priorities_agrees_with_slurm(run, kept, release):
     rec, real, ids, spec, handoff = run
     params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
-    if miss := support.KNOWN_MISSES.get(("qos", release)):
+    if miss := support.KNOWN_MISSES.get(kept.label):
         with pytest.raises(AssertionError, match=miss):
-            replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, kept=f"qos@{release}")
+            replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, kept=kept.label)
         return
-    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, kept=f"qos@{release}")
+    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, kept=kept.label)
     for exact in (True, False):
         assert got[exact]["median wait"][0] > 0  # (checked in the comparison too: the run queued)
 
@@ -103,6 +108,6 @@ def test_the_known_miss_on_24_11_is_the_backfill_passes_phase_given_them_the_rep
     passes = support.pass_instants(log, rec["since"])
     epoch = min(v[0] for v in real.values())
     assert len(passes) == 10 and all(3.5 < (at - epoch) % 5 < 3.9 for at in passes[:4])
-    assert support.KNOWN_MISSES[("qos", "24.11")] == "median wait"
+    assert support.KNOWN_MISSES["qos@24.11"] == "median wait"
     got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "24.11", passes=passes)
     assert got[True]["median wait"] == pytest.approx((25.0, 29.5), abs=0.1)
