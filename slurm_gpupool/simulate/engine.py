@@ -39,7 +39,7 @@ from slurm_gpupool.simulate.earliest import earliest as _earliest
 from slurm_gpupool.simulate.earliest import first_clear as _first_clear
 from slurm_gpupool.simulate.earliest import lower_bound as _lower_bound
 from slurm_gpupool.simulate.earliest import rounded as _rounded
-from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.jobs import SimJob, dependencies
 from slurm_gpupool.simulate.meter import Meter
 from slurm_gpupool.simulate.pool import PoolSpec
 from slurm_gpupool.simulate.preempt import rules_of
@@ -52,6 +52,7 @@ from slurm_gpupool.simulate.replay import (
     BACK,
     BACKFILL,
     CRON,
+    DONE,
     ELIGIBLE,
     END,
     KILL,
@@ -171,6 +172,8 @@ class Engine(Switching, Backfill):
         self.queue = []
         self.queued = set()
         self.deferred = set()
+        self.waits_on, self.dependents = dependencies(jobs)
+        self.held, self.never, self.user_ended = set(), set(), set()
         self.need_of_job = {}
         self.job_nodes = {}
         self.gen = {}
@@ -215,6 +218,8 @@ class Engine(Switching, Backfill):
     def _handle(self, kind: int, payload: object) -> None:
         if kind == END:
             self._end(*payload)  # type: ignore[misc]
+        elif kind == DONE:
+            self._done(*payload)  # type: ignore[misc]
         elif kind == KILL:
             self._kill(*payload)  # type: ignore[misc]
         elif kind == ELIGIBLE:

@@ -7,6 +7,7 @@ ran, not yet a GRES request: the GRES it becomes depends on the layout it meets
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_gpupool.simulate.mapping import TraceRequest
@@ -34,6 +35,12 @@ class SimJob:
     # when its user cancelled it (``scancel``), s from the start of the replay: it leaves the
     # queue then if still pending (and ends then if running); None: never
     cancel_s: float | None = None
+    # the jobs (their ``job_id``) it waits for (``--dependency=afterok:…``; ``after_any``:
+    # ``afterany``): it queues once they have ended, and with ``afterok`` never runs if one
+    # of them did not complete (Slurm: DependencyNeverSatisfied); a job not in the replay
+    # has ended long ago
+    after: tuple[int, ...] = ()
+    after_any: bool = False
 
 
 def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maximum_s: float | None = None) -> float:
@@ -43,3 +50,18 @@ def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maxi
     minutes = -(-max(duration_s * factor, minimum_s) // 60)
     limit = float(minutes * 60)
     return min(limit, maximum_s) if maximum_s else limit
+
+
+def dependencies(jobs: Sequence[SimJob]) -> tuple[dict[int, set[int]], dict[int, list[int]]]:
+    """Each job's dependencies in the replay (by index), and the jobs depending on each: a
+    dependency on a job that is not in the replay (or on itself) is one that ended long ago."""
+    index = {j.job_id: i for i, j in enumerate(jobs)}
+    waits_on: dict[int, set[int]] = {}
+    dependents: dict[int, list[int]] = {}
+    for i, j in enumerate(jobs):
+        deps = {index[d] for d in j.after if d in index and index[d] != i}
+        if deps:
+            waits_on[i] = deps
+            for d in sorted(deps):
+                dependents.setdefault(d, []).append(i)
+    return waits_on, dependents

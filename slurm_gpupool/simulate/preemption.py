@@ -132,6 +132,7 @@ class Preemption(Scheduler):
         if self.rules.mode(job.qos) == CANCEL or not job.requeue:
             rec.cancelled = True
             self.open_jobs -= 1
+            self._finished(j, False)
             return
         rec.requeues += 1
         rec.start_s = rec.end_s = -1.0

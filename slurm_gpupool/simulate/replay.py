@@ -25,10 +25,11 @@ from slurm_gpupool.simulate.switcher import Switcher
 # event kinds, in the order they are handled at one instant
 # (samples last: what they measure, and whether they run at all, changes nothing before them)
 # (KILL: a preempted job ends, then its records come free; ELIGIBLE: a requeued one queues again;
-# WITHDRAW: its user cancels a job)
-END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT, BACKFILL, TICK, SAMPLE = range(13)
+# WITHDRAW: its user cancels a job; DONE: a job others depend on has ended, its records not
+# yet free)
+END, DONE, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT, BACKFILL, TICK, SAMPLE = range(14)
 # the events that change what the scheduler sees (the others are its passes, ticks, samples)
-LIVE = frozenset({END, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT})
+LIVE = frozenset({END, DONE, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT})
 
 
 class ReplayState:
@@ -59,6 +60,13 @@ class ReplayState:
     queue: list[tuple[float, int, int, int, float]]
     queued: set[int]
     deferred: set[int]  # refused for now, resubmitted when a later layout comes
+    # dependencies (``SimJob.after``): each job's unfinished ones, who waits on each job, the
+    # jobs submitted and waiting for theirs (not queued), the jobs whose afterok failed
+    waits_on: dict[int, set[int]]
+    dependents: dict[int, list[int]]
+    held: set[int]
+    never: set[int]
+    user_ended: set[int]  # running jobs their user cancelled (``scancel``): not completed
     need_of_job: dict[int, Need]
     job_nodes: dict[int, list[SimNode]]
     gen: dict[int, int]  # a requeued job's earlier end events are stale

@@ -25,7 +25,7 @@ from slurm_gpupool.simulate.cadence import next_pass
 from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.records import Part, SimNode, apply, take
-from slurm_gpupool.simulate.replay import BACKFILL, END, SUBMIT
+from slurm_gpupool.simulate.replay import BACKFILL, DONE, END, SUBMIT
 from slurm_gpupool.simulate.state import SHARD, Need, need_of
 
 
@@ -74,6 +74,7 @@ class Scheduler(NodeIndex):
             if later is None:
                 rec.rejected = f"no layout holds {_describe(job.request)}"
                 self.open_jobs -= 1
+                self._finished(i, False)
                 return
             rec.eligible_s = later[0]
             self.deferred.add(i)
@@ -87,7 +88,37 @@ class Scheduler(NodeIndex):
         rec.need, rec.kind, rec.layout, rec.eq = need.label, need.demand.kind, due, need.eq
         self.need_of_job[i] = need
         self.meter.typical[need] += 1
-        self._enqueue(i)
+        if i in self.never:
+            self._never(i)
+        elif self.waits_on.get(i):
+            self.held.add(i)  # pending (Dependency): it queues when the last of them ends
+        else:
+            self._enqueue(i)
+
+    def _finished(self, i: int, completed: bool) -> None:
+        """Job ``i`` has ended for good (``completed``: COMPLETED, its work done; else it
+        failed, timed out or was cancelled): the jobs depending on it queue once none of
+        theirs is left (``test_job_dependency``: ``afterany`` any end, ``afterok`` a
+        completed one), and a job whose ``afterok`` it broke never runs."""
+        for d in self.dependents.get(i, ()):
+            waits = self.waits_on[d]
+            waits.discard(i)
+            if not completed and not self.jobs[d].after_any:
+                self.never.add(d)
+                if d in self.held:
+                    self.held.discard(d)
+                    self._never(d)
+            elif not waits and d in self.held:
+                self.held.discard(d)
+                self._enqueue(d)
+
+    def _never(self, i: int) -> None:
+        """An ``afterok`` dependency of job ``i`` did not complete: Slurm leaves it pending
+        for good (DependencyNeverSatisfied; cancelled with ``kill_invalid_depend``), so the
+        replay counts it among the jobs it could not run, saying why."""
+        self.recs[i].rejected = "its afterok dependency did not complete"
+        self.open_jobs -= 1
+        self._finished(i, False)
 
     def _key(self, i: int) -> tuple[float, int, int]:
         """Its place in the queue: Slurm's order (``priority.queue_ranks``: QOS priority, then
@@ -112,16 +143,20 @@ class Scheduler(NodeIndex):
             del q[bisect_left(q, self._key(i))]
         elif i in self.deferred:
             self.deferred.discard(i)
+        elif i in self.held:
+            self.held.discard(i)
         elif i in self.job_nodes and rec.end_s > self.now:
             rec.end_s, rec.timeout = self.now, False
             self.gen[i] += 1  # its planned end is stale
-            self._push(self.now + self.p.release_s, END, (i, self.gen[i]))
+            self.user_ended.add(i)
+            self._ends_at(i, rec.end_s)
             return
         else:
             return
         rec.withdrawn = True
         self.open_jobs -= 1
         self.dirty = self.changed = True
+        self._finished(i, False)
 
     def _start(self, i: int, chosen: Sequence[tuple[SimNode, list[Part]]]) -> None:
         job, rec, need = self.jobs[i], self.recs[i], self.need_of_job[i]
@@ -148,7 +183,21 @@ class Scheduler(NodeIndex):
         self.job_nodes[i] = [n for n, _ in chosen]
         insort(self.ends, (expected, i, tuple(n.index for n, _ in chosen)))
         self.gen[i] = self.gen.get(i, 0) + 1
-        self._push(rec.end_s + self.p.release_s, END, (i, self.gen[i]))  # records free after the epilog
+        self._ends_at(i, rec.end_s)
+
+    def _ends_at(self, i: int, end_s: float) -> None:
+        """Job ``i``'s run ends at ``end_s`` (its current run: ``gen``): its records free
+        after the epilog (END); a job depending on it may start at once, elsewhere (DONE)."""
+        self._push(end_s + self.p.release_s, END, (i, self.gen[i]))
+        if self.dependents.get(i):
+            self._push(end_s, DONE, (i, self.gen[i]))
+
+    def _done(self, i: int, gen: int) -> None:
+        """Job ``i``'s run has ended (DONE): the jobs waiting on it may queue now
+        (``_finished``), unless a preemption ended it first (a new ``gen``: ``_kill`` says
+        so itself) or requeued it."""
+        if self.gen.get(i) == gen:
+            self._finished(i, not (self.recs[i].timeout or i in self.user_ended))
 
     def _limit_checked(self, limit_at: float) -> float:
         """When a job whose limit comes at ``limit_at`` is ended if still running: Slurm's

@@ -349,6 +349,7 @@ def replay_and_compare(
     cancel: dict[str, float] | None = None,
     kept: str | None = None,
     passes: Collection[float] = (),
+    after: dict[str, list] | None = None,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -364,7 +365,10 @@ def replay_and_compare(
     it while it was pending in Slurm (``scancel``): replayed (it queues until then), not
     compared (it has no start); its ``work`` is what it would have run.  ``kept``: see
     :func:`_compare`.  ``passes``: when Slurm's backfill passes began (epoch s,
-    :func:`pass_instants`): the replay's passes fall there (none: on its own grid)."""
+    :func:`pass_instants`): the replay's passes fall there (none: on its own grid).
+    ``after``: job -> [[the jobs it depends on], afterany?] (``--dependency``).  A job
+    that never started in Slurm (cancelled while pending, or its dependency never
+    satisfied) is replayed but not compared."""
     epoch = min(v[0] for v in real.values())
     work = work or {}
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
@@ -378,6 +382,8 @@ def replay_and_compare(
             requeue=j in requeue,
             qos=ids[j][2] if len(ids[j]) > 2 else "normal",
             cancel_s=(cancel or {})[j] - epoch if j in (cancel or {}) else None,
+            after=tuple(int(d) for d in (after or {}).get(j, [[]])[0]),
+            after_any=bool((after or {}).get(j, [[], False])[1]),
         )
         for j in order
     ]
@@ -392,6 +398,6 @@ def replay_and_compare(
         res = Engine(spec, sw, Params(**fields)).run(jobs)
         if results is not None:
             results[exact] = res
-        ran = {j: v for j, v in ids.items() if j not in (cancel or {})}
+        ran = {j: v for j, v in ids.items() if j not in (cancel or {}) and real[j][1] is not None}
         got[exact] = _compare(ran, real, epoch, res, switch_at, out, exact, held, kept)
     return got

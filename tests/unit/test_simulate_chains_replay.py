@@ -1,0 +1,92 @@
+"""#27's dependency family, replayed from recorded runs: pipelines of one to three jobs
+submitted together (``--dependency=afterok:J``, the third stage ``afterany:J``) with MIG
+slices and whole A100s and V100s on the day layout's mixed nodes, a first stage now and then
+running into its limit so that the job after it never runs (DependencyNeverSatisfied), run
+on the sandbox of each release by ``tests/fixtures/record_simulate_chains.py``
+(``tests/fixtures/slurm/<release>/simulate-chains*``).  Every kept run's replay must agree
+within the published tolerances (docs/simulate.md), and must not run the jobs Slurm never
+ran."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
+
+NO_SWITCH = 1e9  # the run stayed in the day layout
+CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
+
+
+@pytest.fixture(params=support.kept_runs("chains"), ids=lambda k: k.label)
+def kept(request) -> support.Kept:
+    return request.param
+
+
+@pytest.fixture
+def run(monkeypatch, kept):
+    monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
+    time.tzset()
+    rec, ids, spec = recorded(kept.record)
+    # (submission, start, end, nodes) of each job's one run; a job that never ran has no start
+    real = {j: (r[0][0], r[0][1], r[0][2], r[0][4]) for j, r in rec["runs"].items()}
+    ran = {j: v for j, v in real.items() if v[1] is not None}
+    yield rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _params(kept: support.Kept):
+    """The sandbox's settings, with the time-limit checks at the phase the log shows (the
+    TIMEOUT first stages end at them, as in trace A)."""
+    from tests.unit.test_simulate_burst_replay import _checks
+
+    checks = _checks(kept)
+    if not checks:
+        return SANDBOX
+    return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=checks[0] % CHECK_S)
+
+
+def test_the_record_has_pipelines_and_a_dependency_never_satisfied(run):
+    rec, real, ids, _, _ = run
+    support.assert_spread_over_users(rec)
+    after = rec["after"]
+    assert len(ids) >= 50 and len(after) >= 25
+    assert any(any_end for _, any_end in after.values()) and any(not any_end for _, any_end in after.values())
+    states = {j: r[0][3] for j, r in rec["runs"].items()}
+    # each job that never ran depended (afterok) on one that did not complete
+    assert rec["never"]
+    for j in rec["never"]:
+        (dep,), any_end = after[j]
+        assert not any_end and states[dep] != "COMPLETED" and real[j][1] is None, (j, dep, states[dep])
+    # each dependent that ran started after its dependency ended
+    for j, (deps, _) in after.items():
+        if real[j][1] is not None:
+            assert all(real[j][1] >= real[d][2] for d in deps), j
+
+
+def test_the_replay_with_the_dependencies_agrees_with_slurm_and_never_runs_the_same_jobs(run, kept):
+    rec, real, ids, spec, handoff = run
+    work = {j: float(ids[j][1]) for j in rec["never"]}  # its sleep: what it would have run
+    results: dict = {}
+    args = (spec, _params(kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, (), results)
+    if miss := support.KNOWN_MISSES.get(kept.label):
+        with pytest.raises(AssertionError, match=miss):
+            replay_and_compare(*args, kept=kept.label, after=rec["after"])
+    else:
+        got = replay_and_compare(*args, kept=kept.label, after=rec["after"])
+        for exact in (True, False):
+            assert got[exact]["median wait"][0] > 0
+    for exact, res in results.items():
+        never = {str(r.job_id) for r in res.jobs if r.rejected}
+        assert never == set(rec["never"]), exact
+
+
+def test_without_the_dependencies_the_replay_starts_the_later_stages_too_early_and_the_comparison_says_so(run, kept):
+    rec, real, ids, spec, handoff = run
+    ran = {j: v for j, v in ids.items() if j not in rec["never"]}
+    with pytest.raises(AssertionError, match=r"wait|order"):
+        replay_and_compare(spec, _params(kept), ran, real, NO_SWITCH, [60.0], handoff, kept.release)

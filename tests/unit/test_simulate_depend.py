@@ -1,0 +1,103 @@
+"""#27's dependency family: a job submitted with ``--dependency=afterok:J`` or ``afterany:J``
+queues only once J has ended (Slurm's ``test_job_dependency``), and with ``afterok`` never
+runs if J did not complete (DependencyNeverSatisfied).  Every expected time is worked out by
+hand beside it, on the engine tests' pool: two nodes of four whole A30s."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slurm_gpupool.simulate.jobs import SimJob, dependencies
+from slurm_gpupool.simulate.metrics import summarise
+from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401  (spec: the pool fixture)
+
+
+def after(j: SimJob, *on: int, any_end: bool = False) -> SimJob:
+    return replace(j, after=on, after_any=any_end)
+
+
+def test_the_graph_names_each_job_s_dependencies_by_index_and_ignores_jobs_not_replayed():
+    jobs = [job(10, 0, 5), after(job(11, 1, 5), 10, 99), after(job(12, 2, 5), 10, 11, 12), job(13, 3, 5)]
+    waits_on, dependents = dependencies(jobs)
+    # 99 is not in the replay (ended long ago), 12 on itself is no dependency
+    assert waits_on == {1: {0}, 2: {0, 1}}
+    assert dependents == {0: [1, 2], 1: [2]}
+
+
+def test_a_dependent_job_starts_when_its_dependency_ends_not_when_submitted(spec):  # noqa: F811
+    """Job 2 (afterok:1) is submitted at 5 with GPUs free: it waits for job 1's end at 100
+    and starts then, on another GPU, without waiting for job 1's records (release_s 0.5)."""
+    jobs = [job(1, 0, 100, limit=200), after(job(2, 5, 10, limit=60), 1)]
+    _, r = run(spec, jobs, release_s=0.5)
+    assert r[2].start_s == 100 and r[2].wait_s == 95
+    _, free = run(spec, [jobs[0], job(2, 5, 10, limit=60)], release_s=0.5)
+    assert free[2].start_s == 5  # without the dependency: at once
+
+
+def test_a_dependent_job_that_needs_its_dependency_s_gpus_waits_for_its_records(spec):  # noqa: F811
+    """Both nodes are full until 100 (jobs 1 and 3); job 2 (afterok:1) needs 4 GPUs: it may
+    queue at 100, and starts at 100.5 once job 1's records are free, as after any end."""
+    jobs = [job(1, 0, 100, gpus=4, limit=200), job(3, 0, 300, gpus=4, limit=300), after(job(2, 1, 10, gpus=4), 1)]
+    _, r = run(spec, jobs, release_s=0.5)
+    assert r[2].start_s == 100.5
+
+
+def test_afterok_on_a_job_that_timed_out_never_runs_and_afterany_runs_at_its_end(spec):  # noqa: F811
+    """Job 1 runs into its 60 s limit (TIMEOUT at 60): job 2 (afterok) never runs, the
+    replay says why; job 3 (afterany) starts at 60; job 4 (afterok on job 2) never runs
+    either."""
+    jobs = [
+        job(1, 0, 100, limit=60),
+        after(job(2, 1, 10, limit=60), 1),
+        after(job(3, 2, 10, limit=60), 1, any_end=True),
+        after(job(4, 3, 10, limit=60), 2),
+    ]
+    res, r = run(spec, jobs)
+    assert r[1].timeout and r[1].end_s == 60
+    assert r[2].start_s == -1 and "afterok" in r[2].rejected
+    assert r[4].start_s == -1 and "afterok" in r[4].rejected
+    assert r[3].start_s == 60
+    summary = summarise(res)
+    assert summary["rejected"] == 2 and summary["never_started"] == 0
+    assert summary["rejected_why"] == {"its afterok dependency did not complete": 2}
+
+
+def test_a_dependency_cancelled_while_pending_ends_afterok_jobs_and_frees_afterany_ones(spec):  # noqa: F811
+    """Job 1 (8 GPUs: both nodes, behind job 0 until 100) is cancelled at 30 while pending:
+    job 2 (afterok) never runs; job 3 (afterany) queues at 30 and starts then (the GPUs job 0
+    leaves free)."""
+    jobs = [
+        job(0, 0, 100, gpus=2, limit=100),
+        replace(job(1, 1, 10, gpus=8, limit=60), cancel_s=30.0),
+        after(job(2, 2, 10, limit=60), 1),
+        after(job(3, 3, 10, limit=60), 1, any_end=True),
+    ]
+    _, r = run(spec, jobs)
+    assert r[1].withdrawn
+    assert r[2].start_s == -1 and "afterok" in r[2].rejected
+    assert r[3].start_s == 30
+
+
+def test_a_job_cancelled_while_running_breaks_afterok(spec):  # noqa: F811
+    """``scancel`` of running job 1 at 40: it did not complete, so job 2 (afterok) never
+    runs, and job 3 (afterany) starts at 40."""
+    jobs = [
+        replace(job(1, 0, 100, limit=100), cancel_s=40.0),
+        after(job(2, 1, 10, limit=60), 1),
+        after(job(3, 1, 10, limit=60), 1, any_end=True),
+    ]
+    _, r = run(spec, jobs)
+    assert r[1].end_s == 40
+    assert r[2].start_s == -1 and r[3].start_s == 40
+
+
+def test_a_waiting_dependent_holds_no_place_in_the_queue(spec):  # noqa: F811
+    """Job 2 (8 GPUs, afterok:1) is first in the queue but waits for job 1 (ends at 100): it
+    reserves nothing meanwhile, so job 3 (4 GPUs, 300 s) starts at once at 3; job 2 then
+    waits for job 3 (to 303).  Without the dependency job 2 would head the queue from 2, and
+    job 3 could not backfill in front of it."""
+    jobs = [job(1, 0, 100, gpus=1, limit=100), after(job(2, 2, 10, gpus=8, limit=60), 1), job(3, 3, 300, gpus=4)]
+    _, r = run(spec, jobs)
+    assert r[3].start_s == 3 and r[2].start_s == 303
+    _, plain = run(spec, [jobs[0], job(2, 2, 10, gpus=8, limit=60), jobs[2]])
+    assert plain[2].start_s == 100 and plain[3].start_s == 110
