@@ -65,7 +65,7 @@ class ReplayState:
     waits_on: dict[int, set[int]]
     dependents: dict[int, list[int]]
     held: set[int]
-    never: set[int]
+    never: dict[int, str]  # -> why (``Scheduler._finished``)
     user_ended: set[int]  # running jobs their user cancelled (``scancel``): not completed
     need_of_job: dict[int, Need]
     job_nodes: dict[int, list[SimNode]]

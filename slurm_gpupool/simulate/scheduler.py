@@ -29,6 +29,11 @@ from slurm_gpupool.simulate.replay import BACKFILL, DONE, END, SUBMIT
 from slurm_gpupool.simulate.state import SHARD, Need, need_of
 
 
+# why a job with dependencies never runs (``JobRecord.rejected``)
+BROKEN = "its afterok dependency did not complete"
+NEVER_ENDS = "it depends on a job that never runs"
+
+
 class Scheduler(NodeIndex):
     """Submission, start, end and release of jobs, and the main scheduler's pass."""
 
@@ -95,16 +100,18 @@ class Scheduler(NodeIndex):
         else:
             self._enqueue(i)
 
-    def _finished(self, i: int, completed: bool) -> None:
+    def _finished(self, i: int, completed: bool, ends: bool = True) -> None:
         """Job ``i`` has ended for good (``completed``: COMPLETED, its work done; else it
-        failed, timed out or was cancelled): the jobs depending on it queue once none of
-        theirs is left (``test_job_dependency``: ``afterany`` any end, ``afterok`` a
-        completed one), and a job whose ``afterok`` it broke never runs."""
+        failed, timed out or was cancelled), or will never run (not ``ends``): the jobs
+        depending on it queue once none of theirs is left (``test_job_dependency``:
+        ``afterany`` any end, ``afterok`` a completed one); a job whose ``afterok`` it
+        broke, or that waits on a job that never ends, never runs."""
         for d in self.dependents.get(i, ()):
             waits = self.waits_on[d]
             waits.discard(i)
-            if not completed and not self.jobs[d].after_any:
-                self.never.add(d)
+            if not ends or (not completed and not self.jobs[d].after_any):
+                why = NEVER_ENDS if not ends else BROKEN
+                self.never[d] = self.never.get(d, why)
                 if d in self.held:
                     self.held.discard(d)
                     self._never(d)
@@ -113,12 +120,14 @@ class Scheduler(NodeIndex):
                 self._enqueue(d)
 
     def _never(self, i: int) -> None:
-        """An ``afterok`` dependency of job ``i`` did not complete: Slurm leaves it pending
-        for good (DependencyNeverSatisfied; cancelled with ``kill_invalid_depend``), so the
-        replay counts it among the jobs it could not run, saying why."""
-        self.recs[i].rejected = "its afterok dependency did not complete"
+        """An ``afterok`` dependency of job ``i`` did not complete (or one of its
+        dependencies never runs): Slurm leaves it pending for good (DependencyNeverSatisfied,
+        or Dependency; ``kill_invalid_depend`` would cancel it, which is not modelled), so the
+        replay counts it among the jobs it could not run, saying why, and the jobs waiting
+        on it never run either."""
+        self.recs[i].rejected = self.never[i]
         self.open_jobs -= 1
-        self._finished(i, False)
+        self._finished(i, False, ends=False)
 
     def _key(self, i: int) -> tuple[float, int, int]:
         """Its place in the queue: Slurm's order (``priority.queue_ranks``: QOS priority, then

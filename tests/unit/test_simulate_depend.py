@@ -44,22 +44,28 @@ def test_a_dependent_job_that_needs_its_dependency_s_gpus_waits_for_its_records(
 
 def test_afterok_on_a_job_that_timed_out_never_runs_and_afterany_runs_at_its_end(spec):  # noqa: F811
     """Job 1 runs into its 60 s limit (TIMEOUT at 60): job 2 (afterok) never runs, the
-    replay says why; job 3 (afterany) starts at 60; job 4 (afterok on job 2) never runs
-    either."""
+    replay says why; job 3 (afterany) starts at 60.  Job 2 stays pending for good in Slurm
+    (DependencyNeverSatisfied), so job 4 (afterany on job 2, submitted before job 1 ended)
+    and job 5 (afterok on it, submitted after) never run either."""
     jobs = [
         job(1, 0, 100, limit=60),
         after(job(2, 1, 10, limit=60), 1),
         after(job(3, 2, 10, limit=60), 1, any_end=True),
-        after(job(4, 3, 10, limit=60), 2),
+        after(job(4, 3, 10, limit=60), 2, any_end=True),
+        after(job(5, 80, 10, limit=60), 2),
     ]
     res, r = run(spec, jobs)
     assert r[1].timeout and r[1].end_s == 60
-    assert r[2].start_s == -1 and "afterok" in r[2].rejected
-    assert r[4].start_s == -1 and "afterok" in r[4].rejected
+    assert r[2].start_s == -1 and r[2].rejected == "its afterok dependency did not complete"
+    assert r[4].start_s == r[5].start_s == -1
+    assert r[4].rejected == r[5].rejected == "it depends on a job that never runs"
     assert r[3].start_s == 60
     summary = summarise(res)
-    assert summary["rejected"] == 2 and summary["never_started"] == 0
-    assert summary["rejected_why"] == {"its afterok dependency did not complete": 2}
+    assert summary["rejected"] == 3 and summary["never_started"] == 0
+    assert summary["rejected_why"] == {
+        "its afterok dependency did not complete": 1,
+        "it depends on a job that never runs": 2,
+    }
 
 
 def test_a_dependency_cancelled_while_pending_ends_afterok_jobs_and_frees_afterany_ones(spec):  # noqa: F811

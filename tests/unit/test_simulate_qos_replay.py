@@ -57,7 +57,9 @@ def test_the_record_queued_and_its_high_priority_jobs_went_first(run):
     assert len(real) == len(ids) == 64
     assert {q for _, _, q in ids.values()} == {"high", "normal", "low"}
     high, normal = _waits(real, ids, "high"), _waits(real, ids, "normal")
-    assert percentile(high, 50) < 5 < 20 < percentile(normal, 50)
+    # the normal jobs queued; the high ones waited less than half as long (a median of 1-4 s
+    # on most runs; 13 s on 24.11's seed 3131, whose backfill passes fell late)
+    assert percentile(normal, 50) > 20 and percentile(high, 50) < percentile(normal, 50) / 2
 
 
 def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, kept):
@@ -93,21 +95,27 @@ def test_without_the_qos_priorities_the_replay_starts_jobs_in_another_order_and_
         replay_and_compare(spec, SANDBOX, ids, real, NO_SWITCH, [60.0], handoff, release)
 
 
-def test_the_known_miss_on_24_11_is_the_backfill_passes_phase_given_them_the_replay_agrees(utc):  # noqa: F811
-    """24.11's run misses the median on the replay's own grid (``KNOWN_MISSES``): its backfill
-    passes fell 3.6-3.8 s after that grid.  Given the passes its log dates (each pass's
-    first backfill start, ``pass_instants``), the replay agrees within every tolerance.  A
-    site's simulator cannot know them, so the kept run's error stays in the shipped
-    accuracy (the test above)."""
-    record = support.FIXTURES / "24.11"
-    rec, ids, spec = recorded(record / "simulate-qos.json")
+@pytest.mark.parametrize(
+    ("stem", "phase", "median"),
+    [("simulate-qos", (3.5, 3.9), (25.0, 29.5)), ("simulate-qos-s3131", (3.3, 3.6), (12.5, 13.0))],
+)
+def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_replay_agrees(  # noqa: F811
+    utc, stem, phase, median
+):
+    """24.11's runs miss the median on the replay's own grid (``KNOWN_MISSES``): their
+    backfill passes fell 3.4-3.8 s after that grid.  Given the passes their logs date (each
+    pass's first backfill start, ``pass_instants``), the replay agrees within every
+    tolerance (seed 3131: median 12.5 s in Slurm, 5.0 s on the grid, 13.0 s given the
+    passes).  A site's simulator cannot know them, so the kept runs' errors stay in the
+    shipped accuracy (the test above)."""
+    kept = support.Kept("24.11", stem)
+    rec, ids, spec = recorded(kept.record)
     real = {j: tuple(v) for j, v in rec["real"].items()}
-    log = record / "simulate-qos-slurmctld.log"
-    handoff = recorded_handoff(log, real, rec["since"])
+    handoff = recorded_handoff(kept.log, real, rec["since"])
     params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
-    passes = support.pass_instants(log, rec["since"])
+    passes = support.pass_instants(kept.log, rec["since"])
     epoch = min(v[0] for v in real.values())
-    assert len(passes) == 10 and all(3.5 < (at - epoch) % 5 < 3.9 for at in passes[:4])
-    assert support.KNOWN_MISSES["qos@24.11"] == "median wait"
+    assert len(passes) >= 10 and all(phase[0] < (at - epoch) % 5 < phase[1] for at in passes[:4])
+    assert support.KNOWN_MISSES[kept.label] == "median wait"
     got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "24.11", passes=passes)
-    assert got[True]["median wait"] == pytest.approx((25.0, 29.5), abs=0.1)
+    assert got[True]["median wait"] == pytest.approx(median, abs=0.1)
