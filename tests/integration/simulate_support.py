@@ -224,6 +224,18 @@ class Kept:
         return FIXTURES / self.release / f"{self.stem}-slurmctld.log"
 
 
+def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
+    """A kept run whose record has every run of each job (``runs``: trace A, the chains):
+    the record, (submission, start, end, nodes) of each job's first run (a job that never
+    ran has no start), the jobs' requests, the pool, and the mean hand-over of the jobs that
+    ran (as ``handoff_s`` reads it, which wants the 20 or more of a 210-job run).  Read
+    with the recording machine's TZ, UTC."""
+    rec, ids, spec = recorded(kept.record)
+    real = {j: (r[0][0], r[0][1], r[0][2], r[0][4]) for j, r in rec["runs"].items()}
+    ran = {j: v for j, v in real.items() if v[1] is not None}
+    return rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
+
+
 def kept_runs(family: str) -> list[Kept]:
     """Every kept run of ``family`` on every release, oldest release first, the first seed
     first."""

@@ -11,7 +11,6 @@ cancelled while pending leaving the queue then (which on this run changes nothin
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import replace
 from datetime import datetime
 from itertools import pairwise
@@ -20,7 +19,8 @@ import pytest
 
 from slurm_gpupool.simulate.engine import Params
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import LIMIT_MIN, SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.integration.simulate_support import LIMIT_MIN, SANDBOX, replay_and_compare
+from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
@@ -38,18 +38,8 @@ def release(kept) -> str:
 
 
 @pytest.fixture
-def run(monkeypatch, kept):
-    monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
-    time.tzset()
-    rec, ids, spec = recorded(kept.record)
-    # (submission, start, end, nodes) of each job's one run; a job cancelled while pending
-    # has no start
-    real = {j: (r[0][0], r[0][1], r[0][2], r[0][4]) for j, r in rec["runs"].items()}
-    ran = {j: v for j, v in real.items() if v[1] is not None}
-    # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
-    yield rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
-    monkeypatch.undo()
-    time.tzset()
+def run(utc, kept):  # noqa: F811
+    return support.first_runs(kept)
 
 
 def _states(rec) -> dict[str, str]:

@@ -9,13 +9,13 @@ ran."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
 
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.integration.simulate_support import SANDBOX, replay_and_compare
+from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
@@ -27,16 +27,8 @@ def kept(request) -> support.Kept:
 
 
 @pytest.fixture
-def run(monkeypatch, kept):
-    monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
-    time.tzset()
-    rec, ids, spec = recorded(kept.record)
-    # (submission, start, end, nodes) of each job's one run; a job that never ran has no start
-    real = {j: (r[0][0], r[0][1], r[0][2], r[0][4]) for j, r in rec["runs"].items()}
-    ran = {j: v for j, v in real.items() if v[1] is not None}
-    yield rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
-    monkeypatch.undo()
-    time.tzset()
+def run(utc, kept):  # noqa: F811
+    return support.first_runs(kept)
 
 
 def _params(kept: support.Kept):

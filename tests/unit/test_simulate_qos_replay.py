@@ -99,8 +99,11 @@ def test_without_the_qos_priorities_the_replay_starts_jobs_in_another_order_and_
     ("stem", "phase", "median"),
     [("simulate-qos", (3.5, 3.9), (25.0, 29.5)), ("simulate-qos-s3131", (3.3, 3.6), (12.5, 13.0))],
 )
-def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_replay_agrees(  # noqa: F811
-    utc, stem, phase, median
+def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_replay_agrees(
+    utc,  # noqa: F811
+    stem,
+    phase,
+    median,
 ):
     """24.11's runs miss the median on the replay's own grid (``KNOWN_MISSES``): their
     backfill passes fell 3.4-3.8 s after that grid.  Given the passes their logs date (each
