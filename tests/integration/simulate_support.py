@@ -321,7 +321,7 @@ def _compare(ids, real, epoch, res, switch_at, out, exact, held=None, kept=None)
     if kept is not None:  # before the tolerances: a kept run that misses them counts in the error too
         waits = {"median": (med_r, med_s), "mean": (mean_r, mean_s), "p90": (p90_r, p90_s)}
         _kept(RunError(kept, waits, (util_real, util_sim), concordant))
-    assert concordant >= ORDER
+    assert concordant >= ORDER, ("order", concordant)
     assert abs(med_s - med_r) <= max(WAIT_REL * med_r, WAIT_ABS), ("median wait", med_r, med_s)
     assert abs(mean_s - mean_r) <= max(WAIT_REL * mean_r, WAIT_ABS), ("mean wait", mean_r, mean_s)
     assert abs(p90_s - p90_r) <= max(P90_REL * p90_r, P90_ABS), ("p90 wait", p90_r, p90_s)
