@@ -236,6 +236,15 @@ def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
     return rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
 
 
+def sleeps(rec: dict, ids: dict, never: Collection[str] = ()) -> dict[str, float]:
+    """What the replay runs of each job that never ran in Slurm (``never``) and of each the
+    controller ended at its limit: its whole work, its sleep (a run ended by the check in
+    the second of its limit is recorded as 60 s, which would not look past the limit to the
+    replay)."""
+    states = {j: r[0][3] for j, r in rec["runs"].items()}
+    return {j: float(ids[j][1]) for j in ids if j in never or states[j] == "TIMEOUT"}
+
+
 def kept_runs(family: str) -> list[Kept]:
     """Every kept run of ``family`` on every release, oldest release first, the first seed
     first."""

@@ -72,7 +72,7 @@ def _params(phase: float | None) -> Params:
 def _replay(run, release, params, results=None, kept=None):
     rec, real, ids, spec, handoff = run
     cancel = _withdrawn(rec)
-    work = {j: float(ids[j][1]) for j in cancel}  # its sleep: what it would have run
+    work = support.sleeps(rec, ids, cancel)
     return replay_and_compare(
         spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, (), results, None, cancel, kept
     )

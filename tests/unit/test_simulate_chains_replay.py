@@ -42,14 +42,6 @@ def _params(kept: support.Kept):
     return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=checks[0] % CHECK_S)
 
 
-def _work(rec: dict, ids: dict) -> dict[str, float]:
-    """The work of each job that never ran, and of each the controller ended at its limit:
-    its sleep (a recorded run of 60 s, ended by a check in that second, would not look past
-    its limit to the replay)."""
-    states = {j: r[0][3] for j, r in rec["runs"].items()}
-    return {j: float(ids[j][1]) for j in ids if j in rec["never"] or states[j] == "TIMEOUT"}
-
-
 def test_the_record_has_pipelines_and_a_dependency_never_satisfied(run):
     rec, real, ids, _, _ = run
     support.assert_spread_over_users(rec)
@@ -70,7 +62,7 @@ def test_the_record_has_pipelines_and_a_dependency_never_satisfied(run):
 
 def test_the_replay_with_the_dependencies_agrees_with_slurm_and_never_runs_the_same_jobs(run, kept):
     rec, real, ids, spec, handoff = run
-    work = _work(rec, ids)
+    work = support.sleeps(rec, ids, rec["never"])
     results: dict = {}
     args = (spec, _params(kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, (), results)
     if miss := support.KNOWN_MISSES.get(kept.label):
@@ -89,4 +81,6 @@ def test_without_the_dependencies_the_replay_starts_the_later_stages_too_early_a
     rec, real, ids, spec, handoff = run
     ran = {j: v for j, v in ids.items() if j not in rec["never"]}
     with pytest.raises(AssertionError, match=r"wait|order"):
-        replay_and_compare(spec, _params(kept), ran, real, NO_SWITCH, [60.0], handoff, kept.release, _work(rec, ran))
+        replay_and_compare(
+            spec, _params(kept), ran, real, NO_SWITCH, [60.0], handoff, kept.release, support.sleeps(rec, ran)
+        )
