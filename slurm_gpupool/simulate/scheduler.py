@@ -28,7 +28,6 @@ from slurm_gpupool.simulate.records import Part, SimNode, apply, take
 from slurm_gpupool.simulate.replay import BACKFILL, DONE, END, SUBMIT
 from slurm_gpupool.simulate.state import SHARD, Need, need_of
 
-
 # why a job with dependencies never runs (``JobRecord.rejected``)
 BROKEN = "its afterok dependency did not complete"
 NEVER_ENDS = "it depends on a job that never runs"
