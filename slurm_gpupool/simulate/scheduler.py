@@ -78,7 +78,7 @@ class Scheduler(NodeIndex):
             if later is None:
                 rec.rejected = f"no layout holds {_describe(job.request)}"
                 self.open_jobs -= 1
-                self._finished(i, False)
+                self._finished(i, False, ends=False)  # (sbatch refuses a dependency on it)
                 return
             rec.eligible_s = later[0]
             self.deferred.add(i)
@@ -195,7 +195,14 @@ class Scheduler(NodeIndex):
 
     def _ends_at(self, i: int, end_s: float) -> None:
         """Job ``i``'s run ends at ``end_s`` (its current run: ``gen``): its records free
-        after the epilog (END); a job depending on it may start at once, elsewhere (DONE)."""
+        after the epilog (END); a job depending on it may start at once, elsewhere (DONE).
+        Slurm's source clears a dependency once the job is completed with its epilog done
+        (``IS_JOB_COMPLETED``), but on the sandbox a dependent job was allocated 56-110 ms
+        after its dependency's ``_job_complete`` (median 70-110 ms; the hand-over to the next
+        job on the same GPUs, ``release_s``, is 0.1-0.5 s): queued at the end, the replay of
+        the dependency family agrees better (97-99 % of pairs in Slurm's order; at
+        ``release_s``, 97.1 % against 99.4 % on 22.05's seed 5757, and its p90 wait 33.2
+        against 27.8 s)."""
         self._push(end_s + self.p.release_s, END, (i, self.gen[i]))
         if self.dependents.get(i):
             self._push(end_s, DONE, (i, self.gen[i]))

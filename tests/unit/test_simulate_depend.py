@@ -107,3 +107,13 @@ def test_a_waiting_dependent_holds_no_place_in_the_queue(spec):  # noqa: F811
     assert r[3].start_s == 3 and r[2].start_s == 303
     _, plain = run(spec, [jobs[0], job(2, 2, 10, gpus=8, limit=60), jobs[2]])
     assert plain[2].start_s == 100 and plain[3].start_s == 110
+
+
+def test_a_job_depending_on_one_no_layout_holds_never_runs(spec):  # noqa: F811
+    """Job 1 asks for 16 whole GPUs, more than the pool has: refused (``gpupool-sbatch``
+    would not submit it, so sbatch would refuse a dependency on it): job 2 never runs,
+    whatever the dependency's kind."""
+    jobs = [job(1, 0, 10, gpus=16, limit=60), after(job(2, 1, 10, limit=60), 1, any_end=True)]
+    _, r = run(spec, jobs)
+    assert r[1].rejected.startswith("no layout holds")
+    assert r[2].start_s == -1 and r[2].rejected == "it depends on a job that never runs"
