@@ -173,7 +173,7 @@ class Engine(Switching, Backfill):
         self.queued = set()
         self.deferred = set()
         self.waits_on, self.dependents = dependencies(jobs)
-        self.held, self.never, self.user_ended = set(), {}, set()
+        self.held, self.never = set(), {}
         self.need_of_job = {}
         self.job_nodes = {}
         self.gen = {}

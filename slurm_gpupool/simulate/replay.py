@@ -66,7 +66,6 @@ class ReplayState:
     dependents: dict[int, list[int]]
     held: set[int]
     never: dict[int, str]  # -> why (``Scheduler._finished``)
-    user_ended: set[int]  # running jobs their user cancelled (``scancel``): not completed
     need_of_job: dict[int, Need]
     job_nodes: dict[int, list[SimNode]]
     gen: dict[int, int]  # a requeued job's earlier end events are stale

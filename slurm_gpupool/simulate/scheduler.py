@@ -109,8 +109,7 @@ class Scheduler(NodeIndex):
             waits = self.waits_on[d]
             waits.discard(i)
             if not ends or (not completed and not self.jobs[d].after_any):
-                why = NEVER_ENDS if not ends else BROKEN
-                self.never[d] = self.never.get(d, why)
+                self.never.setdefault(d, NEVER_ENDS if not ends else BROKEN)
                 if d in self.held:
                     self.held.discard(d)
                     self._never(d)
@@ -156,8 +155,7 @@ class Scheduler(NodeIndex):
         elif i in self.job_nodes and rec.end_s > self.now:
             rec.end_s, rec.timeout = self.now, False
             self.gen[i] += 1  # its planned end is stale
-            self.user_ended.add(i)
-            self._ends_at(i, rec.end_s)
+            self._ends_at(i, rec.end_s, completed=False)
             return
         else:
             return
@@ -191,11 +189,12 @@ class Scheduler(NodeIndex):
         self.job_nodes[i] = [n for n, _ in chosen]
         insort(self.ends, (expected, i, tuple(n.index for n, _ in chosen)))
         self.gen[i] = self.gen.get(i, 0) + 1
-        self._ends_at(i, rec.end_s)
+        self._ends_at(i, rec.end_s, completed=not rec.timeout)
 
-    def _ends_at(self, i: int, end_s: float) -> None:
-        """Job ``i``'s run ends at ``end_s`` (its current run: ``gen``): its records free
-        after the epilog (END); a job depending on it may start at once, elsewhere (DONE).
+    def _ends_at(self, i: int, end_s: float, completed: bool) -> None:
+        """Job ``i``'s run ends at ``end_s`` (its current run: ``gen``; ``completed``: its
+        work done, not timed out or cancelled): its records free after the epilog (END); a
+        job depending on it may start at once, elsewhere (DONE).
         Slurm's source clears a dependency once the job is completed with its epilog done
         (``IS_JOB_COMPLETED``), but on the sandbox a dependent job was allocated 56-110 ms
         after its dependency's ``_job_complete`` (median 70-110 ms; the hand-over to the next
@@ -205,14 +204,14 @@ class Scheduler(NodeIndex):
         against 27.8 s)."""
         self._push(end_s + self.p.release_s, END, (i, self.gen[i]))
         if self.dependents.get(i):
-            self._push(end_s, DONE, (i, self.gen[i]))
+            self._push(end_s, DONE, (i, self.gen[i], completed))
 
-    def _done(self, i: int, gen: int) -> None:
+    def _done(self, i: int, gen: int, completed: bool) -> None:
         """Job ``i``'s run has ended (DONE): the jobs waiting on it may queue now
         (``_finished``), unless a preemption ended it first (a new ``gen``: ``_kill`` says
         so itself) or requeued it."""
         if self.gen.get(i) == gen:
-            self._finished(i, not (self.recs[i].timeout or i in self.user_ended))
+            self._finished(i, completed)
 
     def _limit_checked(self, limit_at: float) -> float:
         """When a job whose limit comes at ``limit_at`` is ended if still running: Slurm's

@@ -1,7 +1,8 @@
 """#27's dependency family, replayed from recorded runs: pipelines of one to three jobs
-submitted together (``--dependency=afterok:J``, the third stage ``afterany:J``) with MIG
-slices and whole A100s and V100s on the day layout's mixed nodes, a first stage now and then
-running into its limit so that the job after it never runs (DependencyNeverSatisfied), run
+submitted together (the second stage ``--dependency=afterany:J``, the third ``afterok:J``)
+with MIG slices and whole A100s and V100s on the day layout's mixed nodes, a stage now and
+then running into its limit, so that after a second stage's the third never runs
+(DependencyNeverSatisfied), run
 on the sandbox of each release by ``tests/fixtures/record_simulate_chains.py``
 (``tests/fixtures/slurm/<release>/simulate-chains*``).  Every kept run's replay must agree
 within the published tolerances (docs/simulate.md), and must not run the jobs Slurm never
@@ -9,16 +10,15 @@ ran."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import SANDBOX, replay_and_compare
+from tests.integration.simulate_support import replay_and_compare
+from tests.unit.test_simulate_burst_replay import _params as with_checks
+from tests.unit.test_simulate_burst_replay import _phase as limit_phase
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
-CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
 
 
 @pytest.fixture(params=support.kept_runs("chains"), ids=lambda k: k.label)
@@ -33,13 +33,8 @@ def run(utc, kept):  # noqa: F811
 
 def _params(kept: support.Kept):
     """The sandbox's settings, with the time-limit checks at the phase the log shows (the
-    TIMEOUT first stages end at them, as in trace A)."""
-    from tests.unit.test_simulate_burst_replay import _checks
-
-    checks = _checks(kept)
-    if not checks:
-        return SANDBOX
-    return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=checks[0] % CHECK_S)
+    stages that ran into their limit end at them, as in trace A)."""
+    return with_checks(limit_phase(kept))
 
 
 def test_the_record_has_pipelines_and_a_dependency_never_satisfied(run):
