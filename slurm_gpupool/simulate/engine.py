@@ -39,7 +39,7 @@ from slurm_gpupool.simulate.earliest import earliest as _earliest
 from slurm_gpupool.simulate.earliest import first_clear as _first_clear
 from slurm_gpupool.simulate.earliest import lower_bound as _lower_bound
 from slurm_gpupool.simulate.earliest import rounded as _rounded
-from slurm_gpupool.simulate.jobs import SimJob, dependencies
+from slurm_gpupool.simulate.jobs import CIRCULAR, SimJob, circular, dependencies
 from slurm_gpupool.simulate.meter import Meter
 from slurm_gpupool.simulate.pool import PoolSpec
 from slurm_gpupool.simulate.preempt import rules_of
@@ -173,7 +173,7 @@ class Engine(Switching, Backfill):
         self.queued = set()
         self.deferred = set()
         self.waits_on, self.dependents = dependencies(jobs)
-        self.held, self.never = set(), {}
+        self.held, self.never = set(), dict.fromkeys(circular(self.waits_on), CIRCULAR)
         self.need_of_job = {}
         self.job_nodes = {}
         self.gen = {}

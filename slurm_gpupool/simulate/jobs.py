@@ -65,3 +65,29 @@ def dependencies(jobs: Sequence[SimJob]) -> tuple[dict[int, set[int]], dict[int,
             for d in sorted(deps):
                 dependents.setdefault(d, []).append(i)
     return waits_on, dependents
+
+
+CIRCULAR = "a circular dependency (sbatch refuses it)"
+
+
+def circular(waits_on: dict[int, set[int]]) -> set[int]:
+    """The jobs on a circular dependency (each waits, through others, on itself), which
+    sbatch refuses (``Circular dependency``): the replay never runs them.  A depth-first
+    walk from each job still waiting once every job outside a cycle is taken away."""
+    left = {i: set(d) for i, d in waits_on.items()}
+    ready = [i for i, deps in left.items() if not deps & left.keys()]
+    while ready:  # Kahn's peeling: what remains waits on a cycle or is on one
+        for i in ready:
+            del left[i]
+        ready = [i for i, deps in left.items() if not deps & left.keys()]
+    out: set[int] = set()
+    for start in left:
+        seen, todo = set(), list(left[start] & left.keys())
+        while todo and start not in seen:
+            i = todo.pop()
+            if i not in seen:
+                seen.add(i)
+                todo.extend(left.get(i, set()) & left.keys())
+        if start in seen:
+            out.add(start)
+    return out

@@ -113,12 +113,16 @@ class Switching(Scheduler):
         n = self.nodes[index]
         if n.target is None or not n.running or n.out_until > self.now or n.drain:
             return  # (a drain is never requeued: an earlier switch's event finds it)
+        # still running: a job that has ended holds its records through its epilog
+        # (``release_s``, COMPLETING in squeue) and the repartitioner requeues only RUNNING
+        # jobs (``repartition.next_action``); it frees the node on its own
+        live = [i for i in n.running if self.jobs[i].requeue and self.recs[i].end_s > self.now]
         if stage == 0:
-            if any(self.jobs[i].requeue for i in n.running):
+            if live:
                 self._push(self.now + self.p.grace_s, REQUEUE, (index, 1))
             return
         n.requeued = True
-        for i in [i for i in n.running if self.jobs[i].requeue]:
+        for i in live:
             rec = self.recs[i]
             self._release(i)
             rec.requeues += 1

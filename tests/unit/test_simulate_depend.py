@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_gpupool.simulate.jobs import SimJob, dependencies
+from slurm_gpupool.simulate.jobs import CIRCULAR, SimJob, circular, dependencies
 from slurm_gpupool.simulate.metrics import summarise
 from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401  (spec: the pool fixture)
 
@@ -117,3 +117,21 @@ def test_a_job_depending_on_one_no_layout_holds_never_runs(spec):  # noqa: F811
     _, r = run(spec, jobs)
     assert r[1].rejected.startswith("no layout holds")
     assert r[2].start_s == -1 and r[2].rejected == "it depends on a job that never runs"
+
+
+def test_jobs_on_a_circular_dependency_never_run_and_say_why(spec):  # noqa: F811
+    """1 -> 2 -> 3 -> 2 (afterok): 2 and 3 wait on each other, which sbatch refuses; before,
+    they stayed pending with no reason.  4 waits on 3 (never runs), 1 runs as any job."""
+    jobs = [job(1, 0, 10), after(job(2, 1, 10), 1, 3), after(job(3, 2, 10), 2), after(job(4, 3, 10), 3)]
+    waits_on, _ = dependencies(jobs)
+    assert circular(waits_on) == {1, 2}  # by index: jobs 2 and 3
+    res, r = run(spec, jobs)
+    assert r[1].start_s == 0
+    assert r[2].rejected == r[3].rejected == CIRCULAR and r[2].start_s == r[3].start_s == -1
+    assert r[4].rejected and r[4].rejected != CIRCULAR and r[4].start_s == -1
+    assert summarise(res)["rejected"] == 3
+
+
+def test_a_chain_is_not_circular_however_it_is_ordered():
+    assert circular({0: {1}, 1: {2}, 3: {0, 1, 2}}) == set()
+    assert circular({0: {1}, 1: {0}, 2: {2}}) == {0, 1, 2}  # (a job on itself: dependencies() drops it)

@@ -232,6 +232,18 @@ def test_requeue_at_the_deadline_after_the_grace(spec):
     assert r[1].start_s == -1
 
 
+def test_a_job_that_ended_before_the_requeue_is_not_requeued_in_its_epilog(spec):
+    """Its run ends at 1150, between the deadline's signal (1100) and the requeue (1220);
+    its records stay held through its epilog until 1250.  It completed: the requeue passes
+    it over (it was requeued, its run lost, before the fix) and n1 switches once it is free."""
+    jobs = [job(1, 0, 1150, gpus=4, limit=4000)]
+    res, r = run(spec, jobs, boundaries=(("whole", 0.0), ("day", 100.0)), deadline_s=1000, requeue=True,
+                 grace_s=120, release_s=100)  # fmt: skip
+    assert res.requeued == 0 and r[1].requeues == 0
+    assert (r[1].start_s, r[1].end_s) == (0, 1150)
+    assert res.layout_seconds["day"] > 0 and res.switches >= 1
+
+
 def test_the_reservation_ahead_keeps_long_jobs_off_nodes_that_switch(spec):
     jobs = [job(1, 100, 50, gpus=4, limit=120), job(2, 110, 50, gpus=4, limit=1000), job(3, 1100, 5, milli=200)]
     boundaries = (("whole", 0.0), ("day", 1000.0))
