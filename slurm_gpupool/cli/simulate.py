@@ -36,6 +36,24 @@ def _floats(text: str, option: str, low: float = 0.0) -> list[float]:
     return vals
 
 
+def _qos_priorities(text: str | None) -> dict[str, int]:
+    """``--qos-priority high=100,low=10``: QOS the tiers do not define, with the Priority
+    Slurm gives them (``sacctmgr show qos format=Name,Priority``)."""
+    out: dict[str, int] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        try:
+            prio = int(value) if sep and name.strip() else -1
+        except ValueError:
+            prio = -1
+        if prio < 0:
+            raise UsageError(f"--qos-priority {item}", "expected NAME=PRIORITY (a whole number, 0 or more)")
+        out[name.strip()] = prio
+    return out
+
+
 def _seconds(text: str | None, option: str) -> float | None:
     from slurm_gpupool.core.policy.durations import parse_duration_s
 
@@ -121,6 +139,12 @@ class Progress:
 @click.option(
     "--switch-time", help="A node out of service per switch (default: the repartition timing model for this pool)."
 )
+@click.option(
+    "--qos-priority",
+    "qos_priority",
+    metavar="Q=N,...",
+    help="The Priority of QOS that are not tiers, as sacctmgr shows them (e.g. high=100,low=10): the queue's order.",
+)
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
     "--exact-backfill", is_flag=True, help="Place every tested job's backfill reservation (slow on deep queues)."
@@ -150,8 +174,9 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, bf_interval, exact_backfill, will_run, prefer, typed, fmt, output,
-             since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format):  # fmt: skip
+             limit_factor, max_time, switch_time, qos_priority, bf_interval, exact_backfill, will_run, prefer, typed,
+             fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
+             sacct_format):  # fmt: skip
     """Replay jobs against the pool's layouts and schedule, side by side.
 
     \b
@@ -181,7 +206,10 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     if days is not None and not 0 < days < 1e5:
         raise UsageError(f"--days {days}", "must be more than 0")
     max_time_s = _seconds(max_time, "--max-time")
+    other_qos = _qos_priorities(qos_priority)
     cfg = app.config()
+    # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
+    queue_qos = tuple({**{t.qos: t.priority for t in cfg.tiers}, **other_qos}.items())
     if layouts_file is not None:
         extra = load_yaml(layouts_file)
         if not isinstance(extra, dict) or not isinstance(extra.get("layouts"), dict):
@@ -207,6 +235,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     tzinfo = cfg.schedule.tz if cfg.schedule is not None and cfg.schedule.tz is not None else UTC
     epoch = epoch.replace(tzinfo=tzinfo) if epoch.tzinfo is None else epoch
     span = max(j.submit_s for j in jobs) + max(j.limit_s for j in jobs) + 86400
+    first_submit = min(j.submit_s for j in jobs)  # the backfill passes' grid starts there
     nodes = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
     fallback = cfg.schedule.default if cfg.schedule is not None else whole  # where uncovered nodes stay
     switch_s = _seconds(switch_time, "--switch-time")
@@ -234,13 +263,13 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 shard_slowdown=sd,
                 prefer=PREFER_MIG if prefer == "mig" else PREFER_SHARD,
                 any_model=not typed,
-                # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm
-                qos_priority=tuple((t.qos, t.priority) for t in cfg.tiers),
+                qos_priority=queue_qos,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),
                 qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),
                 qos_grace_s=tuple((t.qos, float(t.grace_s)) for t in cfg.tiers),
                 clock_origin_s=epoch.timestamp(),
+                bf_grid_from_s=first_submit,
             )
             variant = f"slowdown {sd:g}" if len(slowdowns) > 1 else ""
             label = spec.name + (f" ({variant})" if variant else "")
@@ -270,6 +299,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + f"will-run {will_run})",
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
+            "qos priority": ", ".join(f"{q} {p}" for q, p in queue_qos) or "none (one queue, by submission)",
         },
         "notes": notes,
         "accuracy": to_dict(shipped()),

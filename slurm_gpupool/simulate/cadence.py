@@ -25,29 +25,29 @@ from collections.abc import Sequence
 _EPS = 1e-9  # instants closer than this are one (float arithmetic on the grid)
 
 
-def next_pass(now: float, last: float, step: float, known: Sequence[float] = ()) -> float:
+def next_pass(now: float, last: float, step: float, known: Sequence[float] = (), origin: float = 0.0) -> float:
     """The first pass instant at or after ``now`` and later than ``last`` (the last pass).
 
     ``step``: ``bf_interval`` (0 or less: a pass at once).  ``known``: sorted instants at
     which passes are known to have begun; the grid runs ``step`` apart from the latest of
     them at or before the instant sought (before the first: back from the first; none:
-    from 0) and stops half a step short of the next, which always has its pass: passes
+    from ``origin``) and stops half a step short of the next, which always has its pass: passes
     known one after another (gaps up to 1.5 ``step``) have none between them, and a pass
     Slurm did not log in a longer gap (one that started nothing, when only starts are
     known) is put back on the grid.  An instant within float noise (``_EPS`` steps) of a
     grid instant is that instant: its pass runs then, never before ``now``."""
     if step <= 0:
         return now
-    at = _on_grid(now, step, known, after=False)
+    at = _on_grid(now, step, known, origin, after=False)
     if at <= last + _EPS:
-        at = _on_grid(last, step, known, after=True)
+        at = _on_grid(last, step, known, origin, after=True)
     return max(at, now)
 
 
-def _on_grid(t: float, step: float, known: Sequence[float], after: bool) -> float:
+def _on_grid(t: float, step: float, known: Sequence[float], origin: float, after: bool) -> float:
     """The first instant of the pass grid at ``t`` or later (``after``: later than ``t``)."""
     i = bisect_right(known, t + _EPS)  # known[:i] are at or before t
-    anchor = known[i - 1] if i else (known[0] if known else 0.0)
+    anchor = known[i - 1] if i else (known[0] if known else origin)
     steps = (t - anchor) / step
     at = anchor + (math.floor(steps + _EPS) + 1 if after else math.ceil(steps - _EPS)) * step
     if i < len(known):

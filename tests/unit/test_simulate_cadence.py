@@ -27,6 +27,14 @@ def test_without_known_passes_they_fall_on_the_interval_grid_from_time_0(now, la
     assert next_pass(now, last, 5.0) == pytest.approx(expected)
 
 
+def test_the_grid_may_start_elsewhere_than_time_0():
+    """``gpupool simulate`` starts it at the trace's first submission (a site's accounting
+    replays from midnight, for the clock's schedule): a pass falls there, then every 5 s."""
+    assert next_pass(53078.0, NEVER, 5.0, (), 53078.0) == 53078.0
+    assert next_pass(53079.0, 53078.0, 5.0, (), 53078.0) == 53083.0
+    assert next_pass(53079.0, NEVER, 5.0) == 53080.0  # from 0: 3 s apart
+
+
 def test_an_interval_of_zero_passes_at_once():
     assert next_pass(3.3, 3.3, 0.0) == 3.3
 
