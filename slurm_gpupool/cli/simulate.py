@@ -10,6 +10,7 @@ planner, GRES and repartition rules; the report says what each buys.
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,21 +37,23 @@ def _floats(text: str, option: str, low: float = 0.0) -> list[float]:
     return vals
 
 
-def _qos_priorities(text: str | None) -> dict[str, int]:
+def _qos_priorities(text: str | None, tiers: Collection[str]) -> dict[str, int]:
     """``--qos-priority high=100,low=10``: QOS the tiers do not define, with the Priority
-    Slurm gives them (``sacctmgr show qos format=Name,Priority``)."""
+    Slurm gives them (``sacctmgr show qos format=Name,Priority``: 0 to 2^32-1)."""
     out: dict[str, int] = {}
     for item in (text or "").split(","):
         if not item.strip():
             continue
-        name, sep, value = item.partition("=")
-        try:
-            prio = int(value) if sep and name.strip() else -1
-        except ValueError:
-            prio = -1
-        if prio < 0:
-            raise UsageError(f"--qos-priority {item}", "expected NAME=PRIORITY (a whole number, 0 or more)")
-        out[name.strip()] = prio
+        name, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not name or any(c.isspace() for c in name) or not value.isdigit() or int(value) > 2**32 - 1:
+            raise UsageError(
+                f"--qos-priority {item.strip()}", "expected NAME=PRIORITY (a whole number, 0 to 4294967295)"
+            )
+        if name in out:
+            raise UsageError(f"--qos-priority {item.strip()}", f"{name} is given twice")
+        if name in tiers:
+            raise UsageError(f"--qos-priority {item.strip()}", f"{name} is a tier's QOS: its priority is the config's")
+        out[name] = int(value)
     return out
 
 
@@ -206,8 +209,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     if days is not None and not 0 < days < 1e5:
         raise UsageError(f"--days {days}", "must be more than 0")
     max_time_s = _seconds(max_time, "--max-time")
-    other_qos = _qos_priorities(qos_priority)
     cfg = app.config()
+    other_qos = _qos_priorities(qos_priority, {t.qos for t in cfg.tiers})
     # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
     queue_qos = tuple({**{t.qos: t.priority for t in cfg.tiers}, **other_qos}.items())
     if layouts_file is not None:

@@ -72,22 +72,45 @@ CIRCULAR = "a circular dependency (sbatch refuses it)"
 
 def circular(waits_on: dict[int, set[int]]) -> set[int]:
     """The jobs on a circular dependency (each waits, through others, on itself), which
-    sbatch refuses (``Circular dependency``): the replay never runs them.  A depth-first
-    walk from each job still waiting once every job outside a cycle is taken away."""
-    left = {i: set(d) for i, d in waits_on.items()}
-    ready = [i for i, deps in left.items() if not deps & left.keys()]
-    while ready:  # Kahn's peeling: what remains waits on a cycle or is on one
-        for i in ready:
-            del left[i]
-        ready = [i for i, deps in left.items() if not deps & left.keys()]
+    sbatch refuses (``Circular dependency``): the replay never runs them.  They are the
+    strongly connected components of more than one job, or of one that waits on itself
+    (Tarjan's, iterative: linear in jobs and dependencies; ``dependencies`` drops a job's
+    dependency on itself before)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
     out: set[int] = set()
-    for start in left:
-        seen, todo = set(), list(left[start] & left.keys())
-        while todo and start not in seen:
-            i = todo.pop()
-            if i not in seen:
-                seen.add(i)
-                todo.extend(left.get(i, set()) & left.keys())
-        if start in seen:
-            out.add(start)
+    for root in waits_on:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(waits_on.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, deps = work[-1]
+            w = next(deps, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(waits_on.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:  # v roots a component: pop it
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in waits_on.get(v, ()):
+                    out.update(comp)
     return out

