@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     store = SimStore(path)
     pid = os.getpid()
     steps: dict[str, str] = {}
+    why: dict[str, str] = {}  # what the simulated driver said of a failed step (not in CUDA's API)
     mode = mps.cuda_init(store, dict(os.environ), os.getuid(), pid)
     steps["cuInit"] = "CUDA_SUCCESS" if mode != "queued" else "still waiting for the MPS server"
     if mode != "queued":
@@ -41,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "cuMemAlloc_over":
                     mps.cuda_exit(store, pid)  # cuMemFree: the model frees by leaving; rejoin as before
                     mps.cuda_init(store, dict(os.environ), os.getuid(), pid)
-            except mps.SimMpsError:
+            except mps.SimMpsError as e:
                 steps[name] = "CUDA_ERROR_OUT_OF_MEMORY"
-    report({"pid": pid, "steps": steps, "sim_mode": mode})
+                why[name] = str(e)
+    report({"pid": pid, "steps": steps, "sim_mode": mode, **({"why": why} if why else {})})
     sys.stdin.read()  # hold the context until the caller has asked the daemon
     mps.cuda_exit(store, pid)
     return 0
