@@ -210,9 +210,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         raise UsageError(f"--days {days}", "must be more than 0")
     max_time_s = _seconds(max_time, "--max-time")
     cfg = app.config()
-    other_qos = _qos_priorities(qos_priority, {t.qos for t in cfg.tiers})
+    tiers = pol.tier_priorities(cfg)
     # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
-    queue_qos = tuple({**{t.qos: t.priority for t in cfg.tiers}, **other_qos}.items())
+    queue_qos = tuple({**tiers, **_qos_priorities(qos_priority, tiers)}.items())
     if layouts_file is not None:
         extra = load_yaml(layouts_file)
         if not isinstance(extra, dict) or not isinstance(extra.get("layouts"), dict):
@@ -238,7 +238,6 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     tzinfo = cfg.schedule.tz if cfg.schedule is not None and cfg.schedule.tz is not None else UTC
     epoch = epoch.replace(tzinfo=tzinfo) if epoch.tzinfo is None else epoch
     span = max(j.submit_s for j in jobs) + max(j.limit_s for j in jobs) + 86400
-    first_submit = min(j.submit_s for j in jobs)  # the backfill passes' grid starts there
     nodes = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
     fallback = cfg.schedule.default if cfg.schedule is not None else whole  # where uncovered nodes stay
     switch_s = _seconds(switch_time, "--switch-time")
@@ -272,7 +271,6 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),
                 qos_grace_s=tuple((t.qos, float(t.grace_s)) for t in cfg.tiers),
                 clock_origin_s=epoch.timestamp(),
-                bf_grid_from_s=first_submit,
             )
             variant = f"slowdown {sd:g}" if len(slowdowns) > 1 else ""
             label = spec.name + (f" ({variant})" if variant else "")

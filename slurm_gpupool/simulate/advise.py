@@ -247,11 +247,9 @@ class _Run:
             requeue=r.requeue,
             grace_s=r.checkpoint_grace_s,
             shard_slowdown=slowdown,
-            # as `gpupool simulate` replays: the tiers' QOS order the queue, the clock is the
-            # trace's, the backfill grid starts at its first submission
-            qos_priority=tuple((t.qos, t.priority) for t in cfg.tiers),
+            # as `gpupool simulate` replays: the tiers' QOS order the queue, the clock is the trace's
+            qos_priority=tuple(pol.tier_priorities(cfg).items()),
             clock_origin_s=self.epoch.timestamp(),
-            bf_grid_from_s=min((j.submit_s for j in jobs), default=0.0),
         )
         res = Engine(p.pool, sw, params).run(jobs)
         return figures(res, self.gpus, slowdown)

@@ -184,6 +184,7 @@ class Engine(Switching, Backfill):
         self.oos_s = self.reserved_s = 0.0
         self.window = p.window_s if p.window_s is not None else max((j.submit_s for j in jobs), default=0.0)
         first = min((j.submit_s for j in jobs), default=0.0)
+        self.grid_from = p.bf_grid_from_s if p.bf_grid_from_s is not None else first
         self.window_from = min(self.window, p.window_from_s if p.window_from_s is not None else first)
         self.meter = Meter(self.window, sw.due(0.0), p.typical_share, self.window_from)
         for n in self.nodes:

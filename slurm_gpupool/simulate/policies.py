@@ -159,6 +159,12 @@ def elastic_boundaries(
     return out
 
 
+def tier_priorities(cfg: PoolConfig) -> dict[str, int]:
+    """The tiers' QOS and their Priority, as ``gpupool qos apply`` sets them in Slurm: the
+    queue's order in a replay (``Params.qos_priority``)."""
+    return {t.qos: t.priority for t in cfg.tiers}
+
+
 def pool_for(cfg: PoolConfig, policy: PolicySpec, nodes: list[str], fallback: str) -> PoolSpec:
     """The replay's pool for a policy; for ``elastic`` with the offers of every allowed
     layout together (``UNION``), which jobs are mapped in during elastic periods."""

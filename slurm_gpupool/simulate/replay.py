@@ -60,6 +60,7 @@ class ReplayState:
     queue: list[tuple[float, int, int, int, float]]
     queued: set[int]
     deferred: set[int]  # refused for now, resubmitted when a later layout comes
+    grid_from: float  # where the backfill passes' grid starts (``Params.bf_grid_from_s``)
     # dependencies (``SimJob.after``): each job's unfinished ones, who waits on each job, the
     # jobs submitted and waiting for theirs (not queued), the jobs whose afterok failed
     waits_on: dict[int, set[int]]

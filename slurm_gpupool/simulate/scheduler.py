@@ -284,8 +284,7 @@ class Scheduler(NodeIndex):
         """The next backfill pass that has not run (this one's, if the change came at a pass
         instant before its pass: events at one instant come before the pass): on the grid of
         ``bf_interval_s``, or at Slurm's own instants where a replay knows them (``cadence``)."""
-        p = self.p
-        return next_pass(self.now, self.last_pass_s, p.bf_interval_s, p.bf_passes_s, p.bf_grid_from_s)
+        return next_pass(self.now, self.last_pass_s, self.p.bf_interval_s, self.p.bf_passes_s, self.grid_from)
 
     def _fit_now(
         self, need: Need, limit: float, blocked: Container[int] = ()

@@ -24,10 +24,10 @@ class Params:
     # when Slurm's passes began, s from time 0 (a recorded run's controller log), sorted;
     # none: on the bf_interval grid from ``bf_grid_from_s`` (``cadence``)
     bf_passes_s: tuple[float, ...] = ()
-    # where that grid starts: Slurm's phase is set by the controller's history, which no
-    # trace or accounting keeps; ``gpupool simulate`` puts it at the first submission, as the
-    # validation's replays (whose error it prints) do
-    bf_grid_from_s: float = 0.0
+    # where that grid starts (None: the first submission).  Slurm's phase is set by the
+    # controller's history, which no trace or accounting keeps; the validation's replays,
+    # whose error `gpupool simulate` prints, start it at the first submission
+    bf_grid_from_s: float | None = None
     bf_max_job_test: int = 500  # bf_max_job_test
     bf_window_s: float = 86400.0  # bf_window (1440 minutes)
     bf_resolution_s: float = 60.0  # bf_resolution: reservation windows are rounded down to it

@@ -192,6 +192,12 @@ def recorded(record: Path) -> tuple[dict, dict[str, tuple[TraceRequest, int, str
     return rec, ids, pool_spec(load_config(example), ["day", "night"])
 
 
+def day_mapper(spec: PoolSpec) -> Engine:
+    """What a validation run submits (``Engine.need("day", request)``): each request as the
+    GRES the simulator maps it to in the day layout, as ``gpupool-sbatch`` would."""
+    return Engine(spec, Switcher("map", [(0.0, "day")]), SANDBOX)
+
+
 # Kept runs whose replay misses a tolerance, not explained yet (docs/simulate.md, "Validation
 # families on each release"): the run's label (``Kept.label``) -> the first measure the
 # comparison finds out of tolerance.  Their tests assert that it still misses there, so a

@@ -34,12 +34,20 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool.config.load import load_config
-from slurm_gpupool.simulate.engine import Engine, Switcher
+from slurm_gpupool.simulate.engine import Engine
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
 
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
-from .simulate_support import LIMIT_MIN, SANDBOX, backfill_passes, handoff_s, pass_instants, replay_and_compare
+from .simulate_support import (
+    LIMIT_MIN,
+    SANDBOX,
+    backfill_passes,
+    day_mapper,
+    handoff_s,
+    pass_instants,
+    replay_and_compare,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +120,7 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     sandbox.run(["scontrol", "setdebugflags", "+Backfill"])  # the day's passes: did any stop early?
     cfg = load_config(sandbox.root / "etc" / "gpupool.yaml")
     spec = pool_spec(cfg, ["day", "night"])
-    mapper = Engine(spec, Switcher("map", [(0.0, "day")]), SANDBOX)
+    mapper = day_mapper(spec)
     rnd = random.Random(16)
     ids: dict[str, tuple[TraceRequest, int]] = {}
     t0 = time.monotonic()

@@ -413,7 +413,8 @@ def test_an_elastic_config_is_replayed_as_its_elastic_policy(tmp_path):
 def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_first_job(tmp_path, monkeypatch):
     """``report advice`` replayed with every QOS at priority 0 and its backfill grid from the
     accounting's midnight, where ``gpupool simulate`` (whose measured error it prints) takes
-    the tiers' QOS priorities and starts the grid at the first submission."""
+    the tiers' QOS priorities and starts the grid at the first submission (the engine's
+    default, ``test_simulate_cadence``)."""
     raw = {**WHOLE_ONLY, "tiers": {"urgent": {"priority": 500}}}
     cfg, data, _ = _data(tmp_path, raw, history(2, 20, 4))
     from slurm_gpupool.reports.sim_accounting import accounting_jobs
@@ -431,5 +432,5 @@ def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_f
     run.metrics(adv.current_policy(cfg), 0, 1.0)
     (params,) = seen
     assert params.qos_priority == (("gpupool_urgent", 500),)
-    assert params.bf_grid_from_s == min(j.submit_s for j in jobs) > 0
+    assert params.bf_grid_from_s is None and min(j.submit_s for j in jobs) > 0
     assert params.clock_origin_s == epoch.timestamp()

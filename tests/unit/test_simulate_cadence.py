@@ -82,3 +82,21 @@ def test_a_pass_never_falls_before_now_even_within_float_noise_of_a_grid_instant
     assert next_pass(30.000000000000004, NEVER, 5.0) == 30.000000000000004
     assert next_pass(4.59 + 1e-10, NEVER, 5.0, KNOWN) == 4.59 + 1e-10
     assert next_pass(4.59 + 1e-10, 4.59, 5.0, KNOWN) == 9.6
+
+
+def test_a_replay_puts_its_grid_at_the_first_submission_unless_told(spec):  # noqa: F811
+    """Job 2 (8 GPUs) heads the queue from 1003.5 and blocks job 3 (submitted 1004), which a
+    backfill pass starts on the other node: at 1033 on the grid from the first submission
+    (1003, the default: a site's accounting starts at midnight), at 1020 on a grid from 0."""
+    from slurm_gpupool.simulate.jobs import SimJob
+    from slurm_gpupool.simulate.mapping import TraceRequest
+
+    jobs = [
+        SimJob(1, 1003.0, 100.0, 300.0, TraceRequest(4)),
+        SimJob(2, 1003.5, 10.0, 60.0, TraceRequest(8)),
+        SimJob(3, 1004.0, 10.0, 60.0, TraceRequest(4)),
+    ]
+    _, r = run(spec, jobs, bf_grid_from_s=None)
+    assert r[3].start_s == 1033.0
+    _, r = run(spec, jobs, bf_grid_from_s=0.0)
+    assert r[3].start_s == 1020.0

@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool.config.load import load_config
-from slurm_gpupool.simulate.engine import Engine, Switcher
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.pool import pool_spec
 from slurm_gpupool.simulate.willrun import rule_for
-from tests.integration.simulate_support import SANDBOX, WAIT_ABS, WAIT_REL
+from tests.integration.simulate_support import WAIT_ABS, WAIT_REL, day_mapper
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "etc" / "gpupool.yaml"  # the sandbox's pool, as every kept run had it
@@ -52,7 +51,7 @@ def _real(rec: dict) -> tuple[float, float, dict[str, list[float]]]:
     window's length, each kind's waits) as sacct recorded the run; a job's GPU-eq and kind
     are those of the day layout's GRES it was submitted with (the recorder's mapping)."""
     cfg = load_config(CONFIG)
-    mapper = Engine(pool_spec(cfg, ["day", "night"]), Switcher("map", [(0.0, "day")]), SANDBOX)
+    mapper = day_mapper(pool_spec(cfg, ["day", "night"]))
     real, ids = rec["real"], rec["ids"]
     t0, t1 = min(v[0] for v in real.values()), max(v[0] for v in real.values())
     held, waits = 0.0, {}
