@@ -118,3 +118,50 @@ def test_a_node_assert_parses_the_state_once_however_many_nvml_calls_it_makes(
         store = b._library.store  # type: ignore[attr-defined]
     assert len(calls) > 100  # the inventory walks every GPU, GPU instance and MIG device
     assert store.parses == 1
+
+
+def test_a_forked_child_that_closed_its_inherited_descriptors_still_writes_under_the_lock(node: Path) -> None:
+    """The stand-in MPS daemon forks with the state cached (its descriptor held open), closes
+    every inherited descriptor, then registers itself.  The cache's descriptor number is then
+    free, and the lock's open may get it: dropping the cache must not close the lock (it did:
+    the registration then ran unlocked, and lost a concurrent CUDA client's update, so that
+    client's allocations found no context; the 22.05 MPS integration test, twice in CI)."""
+    import fcntl
+    import os
+
+    store = SimStore(node)
+    store.read()  # cached, its descriptor held
+    held = store._held.fd if store._held is not None else -1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child reports through the pipe)
+        code = b"?"
+        try:
+            os.closerange(3, w)  # as the daemon does (mps_control.start_daemon)
+            os.closerange(w + 1, 65536)
+            # In the daemon the cache's descriptor is the lowest free one (a fresh process's
+            # first open); here, fill the ones below it so that the lock's open gets it.
+            fillers = []
+            while (fd := os.open(os.devnull, os.O_RDONLY)) != held:
+                fillers.append(fd)
+            os.close(fd)
+            with store.modify() as st:
+                probe = os.open(str(node) + ".lock", os.O_RDWR)
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    code = b"unlocked"
+                except BlockingIOError:
+                    code = b"locked"
+                finally:
+                    os.close(probe)
+                st["calls"]["probe"] = 1
+        except BaseException as e:  # reported, not raised, in a forked child
+            code = repr(e).encode()
+        os.write(w, code)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        got = f.read()
+    assert got == b"locked", got
+    assert SimStore(node).read()["calls"]["probe"] == 1

@@ -117,16 +117,20 @@ class SimStore:
 
 class _Held:
     """An open descriptor, closed with its last reference (so exactly once, whichever thread
-    replaces the cache)."""
+    replaces the cache), and only by the process that opened it: a forked child may have
+    closed its inherited descriptors (the stand-in MPS daemon does), and the number may since
+    be another file's, such as the lock's, whose close would drop the lock mid-write."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "pid")
     _close = staticmethod(os.close)  # still there while the interpreter shuts down
+    _getpid = staticmethod(os.getpid)
 
     def __init__(self, fd: int) -> None:
-        self.fd = fd
+        self.fd, self.pid = fd, os.getpid()
 
     def __del__(self) -> None:
-        self._close(self.fd)
+        if self._getpid() == self.pid:
+            self._close(self.fd)
 
 
 def _key(st: os.stat_result) -> tuple[int, int, int, int]:
