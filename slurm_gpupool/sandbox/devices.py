@@ -8,7 +8,6 @@ devices, under the sandbox root instead of ``/dev``.  Nothing ever opens them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Iterable
@@ -71,6 +70,8 @@ def ensure_char_devices(dev_root: Path, plan: dict[str, tuple[int, int]]) -> int
     checks every node's: after a full check the plan's digest is kept in :data:`STAMP`, and
     while it matches and every planned name is still a special file (one listing each), the
     per-file ``lstat`` is skipped (it was a third of such a command's CPU)."""
+    import hashlib  # here: `sandbox stop` and the like need no OpenSSL
+
     (dev_root / "nvidia-caps").mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(repr(sorted(plan.items())).encode()).hexdigest()
     stamp = dev_root / STAMP

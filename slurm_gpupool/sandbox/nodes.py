@@ -14,10 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from slurm_gpupool.errors import StateError, UsageError
-from slurm_gpupool.hw import open_backend
-from slurm_gpupool.hw.sim.state import create_node_state
-from slurm_gpupool.node.apply import apply_node
-from slurm_gpupool.node.state import state_file
 from slurm_gpupool.sandbox import devices
 from slurm_gpupool.sandbox.paths import SandboxPaths
 from slurm_gpupool.sandbox.plan import NodePlan
@@ -25,6 +21,8 @@ from slurm_gpupool.sandbox.plan import NodePlan
 
 def prepare_nodes(paths: SandboxPaths, plans: list[NodePlan]) -> None:
     """Simulated GPU state, device files and mig-minors of each node (and its slurmd spool)."""
+
+    from slurm_gpupool.hw.sim.state import create_node_state
 
     for plan in plans:
         state_path = paths.sim_state(plan.name)
@@ -55,7 +53,12 @@ def initial_layout(cfg: Any, requested: str | None) -> str:
 def apply_initial_layout(
     paths: SandboxPaths, cfg: Any, plans: list[NodePlan], layout: str, progress: Callable[[str], None]
 ) -> None:
-    """`gpupool node apply` on nodes that have no node state yet (fresh GPUs)."""
+    """`gpupool node apply` on nodes that have no node state yet (fresh GPUs).  Its modules
+    are imported here: `sandbox start|stop|restart`, which the repartitioner runs as its
+    `systemctl`, need none of them."""
+    from slurm_gpupool.hw import open_backend
+    from slurm_gpupool.node.apply import apply_node
+    from slurm_gpupool.node.state import state_file
 
     for plan in plans:
         state_dir = cfg.paths.for_node("state_dir", plan.name)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -126,7 +125,7 @@ def make_dirs(paths: SandboxPaths) -> None:
     if not p.munge_key.exists():
         fd = os.open(p.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(1024))  # what `mungekey` writes: 1 KiB of random bytes
+            f.write(os.urandom(1024))  # what `mungekey` writes: 1 KiB of random bytes (as secrets.token_bytes)
     user = mariadb.run_as_user()  # MariaDB drops to this user: it owns its dir and error log
     p.mysql_dir.mkdir(exist_ok=True)
     shutil.chown(p.mysql_dir, user, user)

@@ -11,9 +11,12 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from slurm_gpupool.config.machines import MachineSpec, find_machine
 from slurm_gpupool.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:  # the machine descriptions load only where a plan is made, not per `sandbox stop`
+    from slurm_gpupool.config.machines import MachineSpec
 
 DEFAULT_BASE_PORT = 16800
 MAX_NODES = 200  # NodeAddr 127.0.0.2 .. 127.0.0.201
@@ -22,6 +25,8 @@ _NODE_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 def validate_node_map(nodes: Mapping[str, str]) -> dict[str, MachineSpec]:
     """Each node name is a valid Slurm node name and each machine description exists."""
+    from slurm_gpupool.config.machines import find_machine
+
     if not nodes:
         raise UsageError("sandbox nodes", "at least one node is needed")
     if len(nodes) > MAX_NODES:

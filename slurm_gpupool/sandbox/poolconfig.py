@@ -13,10 +13,12 @@ import copy
 import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.errors import ConfigError
+
+if TYPE_CHECKING:  # only typed here: `sandbox start|stop|restart` load no pool config
+    from slurm_gpupool.config.model import PoolConfig
 
 
 def node_map(cfg: PoolConfig) -> dict[str, str]:

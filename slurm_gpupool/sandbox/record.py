@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.config.load import load_config
 from slurm_gpupool.errors import UsageError
 from slurm_gpupool.sandbox import state
 from slurm_gpupool.sandbox.client import run_client
@@ -77,11 +76,13 @@ class SandboxRecord:
 
     def source_config(self) -> Any:
         """The user's pool config that the sandbox plays (validated)."""
+        from slurm_gpupool.config.load import load_config  # not for `sandbox start|stop|restart`
 
         return load_config(self.state["config"])
 
     def pool_config(self) -> Any:
         """The sandbox's own pool config (``<root>/etc/gpupool.yaml``)."""
+        from slurm_gpupool.config.load import load_config
 
         return load_config(self.paths.pool_config)
 

@@ -8,11 +8,9 @@ means the daemons' files change too.
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 from typing import Any
 
-from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.paths import write_if_changed
 from slurm_gpupool.sandbox.plan import DEFAULT_BASE_PORT, assign_slots, validate_node_map
 from slurm_gpupool.sandbox.poolconfig import node_map
@@ -50,7 +48,11 @@ def decide_state(
     state_file: Path, current: dict[str, Any], config: str | None, base_port: int | None
 ) -> tuple[dict[str, Any], bool]:
     """Merge the requested config (its node map) and port into the recorded state (else
-    ``current``); the new state, and True if config, nodes, port or slots changed."""
+    ``current``); the new state, and True if config, nodes, port or slots changed.  The
+    config's modules are imported here, not by every `sandbox start|stop|restart`."""
+    import secrets
+
+    from slurm_gpupool.config.load import load_config
 
     old = read_state(state_file)
     new = dict(old) if old else dict(current)

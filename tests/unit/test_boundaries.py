@@ -120,3 +120,13 @@ def test_pure_modules_load_no_io_at_import(module, banned):
     code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert not set(json.loads(out)) & banned
+
+
+def test_the_sandboxs_systemctl_stand_ins_load_no_pool_config():
+    """`gpupool sandbox start|stop|restart` are the repartitioner's `systemctl` on the sandbox,
+    run hundreds of times a CI run: their module imports no config model, YAML, NVML or
+    OpenSSL (60 ms of imports before; 20 after); only what a command does needs them."""
+    code = "import json, sys, slurm_gpupool.sandbox.cluster; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    heavy = {"slurm_gpupool.config.model", "slurm_gpupool.config.load", "yaml", "pynvml", "_hashlib", "jinja2"}
+    assert not set(json.loads(out)) & heavy, set(json.loads(out)) & heavy
