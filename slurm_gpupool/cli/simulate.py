@@ -45,7 +45,8 @@ def _qos_priorities(text: str | None, tiers: Collection[str]) -> dict[str, int]:
         if not item.strip():
             continue
         name, sep, value = (x.strip() for x in item.partition("="))
-        if not sep or not name or any(c.isspace() for c in name) or not value.isdigit() or int(value) > 2**32 - 1:
+        number = int(value) if value.isascii() and value.isdigit() else -1  # ("²".isdigit(); int() refuses it)
+        if not sep or not name or any(c.isspace() for c in name) or not 0 <= number <= 2**32 - 1:
             raise UsageError(
                 f"--qos-priority {item.strip()}", "expected NAME=PRIORITY (a whole number, 0 to 4294967295)"
             )
@@ -53,7 +54,7 @@ def _qos_priorities(text: str | None, tiers: Collection[str]) -> dict[str, int]:
             raise UsageError(f"--qos-priority {item.strip()}", f"{name} is given twice")
         if name in tiers:
             raise UsageError(f"--qos-priority {item.strip()}", f"{name} is a tier's QOS: its priority is the config's")
-        out[name] = int(value)
+        out[name] = number
     return out
 
 

@@ -118,6 +118,8 @@ def test_qos_priority_takes_name_equals_priority_and_says_what_is_wrong(monkeypa
         "hi gh=3",
         "high=4294967296",
         "high=1,high=2",
+        "high=\u00b2",  # a digit to str.isdigit, not to int()
+        "high=\u0663",  # an Arabic-Indic 3: int() takes it, sacctmgr does not
     ):
         assert main([*base, "--qos-priority", bad]) == 2, bad
         assert "--qos-priority" in capsys.readouterr().err
