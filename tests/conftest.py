@@ -24,6 +24,7 @@ SLOW_FIRST = (
     "test_simulate_slurm.py",
     "test_repartition_crash_slurm.py",  # about 3 minutes: a switch each way, a fault at every step
     "test_ansible.py",
+    "test_scale_slurm.py",  # 1.5 minutes alone: 16 nodes up, three switches, a job on each
     "test_repartition_kill_slurm.py",
     "test_reports_slurm.py",
     "test_gres_cases.py",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 import subprocess
 import threading
@@ -25,26 +24,12 @@ from slurm_gpupool.observe.metrics import Exposition, collect, serve, write_text
 from slurm_gpupool.repartition import journal as jr
 from slurm_gpupool.slurm.parse import parse_reservations, parse_sinfo_json, parse_squeue_json
 from slurm_gpupool.slurm.types import NodeInfo, requested_gres
+from tests.exposition import parse
 from tests.unit.site import shipped_raw
 
 TOP = Path(__file__).resolve().parents[2]
 FIXTURES = TOP / "tests" / "fixtures" / "slurm"
 RELEASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "sinfo.json").exists())
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse(text: str) -> dict[tuple[str, frozenset], float]:
-    """Exposition text → {(name, labels): value} (an independent reader for the tests)."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        assert m, line
-        labels = frozenset(_LABEL.findall(m.group(2) or ""))
-        out[(m.group(1), labels)] = float(m.group(3))
-    return out
 
 
 def value(samples: dict, name: str, **labels: str) -> float:

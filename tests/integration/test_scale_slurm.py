@@ -1,0 +1,100 @@
+"""#29 in CI: the scale benchmark's small version, on a sandbox of 16 emulated DGX/HGX nodes.
+
+``benchmarks/bench_sandbox_scale.py`` measures 32 to 128 nodes on every release (the figures
+are in docs/scale-sandbox.md); this runs the same code on 16 nodes as a correctness test, not
+a timing: long jobs on two nodes, a full day→night and night→day switch (the busy nodes
+skipped at the deadline, their jobs running on), then, with those jobs gone, every node to
+night, and a job on every node.  It proves that every node switches, that no job is killed,
+and that every hook succeeds (each job completed in one run, no node drained, and every
+node's hook statistics count no failure and no health drain).
+
+A sandbox of its own (root ``<test root>-scale``, ports above the worker's): the worker's
+five-node sandbox keeps running beside it.  It runs on the host's release only (marker
+``scale``; scripts/test): CI's time budget; the 128-node runs of 24.11 and 26.05 are in
+docs/scale-sandbox.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.sandbox.cluster import Sandbox
+from tests.exposition import parse
+
+from .conftest import TEST_PORT_BASE, TEST_ROOT, SandboxHandle
+from .repartition_support import assert_converged, never_requeued, nodes_info, repartition, report_of, wait_jobs_done
+
+pytestmark = [pytest.mark.integration, pytest.mark.scale]
+
+NODES = 16
+# the worker's sandbox uses its base .. base+100+nodes; the next worker's starts 300 above
+PORT_BASE = TEST_PORT_BASE + 150
+
+
+@pytest.fixture
+def scale_root() -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("integration tests need root: the sandbox runs Slurm daemons as root and mknods device files")
+    root = TEST_ROOT.with_name(f"{TEST_ROOT.name}-scale")
+    yield root
+    Sandbox(root).down(purge=True)
+
+
+def handle(root: Path) -> SandboxHandle:
+    sb = Sandbox(root)
+    names = [n["name"] for n in sb.status()["nodes"]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | sb.env()
+    return SandboxHandle(sandbox=sb, nodes=dict.fromkeys(names, ""), env=env)
+
+
+def test_sixteen_nodes_switch_to_night_and_back_with_jobs_running_and_every_hook_succeeds(scale_root):
+    from benchmarks.bench_sandbox_scale import measure
+
+    # measure() checks each switch: every idle node done, the busy ones skipped (kept)
+    run = measure(NODES, scale_root, PORT_BASE, "20s")
+    assert run.killed == 0, run.busy
+    assert len(run.busy) == 2
+    for sw in run.switches:
+        assert len(sw.done()) == NODES - len(run.busy), (sw.target, sw.report["nodes"])
+        assert all(s is not None and s > 0 for s in sw.out_of_service()), sw.target
+        assert sw.ctld_restarts() <= 1, sw.target  # the sampler may miss a fast restart, never two
+    sb = handle(scale_root)
+    assert len(sb.nodes) == NODES
+    left = sb.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    if left:  # measure() cancelled the long jobs: they may still be completing
+        wait_jobs_done(sb, left)
+
+    # every node to night, the formerly busy ones too
+    proc = repartition(sb, "--to", "night", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    outcomes = {k: v["outcome"] for k, v in report_of(proc)["nodes"].items()}
+    assert {outcomes.get(n) for n in run.busy} == {"done"}, outcomes
+    assert_converged(sb, dict.fromkeys(sb.nodes, "night"))
+
+    # a job on every node: its Prolog, TaskProlog and Epilog run there
+    jobs, infos = [], nodes_info(sb)
+    for node in sorted(sb.nodes):
+        (whole,) = infos[node].gres_counts()  # night: 8 whole GPUs of the machine's type
+        argv = ["sbatch", "--parsable", "-w", node, f"--gres={whole}:1", "-t", "5", "-o", "/dev/null"]
+        jobs.append(sb.run([*argv, "--wrap", 'test -n "$CUDA_VISIBLE_DEVICES"']).stdout.strip().split(";")[0])
+    states = wait_jobs_done(sb, jobs)
+    assert set(states.values()) == {"COMPLETED"}, states
+    assert never_requeued(sb, jobs) == {j: ["COMPLETED"] for j in jobs}
+    infos = nodes_info(sb)
+    assert not [n for n, i in infos.items() if i.drained], {n: i.reason for n, i in infos.items()}
+
+    # every node's hook statistics: no hook failed open, no health drain
+    samples = parse(sb.gpupool("metrics").stdout)
+    hooks = [
+        (dict(ls)["node"], dict(ls)["hook"], v) for (n, ls), v in samples.items() if n == "gpupool_hook_failures_total"
+    ]
+    assert {node for node, _, _ in hooks} == set(sb.nodes)
+    assert len(hooks) >= 3 * NODES and not [h for h in hooks if h[2]], hooks
+    drains = [
+        (dict(ls)["node"], dict(ls)["by"], v) for (n, ls), v in samples.items() if n == "gpupool_health_drains_total"
+    ]
+    assert len(drains) >= 3 * NODES and not [d for d in drains if d[2]], drains
