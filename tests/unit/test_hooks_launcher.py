@@ -212,6 +212,29 @@ def test_the_nvml_path_of_the_hooks_loads_no_dataclasses_catalog_or_subprocess()
     assert not heavy & mods
 
 
+def test_a_mig_jobs_hooks_on_the_simulated_node_load_no_catalog_nor_dataclasses(
+    site: dict,  # noqa: F811
+    launchers: Path,
+):
+    """The simulation beneath pynvml answers what the hooks ask (a MIG device's memory, every
+    Epilog) from the facts copied into the node's state, as NVML answers from the driver: it
+    loaded the MIG catalog for it, ~11 ms of every simulated Epilog (#29) that no real node
+    pays, in every burst and benchmark of the hooks."""
+    env = hook_env(site, SLURM_JOB_GPUS=str(index_of(site, "mig", "3g.40gb")))
+    for hook in ("gpupool-prolog", "gpupool-epilog"):
+        res = subprocess.run(
+            [sys.executable, "-IS", "-X", "importtime", str(launchers / hook)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert res.returncode == 0, res.stderr
+        loaded = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time")}
+        assert "pynvml" in loaded and "slurm_gpupool.hw.sim.lib" in loaded, hook  # the simulated NVML answered
+        assert not {"slurm_gpupool.core.mig.catalog", "dataclasses", "inspect"} & loaded, hook
+
+
 def test_the_ctypes_util_stand_in_answers_as_the_real_one():
     code = (
         "import sys\n"
@@ -240,6 +263,7 @@ def test_the_simulations_copied_model_facts_answer_as_the_catalog(tmp_path: Path
     from slurm_gpupool.core.mig import catalog
     from slurm_gpupool.hw import open_backend
     from slurm_gpupool.hw.sim.state import model_facts
+    from slurm_gpupool.model import Placement
 
     store = make_sim_node(tmp_path, model)
     key = store.read()["gpus"][0]["model"]
@@ -249,17 +273,28 @@ def test_the_simulations_copied_model_facts_answer_as_the_catalog(tmp_path: Path
         with open_backend("simnode", tmp_path) as b:
             out = []
             for i in range(b.gpu_count()):
-                out += [b.health_counters(i), b.mig_state(i)]
-                mig_capable = catalog.get_model(key).mig is not None
-                if mig_capable:
+                out += [b.health_counters(i), b.mig_state(i), b.device_usage(i)]
+                geometry = catalog.get_model(key).mig
+                if geometry is not None:
                     b.set_mig_mode(i, True)
                     out.append(b.mig_state(i))
+                    if not b.mig_state(i)[0]:
+                        b.reset_gpu(i)  # Ampere: the pending mode applies at a reset
+                    for prof in (geometry.profiles[0], geometry.profiles[-1]):  # a MIG device's memory
+                        where = Placement(prof.placement_starts[-1], prof.memory_slices)
+                        gi = b.create_gpu_instance(i, prof.profile_id, where)
+                        ci, uuid = b.create_compute_instance(i, gi, prof.compute_slices)
+                        out.append(b.device_usage(i, uuid))
+                        b.destroy_compute_instance(i, gi, ci)
+                        b.destroy_gpu_instance(i, gi)
             return out
 
     with_facts = answers()
-    with store.modify() as st:
-        for g in st["gpus"]:
-            del g["model_facts"]
-            if g["mig"] is not None:
-                g["mig"]["current"] = g["mig"]["pending"] = 0
-    assert answers() == with_facts
+    for older in ("memory_mib", "gi_memory_mib"), ("model_facts",):  # a state written before each
+        with store.modify() as st:
+            for g in st["gpus"]:
+                for k in older:
+                    (g["model_facts"] if k != "model_facts" else g).pop(k)
+                if g["mig"] is not None:
+                    g["mig"]["current"] = g["mig"]["pending"] = 0
+        assert answers() == with_facts, older

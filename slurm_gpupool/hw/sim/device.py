@@ -134,16 +134,25 @@ class Devices(SimLibraryBase):
     def _memory(self, h: Any, ref: Any) -> None:
         g, gi, ci = self._any_dev(h)
         procs = self._live_processes(g)
+        total = self._memory_mib(g, gi) << 20
         if gi is not None:
-            prof = self._geometry(g).by_id(gi["profile_id"])
-            assert prof is not None
-            total = prof.memory_mib << 20
             procs = [p for p in procs if p.get("gi") == gi["id"]]
-        else:
-            total = self._model(g).memory_mib << 20
         used = min(total, sum(p.get("used_memory_mib", 0) << 20 for p in procs))
         m = deref(ref)
         m.total, m.used, m.free = total, used, total - used
+
+    def _memory_mib(self, g: dict, gi: dict | None) -> int:
+        """The GPU's memory, or its GPU instance's profile's: from the state's model facts
+        (no catalog load), or from the catalog for a state file written before they held it."""
+        facts = self._facts(g)
+        if gi is None:
+            return int(facts.get("memory_mib") or self._model(g).memory_mib)
+        known = facts.get("gi_memory_mib", {}).get(str(gi["profile_id"]))
+        if known is not None:
+            return int(known)
+        prof = self._geometry(g).by_id(gi["profile_id"])
+        assert prof is not None
+        return prof.memory_mib
 
     @c_api("nvmlDeviceGetComputeMode")
     def _compute_mode(self, h: Any, ref: Any) -> None:

@@ -146,6 +146,9 @@ def model_facts(model: Any) -> dict[str, Any]:
         "max_mig_devices": model.mig.max_mig_devices if model.mig is not None else 0,
         "temp_shutdown_c": model.temp_shutdown_c,
         "temp_slowdown_c": model.temp_slowdown_c,
+        # nvmlDeviceGetMemoryInfo of a GPU and of a MIG device (every Epilog asks, #29)
+        "memory_mib": model.memory_mib,
+        "gi_memory_mib": {str(p.profile_id): p.memory_mib for p in model.mig.profiles} if model.mig else {},
     }
 
 
