@@ -14,7 +14,6 @@ fail open (logged, exit 0).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 from slurm_gpupool.hooks.cli import wants_help
@@ -64,6 +63,8 @@ def _body(env: dict[str, str]) -> int:
     if not problems:
         return 0
     log("healthcheck", None, "GPU health check failed: " + "; ".join(problems), 3)
+    import subprocess  # only to drain: slurmd runs this every HealthCheckInterval on every node (#29)
+
     argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason(problems)}"]
     drained = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30, check=False)
     if drained.returncode != 0:
