@@ -51,6 +51,7 @@ from benchmarks.common import TOP, BenchError, check, run_main, table
 
 GPUPOOL = str(Path(sys.executable).with_name("gpupool"))
 BUSY_GRES = {"dgx": "gpu:1g.5gb:1", "hgx": "gpu:1g.10gb:1"}  # one day-layout slice on each machine
+DAY_SLICES = 28  # the day layout's 1g slices per node (GPUs 0-3, 7 each): a demand job takes them all
 
 
 @dataclass
@@ -242,6 +243,64 @@ def switch(root: Path, target: str, deadline: str) -> Switch:
     return Switch(target, wall, report, journal_phases(root / "controller"), samples)
 
 
+def elastic_config(root: Path, max_changing: int) -> Path:
+    """The sandbox's pool with ``schedule.mode: elastic`` (demand decides at all hours), at most
+    ``max_changing`` nodes switching at once, no batching window nor cool-down; beside the
+    sandbox's own config, so its relative paths hold (docs/elastic.md)."""
+    import copy
+
+    import yaml
+
+    from slurm_gpupool.config.load import load_config
+
+    raw = copy.deepcopy(load_config(root / "etc" / "gpupool.yaml").raw)
+    raw["schedule"] = {
+        **raw["schedule"],
+        "mode": "elastic",
+        "rules": [],
+        "elastic": {"max_changing": max_changing, "window": "0s", "cooldown": "0s", "min_gain": 1},
+    }
+    path = root / "etc" / "gpupool-elastic.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def elastic_step(root: Path, busy: list[str], quarter: int) -> tuple[Switch, list[str]]:
+    """From night: jobs that each want a whole day node's 1g slices (the busy nodes, still in
+    day, offer the types but not a node's worth), more than ``quarter`` nodes' worth; one
+    ``gpupool repartition --elastic`` step, capped at ``quarter`` more nodes, measured as a switch
+    (its per-node figures from the journal, as a ``--to`` run reports them); the demand jobs'
+    ids.  The nodes it switched to day, then the jobs, are checked by the caller."""
+    from slurm_gpupool.repartition.rules import node_report
+
+    # the busy nodes, skipped by the switch to night, count as switching to it (a drain under way)
+    config = elastic_config(root, quarter + len(busy))
+    demand = []
+    for one in BUSY_GRES.values():
+        want = one.rsplit(":", 1)[0] + f":{DAY_SLICES}"
+        for _ in range(quarter // 2 + 1):
+            argv = ["sbatch", "--parsable", "-J", "bench-demand", f"--gres={want}", "-t", "5", "-o", "/dev/null"]
+            p = slurm(root, *argv, "--wrap", "sleep 1")
+            check(p.returncode == 0, f"sbatch --gres={want}: {p.stderr}")
+            demand.append(p.stdout.strip().split(";")[0])
+    check(not running(root, demand), f"demand jobs started before the step: {running(root, demand)}")
+    sampler = Sampler(root)
+    sampler.start()
+    t = time.monotonic()
+    out = gpupool(root, "--config", str(config), "repartition", "--elastic", "--json")
+    wall = time.monotonic() - t
+    samples = sampler.finish()
+    decision = json.loads(out)
+    ctl = root / "controller"
+    journal = json.loads((ctl / "journal.json").read_text())
+    switched = [a["node"] for a in decision["actions"]]
+    check(len(switched) == quarter and all(a["to"] == "day" for a in decision["actions"]), f"elastic: {decision}")
+    check(not set(switched) & set(busy), f"elastic switched busy nodes: {switched}")
+    report = {"nodes": {n: node_report(journal["run"], journal["nodes"][n]) for n in journal["run"]["nodes"]}}
+    check({n: v["outcome"] for n, v in report["nodes"].items()} == dict.fromkeys(switched, "done"), f"{report}")
+    return Switch("day (elastic)", wall, report, journal_phases(ctl), samples), demand
+
+
 def up_fresh(root: Path, n: int, port_base: int, repartition: dict[str, Any] | None = None) -> float:
     """A fresh sandbox of ``n`` scale-pool nodes in the day layout at ``root`` (whatever was
     there purged first); the seconds ``sandbox up`` took.  With ``repartition`` settings the
@@ -274,7 +333,13 @@ def up_fresh(root: Path, n: int, port_base: int, repartition: dict[str, Any] | N
 
 
 def measure(
-    n: int, root: Path, port_base: int, deadline: str, parallel: int | None = None, restart_batch: int | None = None
+    n: int,
+    root: Path,
+    port_base: int,
+    deadline: str,
+    parallel: int | None = None,
+    restart_batch: int | None = None,
+    elastic: bool = True,
 ) -> ScaleRun:
     settings = {k: v for k, v in (("parallel", parallel), ("restart_batch", restart_batch)) if v}
     up_s = up_fresh(root, n, port_base, settings or None)
@@ -286,17 +351,38 @@ def measure(
     busy = [x["name"] for x in names[::10]][: max(1, round(n / 10))]
     ids = submit_busy(root, busy)
     run = ScaleRun(n, up_s, rss, busy)
+    already: list[str] = []  # nodes the elastic step put in day before the switch to day
     for target in ("night", "day"):
         sw = switch(root, target, deadline)
         outcomes = {k: v["outcome"] for k, v in sw.report["nodes"].items()}
-        idle = [k for k in outcomes if k not in busy]
+        idle = [k for k in outcomes if k not in busy and k not in already]
         check(all(outcomes[k] == "done" for k in idle), f"{n} nodes to {target}: not all idle ones done: {outcomes}")
         check(all(outcomes.get(k, "kept") in ("skipped", "kept") for k in busy), f"busy nodes switched: {outcomes}")
+        check(all(outcomes.get(k, "kept") == "kept" for k in already), f"elastic's nodes switched again: {outcomes}")
         run.switches.append(sw)
+        if target == "night" and elastic:
+            sw, demand = elastic_step(root, busy, max(2, n // 4))
+            run.switches.append(sw)
+            already = sorted(sw.done())
+            states = wait_done(root, demand)
+            check(set(states.values()) == {"COMPLETED"}, f"the demand jobs the elastic step served: {states}")
     alive = running(root, ids)
     run.killed = len(ids) - len(alive)
     slurm(root, "scancel", *ids)
     return run
+
+
+def wait_done(root: Path, ids: list[str], timeout_s: float = 600) -> dict[str, str]:
+    """Job id -> final state (``sacct``), once none is pending or running."""
+    deadline = time.monotonic() + timeout_s
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        p = slurm(root, "sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,State")
+        states = dict(line.split("|", 1) for line in p.stdout.splitlines() if "|" in line)
+        if len(states) == len(ids) and not {"PENDING", "RUNNING", "COMPLETING"} & set(states.values()):
+            return states
+        time.sleep(2)
+    raise BenchError(f"jobs not done after {timeout_s:.0f} s: {states}")
 
 
 def smoke(tmp: Path) -> list[ScaleRun]:
@@ -544,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--restart-batch", type=int, help="repartition.restart_batch of the scale pool (default: its default)"
     )
+    ap.add_argument("--no-elastic", action="store_true", help="no elastic step between the two switches")
     ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
     ap.add_argument("--smoke", action="store_true", help="4 and 8 nodes on a fake Slurm: no sandbox needed")
     args = ap.parse_args(argv)
@@ -569,7 +656,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# measuring {n} nodes ...", file=sys.stderr, flush=True)
             try:
                 runs.append(
-                    measure(n, args.root.absolute(), args.port_base, args.deadline, args.parallel, args.restart_batch)
+                    measure(
+                        n,
+                        args.root.absolute(),
+                        args.port_base,
+                        args.deadline,
+                        args.parallel,
+                        args.restart_batch,
+                        not args.no_elastic,
+                    )
                 )
             except (BenchError, GpupoolError, subprocess.TimeoutExpired) as e:
                 if not runs:
