@@ -180,9 +180,11 @@ def journal_phases(ctl: Path) -> dict[str, float]:
     for x in lines[start:]:
         if "cluster" in x:
             steps.setdefault(x["cluster"], at(x))
-    nodes = json.loads((ctl / "journal.json").read_text())["nodes"]
-    applying = [v["applying_at"] for v in nodes.values() if v.get("applying_at")]
-    released = [v["released_at"] for v in nodes.values() if v.get("step") == "done" and v.get("released_at")]
+    doc = json.loads((ctl / "journal.json").read_text())
+    # this run's nodes only: a node another run switched keeps that run's stamps
+    nodes = [doc["nodes"][n] for n in doc["run"]["nodes"]]
+    applying = [v["applying_at"] for v in nodes if v.get("applying_at")]
+    released = [v["released_at"] for v in nodes if v.get("step") == "done" and v.get("released_at")]
     t0 = at(lines[start])
     check(all(k in steps for k in ("reserved", "gres_installing", "restarting", "restarted", "finished")), f"{steps}")
     return {
