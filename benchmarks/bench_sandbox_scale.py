@@ -9,7 +9,11 @@ For each ``--nodes`` count, on a fresh sandbox of its own root and ports:
   out-of-service time (the report's ``out_of_service_s``: apply start to resume), the
   phases from the repartitioner's journal, slurmctld restarts (its pid changing), its RSS
   and the round trip of ``sdiag`` sampled every second during the switch, and the jobs
-  killed (must be 0: the busy nodes wait, are skipped at the deadline, and their jobs run on).
+  killed (must be 0: the busy nodes wait, are skipped at the deadline, and their jobs run on);
+* between the two switches, an elastic step (``--no-elastic``: none): at night, jobs that each
+  want a whole day node's slices, more than a quarter of the nodes' worth; one ``gpupool
+  repartition --elastic`` capped at a quarter of the nodes, measured as a switch; it must move
+  exactly that many to day, their jobs must all complete, and the switch to day keeps them.
 
 The phases feed ``core/policy/switch_plan.estimate_switch_s``: calibrated on the smallest
 N it predicts the others (error printed), and fitted on all of them (apply per wave; the
