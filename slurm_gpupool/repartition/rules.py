@@ -267,19 +267,25 @@ def _waited_for(job: JobInfo) -> bool:
 
 
 def stale_own_jobs(own: Iterable[JobInfo], prefix: str) -> tuple[int, ...]:
-    """Our own srun jobs (``own``: named ``JOB_NAME``) still shown running in one of our
-    reservations (``<prefix>_...``, ``Users=root``: no one else's job runs there) between two
-    steps, when no srun of this run runs (a step's sruns have all returned before the next is
-    decided; one run at a time; the executor first waits for sruns an earlier, killed run
+    """Our own srun jobs (``own``: named ``JOB_NAME``) still shown running or pending in one of
+    our reservations (``<prefix>_...``, ``Users=root``: no one else's job runs there) between
+    two steps, when no srun of this run runs (a step's sruns have all returned before the next
+    is decided; one run at a time; the executor first waits for sruns an earlier, killed run
     left on this host): each outlived its srun.  A slurmctld killed after an srun ended,
-    before it saved that end, comes back with the job RUNNING (``Reason=Prolog``) and nothing
-    behind it (measured on 22.05); it holds the run's reservation ("Requested reservation is
-    in use") until its time limit.  Pending and completing ones are left alone."""
+    before it saved that end, comes back with the job as it last saved it, and nothing behind
+    it: RUNNING (``Reason=Prolog``, measured on 22.05) or, saved before its allocation,
+    PENDING (seen on 24.11, ``Reason=Reservation`` once its node had left the reservation).
+    Either holds the run's reservation ("Requested reservation is in use") until its time
+    limit.  Completing ones are left alone: they are ending."""
     return tuple(
         j.job_id
         for j in own
-        if j.name == JOB_NAME and j.state in ("RUNNING", "CONFIGURING") and j.reservation.startswith(prefix + "_")
+        if j.name == JOB_NAME and j.state in OWN_STALE_STATES and j.reservation.startswith(prefix + "_")
     )
+
+
+OWN_LIVE_STATES = ("RUNNING", "CONFIGURING")
+OWN_STALE_STATES = (*OWN_LIVE_STATES, "PENDING")
 
 
 def stuck_launches(jobs: Sequence[JobInfo], now: float, timeout_s: float, prefix: str) -> tuple[int, ...]:
@@ -290,7 +296,12 @@ def stuck_launches(jobs: Sequence[JobInfo], now: float, timeout_s: float, prefix
     ends ("revoked") having run nothing, and the apply is tried again."""
     live = set(stale_own_jobs(jobs, prefix))
     return tuple(
-        j.job_id for j in jobs if j.job_id in live and j.state_reason == "Prolog" and now - j.start_time >= timeout_s
+        j.job_id
+        for j in jobs
+        if j.job_id in live
+        and j.state in OWN_LIVE_STATES  # allocated: a pending job's start time is a forecast
+        and j.state_reason == "Prolog"
+        and now - j.start_time >= timeout_s
     )
 
 

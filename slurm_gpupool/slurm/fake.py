@@ -22,7 +22,9 @@ only :meth:`FakeSlurm.save_state` and a graceful restart save, the worst case). 
 slurmd leaves its jobs running (slurmstepd) and its node's drain as it was.  An srun is a
 job while it runs: one whose end was not saved comes back RUNNING (``Reason=Prolog``) with
 no srun behind it, and stays until cancelled; a reservation that holds a job cannot be
-deleted ("Requested reservation is in use"), as measured on 22.05.
+deleted ("Requested reservation is in use"), as measured on 22.05.  Saved while it was still
+pending (submitted, not yet allocated), it comes back PENDING, again with nothing behind it
+(seen on 24.11: ``Reason=Reservation`` once its node had left the reservation).
 
 :class:`FakeClock` is time that moves only when someone waits.  The real-Slurm tests
 (``tests/integration/test_repartition_*.py``) prove what this stands in for.
@@ -360,7 +362,7 @@ class FakeSlurm:
                 self._next_job += 1
                 job = JobInfo(
                     job_id=self._next_job,
-                    state="RUNNING",
+                    state="PENDING",
                     nodes=frozenset({node}),
                     user="root",
                     name=job_name,
@@ -368,8 +370,12 @@ class FakeSlurm:
                     start_time=int(self.clock.time()),
                     requeue=False,
                     reservation=reservation,
+                    state_reason="None",
                 )
-            self.add_job(job)
+            self.add_job(job)  # submitted: pending until slurmctld allocates it
+            with self._lock:
+                self.jobs_ = [replace(j, state="RUNNING", state_reason="") if j is job else j for j in self.jobs_]
+                self._changed()
             try:
                 r = self.srun_handler(node, argv)
             finally:

@@ -202,6 +202,9 @@ def test_idle_nodes_apply_at_once_and_together():
     assert isinstance(w, Wait) and "earlier run" in w.why
     completing = dataclasses.replace(ours, state="COMPLETING")
     assert decide(j, view(j, jobs=[completing]))[0] == Apply("a", "day")
+    # saved before its allocation, it comes back pending (24.11): as stale, never waited for
+    pending = dataclasses.replace(ours, state="PENDING", state_reason="Reservation")
+    assert decide(j, view(j, jobs=[pending])) == (CancelStale((3,)),)
     # a job of the same name that is not in one of our reservations is someone else's: left alone
     theirs = [job(4, "a", name="gpupool-repartition"), job(5, "", name="gpupool-repartition", state="PENDING")]
     assert decide(j, view(j, jobs=theirs))[0] == Apply("a", "day")

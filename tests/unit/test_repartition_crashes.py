@@ -115,6 +115,38 @@ def test_an_srun_job_whose_end_slurmctld_lost_is_cancelled_and_the_switch_conver
     assert not [j for j in site.slurm.jobs() if j.name == "gpupool-repartition"]
 
 
+# between an apply and the wave's restart (a graceful stop of slurmctld saves all)
+@pytest.mark.parametrize("point", ["applied", "drained", "gres_installed", "restart:0"])
+def test_an_srun_job_saved_while_pending_comes_back_pending_is_cancelled_and_the_switch_converges(
+    templates, tmp_path: Path, point
+):
+    """slurmctld saved while a node's srun was still waiting for its allocation, and was killed
+    after that srun had ended: it comes back with the srun's job PENDING in the run's
+    reservation and nothing behind it.  Found on 24.11 in CI: the node had left the
+    reservation (its drain failed in the crash), so the job waited there (``Reason=Reservation``)
+    for ever, the reservation could not be deleted ("Requested reservation is in use"), and
+    the run asked again every second until the test's 600 s ran out.  Our own srun jobs seen
+    pending between two steps are as stale as running ones: cancelled."""
+    site = busy_site(tmp_path, templates["night"])
+    site.slurm.save_interval_s = None
+    add_job = site.slurm.add_job
+
+    def saved_while_pending(job, ends_at=None):
+        add_job(job, ends_at)
+        if job.name == "gpupool-repartition":
+            site.slurm.save_state()  # the save thread ran between the srun's submission and its allocation
+
+    site.slurm.add_job = saved_while_pending
+    crash = CrashAt(point, site.slurm.crash_controller)
+    reports = run_until_converged(site, "day", crash)
+    assert crash.fired
+    assert reports[-1]["exit_code"] == 0, reports
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+    cancelled = [c[1] for c in site.slurm.calls if c[0] == "cancel"]
+    assert cancelled and all(j >= 100_000 for j in cancelled), cancelled  # only srun's own jobs
+    assert not [j for j in site.slurm.jobs() if j.name == "gpupool-repartition"]
+
+
 def test_an_apply_srun_started_nothing_is_tried_again_not_rolled_back(templates, tmp_path: Path):
     """slurmctld killed while a node's srun was launching (another node's apply going on):
     srun says "Something is wrong with the boot of the nodes" and runs nothing (seen on the
