@@ -86,6 +86,19 @@ def test_a_switching_nodes_slurmd_killed_after_each_step_and_started_by_the_next
     assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
 
 
+def converges_cancelling_only_own_leftovers(site: Site, point: str) -> None:
+    """slurmctld killed at ``point`` of a switch to day, then runs until one changes nothing:
+    the switch converged, and only srun's own jobs were cancelled, none left."""
+    crash = CrashAt(point, site.slurm.crash_controller)
+    reports = run_until_converged(site, "day", crash)
+    assert crash.fired
+    assert reports[-1]["exit_code"] == 0, reports
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+    cancelled = [c[1] for c in site.slurm.calls if c[0] == "cancel"]
+    assert cancelled and all(j >= 100_000 for j in cancelled), cancelled  # only srun's own jobs
+    assert not [j for j in site.slurm.jobs() if j.name == "gpupool-repartition"]
+
+
 # between an apply and the wave's restart (a graceful stop of slurmctld saves all)
 @pytest.mark.parametrize("point", ["applied", "drained", "gres_installed", "restart:0"])
 def test_an_srun_job_whose_end_slurmctld_lost_is_cancelled_and_the_switch_converges(templates, tmp_path: Path, point):
@@ -105,14 +118,7 @@ def test_an_srun_job_whose_end_slurmctld_lost_is_cancelled_and_the_switch_conver
         return apply_on_node(node, argv)
 
     site.slurm.srun_handler = srun_saved_meanwhile
-    crash = CrashAt(point, site.slurm.crash_controller)
-    reports = run_until_converged(site, "day", crash)
-    assert crash.fired
-    assert reports[-1]["exit_code"] == 0, reports
-    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
-    cancelled = [c[1] for c in site.slurm.calls if c[0] == "cancel"]
-    assert cancelled and all(j >= 100_000 for j in cancelled), cancelled  # only srun's own jobs
-    assert not [j for j in site.slurm.jobs() if j.name == "gpupool-repartition"]
+    converges_cancelling_only_own_leftovers(site, point)
 
 
 # between an apply and the wave's restart (a graceful stop of slurmctld saves all)
@@ -137,14 +143,7 @@ def test_an_srun_job_saved_while_pending_comes_back_pending_is_cancelled_and_the
             site.slurm.save_state()  # the save thread ran between the srun's submission and its allocation
 
     site.slurm.add_job = saved_while_pending
-    crash = CrashAt(point, site.slurm.crash_controller)
-    reports = run_until_converged(site, "day", crash)
-    assert crash.fired
-    assert reports[-1]["exit_code"] == 0, reports
-    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
-    cancelled = [c[1] for c in site.slurm.calls if c[0] == "cancel"]
-    assert cancelled and all(j >= 100_000 for j in cancelled), cancelled  # only srun's own jobs
-    assert not [j for j in site.slurm.jobs() if j.name == "gpupool-repartition"]
+    converges_cancelling_only_own_leftovers(site, point)
 
 
 def test_an_apply_srun_started_nothing_is_tried_again_not_rolled_back(templates, tmp_path: Path):
