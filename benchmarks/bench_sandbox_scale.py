@@ -249,10 +249,10 @@ def switch(root: Path, target: str, deadline: str) -> Switch:
     return Switch(target, wall, report, journal_phases(root / "controller"), samples)
 
 
-def elastic_config(root: Path, max_changing: int) -> Path:
-    """The sandbox's pool with ``schedule.mode: elastic`` (demand decides at all hours), at most
-    ``max_changing`` nodes switching at once, no batching window nor cool-down; beside the
-    sandbox's own config, so its relative paths hold (docs/elastic.md)."""
+def elastic_config(root: Path, elastic: dict[str, Any]) -> Path:
+    """The sandbox's pool with ``schedule.mode: elastic`` (demand decides at all hours) and
+    these ``schedule.elastic`` settings (docs/elastic.md); beside the sandbox's own config, so
+    its relative paths hold."""
     import copy
 
     import yaml
@@ -260,12 +260,7 @@ def elastic_config(root: Path, max_changing: int) -> Path:
     from slurm_gpupool.config.load import load_config
 
     raw = copy.deepcopy(load_config(root / "etc" / "gpupool.yaml").raw)
-    raw["schedule"] = {
-        **raw["schedule"],
-        "mode": "elastic",
-        "rules": [],
-        "elastic": {"max_changing": max_changing, "window": "0s", "cooldown": "0s", "min_gain": 1},
-    }
+    raw["schedule"] = {**raw["schedule"], "mode": "elastic", "rules": [], "elastic": elastic}
     path = root / "etc" / "gpupool-elastic.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -279,8 +274,10 @@ def elastic_step(root: Path, busy: list[str], quarter: int) -> tuple[Switch, lis
     ids.  The nodes it switched to day, then the jobs, are checked by the caller."""
     from slurm_gpupool.repartition.rules import node_report
 
-    # the busy nodes, skipped by the switch to night, count as switching to it (a drain under way)
-    config = elastic_config(root, quarter + len(busy))
+    # at most a quarter more nodes, no batching window nor cool-down; the busy nodes, skipped
+    # by the switch to night, count as switching to it (a drain under way)
+    settings = {"max_changing": quarter + len(busy), "window": "0s", "cooldown": "0s", "min_gain": 1}
+    config = elastic_config(root, settings)
     demand = []
     for one in BUSY_GRES.values():
         want = one.rsplit(":", 1)[0] + f":{DAY_SLICES}"

@@ -19,3 +19,8 @@ def parse(text: str) -> dict[tuple[str, frozenset], float]:
         labels = frozenset(_LABEL.findall(m.group(2) or ""))
         out[(m.group(1), labels)] = float(m.group(3))
     return out
+
+
+def series(samples: dict[tuple[str, frozenset], float], name: str) -> list[tuple[dict[str, str], float]]:
+    """Each series of ``name`` in :func:`parse`'s samples: (its labels, its value)."""
+    return [(dict(labels), v) for (n, labels), v in samples.items() if n == name]

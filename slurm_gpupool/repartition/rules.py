@@ -266,6 +266,10 @@ def _waited_for(job: JobInfo) -> bool:
     return job.state in BUSY_STATES and job.name != JOB_NAME
 
 
+OWN_LIVE_STATES = ("RUNNING", "CONFIGURING")  # an srun's job allocated
+OWN_STALE_STATES = (*OWN_LIVE_STATES, "PENDING")  # ... or not yet: either outlives a lost srun
+
+
 def stale_own_jobs(own: Iterable[JobInfo], prefix: str) -> tuple[int, ...]:
     """Our own srun jobs (``own``: named ``JOB_NAME``) still shown running or pending in one of
     our reservations (``<prefix>_...``, ``Users=root``: no one else's job runs there) between
@@ -282,10 +286,6 @@ def stale_own_jobs(own: Iterable[JobInfo], prefix: str) -> tuple[int, ...]:
         for j in own
         if j.name == JOB_NAME and j.state in OWN_STALE_STATES and j.reservation.startswith(prefix + "_")
     )
-
-
-OWN_LIVE_STATES = ("RUNNING", "CONFIGURING")
-OWN_STALE_STATES = (*OWN_LIVE_STATES, "PENDING")
 
 
 def stuck_launches(jobs: Sequence[JobInfo], now: float, timeout_s: float, prefix: str) -> tuple[int, ...]:

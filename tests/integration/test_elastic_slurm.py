@@ -21,15 +21,11 @@ config has a ``max_wait`` the jobs have already waited.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import time
 
 import pytest
-import yaml
-
-from slurm_gpupool.config.load import load_config
 
 from .repartition_support import (
     GPUPOOL,
@@ -57,25 +53,18 @@ MAX_WAIT_S = 60
 
 
 def elastic_config(sb, **extra: str) -> str:
-    cfg = load_config(sb.root / "etc" / "gpupool.yaml")
-    raw = copy.deepcopy(cfg.raw)
-    raw["schedule"] = {
-        **raw["schedule"],
-        "mode": "elastic",
-        "rules": [],  # demand decides at all hours
-        "elastic": {
-            "layouts": {"dgx": ["day", "night"], "hopper": ["night"], "a30": ["night"], "volta": ["night"]},
-            "floors": {"1g.5gb": 1},
-            "max_changing": 2,
-            "window": f"{WINDOW_S}s",
-            "cooldown": f"{COOLDOWN_S}s",
-            "min_gain": 1,
-            **extra,
-        },
+    from benchmarks.bench_sandbox_scale import elastic_config as write
+
+    settings = {
+        "layouts": {"dgx": ["day", "night"], "hopper": ["night"], "a30": ["night"], "volta": ["night"]},
+        "floors": {"1g.5gb": 1},
+        "max_changing": 2,
+        "window": f"{WINDOW_S}s",
+        "cooldown": f"{COOLDOWN_S}s",
+        "min_gain": 1,
+        **extra,
     }
-    path = sb.root / "etc" / "gpupool-elastic.yaml"  # beside the sandbox's: its relative paths hold
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return str(path)
+    return str(write(sb.root, settings))
 
 
 def step(sb, config: str, *args: str) -> dict:

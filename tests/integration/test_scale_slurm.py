@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool.sandbox.cluster import Sandbox
-from tests.exposition import parse
+from tests.exposition import parse, series
 
 from .conftest import TEST_PORT_BASE, TEST_ROOT, SandboxHandle
 from .repartition_support import assert_converged, never_requeued, nodes_info, repartition, report_of, wait_jobs_done
@@ -48,8 +48,7 @@ def scale_root() -> Iterator[Path]:
 def handle(root: Path) -> SandboxHandle:
     sb = Sandbox(root)
     names = [n["name"] for n in sb.status()["nodes"]]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | sb.env()
-    return SandboxHandle(sandbox=sb, nodes=dict.fromkeys(names, ""), env=env)
+    return SandboxHandle(sandbox=sb, nodes=dict.fromkeys(names, ""), env=sb.daemon_env())
 
 
 def test_sixteen_nodes_switch_to_night_and_back_with_jobs_running_and_every_hook_succeeds(scale_root):
@@ -94,12 +93,7 @@ def test_sixteen_nodes_switch_to_night_and_back_with_jobs_running_and_every_hook
 
     # every node's hook statistics: no hook failed open, no health drain
     samples = parse(sb.gpupool("metrics").stdout)
-    hooks = [
-        (dict(ls)["node"], dict(ls)["hook"], v) for (n, ls), v in samples.items() if n == "gpupool_hook_failures_total"
-    ]
-    assert {node for node, _, _ in hooks} == set(sb.nodes)
-    assert len(hooks) >= 3 * NODES and not [h for h in hooks if h[2]], hooks
-    drains = [
-        (dict(ls)["node"], dict(ls)["by"], v) for (n, ls), v in samples.items() if n == "gpupool_health_drains_total"
-    ]
-    assert len(drains) >= 3 * NODES and not [d for d in drains if d[2]], drains
+    for name in ("gpupool_hook_failures_total", "gpupool_health_drains_total"):
+        counts = series(samples, name)  # per node, each hook (Prolog, Epilog, ...) or drainer
+        assert {labels["node"] for labels, _ in counts} == set(sb.nodes), name
+        assert len(counts) >= 3 * NODES and not [x for x in counts if x[1]], (name, counts)
