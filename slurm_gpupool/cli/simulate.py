@@ -9,6 +9,7 @@ planner, GRES and repartition rules; the report says what each buys.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Collection
 from datetime import UTC, timedelta
@@ -154,12 +155,18 @@ class Progress:
     "--exact-backfill", is_flag=True, help="Place every tested job's backfill reservation (slow on deep queues)."
 )
 @click.option(
+    "--slurm-release",
+    metavar="RELEASE",
+    default="22.05",
+    show_default=True,
+    help="The site's Slurm release (as sinfo --version gives it): its backfill's will-run batches and how it "
+    "rounds a planned job's window (docs/simulate.md).",
+)
+@click.option(
     "--will-run",
     type=click.Choice(WILL_RUN_RULES),
-    default="batch",
-    show_default=True,
-    help="How backfill plans a waiting job's start: Slurm's will-run batches as 22.05-25.05.0 (batch) "
-    "or 25.05.1 on (batch-nodes), or the exact earliest start (docs/simulate.md).",
+    help="How backfill plans a waiting job's start, instead of the release's: Slurm's will-run batches as "
+    "22.05-25.05.0 (batch) or 25.05.1 on (batch-nodes), or the exact earliest start (docs/simulate.md).",
 )
 @click.option(
     "--prefer",
@@ -178,8 +185,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, qos_priority, bf_interval, exact_backfill, will_run, prefer, typed,
-             fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
+             limit_factor, max_time, switch_time, qos_priority, bf_interval, exact_backfill, slurm_release, will_run,
+             prefer, typed, fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
              sacct_format):  # fmt: skip
     """Replay jobs against the pool's layouts and schedule, side by side.
 
@@ -199,6 +206,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
     from slurm_gpupool.simulate.metrics import summarise
     from slurm_gpupool.simulate.pool import pool_spec
+    from slurm_gpupool.simulate.willrun import ends_up, rule_for
     from slurm_gpupool.util.validate import load_yaml
 
     # --from or --since/--until name the site's accounting (files, or sacct); alone, the public
@@ -210,6 +218,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     if days is not None and not 0 < days < 1e5:
         raise UsageError(f"--days {days}", "must be more than 0")
     max_time_s = _seconds(max_time, "--max-time")
+    if re.fullmatch(r"\d{1,3}\.\d{1,2}(\.\d{1,3})?", slurm_release) is None:
+        raise UsageError(f"--slurm-release {slurm_release}", "expected a release as 24.11 or 24.11.5")
+    will_run = will_run or rule_for(slurm_release)
     cfg = app.config()
     tiers = pol.tier_priorities(cfg)
     # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
@@ -258,6 +269,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 bf_interval_s=bf_interval,
                 bf_exact=exact_backfill,
                 will_run=will_run,
+                bf_end_up=ends_up(slurm_release),
                 switch_s=pol.elastic_switch_s(cfg, spec, switch_s, switch_time is None),
                 lead_time_s=lead,
                 deadline_s=cfg.repartition.deadline_s,
@@ -298,7 +310,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + ("requeue" if cfg.repartition.requeue else "no requeue"),
             "scheduler": f"priority order, backfill every {bf_interval:g} s (bf_max_job_test 500, bf_window 1 day, "
             + f"bf_resolution 60 s, whole-node reservations{', every one placed' if exact_backfill else ''}, "
-            + f"will-run {will_run})",
+            + f"as Slurm {slurm_release}, will-run {will_run})",
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
             "qos priority": ", ".join(f"{q} {p}" for q, p in queue_qos) or "none (one queue, by submission)",

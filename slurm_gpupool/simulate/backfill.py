@@ -81,7 +81,7 @@ class Backfill(Preemption):
             ):
                 # it fits with the preemptable jobs gone (_will_run_test): it preempts through
                 # select_nodes, which answers ESLURM_NODES_BUSY, and its nodes are held from now
-                window = rounded(self.now, self.now + limit, p.bf_resolution_s, p.clock_origin_s)
+                window = rounded(self.now, self.now + limit, p.bf_resolution_s, p.clock_origin_s, p.bf_end_up)
                 for n, _ in took:
                     insort(plans.setdefault(n.index, []), window)
                 continue
@@ -90,7 +90,7 @@ class Backfill(Preemption):
             shape = (need.types, need.kind)
             if chosen is not None:  # a start later: its nodes are held for it from then (_add_reservation)
                 at = chosen[-1][0]
-                window = rounded(at, at + limit, p.bf_resolution_s, p.clock_origin_s)
+                window = rounded(at, at + limit, p.bf_resolution_s, p.clock_origin_s, p.bf_end_up)
                 for _, _, n, _ in chosen:
                     insort(plans.setdefault(n.index, []), window)
             if p.bf_exact:
@@ -156,7 +156,7 @@ class Backfill(Preemption):
         and whose reservations leave ``[by, by + limit)`` clear (what ``_job_test`` picks once
         the batch's jobs are gone); None if fewer."""
         now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
-        lo, hi = rounded(by, by + limit, res, self.p.clock_origin_s)
+        lo, hi = rounded(by, by + limit, res, self.p.clock_origin_s, self.p.bf_end_up)
         fits: dict[int, list[Part]] = {}
         for lb, idx, typ in self._by_bound(need):
             if lb > by:
@@ -172,7 +172,9 @@ class Backfill(Preemption):
                     continue
                 fits[idx] = [(GPU, typ, need.count, -1)]
             else:
-                t, parts = earliest(n, need, typ, limit, now, by, (), self._line(n, typ), res, self.p.clock_origin_s)
+                t, parts = earliest(
+                    n, need, typ, limit, now, by, (), self._line(n, typ), res, self.p.clock_origin_s, self.p.bf_end_up
+                )
                 if t <= by:
                     fits[idx] = parts
         if len(fits) < need.nodes:
@@ -230,13 +232,24 @@ class Backfill(Preemption):
                         res,
                         line[0][0] if line else INF,
                         self.p.clock_origin_s,
+                        self.p.bf_end_up,
                     )
                 else:
                     t = lb
                 parts = [(GPU, typ, need.count, -1)]
             else:
                 t, parts = earliest(
-                    n, need, typ, limit, now, horizon, windows, self._line(n, typ), res, self.p.clock_origin_s
+                    n,
+                    need,
+                    typ,
+                    limit,
+                    now,
+                    horizon,
+                    windows,
+                    self._line(n, typ),
+                    res,
+                    self.p.clock_origin_s,
+                    self.p.bf_end_up,
                 )
             if t == INF:
                 continue

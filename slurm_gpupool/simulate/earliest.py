@@ -21,12 +21,18 @@ from slurm_gpupool.simulate.state import GPU, INF, Need
 NOW = -math.inf  # a lower bound that is the present, whenever that is (kept across passes)
 
 
-def rounded(start: float, end: float, resolution: float, origin_s: float = 0.0) -> tuple[float, float]:
-    """A backfill window as Slurm keeps it: both ends rounded down to ``bf_resolution`` on the
-    clock (``backfill.c`` rounds epoch seconds: ``origin_s`` is the clock's at time 0)."""
+def rounded(
+    start: float, end: float, resolution: float, origin_s: float = 0.0, end_up: bool = False
+) -> tuple[float, float]:
+    """A backfill window as Slurm keeps it, on ``bf_resolution``'s grid of the clock
+    (``backfill.c`` rounds epoch seconds: ``origin_s`` is the clock's at time 0): the start
+    rounded down; the end down too up to 24.05, up from 24.11.0 (``end_up``: ``_set_slot_time``
+    adds ``bf_resolution - 1`` first, so a planned job holds its nodes to the end of its last slot)."""
     if resolution <= 0:
         return start, end
     o = origin_s % resolution
+    if end_up:
+        end += resolution - 1
     return ((start + o) // resolution) * resolution - o, ((end + o) // resolution) * resolution - o
 
 
@@ -55,6 +61,7 @@ def first_clear(
     resolution: float,
     next_end: float = INF,
     origin_s: float = 0.0,
+    end_up: bool = False,
 ) -> float:
     """The earliest start from ``lb`` on (when the records are idle, and stay so) whose
     window overlaps none of ``windows`` (sorted, on the bf_resolution grid), before
@@ -70,7 +77,7 @@ def first_clear(
     for t in (lb, *sorted(later)):
         if t > horizon or t + limit > ahead_at:
             return INF
-        lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s)
+        lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s, end_up)
         if not overlaps(windows, lo, hi):
             return t
     return INF
@@ -98,6 +105,7 @@ def earliest(
     line: Sequence[tuple[float, list[Part]]],
     resolution: float = 0.0,
     origin_s: float = 0.0,
+    end_up: bool = False,
 ) -> tuple[float, list[Part]]:
     """The earliest time ``need`` fits on ``n`` as ``typ`` for ``limit`` seconds: its records
     are free by then as running jobs reach their limits (``line``: the scheduler does not know
@@ -120,7 +128,7 @@ def earliest(
         if windows:
             # reservations are kept rounded down to bf_resolution; a job tested to start now is
             # checked with its exact window, one planned later with its rounded one (backfill.c)
-            lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s)
+            lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s, end_up)
             if overlaps(windows, lo, hi):
                 continue
         if shared:

@@ -31,6 +31,8 @@ class Params:
     bf_max_job_test: int = 500  # bf_max_job_test
     bf_window_s: float = 86400.0  # bf_window (1440 minutes)
     bf_resolution_s: float = 60.0  # bf_resolution: reservation windows are rounded down to it
+    # ... but from 24.11.0 a planned job's window ends rounded up (backfill.c _set_slot_time)
+    bf_end_up: bool = False
     # True: every tested job places its reservation, as Slurm does (slow on deep queues); False:
     # a job that needs at least what one that failed needed is passed over without placing it.
     # Both agree with the real sandbox Slurm (tests/integration/test_simulate_slurm.py).

@@ -95,9 +95,21 @@ def planned_start(
     return max(exact_s, last_s)
 
 
+def _version(release: str) -> tuple[int, int, int]:
+    """ "24.11.7" -> (24, 11, 7); a missing part is 0."""
+    parts = [int(x) for x in release.split(".")[:3] if x.isdigit()]
+    major, minor, patch = [*parts, 0, 0, 0][:3]
+    return major, minor, patch
+
+
 def rule_for(release: str) -> str:
     """The will-run rule of a Slurm release ("22.05", "24.11.7", "26.05"): ``BATCH_NODES`` from
     25.05.1 (``_get_last_relevant_job``), ``BATCH`` before (22.05 has the same batches)."""
-    parts = [int(x) for x in release.split(".")[:3] if x.isdigit()]
-    major, minor, patch = [*parts, 0, 0, 0][:3]
-    return BATCH_NODES if (major, minor, patch) >= (25, 5, 1) else BATCH
+    return BATCH_NODES if _version(release) >= (25, 5, 1) else BATCH
+
+
+def ends_up(release: str) -> bool:
+    """Whether a release's backfill rounds a planned job's window end up to ``bf_resolution``
+    (``Params.bf_end_up``): from 24.11.0 (``backfill.c`` ``_set_slot_time``); 22.05 to 24.05
+    round it down."""
+    return _version(release) >= (24, 11, 0)

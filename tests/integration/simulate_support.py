@@ -24,7 +24,7 @@ from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile, summarise
 from slurm_gpupool.simulate.pool import PoolSpec, pool_spec
-from slurm_gpupool.simulate.willrun import rule_for
+from slurm_gpupool.simulate.willrun import ends_up, rule_for
 
 LIMIT_MIN = 1  # every job's --time: Slurm plans with it (backfill), as the simulator does
 # Tolerances. The comparison's resolution: sacct times are whole seconds (a replayed pass at
@@ -435,6 +435,7 @@ def replay_and_compare(
         measured["bf_passes_s"] = tuple(at - epoch for at in passes)  # Params sorts them
         if release is not None:
             measured["will_run"] = rule_for(release)
+            measured["bf_end_up"] = ends_up(release)
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}
         res = Engine(spec, sw, Params(**fields)).run(jobs)
         if results is not None:

@@ -133,6 +133,16 @@ def test_backfill_rounds_reservations_on_the_clock_not_on_the_runs_start(spec):
     assert _rounded(50, 110, 60, 20.0) == (40, 100) and _rounded(50, 110, 60) == (0, 60)
 
 
+def test_from_24_11_a_planned_window_ends_rounded_up_to_bf_resolution():
+    """24.11.0 on (``_set_slot_time``): the start is rounded down, the end up (+59 s then
+    down), so a job planned for 100-200 holds [60, 240); an end already on the grid stays."""
+    assert _rounded(100, 200, 60, end_up=True) == (60, 240)
+    assert _rounded(100, 180, 60, end_up=True) == (60, 180)
+    # the clock 20 s past a minute at 0: 120-220 on it, held 120-240, so [100, 220) in the run
+    assert _rounded(100, 200, 60, 20.0, end_up=True) == (100, 220)
+    assert _rounded(100, 200, 0, end_up=True) == (100, 200)  # no resolution: exact
+
+
 def test_completion_latency_delays_the_next_job(spec):
     _, r = run(spec, [job(1, 0, 100, gpus=4), job(2, 0, 100, gpus=4), job(3, 1, 10, gpus=4)], release_s=0.5)
     assert r[1].end_s == 100 and r[3].start_s == 100.5  # its records came free half a second later

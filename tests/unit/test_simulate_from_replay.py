@@ -25,7 +25,6 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.pool import pool_spec
-from slurm_gpupool.simulate.willrun import rule_for
 from tests.integration.simulate_support import WAIT_ABS, WAIT_REL, day_mapper
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +84,7 @@ def _replay_and_compare(sacct: Path, monkeypatch, capsys) -> None:
     qos = ",".join(f"{q}={p}" for q, p in rec["qos"].items())
     monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(CONFIG))
     args = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--bf-interval", "5"]
-    args += ["--typed", "--qos-priority", qos, "--will-run", rule_for(sacct.parent.name), "--format", "json"]
+    args += ["--typed", "--qos-priority", qos, "--slurm-release", sacct.parent.name, "--format", "json"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     (run,) = out["runs"]

@@ -151,6 +151,23 @@ def test_gpupool_simulate_compares_policies_on_philly(tmp_path):
     assert night["switches"] == 0 and night["rounding_loss_fraction"] == 0  # Philly asks for whole GPUs
 
 
+def test_the_slurm_release_picks_its_backfill_rules_and_the_output_says_which(monkeypatch, capsys):
+    """26.05: will-run batches by the chosen nodes and windows' ends rounded up; ``--will-run`` overrides the first."""
+    from slurm_gpupool.cli.main import main
+
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(ROOT / "etc" / "gpupool.yaml"))
+    args = ["simulate", "--trace", "philly", "--days", "0.1", "--start", "2017-10-02", "--policy", "static:night"]
+    said = {}
+    for extra in ([], ["--slurm-release", "26.05"], ["--slurm-release", "26.05", "--will-run", "exact"]):
+        assert main([*args, *extra, "--format", "json"]) == 0
+        said[tuple(extra)] = json.loads(capsys.readouterr().out)["context"]["parameters"]["scheduler"]
+    assert [s.split("whole-node reservations, ")[1] for s in said.values()] == [
+        "as Slurm 22.05, will-run batch)",
+        "as Slurm 26.05, will-run batch-nodes)",
+        "as Slurm 26.05, will-run exact)",
+    ]
+
+
 def test_gpupool_simulate_html_and_slowdown_sweep(tmp_path):
     html = tmp_path / "sim.html"
     args = ["simulate", "--trace", "openb", "--days", "0.3", "--start", "2017-10-02", "--policy", "static:day"]
@@ -174,6 +191,8 @@ def test_gpupool_simulate_html_and_slowdown_sweep(tmp_path):
         (["--limit-factor", "0.5"], "at least 1"),
         (["--max-time", "soon"], "--max-time soon"),
         (["--thin", "0"], "at most 1"),
+        (["--slurm-release", "latest"], "--slurm-release latest"),
+        (["--slurm-release", "24.11.x"], "a release as 24.11"),
     ],
 )
 def test_bad_arguments_are_usage_errors(args, expect, monkeypatch, capsys):

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpupool.simulate.willrun import BATCH, BATCH_NODES, EXACT, RULES, batch, planned_start, rule_for
+from slurm_gpupool.simulate.willrun import (
+    BATCH,
+    BATCH_NODES,
+    EXACT,
+    RULES,
+    batch,
+    ends_up,
+    planned_start,
+    rule_for,
+)
 from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401 (spec: the fixture)
 
 NONE: frozenset[int] = frozenset()  # no node blocked
@@ -61,7 +70,9 @@ def test_the_cli_offers_every_rule_and_defaults_to_22_05_s():
 
     assert WILL_RUN_RULES == RULES
     option = next(p for p in simulate.params if p.name == "will_run")
-    assert option.default == BATCH
+    assert option.default not in RULES  # none given: the release's
+    release = next(p for p in simulate.params if p.name == "slurm_release")
+    assert release.default == "22.05" and rule_for(release.default) == BATCH and not ends_up(release.default)
 
 
 def test_each_release_has_its_rule():
@@ -72,6 +83,20 @@ def test_each_release_has_its_rule():
         BATCH_NODES,
         BATCH_NODES,
         BATCH_NODES,
+    ]
+
+
+def test_each_release_rounds_a_planned_window_s_end_its_own_way():
+    """``backfill.c`` rounds a planned job's window end down to bf_resolution up to 24.05, up
+    from 24.11.0 (``_set_slot_time``: ``+ backfill_resolution - 1``, commit "Round up end_time")."""
+    assert [ends_up(r) for r in ("22.05", "23.11.10", "24.05.8", "24.11", "24.11.0", "25.05.1", "26.05")] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
     ]
 
 
