@@ -53,6 +53,7 @@ class Backfill(Preemption):
         started = self.started
         if not any(self._idle_now(t) for t in self.by_type):
             return
+        self._plan_overdue()
         horizon = self.now + p.bf_window_s
         tested = q[: p.bf_max_job_test]
         need_of_job = self.need_of_job

@@ -163,6 +163,7 @@ class Engine(Switching, Backfill):
         self.preempt_busy, self.graced, self.dying = {}, {}, set()
         self.order_keys, self.order_ranks = [], []
         self.ends = []
+        self.end_time = {}
         self.kinds = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
         self.bounds_epoch = 0

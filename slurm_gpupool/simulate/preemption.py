@@ -103,6 +103,23 @@ class Preemption(Scheduler):
 
     def _replan_end(self, j: int, end: float) -> None:
         """Backfill plans with the preempted job's new end (``end_time``, ``_job_check_grace``)."""
+        self.end_time[j] = end
+        self._move_end(j, end)
+
+    def _plan_overdue(self) -> None:
+        """Running jobs past their ``end_time`` (their limit, or a preemption's grace), whose
+        records are still held (until the periodic time-limit check ends them, or their
+        completion): backfill plans them to end at ``end_time + KillWait``, or a second from
+        now once that has passed too (cons_tres ``_guess_job_end``, OverTimeLimit=0), never
+        at the check it does not foresee.  (Slurm keeps ordering and aligning the will-run
+        batches by ``end_time``; here the guessed end takes its place.)"""
+        now, ends = self.now, self.ends
+        while ends and ends[0][0] <= now:
+            j = ends[0][1]
+            self._move_end(j, max(self.end_time[j] + self.p.kill_wait_s, now + 1.0))
+
+    def _move_end(self, j: int, end: float) -> None:
+        """Job ``j``'s planned end is now ``end``: in the sorted ends and its nodes' timelines."""
         nodes = self.job_nodes[j]
         old = nodes[0].running[j][0]
         del self.ends[bisect_left(self.ends, (old, j))]

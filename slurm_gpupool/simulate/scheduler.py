@@ -177,9 +177,9 @@ class Scheduler(NodeIndex):
         rec.timeout = run > job.limit_s
         rec.start_s = self.now
         rec.end_s = self.now + min(run, killed)
-        # what backfill plans with: the time limit (it does not know run times); a job killed at
-        # its limit holds its records until its completion ends, release_s later
-        expected = max(self.now + job.limit_s, rec.end_s + self.p.release_s)
+        # what backfill plans with: Slurm's end_time, the time limit (it knows neither run
+        # times nor when the periodic check will end a job past it: ``_plan_overdue``)
+        expected = self.end_time[i] = self.now + job.limit_s
         for n, parts in chosen:
             apply(n.free, n.shared, parts, +1)
             n.running[i] = (expected, parts)

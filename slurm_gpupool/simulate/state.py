@@ -62,6 +62,9 @@ class Params:
     # lifetime + 1: ``batch_requeue_fini``)
     requeue_delay_s: float = 121.0
     release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
+    # KillWait (the sandbox's 5 s; Slurm's default 30): backfill expects a job past its time
+    # limit to end this long after it (``_guess_job_end``)
+    kill_wait_s: float = 5.0
     # a job past its time limit is ended at the controller's next periodic check, which runs
     # every PERIODIC_TIMEOUT (30 s: controller.c, job_mgr.c job_time_limit, OverTimeLimit=0), on
     # the clock's epoch seconds = limit_check_phase_s modulo it; a job whose work ends before

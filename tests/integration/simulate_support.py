@@ -205,9 +205,6 @@ def day_mapper(spec: PoolSpec) -> Engine:
 KNOWN_MISSES = {
     "qos@24.11": "median wait",
     "qos-s3131@24.11": "median wait",
-    "burst@26.05": "mean wait",
-    "burst-s5151@24.11": "median wait",
-    "burst-s5151@26.05": "median wait",
     # the phase of the replay's grid alone: at any other whole second of the 5 s it agrees
     # (test_simulate_qos_replay.py; 26.05 logs no backfill start to date Slurm's passes by)
     "qos-s6161@26.05": "median wait",

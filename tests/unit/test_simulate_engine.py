@@ -143,6 +143,30 @@ def test_from_24_11_a_planned_window_ends_rounded_up_to_bf_resolution():
     assert _rounded(100, 200, 0, end_up=True) == (100, 200)  # no resolution: exact
 
 
+def test_backfill_plans_a_job_past_its_limit_to_end_at_its_limit_not_at_the_check_that_ends_it(spec):
+    """Slurm plans with a running job's ``end_time`` (start + limit); it does not foresee the
+    periodic check that will end a job running past it, and once the limit has passed it
+    guesses ``end_time + KillWait``, then a second from now (cons_tres ``_guess_job_end``).
+    Job 1 (3 GPUs of n1) would run 100 s on a 60 s limit from 5: the check at 90 ends it.  Job 3
+    waits for n1 whole: planned at 65, so job 4's [35, 85) on n1's free GPU (the passes run at
+    5, 35, ...) would delay it and waits, as on the sandbox (trace A seed 5151 on 24.11;
+    planned at the check, the replay backfilled such slices in front: a median wait of 61 s
+    against Slurm's 114 s)."""
+    jobs = [
+        job(1, 5, 100, gpus=3, limit=60),  # n1: 3 of 4 from 5; limit at 65, ended by the check at 90
+        job(2, 5, 1000, gpus=4, limit=1000),  # n2 full
+        job(3, 6, 100, gpus=4, limit=100),  # waits for n1 whole: planned at 65
+        job(4, 7, 40, gpus=1, limit=50),  # n1's free GPU, [35, 85): meets job 3's plan at 65
+    ]
+    _, r = run(spec, jobs, bf_resolution_s=0, limit_check_s=30, release_s=0.5)
+    assert r[1].timeout and r[1].end_s == 90
+    assert r[3].start_s == 90.5  # n1 whole once job 1's records are free
+    assert r[4].start_s == 191.0  # after job 3 (its records free at 190.5 + 0.5): not in front of its plan
+    # a 25 s job ends before 65: backfilled at the first pass after its submission
+    _, r = run(spec, [*jobs[:3], job(4, 7, 20, gpus=1, limit=25)], bf_resolution_s=0, limit_check_s=30)
+    assert r[4].start_s == 35
+
+
 def test_completion_latency_delays_the_next_job(spec):
     _, r = run(spec, [job(1, 0, 100, gpus=4), job(2, 0, 100, gpus=4), job(3, 1, 10, gpus=4)], release_s=0.5)
     assert r[1].end_s == 100 and r[3].start_s == 100.5  # its records came free half a second later
