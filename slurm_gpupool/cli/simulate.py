@@ -206,7 +206,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
     from slurm_gpupool.simulate.metrics import summarise
     from slurm_gpupool.simulate.pool import pool_spec
-    from slurm_gpupool.simulate.willrun import ends_up, rule_for
+    from slurm_gpupool.simulate.willrun import release_params
     from slurm_gpupool.util.validate import load_yaml
 
     # --from or --since/--until name the site's accounting (files, or sacct); alone, the public
@@ -220,7 +220,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     max_time_s = _seconds(max_time, "--max-time")
     if re.fullmatch(r"\d{1,3}\.\d{1,2}(\.\d{1,3})?", slurm_release) is None:
         raise UsageError(f"--slurm-release {slurm_release}", "expected a release as 24.11 or 24.11.5")
-    will_run = will_run or rule_for(slurm_release)
+    rules = release_params(slurm_release)  # its backfill's will-run rule, window rounding, ...
+    rules["will_run"] = will_run = will_run or rules["will_run"]
     cfg = app.config()
     tiers = pol.tier_priorities(cfg)
     # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
@@ -268,8 +269,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             params = Params(
                 bf_interval_s=bf_interval,
                 bf_exact=exact_backfill,
-                will_run=will_run,
-                bf_end_up=ends_up(slurm_release),
+                **rules,
                 switch_s=pol.elastic_switch_s(cfg, spec, switch_s, switch_time is None),
                 lead_time_s=lead,
                 deadline_s=cfg.repartition.deadline_s,

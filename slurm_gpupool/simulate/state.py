@@ -33,6 +33,9 @@ class Params:
     bf_resolution_s: float = 60.0  # bf_resolution: reservation windows are rounded down to it
     # ... but from 24.11.0 a planned job's window ends rounded up (backfill.c _set_slot_time)
     bf_end_up: bool = False
+    # from 24.11.0 the will-run test plans a running job past its limit to end now
+    # (``Backfill._plan_overdue``); before, KillWait after its limit
+    bf_overdue_now: bool = False
     # True: every tested job places its reservation, as Slurm does (slow on deep queues); False:
     # a job that needs at least what one that failed needed is passed over without placing it.
     # Both agree with the real sandbox Slurm (tests/integration/test_simulate_slurm.py).

@@ -17,6 +17,7 @@ backfill in front of it.  ``docs/simulate.md`` has the rule and the releases.
 from __future__ import annotations
 
 from collections.abc import Collection, Container, Sequence
+from typing import TypedDict
 
 EXACT = "exact"  # the exact earliest start (no batching; what the simulator did before)
 BATCH = "batch"  # the end of the last job removed: Slurm 22.05 to 25.05.0
@@ -108,8 +109,19 @@ def rule_for(release: str) -> str:
     return BATCH_NODES if _version(release) >= (25, 5, 1) else BATCH
 
 
-def ends_up(release: str) -> bool:
-    """Whether a release's backfill rounds a planned job's window end up to ``bf_resolution``
-    (``Params.bf_end_up``): from 24.11.0 (``backfill.c`` ``_set_slot_time``); 22.05 to 24.05
-    round it down."""
-    return _version(release) >= (24, 11, 0)
+class ReleaseRules(TypedDict):
+    """The ``Params`` fields that follow a Slurm release (``release_params``)."""
+
+    will_run: str
+    bf_end_up: bool
+    bf_overdue_now: bool
+
+
+def release_params(release: str) -> ReleaseRules:
+    """The ``Params`` fields that follow a Slurm release ("22.05", "24.11.7", "26.05"): its
+    will-run rule (``rule_for``); from 24.11.0, a planned job's window end rounded up to
+    ``bf_resolution`` (``backfill.c`` ``_set_slot_time``: ``bf_end_up``; 22.05 to 24.05
+    round it down) and a running job past its limit planned to end now (the will-run test's
+    start, ``will_run_data.start``: ``bf_overdue_now``)."""
+    since_24_11 = _version(release) >= (24, 11, 0)
+    return ReleaseRules(will_run=rule_for(release), bf_end_up=since_24_11, bf_overdue_now=since_24_11)

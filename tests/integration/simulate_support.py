@@ -24,7 +24,7 @@ from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile, summarise
 from slurm_gpupool.simulate.pool import PoolSpec, pool_spec
-from slurm_gpupool.simulate.willrun import ends_up, rule_for
+from slurm_gpupool.simulate.willrun import release_params
 
 LIMIT_MIN = 1  # every job's --time: Slurm plans with it (backfill), as the simulator does
 # Tolerances. The comparison's resolution: sacct times are whole seconds (a replayed pass at
@@ -394,8 +394,8 @@ def replay_and_compare(
     measured out-of-service and hand-over times (``ids``: job -> (request, sleep s[, QOS]));
     then compared with Slurm's run (what
     :func:`_compare` returns, with every reservation placed and with the fast shortcut).
-    ``release``: the Slurm release that ran, whose will-run rule the replay takes
-    (``willrun.rule_for``; None: ``params``'); the clock's epoch aligns its batches.
+    ``release``: the Slurm release that ran, whose backfill rules the replay takes
+    (``willrun.release_params``; None: ``params``'); the clock's epoch aligns its batches.
     ``work``: the run time of a job whose recorded run is not its whole work (one a
     preemption ended for good); ``requeue``: the jobs submitted with ``--requeue``;
     ``results``: filled with each replay's own result; ``held``: each run of a job that ran
@@ -431,8 +431,7 @@ def replay_and_compare(
         measured = {"switch_s": percentile(out, 50), "release_s": handoff, "clock_origin_s": epoch}
         measured["bf_passes_s"] = tuple(at - epoch for at in passes)  # Params sorts them
         if release is not None:
-            measured["will_run"] = rule_for(release)
-            measured["bf_end_up"] = ends_up(release)
+            measured.update(release_params(release))
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}
         res = Engine(spec, sw, Params(**fields)).run(jobs)
         if results is not None:

@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_gpupool.simulate.metrics import percentile
-from slurm_gpupool.simulate.willrun import rule_for
+from slurm_gpupool.simulate.willrun import release_params
 from tests.integration import simulate_support as support
 from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
 
@@ -139,7 +139,7 @@ def test_on_26_05_a_planned_window_s_end_rounded_up_preempts_what_slurm_preempte
     held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
     by: dict[bool, str] = {}
     for end_up in (True, False):
-        params = replace(_params(rec), will_run=rule_for(release), bf_end_up=end_up)
+        params = replace(_params(rec), **{**release_params(release), "bf_end_up": end_up})
         results: dict = {}
         try:
             replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, None, work, requeue, results, held)

@@ -14,8 +14,8 @@ from slurm_gpupool.simulate.willrun import (
     EXACT,
     RULES,
     batch,
-    ends_up,
     planned_start,
+    release_params,
     rule_for,
 )
 from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401 (spec: the fixture)
@@ -72,7 +72,11 @@ def test_the_cli_offers_every_rule_and_defaults_to_22_05_s():
     option = next(p for p in simulate.params if p.name == "will_run")
     assert option.default not in RULES  # none given: the release's
     release = next(p for p in simulate.params if p.name == "slurm_release")
-    assert release.default == "22.05" and rule_for(release.default) == BATCH and not ends_up(release.default)
+    assert release.default == "22.05" and release_params(release.default) == {
+        "will_run": BATCH,
+        "bf_end_up": False,
+        "bf_overdue_now": False,
+    }
 
 
 def test_each_release_has_its_rule():
@@ -86,18 +90,15 @@ def test_each_release_has_its_rule():
     ]
 
 
-def test_each_release_rounds_a_planned_window_s_end_its_own_way():
+def test_each_release_rounds_a_planned_window_s_end_and_plans_an_overdue_job_its_own_way():
     """``backfill.c`` rounds a planned job's window end down to bf_resolution up to 24.05, up
-    from 24.11.0 (``_set_slot_time``: ``+ backfill_resolution - 1``, commit "Round up end_time")."""
-    assert [ends_up(r) for r in ("22.05", "23.11.10", "24.05.8", "24.11", "24.11.0", "25.05.1", "26.05")] == [
-        False,
-        False,
-        False,
-        True,
-        True,
-        True,
-        True,
-    ]
+    from 24.11.0 (``_set_slot_time``: ``+ backfill_resolution - 1``, commit "Round up
+    end_time"); from 24.11.0 its will-run test starts at the pass's start and plans a job
+    past its limit to end then (``_build_cr_job_list``: ``end_time < args->start``)."""
+    releases = ("22.05", "23.11.10", "24.05.8", "24.11", "24.11.0", "25.05.1", "26.05")
+    assert [release_params(r)["bf_end_up"] for r in releases] == [False, False, False, True, True, True, True]
+    assert [release_params(r)["bf_overdue_now"] for r in releases] == [False, False, False, True, True, True, True]
+    assert [release_params(r)["will_run"] for r in releases] == [BATCH] * 5 + [BATCH_NODES] * 2
 
 
 def _scenario(job2_limit: float = 130) -> list:
