@@ -159,3 +159,36 @@ def test_the_26_05_miss_of_seed_6161_is_the_grids_phase_at_any_other_it_agrees(u
         grid = [epoch + phase + 5 * k for k in range(60)]
         got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "26.05", passes=grid)
         assert got[True]["median wait"][0] == 23.0
+
+
+PHASES = [k / 2 for k in range(10)]  # 0, 0.5, ... 4.5 s: the phases a 5 s pass interval can have
+
+
+@pytest.mark.parametrize("label", sorted(support.KNOWN_MISSES))
+def test_every_known_miss_agrees_within_every_tolerance_at_another_phase_of_the_backfill_passes(
+    utc,  # noqa: F811
+    label,
+):
+    """Each kept run that misses on the replay's own grid (passes every 5 s from the first
+    submission) agrees within every tolerance with the passes moved by 0.5-4.5 s, the phase
+    the controller's passes had, which a site's simulator cannot know (24.11's reruns,
+    ``test_simulate_reruns.py``: Slurm's own median moved from 33.0 to 14.5 s between two
+    runs of one workload).  So each miss is the passes' phase, not a missing rule; the
+    misses stay in the shipped accuracy."""
+    stem, release = label.split("@")
+    kept = support.Kept(release, f"simulate-{stem}")
+    rec, ids, spec = recorded(kept.record)
+    real = {j: tuple(v) for j, v in rec["real"].items()}
+    handoff = recorded_handoff(kept.log, real, rec["since"])
+    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    epoch = min(v[0] for v in real.values())
+    agrees = []
+    for phase in PHASES:
+        grid = [epoch + phase + 5 * k for k in range(80)]
+        try:
+            replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, passes=grid)
+        except AssertionError:
+            continue
+        agrees.append(phase)
+    assert 0 not in agrees  # on the replay's own grid it misses (KNOWN_MISSES)
+    assert len(agrees) >= 2, agrees
