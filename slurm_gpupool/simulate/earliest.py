@@ -126,8 +126,8 @@ def earliest(
                 free += sum(c for _, _, c, _ in line[k][1])
             k += 1
         if windows:
-            # reservations are kept rounded down to bf_resolution; a job tested to start now is
-            # checked with its exact window, one planned later with its rounded one (backfill.c)
+            # reservations are kept on bf_resolution's grid (``rounded``); a job tested to start
+            # now is checked with its exact window, one planned later with its rounded one (backfill.c)
             lo, hi = (t, t + limit) if t <= now else rounded(t, t + limit, resolution, origin_s, end_up)
             if overlaps(windows, lo, hi):
                 continue

@@ -233,6 +233,7 @@ class Scheduler(NodeIndex):
         nodes = self.job_nodes[i]
         k = bisect_left(self.ends, (nodes[0].running[i][0], i))
         del self.ends[k]  # (end, i) is unique: the entry is at k
+        del self.end_time[i]
         for n in self.job_nodes.pop(i):
             _, parts = n.running.pop(i)
             apply(n.free, n.shared, parts, -1)
