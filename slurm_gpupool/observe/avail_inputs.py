@@ -39,9 +39,20 @@ WRAP = ("--wrap", "true")  # a script for sbatch --test-only: it runs nothing
 
 # the simulator's replay of the queue through a switch (``simulate.wait.replay_wait``; the CLI
 # passes it in: this wing sits below the simulator's): (config, squeue's jobs, GRES per node,
-# nodes, time limit, layout in force, (switch time, layout), now) -> (start or None, why)
+# nodes, time limit, layout in force, (switch time, layout), now, Slurm's release: its
+# backfill's rules) -> (start or None, why)
 QueueReplay = Callable[
-    [PoolConfig, Sequence[JobInfo], dict[tuple[str, str], int], int, int | None, str, tuple[datetime, str], datetime],
+    [
+        PoolConfig,
+        Sequence[JobInfo],
+        dict[tuple[str, str], int],
+        int,
+        int | None,
+        str,
+        tuple[datetime, str],
+        datetime,
+        str,
+    ],
     tuple[datetime | None, str],
 ]
 
@@ -133,7 +144,8 @@ def gather(
             except SlurmUnavailableError as e:
                 return None, f"the queue could not be read: {e.message()}"
             want, limit = per_node_of(request), time_limit_s(t)
-            return replay(cfg, jobs, want, request["nodes"], limit, current, (at, layout), now)
+            release = ".".join(str(x) for x in slurm.version())  # sinfo --version
+            return replay(cfg, jobs, want, request["nodes"], limit, current, (at, layout), now, release)
 
         request["estimate"] = estimate(
             request, sets, catalog, now, replayed if replay is not None and current is not None else None

@@ -26,6 +26,7 @@ from slurm_gpupool.simulate.engine import Engine, Params
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.switcher import Switcher
+from slurm_gpupool.simulate.willrun import release_params
 from slurm_gpupool.slurm.types import JobInfo, requested_gres
 
 UNLIMITED_S = 7 * 86400.0  # a job without a time limit: assumed to run this long (said in the answer)
@@ -102,10 +103,12 @@ def replay_wait(
     current: str,
     switch: tuple[datetime, str],
     now: datetime,
+    release: str = "22.05",
 ) -> Replayed:
     """When the request (``want`` per node on ``nodes`` nodes) starts if the pool, now in
     ``current``, switches to ``switch[1]`` at ``switch[0]`` and the queue (``squeue``'s
-    ``jobs``) runs to its time limits.  ``now``: aware."""
+    ``jobs``) runs to its time limits.  ``now``: aware.  ``release``: the Slurm release
+    whose backfill the replay follows (``willrun.release_params``)."""
     at, layout = switch
     names = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
     offset_s = max(2.0, (at - now).total_seconds())
@@ -145,6 +148,7 @@ def replay_wait(
     sw = Switcher(pol.SCHEDULE, bounds)
     r = cfg.repartition
     params = Params(
+        **release_params(release),
         switch_s=pol.switch_seconds(cfg, len(names)),
         # nodes reserved for the switch after the running jobs are placed, before the queue is
         lead_time_s=min(pol.lead_time_s(cfg, bounds, None), offset_s - RESERVED_AT_S),

@@ -440,6 +440,25 @@ def test_a_running_job_past_the_switch_holds_its_node_until_it_ends(cfg, catalog
     assert empty + timedelta(minutes=20) <= start <= empty + timedelta(minutes=22)
 
 
+def test_the_replay_follows_the_backfill_rules_of_the_slurm_release_it_asks(cfg, catalog, monkeypatch):
+    """``sinfo --version`` gives the release whose backfill the replay follows
+    (``willrun.release_params``): 22.05's rules on the recorded cluster, 26.05's on one that
+    says it runs 26.05."""
+    from slurm_gpupool.simulate import wait
+
+    seen = []
+    real_engine = wait.Engine
+    monkeypatch.setattr(wait, "Engine", lambda spec, sw, p: seen.append(p) or real_engine(spec, sw, p))
+    fake = recorded_cluster(clock_at(TUESDAY_10))
+    estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")
+    fake.version = lambda: (26, 5, 3)  # type: ignore[method-assign]
+    estimated(cfg, catalog, fake, "--gpus-nvlink=8", "--time=60")
+    assert [(p.will_run, p.bf_end_up, p.bf_overdue_now) for p in seen] == [
+        ("batch", False, False),
+        ("batch-nodes", True, True),
+    ]
+
+
 def test_a_request_the_layout_in_force_offers_keeps_slurms_estimate(cfg, catalog):
     fake = recorded_cluster(clock_at(TUESDAY_10))
     later = datetime.fromtimestamp(fake.clock.time() + 600)
