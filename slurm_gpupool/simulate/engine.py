@@ -164,6 +164,7 @@ class Engine(Switching, Backfill):
         self.order_keys, self.order_ranks = [], []
         self.ends = []
         self.end_time = {}
+        self.overdue = False
         self.kinds = {}
         self.nodes = [self._make_node(i, n, sw.due(0.0)) for i, n in enumerate(self.spec.nodes)]
         self.bounds_epoch = 0

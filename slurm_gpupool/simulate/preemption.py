@@ -118,6 +118,7 @@ class Preemption(Scheduler):
         second from now: their records are not free now; ``Params.bf_overdue_now``)."""
         now, ends = self.now, self.ends
         soon = now + 1.0
+        self.overdue = bool(ends) and ends[0][0] <= now
         while ends and ends[0][0] <= now:
             j = ends[0][1]
             self._move_end(j, soon if self.p.bf_overdue_now else max(self.end_time[j] + self.p.kill_wait_s, soon))

@@ -53,6 +53,7 @@ class ReplayState:
     # (planned end, job, nodes) of every running job, soonest first (will-run's _cr_job_list_sort)
     ends: list[tuple[float, int, tuple[int, ...]]]
     end_time: dict[int, float]  # each running job's Slurm end_time: its limit, or a preemption's grace
+    overdue: bool  # this backfill pass found running jobs past their end_time (``_plan_overdue``)
     preempting: bool  # some QOS preempts another (``preemption``)
     priority_of: list[int]  # each job's priority (with preemption only: a requeued job's new place)
     rank: list[float]  # each job's place in Slurm's queue order (QOS priority, submission, job id)

@@ -145,8 +145,8 @@ def test_from_24_11_a_planned_window_ends_rounded_up_to_bf_resolution():
 
 def test_backfill_plans_a_job_past_its_limit_to_end_at_its_limit_not_at_the_check_that_ends_it(spec):
     """Slurm plans with a running job's ``end_time`` (start + limit); it does not foresee the
-    periodic check that will end a job running past it, and once the limit has passed it
-    guesses ``end_time + KillWait``, then a second from now (cons_tres ``_guess_job_end``).
+    periodic check that will end a job running past it (once the limit has passed: the test
+    below and ``Backfill._plan_overdue``).
     Job 1 (3 GPUs of n1) would run 100 s on a 60 s limit from 5: the check at 90 ends it.  Job 3
     waits for n1 whole: planned at 65, so job 4's [35, 85) on n1's free GPU (the passes run at
     5, 35, ...) would delay it and waits, as on the sandbox (trace A seed 5151 on 24.11;
@@ -165,6 +165,25 @@ def test_backfill_plans_a_job_past_its_limit_to_end_at_its_limit_not_at_the_chec
     # a 25 s job ends before 65: backfilled at the first pass after its submission
     _, r = run(spec, [*jobs[:3], job(4, 7, 20, gpus=1, limit=25)], bf_resolution_s=0, limit_check_s=30)
     assert r[4].start_s == 35
+
+
+def test_from_24_11_a_job_behind_one_past_its_limit_is_planned_now_not_with_the_next_batch(spec):
+    """Job 1's limit passes at 63 (the check ends it at 90); job 2 fills n2 to 85; job 3
+    wants a whole node.  At the pass at 65, 24.11's will-run test first removes job 1 (past
+    its end_time, ``_build_cr_job_list``): n1 fits, so job 3 is planned now and job 4's
+    [65, 80) on n1's free GPU would delay it.  Up to 24.05 job 1 is in the first batch with
+    job 2 (ending at 85) and the plan is the batch's last end, 85: job 4 fits in front."""
+    jobs = [
+        job(1, 5, 100, gpus=3, limit=58),  # n1: 3 of 4 from 5; end_time 63; ended by the check at 90
+        job(2, 5, 80, gpus=4, limit=80),  # n2 full to 85
+        job(3, 6, 100, gpus=4, limit=100),  # a whole node
+        job(4, 64, 15, gpus=1, limit=15),  # n1's free GPU, first tested at the pass at 65
+    ]
+    common = {"bf_resolution_s": 0, "limit_check_s": 30, "release_s": 0.5, "will_run": "batch"}
+    _, r = run(spec, jobs, **common, bf_overdue_now=True)
+    assert r[3].start_s == 85.5 and r[4].start_s == 85.5  # held until job 3 started (on n2, free first)
+    _, r = run(spec, jobs, **common, bf_overdue_now=False)
+    assert r[4].start_s == 65
 
 
 def test_completion_latency_delays_the_next_job(spec):

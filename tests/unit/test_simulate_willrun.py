@@ -92,8 +92,8 @@ def test_each_release_has_its_rule():
 
 def test_each_release_rounds_a_planned_window_s_end_and_plans_an_overdue_job_its_own_way():
     """``backfill.c`` rounds a planned job's window end down to bf_resolution up to 24.05, up
-    from 24.11.0 (``_set_slot_time``: ``+ backfill_resolution - 1``, commit "Round up
-    end_time"); from 24.11.0 its will-run test starts at the pass's start and plans a job
+    from 24.11.0 (``_set_slot_time``: ``+ backfill_resolution - 1``, commit b65719d1c2);
+    from 24.11.0 its will-run test starts at the pass's start and plans a job
     past its limit to end then (``_build_cr_job_list``: ``end_time < args->start``)."""
     releases = ("22.05", "23.11.10", "24.05.8", "24.11", "24.11.0", "25.05.1", "26.05")
     assert [release_params(r)["bf_end_up"] for r in releases] == [False, False, False, True, True, True, True]
