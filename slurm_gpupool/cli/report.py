@@ -193,9 +193,32 @@ def _emit(reports, stats, data, fmt: str, output: Path | None, table: str | None
 BY_OF = {"utilization": ("layout",), "efficiency": (), "quota": (), "advice": ()}  # the rest: all of BY
 
 
+def slurm_release_option(f: Any) -> Any:
+    """``--slurm-release``: the Slurm release whose backfill a replay follows (``simulate``,
+    ``report advice``)."""
+    return click.option(
+        "--slurm-release",
+        metavar="RELEASE",
+        default="22.05",
+        show_default=True,
+        help="The site's Slurm release (as sinfo --version gives it): its backfill's will-run batches and how it "
+        "rounds a planned job's window (docs/simulate.md).",
+    )(f)
+
+
+def slurm_release(text: str) -> str:
+    """``--slurm-release``'s value, checked: 24.11 or 24.11.5."""
+    import re
+
+    if re.fullmatch(r"\d{1,3}\.\d{1,2}(\.\d{1,3})?", text) is None:
+        raise UsageError(f"--slurm-release {text}", "expected a release as 24.11 or 24.11.5")
+    return text
+
+
 def _sim_options(f: Any) -> Any:
     """``report advice``/``all``: the simulator's part of the advice (#16)."""
     options = [
+        slurm_release_option,
         click.option(
             "--simulate/--no-simulate",
             default=True,
@@ -232,11 +255,12 @@ def _sim_options(f: Any) -> Any:
 def _sim_settings(kw: dict[str, Any]):
     """The simulator's settings from (and out of) the command's options; None with --no-simulate."""
     import os
+    from dataclasses import replace
 
     from slurm_gpupool.simulate.advise import Settings
 
-    keys = ("simulate", "slowdown", "resamples", "seed", "min_jobs", "workers")
-    on, slowdown, resamples, seed, min_jobs, workers = (kw.pop(k) for k in keys)
+    keys = ("simulate", "slowdown", "resamples", "seed", "min_jobs", "workers", "slurm_release")
+    on, slowdown, resamples, seed, min_jobs, workers, release = (kw.pop(k) for k in keys)
     if not on:
         return None
     try:
@@ -246,7 +270,8 @@ def _sim_settings(kw: dict[str, Any]):
     if not sds or any(not 1 <= v < float("inf") for v in sds):
         raise UsageError(f"--slowdown {slowdown}", "every value must be a finite number of at least 1")
     workers = workers or min(4, os.cpu_count() or 1)
-    return Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
+    settings = Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
+    return replace(settings, slurm_release=slurm_release(release))
 
 
 def _progress():

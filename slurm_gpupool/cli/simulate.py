@@ -9,7 +9,6 @@ planner, GRES and repartition rules; the report says what each buys.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Collection
 from datetime import UTC, timedelta
@@ -19,7 +18,8 @@ from typing import Any
 import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
-from slurm_gpupool.cli.report import _common, _load
+from slurm_gpupool.cli.report import _common, _load, slurm_release_option
+from slurm_gpupool.cli.report import slurm_release as checked_release
 from slurm_gpupool.errors import UsageError
 
 # simulate.willrun.RULES, spelled out: the CLI imports no simulator module until it runs one
@@ -154,14 +154,7 @@ class Progress:
 @click.option(
     "--exact-backfill", is_flag=True, help="Place every tested job's backfill reservation (slow on deep queues)."
 )
-@click.option(
-    "--slurm-release",
-    metavar="RELEASE",
-    default="22.05",
-    show_default=True,
-    help="The site's Slurm release (as sinfo --version gives it): its backfill's will-run batches and how it "
-    "rounds a planned job's window (docs/simulate.md).",
-)
+@slurm_release_option
 @click.option(
     "--will-run",
     type=click.Choice(WILL_RUN_RULES),
@@ -218,9 +211,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     if days is not None and not 0 < days < 1e5:
         raise UsageError(f"--days {days}", "must be more than 0")
     max_time_s = _seconds(max_time, "--max-time")
-    if re.fullmatch(r"\d{1,3}\.\d{1,2}(\.\d{1,3})?", slurm_release) is None:
-        raise UsageError(f"--slurm-release {slurm_release}", "expected a release as 24.11 or 24.11.5")
-    rules = release_params(slurm_release)  # its backfill's will-run rule, window rounding, ...
+    rules = release_params(checked_release(slurm_release))  # its backfill's will-run rule, window rounding, ...
     rules["will_run"] = will_run = will_run or rules["will_run"]
     cfg = app.config()
     tiers = pol.tier_priorities(cfg)

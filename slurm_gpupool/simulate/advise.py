@@ -47,6 +47,7 @@ from slurm_gpupool.simulate.engine import Engine, Params, Result
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.metrics import summarise
 from slurm_gpupool.simulate.pool import PoolSpec, Shape
+from slurm_gpupool.simulate.willrun import release_params
 
 DAY_S = 86400.0
 SOURCE = "report advice"
@@ -64,6 +65,7 @@ class Settings:
     wait_margin_s: float = 60.0
     util_margin: float = 0.02
     bf_interval_s: float = 30.0
+    slurm_release: str = "22.05"  # whose backfill the replays follow (``willrun.release_params``)
     max_time_s: float | None = None  # the partition's MaxTime (lead time); None: the jobs' longest limit
     workers: int = 1  # processes the caller may fork for replays (``parallel``); not used here
 
@@ -240,6 +242,7 @@ class _Run:
         lead = pol.lead_time_s(cfg, bounds, self.max_time_s) if clock else 0.0
         r = cfg.repartition
         params = Params(
+            **release_params(self.settings.slurm_release),
             bf_interval_s=self.settings.bf_interval_s,
             switch_s=pol.elastic_switch_s(cfg, p.spec, pol.switch_seconds(cfg, len(self.nodes)), True),
             lead_time_s=lead,

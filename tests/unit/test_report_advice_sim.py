@@ -369,6 +369,8 @@ def test_no_simulate_and_too_few_jobs_skip_the_replay(tmp_path, monkeypatch, cap
     assert main([*args, "--slowdown", "0.5,2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpupool: --slowdown 0.5,2: ") and "at least 1" in err
+    assert main([*args, "--slurm-release", "sid"]) == 2
+    assert capsys.readouterr().err.startswith("gpupool: --slurm-release sid: expected a release")
 
 
 def test_forked_workers_give_the_same_advice_as_one_process(tmp_path):
@@ -434,3 +436,8 @@ def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_f
     assert params.qos_priority == (("gpupool_urgent", 500),)
     assert params.bf_grid_from_s is None and min(j.submit_s for j in jobs) > 0
     assert params.clock_origin_s == epoch.timestamp()
+    assert (params.will_run, params.bf_end_up, params.bf_overdue_now) == ("batch", False, False)  # 22.05's
+    # --slurm-release: that release's backfill, as `gpupool simulate --slurm-release` replays it
+    run = adv._Run(epoch, [jobs], ["n1", "n2"], 8, 10 * 86400, adv.Settings(resamples=0, slurm_release="26.05"), 18000)
+    run.metrics(adv.current_policy(cfg), 0, 1.0)
+    assert (seen[-1].will_run, seen[-1].bf_end_up, seen[-1].bf_overdue_now) == ("batch-nodes", True, True)
