@@ -82,7 +82,7 @@ class Backfill(Preemption):
             ):
                 # it fits with the preemptable jobs gone (_will_run_test): it preempts through
                 # select_nodes, which answers ESLURM_NODES_BUSY, and its nodes are held from now
-                window = rounded(self.now, self.now + limit, p.bf_resolution_s, p.clock_origin_s, p.bf_end_up)
+                window = self._window(self.now, limit)
                 for n, _ in took:
                     insort(plans.setdefault(n.index, []), window)
                 continue
@@ -91,7 +91,7 @@ class Backfill(Preemption):
             shape = (need.types, need.kind)
             if chosen is not None:  # a start later: its nodes are held for it from then (_add_reservation)
                 at = chosen[-1][0]
-                window = rounded(at, at + limit, p.bf_resolution_s, p.clock_origin_s, p.bf_end_up)
+                window = self._window(at, limit)
                 for _, _, n, _ in chosen:
                     insort(plans.setdefault(n.index, []), window)
             if p.bf_exact:
@@ -111,6 +111,29 @@ class Backfill(Preemption):
             self.changed = True  # the next pass reaches jobs this one did not test
         self.dirty = True
         self._schedule_main()
+
+    def _window(self, start: float, limit: float) -> tuple[float, float]:
+        """A window from ``start`` for ``limit`` seconds as backfill keeps it (``rounded``)."""
+        p = self.p
+        return rounded(start, start + limit, p.bf_resolution_s, p.clock_origin_s, p.bf_end_up)
+
+    def _plan_overdue(self) -> None:
+        """Running jobs past their ``end_time`` (their limit, or a preemption's grace), whose
+        records are still held (until the periodic time-limit check ends them, or their
+        completion): backfill never plans them at the check it does not foresee.  Up to
+        24.05 it plans them to end at ``end_time + KillWait``, or a second from now once that
+        has passed too (cons_tres ``_guess_job_end``, OverTimeLimit=0; Slurm keeps ordering
+        and aligning the will-run batches by ``end_time``, here the guessed end takes its
+        place).  From 24.11.0 the will-run test removes every job ending before its start
+        (``_build_cr_job_list``: ``end_time < args->start``), so it plans them now (here a
+        second from now: their records are not free now; ``Params.bf_overdue_now``;
+        ``_planned``)."""
+        now, ends = self.now, self.ends
+        soon = now + 1.0
+        self.overdue = bool(ends) and ends[0][0] <= now
+        while ends and ends[0][0] <= now:
+            j = ends[0][1]
+            self._move_end(j, soon if self.p.bf_overdue_now else max(self.end_time[j] + self.p.kill_wait_s, soon))
 
     def _planned(
         self,
@@ -165,7 +188,7 @@ class Backfill(Preemption):
         and whose reservations leave ``[by, by + limit)`` clear (what ``_job_test`` picks once
         the batch's jobs are gone); None if fewer."""
         now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
-        lo, hi = rounded(by, by + limit, res, self.p.clock_origin_s, self.p.bf_end_up)
+        lo, hi = self._window(by, limit)
         fits: dict[int, list[Part]] = {}
         for lb, idx, typ in self._by_bound(need):
             if lb > by:

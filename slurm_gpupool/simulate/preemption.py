@@ -106,23 +106,6 @@ class Preemption(Scheduler):
         self.end_time[j] = end
         self._move_end(j, end)
 
-    def _plan_overdue(self) -> None:
-        """Running jobs past their ``end_time`` (their limit, or a preemption's grace), whose
-        records are still held (until the periodic time-limit check ends them, or their
-        completion): backfill never plans them at the check it does not foresee.  Up to
-        24.05 it plans them to end at ``end_time + KillWait``, or a second from now once that
-        has passed too (cons_tres ``_guess_job_end``, OverTimeLimit=0; Slurm keeps ordering
-        and aligning the will-run batches by ``end_time``, here the guessed end takes its
-        place).  From 24.11.0 the will-run test removes every job ending before its start
-        (``_build_cr_job_list``: ``end_time < args->start``), so it plans them now (here a
-        second from now: their records are not free now; ``Params.bf_overdue_now``)."""
-        now, ends = self.now, self.ends
-        soon = now + 1.0
-        self.overdue = bool(ends) and ends[0][0] <= now
-        while ends and ends[0][0] <= now:
-            j = ends[0][1]
-            self._move_end(j, soon if self.p.bf_overdue_now else max(self.end_time[j] + self.p.kill_wait_s, soon))
-
     def _move_end(self, j: int, end: float) -> None:
         """Job ``j``'s planned end is now ``end``: in the sorted ends and its nodes' timelines."""
         nodes = self.job_nodes[j]

@@ -253,6 +253,15 @@ def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
     return rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
 
 
+def real_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
+    """A kept run whose record has one run per job (``real``: the QOS priorities family), as
+    :func:`first_runs` gives one: the record, (submission, start, end, nodes) of each job, the
+    jobs' requests, the pool and the mean hand-over.  Read with the recording machine's TZ, UTC."""
+    rec, ids, spec = recorded(kept.record)
+    real = {j: tuple(v) for j, v in rec["real"].items()}
+    return rec, real, ids, spec, recorded_handoff(kept.log, real, rec["since"])
+
+
 def sleeps(rec: dict, ids: dict, never: Collection[str] = ()) -> dict[str, float]:
     """What the replay runs of each job that never ran in Slurm (``never``) and of each the
     controller ended at its limit: its whole work, its sleep (a run ended by the check in

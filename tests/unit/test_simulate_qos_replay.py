@@ -16,10 +16,11 @@ from dataclasses import replace
 
 import pytest
 
+from slurm_gpupool.simulate.engine import Params
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.priority import job_priority
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.integration.simulate_support import SANDBOX, replay_and_compare
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
@@ -39,12 +40,15 @@ def release(kept) -> str:
 def run(monkeypatch, kept):
     monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
     time.tzset()
-    rec, ids, spec = recorded(kept.record)
-    real = {j: tuple(v) for j, v in rec["real"].items()}
-    # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
-    yield rec, real, ids, spec, recorded_handoff(kept.log, real, rec["since"])
+    # (the mean hand-over, as handoff_s reads it, which wants the 20 or more of a 210-job run)
+    yield support.real_runs(kept)
     monkeypatch.undo()
     time.tzset()
+
+
+def qos_params(rec: dict) -> Params:
+    """The sandbox's settings with the run's QOS priorities (``sacctmgr``'s, in the record)."""
+    return replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
 
 
 def _waits(real, ids, qos: str) -> list[float]:
@@ -78,7 +82,7 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, kept):
 
 def test_the_replay_with_the_qos_priorities_agrees_with_slurm(run, kept, release):
     rec, real, ids, spec, handoff = run
-    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    params = qos_params(rec)
     if miss := support.KNOWN_MISSES.get(kept.label):
         with pytest.raises(AssertionError, match=miss):
             replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, kept=kept.label)
@@ -95,7 +99,7 @@ def test_without_the_qos_priorities_the_high_jobs_wait_behind_the_others_in_the_
     median wait is 3.5 s in Slurm, 3.7 s replayed with the priorities and 11.1 s without, and
     the comparison passes all the same)."""
     rec, real, ids, spec, handoff = run
-    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    params = qos_params(rec)
     results: dict[str, dict] = {"with": {}, "without": {}}
     for name, p in (("with", params), ("without", SANDBOX)):
         try:
@@ -128,10 +132,8 @@ def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_
     passes).  A site's simulator cannot know them, so the kept runs' errors stay in the
     shipped accuracy (the test above)."""
     kept = support.Kept("24.11", stem)
-    rec, ids, spec = recorded(kept.record)
-    real = {j: tuple(v) for j, v in rec["real"].items()}
-    handoff = recorded_handoff(kept.log, real, rec["since"])
-    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    rec, real, ids, spec, handoff = support.real_runs(kept)
+    params = qos_params(rec)
     passes = support.pass_instants(kept.log, rec["since"])
     epoch = min(v[0] for v in real.values())
     assert len(passes) >= 10 and all(phase[0] < (at - epoch) % 5 < phase[1] for at in passes[:4])
@@ -148,10 +150,8 @@ def test_the_26_05_miss_of_seed_6161_is_the_grids_phase_at_any_other_it_agrees(u
     replay within every tolerance.  So the miss says how much the phase matters on a
     30-second trace, not that a rule is missing."""
     kept = support.Kept("26.05", "simulate-qos-s6161")
-    rec, ids, spec = recorded(kept.record)
-    real = {j: tuple(v) for j, v in rec["real"].items()}
-    handoff = recorded_handoff(kept.log, real, rec["since"])
-    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    rec, real, ids, spec, handoff = support.real_runs(kept)
+    params = qos_params(rec)
     epoch = min(v[0] for v in real.values())
     assert support.pass_instants(kept.log, rec["since"]) == []
     assert support.KNOWN_MISSES[kept.label] == "median wait"
@@ -177,10 +177,8 @@ def test_every_known_miss_agrees_within_every_tolerance_at_another_phase_of_the_
     misses stay in the shipped accuracy."""
     stem, release = label.split("@")
     kept = support.Kept(release, f"simulate-{stem}")
-    rec, ids, spec = recorded(kept.record)
-    real = {j: tuple(v) for j, v in rec["real"].items()}
-    handoff = recorded_handoff(kept.log, real, rec["since"])
-    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    rec, real, ids, spec, handoff = support.real_runs(kept)
+    params = qos_params(rec)
     epoch = min(v[0] for v in real.values())
     agrees = []
     for phase in PHASES:

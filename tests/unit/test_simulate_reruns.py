@@ -11,12 +11,12 @@ counted among the kept runs (the same workloads are); they show what a run alone
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from datetime import datetime
 
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import LIMIT_MIN, SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.integration.simulate_support import LIMIT_MIN, replay_and_compare
 from tests.unit import test_simulate_burst_replay as burst
+from tests.unit.test_simulate_qos_replay import qos_params
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 RELEASE = "24.11"
@@ -62,12 +62,6 @@ def test_the_replay_agrees_with_the_rerun_of_trace_a_seed_5151(utc):  # noqa: F8
     assert med_r > 100 and abs(med_s - med_r) <= 0.1 * med_r
 
 
-def _qos_run(kept: support.Kept):
-    rec, ids, spec = recorded(kept.record)
-    real = {j: tuple(v) for j, v in rec["real"].items()}
-    return rec, ids, spec, real, recorded_handoff(kept.log, real, rec["since"])
-
-
 def _median_wait(real: dict) -> float:
     waits = sorted(v[1] - v[0] for v in real.values())
     return support.percentile(waits, 50)
@@ -81,8 +75,8 @@ def test_slurm_s_own_median_wait_moved_beyond_the_tolerance_between_two_runs_of_
     rerun's passes as its log dates them, agrees with it (15.0 s); on its own 5 s grid it
     does not (22.5 s), as on the kept run (docs/simulate.md: the known misses)."""
     kept = support.Kept(RELEASE, "simulate-qos-s7171")
-    rec_k, ids_k, _, real_k, _ = _qos_run(kept)
-    rec, ids, spec, real, handoff = _qos_run(QOS)
+    _, real_k, ids_k, _, _ = support.real_runs(kept)
+    rec, real, ids, spec, handoff = support.real_runs(QOS)
     assert [ids_k[j] for j in sorted(ids_k, key=int)] == [ids[j] for j in sorted(ids, key=int)]
     first_k, first = min(v[0] for v in real_k.values()), min(v[0] for v in real.values())
     offsets_k = sorted(v[0] - first_k for v in real_k.values())
@@ -91,7 +85,7 @@ def test_slurm_s_own_median_wait_moved_beyond_the_tolerance_between_two_runs_of_
     kept_median, rerun_median = _median_wait(real_k), _median_wait(real)
     assert (kept_median, rerun_median) == (33.0, 14.5)
     assert abs(kept_median - rerun_median) > max(0.1 * rerun_median, 5.0)
-    params = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    params = qos_params(rec)
     passes = support.pass_instants(QOS.log, rec["since"])
     got = replay_and_compare(spec, params, ids, real, 1e9, [60.0], handoff, RELEASE, passes=passes)
     med_r, med_s = got[True]["median wait"]
