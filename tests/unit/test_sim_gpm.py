@@ -146,3 +146,39 @@ def test_a_load_starts_once_its_state_is_locked_not_before(tmp_path: Path, monke
     inject.set_activity(store, 2, 20)
     since = SimStore(tmp_path / "h1.json").read()["gpus"][2]["activity"]["since"]
     assert since > locked_at[0]
+
+
+def test_a_sample_never_pairs_the_old_state_with_a_time_the_new_load_is_dated_from(tmp_path: Path, monkeypatch):
+    """Found on 24.11 under load: the sampler measured 24.5 % SM activity for an injected 20 %.
+    The writer dates the load under its lock and renames the file a moment later; a sample
+    that read the old state in that moment paired "no load" with a time the new load already
+    counted from, and the next interval measured the difference twice.  A sample reads the
+    state under a shared lock now, so it sees the old state before the date or the new after."""
+    import threading
+    import time
+
+    from slurm_gpupool.util import atomic
+
+    store = _node(tmp_path, "h1", "hgx-h100", {"3g.40gb": 2})
+    dated, write = threading.Event(), atomic.write_bytes_atomic
+
+    def slow_write(*args, **kwargs):  # the writer descheduled between dating and renaming
+        dated.set()
+        time.sleep(0.4)
+        return write(*args, **kwargs)
+
+    with open_backend("h1", tmp_path) as b:
+        uuid = b.gpu(0).instances[0].devices[0].uuid
+        assert b.activity(0, uuid) is None  # the interval starts, with no load
+        monkeypatch.setattr(atomic, "write_bytes_atomic", slow_write)
+        writer = threading.Thread(target=inject.set_activity, args=(store, 0, 20), kwargs={"mig_uuid": uuid})
+        writer.start()
+        assert dated.wait(5)
+        time.sleep(0.2)  # the load is dated, the old state still in place
+        first = b.activity(0, uuid)  # an interval straddling the change: under 20 %
+        writer.join()
+        monkeypatch.setattr(atomic, "write_bytes_atomic", write)
+        time.sleep(0.3)
+        second = b.activity(0, uuid)  # wholly under the load
+    assert first is not None and first["sm_activity_pct"] <= 20.0
+    assert second == pytest.approx({"sm_activity_pct": 20, "tensor_activity_pct": 0, "dram_bw_pct": 0}, abs=0.05)

@@ -94,33 +94,35 @@ class Gpm(SimLibraryBase):
 
     @c_api("nvmlGpmSampleGet")
     def _gpm_sample(self, h: Any, sample: Any) -> None:
-        g = self._gpm_gpu(h)
-        sid = self._sample_id(sample)
-        now = time.time()
-        if g["mig"] and g["mig"]["current"] == 1:
-            total = self._geometry(g).compute_slices
-            acc = dict.fromkeys(LOADS, 0.0)
-            for gi in g["gis"]:
-                prof = self._geometry(g).by_id(gi["profile_id"])
-                weight = (prof.compute_slices if prof else 0) / total
-                for k, v in counters(gi.get("activity"), now).items():
-                    acc[k] += v * weight
-        else:
-            acc = counters(g.get("activity"), now)
+        with self.store.consistent() as self._st:  # the counters and their time: one instant
+            g = self._gpm_gpu(h)
+            sid = self._sample_id(sample)
+            now = time.time()
+            if g["mig"] and g["mig"]["current"] == 1:
+                total = self._geometry(g).compute_slices
+                acc = dict.fromkeys(LOADS, 0.0)
+                for gi in g["gis"]:
+                    prof = self._geometry(g).by_id(gi["profile_id"])
+                    weight = (prof.compute_slices if prof else 0) / total
+                    for k, v in counters(gi.get("activity"), now).items():
+                        acc[k] += v * weight
+            else:
+                acc = counters(g.get("activity"), now)
         self._gpm_samples[sid] = {"source": ("gpu", g["index"]), "t": now, "acc": acc}
 
     @c_api("nvmlGpmMigSampleGet")
     def _gpm_mig_sample(self, h: Any, gi_id: Any, sample: Any) -> None:
-        g = self._gpm_gpu(h)
-        self._require_mig_enabled(g)
-        sid = self._sample_id(sample)
-        want = as_int(gi_id)
-        gi = next((x for x in g["gis"] if x["id"] == want), None)
-        if gi is None:
-            raise NvmlReturn(cabi.INVALID_ARGUMENT)
-        now = time.time()
-        src = ("gi", g["index"], gi["serial"])
-        self._gpm_samples[sid] = {"source": src, "t": now, "acc": counters(gi.get("activity"), now)}
+        with self.store.consistent() as self._st:  # the counters and their time: one instant
+            g = self._gpm_gpu(h)
+            self._require_mig_enabled(g)
+            sid = self._sample_id(sample)
+            want = as_int(gi_id)
+            gi = next((x for x in g["gis"] if x["id"] == want), None)
+            if gi is None:
+                raise NvmlReturn(cabi.INVALID_ARGUMENT)
+            now = time.time()
+            acc = counters(gi.get("activity"), now)
+        self._gpm_samples[sid] = {"source": ("gi", g["index"], gi["serial"]), "t": now, "acc": acc}
 
     @c_api("nvmlGpmMetricsGet")
     def _gpm_metrics(self, ref: Any) -> None:
