@@ -171,7 +171,7 @@ class Scheduler(NodeIndex):
         del q[bisect_left(q, self._key(i))]
         self.started += 1
         run = job.duration_s * (self.p.shard_slowdown if need.kind == SHARD else 1.0)
-        killed = self._limit_checked(self.now + job.limit_s) - self.now
+        killed = self._limit_checked(self.now, job.limit_s) - self.now
         # past its limit: TIMEOUT, whether the check ended it or its work ended first
         # (``_job_complete``: ``end_time + OverTimeLimit < now``)
         rec.timeout = run > job.limit_s
@@ -213,14 +213,22 @@ class Scheduler(NodeIndex):
         if self.gen.get(i) == gen:
             self._finished(i, completed)
 
-    def _limit_checked(self, limit_at: float) -> float:
-        """When a job whose limit comes at ``limit_at`` is ended if still running: Slurm's
-        next periodic time-limit check from then (``job_time_limit``; ``Params.limit_check_s``)."""
+    def _limit_checked(self, start: float, limit_s: float) -> float:
+        """When a job started at ``start`` with a limit of ``limit_s`` is ended if still
+        running: Slurm's next periodic time-limit check at or after its ``end_time``
+        (``job_time_limit``; ``Params.limit_check_s``).  Slurm's times are whole seconds
+        (``time_t``): ``end_time`` is the second the job started plus its limit, and a check
+        ends it once ``end_time <= now``, so a job started at x.9 s is ended by a check at
+        its limit's x.0 s, which a fractional comparison missed by up to a whole period
+        (a 26.05 live run: a 2-GPU job ran 11 s longer than in Slurm, and 30 jobs behind it
+        waited longer)."""
         step = self.p.limit_check_s
         if step <= 0:
-            return limit_at
-        since = self.p.clock_origin_s - self.p.limit_check_phase_s
-        return math.ceil((limit_at + since) / step - 1e-9) * step - since
+            return start + limit_s
+        origin = self.p.clock_origin_s
+        end_time = math.floor(start + origin + 1e-9) + limit_s - origin
+        since = origin - self.p.limit_check_phase_s
+        return math.ceil((end_time + since) / step - 1e-9) * step - since
 
     def _end(self, i: int, gen: int) -> None:
         if self.gen.get(i) != gen:

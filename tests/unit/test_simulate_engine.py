@@ -627,3 +627,16 @@ def test_a_job_past_its_limit_ends_at_the_controller_s_next_time_limit_check(spe
     assert r[1].timeout and r[1].end_s == 70
     assert r[2].timeout and r[2].end_s == 65
     assert (r[3].start_s, r[4].start_s) == (65, 70)
+
+
+def test_the_time_limit_check_compares_whole_seconds_as_slurm_s_time_t_does(spec):
+    """Slurm keeps a job's start and end time in whole seconds (``time_t``): a job started at
+    3000.9 s has ``end_time`` 3060 with a one-minute limit, and the check at 3060.5 ends it
+    (``end_time <= now``).  Compared in fractions (limit at 3060.9) it ran to the next check,
+    30 s on: a 26.05 live run's 2-GPU job ran 11 s longer than in Slurm, and the jobs queued
+    behind it waited that much longer."""
+    _, r = run(
+        spec, [job(1, 0.9, 100, gpus=4, limit=60)], limit_check_s=30, limit_check_phase_s=0.5, clock_origin_s=3000
+    )
+    assert r[1].start_s == 0.9 and r[1].timeout
+    assert r[1].end_s == 60.5  # the check at the limit's whole second, not the one at 90.5
