@@ -225,6 +225,7 @@ class Kept:
 
     release: str
     stem: str
+    root: Path = FIXTURES  # a live run's: where the test wrote it
 
     @property
     def label(self) -> str:
@@ -234,11 +235,11 @@ class Kept:
 
     @property
     def record(self) -> Path:
-        return FIXTURES / self.release / f"{self.stem}.json"
+        return self.root / self.release / f"{self.stem}.json"
 
     @property
     def log(self) -> Path:
-        return FIXTURES / self.release / f"{self.stem}-slurmctld.log"
+        return self.root / self.release / f"{self.stem}-slurmctld.log"
 
 
 def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:

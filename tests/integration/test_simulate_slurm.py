@@ -28,6 +28,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -38,15 +39,19 @@ from slurm_gpupool.simulate.engine import Engine
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.pool import pool_spec
 
+from . import burst_support as burst
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
 from .simulate_support import (
     LIMIT_MIN,
     SANDBOX,
+    Kept,
     backfill_passes,
     day_mapper,
+    first_runs,
     handoff_s,
     pass_instants,
     replay_and_compare,
+    sleeps,
 )
 
 pytestmark = pytest.mark.integration
@@ -105,6 +110,11 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 
 
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
+# the families a commit's live run rotates through: those that run on the sandbox as every
+# other test leaves it (the QOS and preemption families change its QOS, which the worker's
+# other tests share): the day->night switch, trace A's bursts with limits and cancels, and
+# pipelines of dependent jobs
+FAMILIES = ("validation", "burst", "chains")
 
 
 def validation_seed() -> int:
@@ -113,6 +123,24 @@ def validation_seed() -> int:
     stays one run per release), else the kept runs' (16)."""
     given = os.environ.get("SLURM_GPUPOOL_VALIDATION_SEED", "")
     return int(given, 16) if given else KEPT_SEED
+
+
+def validation_family() -> str:
+    """The family this run validates: ``$SLURM_GPUPOOL_VALIDATION_FAMILY``, else the one the
+    seed picks (seed modulo the families) when a seed is given, else the day->night switch."""
+    given = os.environ.get("SLURM_GPUPOOL_VALIDATION_FAMILY", "")
+    if given:
+        assert given in FAMILIES, f"SLURM_GPUPOOL_VALIDATION_FAMILY={given}: one of {FAMILIES}"
+        return given
+    if os.environ.get("SLURM_GPUPOOL_VALIDATION_SEED"):
+        return FAMILIES[validation_seed() % len(FAMILIES)]
+    return FAMILIES[0]
+
+
+def rotated(family: str) -> None:
+    """Skip unless the rotation picked ``family`` for this run (one live validation a release)."""
+    if validation_family() != family:
+        pytest.skip(f"this run validates the {validation_family()} family (seed {validation_seed():x})")
 
 
 @pytest.fixture
@@ -125,6 +153,7 @@ def backfill_logged(sandbox):
 
 
 def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(backfill_logged):
+    rotated("validation")
     sandbox = backfill_logged
     day = repartition(sandbox, "--to", "day", "--json")
     assert day.returncode == 0, day.stdout + day.stderr
@@ -181,3 +210,70 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     # the sandbox's bf_continue and bf_max_time (slurm.conf): every pass went to its end
     assert passes.passes > 10 and passes.breaks == 0 and passes.longest_s < 30, str(passes)
     assert sacct_states(sandbox, list(ids)) == states
+
+
+def live_run(sandbox, tmp_path: Path, family: str, run: Callable[..., dict]) -> tuple[Kept, dict, list[float]]:
+    """One workload of ``family`` (its recorder's ``run``, the commit's seed) run on the
+    sandbox in the day layout with its backfill passes logged, and kept as a kept run is
+    (under ``tmp_path``; also in ``$SLURM_GPUPOOL_SIM_RECORD`` if set, to study it offline).
+    Returns the run, its record and when Slurm's backfill passes began."""
+    day = repartition(sandbox, "--to", "day", "--json")
+    assert day.returncode == 0, day.stdout + day.stderr
+    sandbox.run(["scontrol", "setdebugflags", "+Backfill"])
+    release = ".".join(str(x) for x in sandbox.slurm_version)  # its backfill rules (willrun.release_params)
+    seed = validation_seed()
+    rec = run(sandbox, seed, timeout=900)
+    kept = Kept(release, f"simulate-{family}-s{seed}", tmp_path)
+    (tmp_path / release).mkdir()
+    kept.record.write_text(json.dumps(rec))
+    shutil.copy(sandbox.root / "log" / "slurmctld.log", kept.log)
+    if os.environ.get("SLURM_GPUPOOL_SIM_RECORD"):
+        shutil.copytree(tmp_path / release, os.environ["SLURM_GPUPOOL_SIM_RECORD"], dirs_exist_ok=True)
+    passes, logged = backfill_passes(kept.log, rec["since"], time.time()), pass_instants(kept.log, rec["since"])
+    print(f"\nworkload seed {seed:x}, {family} family: {passes}; {len(logged)} began")
+    # the flag took (a pass with nothing to test logs its beginning too), and every pass
+    # that tested jobs went to its end (the sandbox's bf_continue and bf_max_time)
+    assert len(logged) > 10 and passes.breaks == 0, (str(passes), len(logged))
+    return kept, rec, logged
+
+
+def test_the_simulator_starts_a_burst_with_limits_and_cancels_as_slurm_does(backfill_logged, tmp_path: Path):
+    """Trace A's family live (``tests/fixtures/record_simulate_burst.py``: bursts of slices and
+    1-4-GPU whole jobs in the day layout, some past their limit, some cancelled while pending,
+    by three users), replayed as its kept runs are (``tests/unit/test_simulate_burst_replay.py``)
+    but at Slurm's logged backfill passes, as the day->night run is: on a loaded machine the
+    passes drift from any grid."""
+    rotated("burst")
+    from tests.fixtures import record_simulate_burst as recorder
+
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", recorder.run)
+    states = burst.states(rec)
+    assert set(states.values()) <= {"COMPLETED", "TIMEOUT", "CANCELLED"}, states
+    assert set(burst.withdrawn(rec)) <= set(rec["cancelled"])
+    phase = burst.limit_phase(kept) if burst.checks(kept) else None
+    results: dict = {}
+    burst.replay(first_runs(kept), kept.release, burst.with_checks(phase), results, passes=logged)
+    timeouts = {j for j, s in states.items() if s == "TIMEOUT"}
+    for exact, res in results.items():  # the same jobs withdrawn and past their limit
+        sim = {str(r.job_id): r for r in res.jobs}
+        assert {j for j, r in sim.items() if r.withdrawn} == set(burst.withdrawn(rec)), exact
+        assert {j for j, r in sim.items() if r.timeout} == timeouts, exact
+
+
+def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_logged, tmp_path: Path):
+    """The dependency family live (``tests/fixtures/record_simulate_chains.py``: pipelines of
+    one to three jobs, ``afterany`` and ``afterok``, some stages into their limit so that a
+    later one never runs), replayed as its kept runs are
+    (``tests/unit/test_simulate_chains_replay.py``), at Slurm's logged backfill passes."""
+    rotated("chains")
+    from tests.fixtures import record_simulate_chains as recorder
+
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run)
+    rec, real, ids, spec, handoff = first_runs(kept)
+    phase = burst.limit_phase(kept) if burst.checks(kept) else None
+    work = sleeps(rec, ids, rec["never"])
+    results: dict = {}
+    args = (spec, burst.with_checks(phase), ids, real, burst.NO_SWITCH, [60.0], handoff, kept.release, work, ())
+    replay_and_compare(*args, results, passes=logged, after=rec["after"])
+    for exact, res in results.items():  # the same jobs never run
+        assert {str(r.job_id) for r in res.jobs if r.rejected} == set(rec["never"]), exact

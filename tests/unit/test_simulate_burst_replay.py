@@ -10,21 +10,16 @@ cancelled while pending leaving the queue then (which on this run changes nothin
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
-from datetime import datetime
 from itertools import pairwise
 
 import pytest
 
-from slurm_gpupool.simulate.engine import Params
+from tests.integration import burst_support as burst
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import LIMIT_MIN, SANDBOX, replay_and_compare
+from tests.integration.burst_support import CHECK_S, TIMED_OUT, limit_phase, with_checks, withdrawn
+from tests.integration.burst_support import replay as _replay
+from tests.integration.simulate_support import LIMIT_MIN
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
-
-NO_SWITCH = 1e9  # the run stayed in the day layout
-CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
-TIMED_OUT = re.compile(r"^\[(\S+)\] Time limit exhausted for JobId=(\d+)$", re.M)
 
 
 @pytest.fixture(params=support.kept_runs("burst"), ids=lambda k: k.label)
@@ -42,52 +37,16 @@ def run(utc, kept):  # noqa: F811
     return support.first_runs(kept)
 
 
-def _states(rec) -> dict[str, str]:
-    return {j: r[0][3] for j, r in rec["runs"].items()}
-
-
-def _withdrawn(rec) -> dict[str, float]:
-    """job -> when it was cancelled while pending (sacct: CANCELLED, never started; its end)."""
-    return {j: r[0][2] for j, r in rec["runs"].items() if r[0][3] == "CANCELLED" and r[0][1] is None}
-
-
-def _checks(kept: support.Kept) -> list[float]:
-    """When the controller ended jobs at their limit (epoch s, its log's milliseconds; the
-    jobs one check ends are logged a millisecond or so apart: the first of them)."""
-    text = kept.log.read_text()
-    out: list[float] = []
-    for at in sorted(datetime.fromisoformat(m[1]).timestamp() for m in TIMED_OUT.finditer(text)):
-        if not out or at > out[-1] + 1:
-            out.append(at)
-    return out
-
-
-def _params(phase: float | None) -> Params:
-    """The sandbox's settings, with the time-limit checks at ``phase`` (None: without them)."""
-    if phase is None:
-        return SANDBOX
-    return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=phase)
-
-
-def _replay(run, release, params, results=None, kept=None):
-    rec, real, ids, spec, handoff = run
-    cancel = _withdrawn(rec)
-    work = support.sleeps(rec, ids, cancel)
-    return replay_and_compare(
-        spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, (), results, None, cancel, kept
-    )
-
-
 def test_the_record_has_what_trace_a_is_about(run):
     """Bursts, multi-GPU whole jobs beside the slices, limits hit, cancellations while pending,
     by three users in two accounts."""
     rec, real, ids, _, _ = run
     support.assert_spread_over_users(rec)
     assert len(ids) == len(real) >= 100
-    states = _states(rec)
+    states = burst.states(rec)
     assert sum(s == "TIMEOUT" for s in states.values()) >= 4
-    assert len(_withdrawn(rec)) >= 4
-    assert set(_withdrawn(rec)) <= set(rec["cancelled"])
+    assert len(withdrawn(rec)) >= 4
+    assert set(withdrawn(rec)) <= set(rec["cancelled"])
     whole = [j for j, (req, _, _) in ids.items() if req.milli == 1000 and req.gpus >= 2]
     assert len(whole) >= 30
     assert any(real[j][3].startswith("a100n[") for j in whole if real[j][1] is not None)  # two DGXs
@@ -106,10 +65,10 @@ def test_slurm_ended_each_job_past_its_limit_at_a_periodic_check(run, kept):
     (within a second a check).  A job whose work ended past its limit but before the next
     check ran to its end, and Slurm recorded it TIMEOUT too (``_job_complete``)."""
     rec, real, ids, _, _ = run
-    checks = _checks(kept)
+    checks = burst.checks(kept)
     text = kept.log.read_text()
     killed = {m[2] for m in TIMED_OUT.finditer(text)}
-    timeouts = {j for j, s in _states(rec).items() if s == "TIMEOUT"}
+    timeouts = {j for j, s in burst.states(rec).items() if s == "TIMEOUT"}
     assert killed <= timeouts  # (on 22.05 one ended by itself before the next check)
     for j in timeouts:
         _, start, end, _ = real[j]
@@ -125,11 +84,6 @@ def test_slurm_ended_each_job_past_its_limit_at_a_periodic_check(run, kept):
         assert steps >= 1 and abs(b - a - steps * CHECK_S) <= 1.5 * steps, (a, b)
 
 
-def _phase(kept: support.Kept) -> float:
-    """The checks' phase on the clock (epoch s modulo 30), as the first logged one had it."""
-    return _checks(kept)[0] % CHECK_S
-
-
 def test_the_replay_with_the_time_limit_checks_and_the_cancellations_agrees_with_slurm(run, kept, release):
     """It withdraws and times out the same jobs, and agrees within the tolerances (or, on a
     kept run listed in ``KNOWN_MISSES``, still misses there: then only the first replay, with
@@ -137,17 +91,17 @@ def test_the_replay_with_the_time_limit_checks_and_the_cancellations_agrees_with
     results: dict = {}
     if miss := support.KNOWN_MISSES.get(kept.label):
         with pytest.raises(AssertionError, match=miss):
-            _replay(run, release, _params(_phase(kept)), results, kept=kept.label)
+            _replay(run, release, with_checks(limit_phase(kept)), results, kept=kept.label)
     else:
-        got = _replay(run, release, _params(_phase(kept)), results, kept=kept.label)
+        got = _replay(run, release, with_checks(limit_phase(kept)), results, kept=kept.label)
         for exact in (True, False):
             assert got[exact]["median wait"][0] > 0
     rec = run[0]
     assert results
     for exact, res in results.items():
         sim = {str(r.job_id): r for r in res.jobs}
-        assert {j for j, r in sim.items() if r.withdrawn} == set(_withdrawn(rec)), exact
-        timeouts = {j for j, s in _states(rec).items() if s == "TIMEOUT"}
+        assert {j for j, r in sim.items() if r.withdrawn} == set(withdrawn(rec)), exact
+        timeouts = {j for j, s in burst.states(rec).items() if s == "TIMEOUT"}
         assert {j for j, r in sim.items() if r.timeout} == timeouts, exact
 
 
@@ -160,4 +114,4 @@ def test_ended_at_its_limit_instead_the_replay_starts_jobs_too_early_and_the_com
     replay's median wait 53 s against Slurm's 69.5 s).  Shown on the first seed's runs, where
     it was found: how far a workload's few TIMEOUT jobs move its waits is the workload's own."""
     with pytest.raises(AssertionError, match="median wait"):
-        _replay(run, release, _params(None))
+        _replay(run, release, with_checks(None))

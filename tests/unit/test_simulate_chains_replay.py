@@ -13,9 +13,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration import simulate_support as support
+from tests.integration.burst_support import limit_phase, with_checks
 from tests.integration.simulate_support import replay_and_compare
-from tests.unit.test_simulate_burst_replay import _params as with_checks
-from tests.unit.test_simulate_burst_replay import _phase as limit_phase
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
