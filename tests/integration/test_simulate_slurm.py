@@ -23,6 +23,7 @@ by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -115,6 +116,10 @@ KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm
 # other tests share): the day->night switch, trace A's bursts with limits and cancels, and
 # pipelines of dependent jobs
 FAMILIES = ("validation", "burst", "chains")
+# trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
+# replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
+# about as long as the day->night run
+LIVE_BURSTS = 6
 
 
 def validation_seed() -> int:
@@ -238,15 +243,16 @@ def live_run(sandbox, tmp_path: Path, family: str, run: Callable[..., dict]) -> 
 
 
 def test_the_simulator_starts_a_burst_with_limits_and_cancels_as_slurm_does(backfill_logged, tmp_path: Path):
-    """Trace A's family live (``tests/fixtures/record_simulate_burst.py``: bursts of slices and
-    1-4-GPU whole jobs in the day layout, some past their limit, some cancelled while pending,
-    by three users), replayed as its kept runs are (``tests/unit/test_simulate_burst_replay.py``)
+    """Trace A's family live (``tests/fixtures/record_simulate_burst.py``, ``LIVE_BURSTS`` of
+    its bursts: slices and 1-4-GPU whole jobs in the day layout, some past their limit, some
+    cancelled while pending, by three users), replayed as its kept runs are (``tests/unit/test_simulate_burst_replay.py``)
     but at Slurm's logged backfill passes, as the day->night run is: on a loaded machine the
     passes drift from any grid."""
     rotated("burst")
     from tests.fixtures import record_simulate_burst as recorder
 
-    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", recorder.run)
+    run = functools.partial(recorder.run, bursts=LIVE_BURSTS)
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", run)
     states = burst.states(rec)
     assert set(states.values()) <= {"COMPLETED", "TIMEOUT", "CANCELLED"}, states
     assert set(burst.withdrawn(rec)) <= set(rec["cancelled"])
