@@ -34,20 +34,24 @@ def withdrawn(rec: dict) -> dict[str, float]:
     return {j: r[0][2] for j, r in rec["runs"].items() if r[0][3] == "CANCELLED" and r[0][1] is None}
 
 
-def checks(kept: support.Kept) -> list[float]:
-    """When the controller ended jobs at their limit (epoch s, its log's milliseconds; the
-    jobs one check ends are logged a millisecond or so apart: the first of them)."""
+def checks(kept: support.Kept, since: float = 0.0) -> list[float]:
+    """When the controller ended jobs at their limit from ``since`` on (epoch s, its log's
+    milliseconds; the jobs one check ends are logged a millisecond or so apart: the first
+    of them).  A live run's log has the earlier tests' lines too, perhaps of a controller
+    since restarted, whose checks had another phase."""
     text = kept.log.read_text()
     out: list[float] = []
     for at in sorted(datetime.fromisoformat(m[1]).timestamp() for m in TIMED_OUT.finditer(text)):
-        if not out or at > out[-1] + 1:
+        if at >= since and (not out or at > out[-1] + 1):
             out.append(at)
     return out
 
 
-def limit_phase(kept: support.Kept) -> float:
-    """The checks' phase on the clock (epoch s modulo 30), as the first logged one had it."""
-    return checks(kept)[0] % CHECK_S
+def limit_phase(kept: support.Kept, since: float = 0.0) -> float | None:
+    """The checks' phase on the clock (epoch s modulo 30), as the first logged one (from
+    ``since``) had it; None if none ended a job."""
+    found = checks(kept, since)
+    return found[0] % CHECK_S if found else None
 
 
 def with_checks(phase: float | None) -> Params:
