@@ -221,14 +221,22 @@ class Scheduler(NodeIndex):
         ends it once ``end_time <= now``, so a job started at x.9 s is ended by a check at
         its limit's x.0 s, which a fractional comparison missed by up to a whole period
         (a 26.05 live run: a 2-GPU job ran 11 s longer than in Slurm, and 30 jobs behind it
-        waited longer)."""
+        waited longer).  The checks are counted in whole periods from the nearest logged
+        one (``Params.limit_checks_s``), else from ``limit_check_phase_s``."""
         step = self.p.limit_check_s
         if step <= 0:
             return start + limit_s
         origin = self.p.clock_origin_s
-        end_time = math.floor(start + origin + 1e-9) + limit_s - origin
-        since = origin - self.p.limit_check_phase_s
-        return math.ceil((end_time + since) / step - 1e-9) * step - since
+        end_time = math.floor(start + origin + 1e-9) + limit_s  # epoch s, whole
+        logged = self.p.limit_checks_s
+        if logged:  # the nearest logged check: its second and its fraction
+            k = bisect_left(logged, end_time - origin)
+            anchor = min(logged[max(0, k - 1) : k + 1], key=lambda c: abs(c + origin - end_time)) + origin
+        else:
+            anchor = self.p.limit_check_phase_s
+        second = math.floor(anchor + 1e-9)
+        # the first check whose second is at or past end_time (``end_time <= now``)
+        return second + math.ceil((end_time - second) / step - 1e-9) * step + (anchor - second) - origin
 
     def _end(self, i: int, gen: int) -> None:
         if self.gen.get(i) != gen:

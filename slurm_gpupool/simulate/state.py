@@ -74,6 +74,12 @@ class Params:
     # that check completes (Slurm records it TIMEOUT all the same).  0: ended at its limit exactly
     limit_check_s: float = 0.0
     limit_check_phase_s: float = 0.0
+    # when checks ran, as the controller logged them (``Time limit exhausted``; s from time
+    # 0), sorted: a job's check is counted from the nearest one in whole periods.  A check
+    # runs in the second its period is up (``time_t``), at whatever fraction the main loop
+    # reaches it (0.03-0.94 s on one 22.05 run): the phase alone put a kill, and so the next
+    # job's start, in the wrong second.  None: from ``limit_check_phase_s``
+    limit_checks_s: tuple[float, ...] = ()
     switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
     lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)
     deadline_s: float = 1800.0  # repartition.deadline
@@ -91,6 +97,7 @@ class Params:
     def __post_init__(self) -> None:
         # the pass instants are searched by bisection (``cadence``): in order, whoever gave them
         object.__setattr__(self, "bf_passes_s", tuple(sorted(self.bf_passes_s)))
+        object.__setattr__(self, "limit_checks_s", tuple(sorted(self.limit_checks_s)))
 
 
 @dataclass(frozen=True)

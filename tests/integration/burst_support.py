@@ -61,13 +61,29 @@ def with_checks(phase: float | None) -> Params:
     return replace(SANDBOX, limit_check_s=CHECK_S, limit_check_phase_s=phase)
 
 
-def replay(run, release, params, results=None, kept=None, passes: Collection[float] = ()):
+def replay(run, release, params, results=None, kept=None, passes: Collection[float] = (), checks=()):
     """The run (:func:`simulate_support.first_runs`) replayed and compared with Slurm's, the
     jobs cancelled while pending withdrawn then, those past their limit given their whole
-    work (``passes``: Slurm's logged backfill passes; none: the replay's own grid)."""
+    work (``passes``: Slurm's logged backfill passes, none: the replay's own grid;
+    ``checks``: its logged time-limit checks, :func:`checks`)."""
     rec, real, ids, spec, handoff = run
     cancel = withdrawn(rec)
     work = support.sleeps(rec, ids, cancel)
     return replay_and_compare(
-        spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, (), results, None, cancel, kept, passes
+        spec,
+        params,
+        ids,
+        real,
+        NO_SWITCH,
+        [60.0],
+        handoff,
+        release,
+        work,
+        (),
+        results,
+        None,
+        cancel,
+        kept,
+        passes,
+        checks=checks,
     )

@@ -242,15 +242,43 @@ class Kept:
         return self.root / self.release / f"{self.stem}-slurmctld.log"
 
 
+def logged_runs(log: Path, rec: dict, ids: dict) -> dict[str, float]:
+    """job -> how long it ran as the controller's log times it (its allocation, by the main
+    scheduler or backfill, to its completion: milliseconds), for each job that completed; where
+    the log misses its start (26.05 logs no backfill start), its sleep plus the median of
+    the others' overhead (launch and completion: 0.09-0.46 s, a median of 0.12-0.14 s on
+    each release).  sacct's whole seconds are 0.1-0.9 s off, and a queue of short jobs
+    carried the error from one to the next until a job missed a backfill pass."""
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    for at, text in stamped_lines(log, rec["since"]):
+        if (m := RUN_STARTS.search(text)) is not None:
+            started.setdefault(m[1], at)
+        elif (m := RUN_ENDS.search(text)) is not None:
+            ended.setdefault(m[1], at)
+    done = [j for j, r in rec["runs"].items() if len(r) == 1 and r[0][3] == "COMPLETED" and j in ended]
+    timed = {j: ended[j] - started[j] for j in done if j in started}
+    if len(timed) < 10:
+        return {}
+    overhead = sorted(timed[j] - ids[j][1] for j in timed)[len(timed) // 2]
+    return {j: timed.get(j, ids[j][1] + overhead) for j in done}
+
+
+RUN_STARTS = re.compile(r"(?:sched: Allocate JobId=|_start_job: Started JobId=)(\d+)\b")
+RUN_ENDS = re.compile(r"_job_complete: JobId=(\d+) done$")
+
+
 def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
     """A kept run whose record has every run of each job (``runs``: trace A, the chains):
     the record, (submission, start, end, nodes) of each job's first run (a job that never
     ran has no start), the jobs' requests, the pool, and the mean hand-over of the jobs that
-    ran (as ``handoff_s`` reads it, which wants the 20 or more of a 210-job run).  Read
-    with the recording machine's TZ, UTC."""
+    ran (as ``handoff_s`` reads it, which wants the 20 or more of a 210-job run).  The
+    record gets ``logged_runs`` (:func:`logged_runs`), which :func:`sleeps` gives the
+    replay.  Read with the recording machine's TZ, UTC."""
     rec, ids, spec = recorded(kept.record)
     real = {j: (r[0][0], r[0][1], r[0][2], r[0][4]) for j, r in rec["runs"].items()}
     ran = {j: v for j, v in real.items() if v[1] is not None}
+    rec["logged_runs"] = logged_runs(kept.log, rec, ids)
     return rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
 
 
@@ -267,9 +295,11 @@ def sleeps(rec: dict, ids: dict, never: Collection[str] = ()) -> dict[str, float
     """What the replay runs of each job that never ran in Slurm (``never``) and of each the
     controller ended at its limit: its whole work, its sleep (a run ended by the check in
     the second of its limit is recorded as 60 s, which would not look past the limit to the
-    replay)."""
+    replay); of each that completed, its run as the log times it (``logged_runs``, if
+    :func:`first_runs` found it)."""
     states = {j: r[0][3] for j, r in rec["runs"].items()}
-    return {j: float(ids[j][1]) for j in ids if j in never or states[j] == "TIMEOUT"}
+    whole = {j: float(ids[j][1]) for j in ids if j in never or states[j] == "TIMEOUT"}
+    return {**{j: t for j, t in rec.get("logged_runs", {}).items() if j in ids}, **whole}
 
 
 def kept_runs(family: str) -> list[Kept]:
@@ -398,6 +428,7 @@ def replay_and_compare(
     kept: str | None = None,
     passes: Collection[float] = (),
     after: dict[str, list] | None = None,
+    checks: Collection[float] = (),
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -414,7 +445,9 @@ def replay_and_compare(
     compared (it has no start); its ``work`` is what it would have run.  ``kept``: see
     :func:`_compare`.  ``passes``: when Slurm's backfill passes began (epoch s,
     :func:`pass_instants`): the replay's passes fall there (none: on its own grid).
-    ``after``: job -> [[the jobs it depends on], afterany?] (``--dependency``).  A job
+    ``after``: job -> [[the jobs it depends on], afterany?] (``--dependency``).
+    ``checks``: when the controller's time-limit checks ended jobs (epoch s,
+    ``burst_support.checks``): the replay's checks count from the nearest.  A job
     that never started in Slurm (cancelled while pending, or its dependency never
     satisfied) is replayed but not compared."""
     epoch = min(v[0] for v in real.values())
@@ -440,6 +473,7 @@ def replay_and_compare(
     for exact in (True, False):  # every reservation placed as Slurm does, and the fast shortcut
         measured = {"switch_s": percentile(out, 50), "release_s": handoff, "clock_origin_s": epoch}
         measured["bf_passes_s"] = tuple(at - epoch for at in passes)  # Params sorts them
+        measured["limit_checks_s"] = tuple(at - epoch for at in checks)
         if release is not None:
             measured.update(release_params(release))
         fields = {**params.__dict__, **measured, "window_s": None, "bf_exact": exact}

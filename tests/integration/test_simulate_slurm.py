@@ -260,9 +260,9 @@ def test_the_simulator_starts_a_burst_with_limits_and_cancels_as_slurm_does(back
     states = burst.states(rec)
     assert set(states.values()) <= {"COMPLETED", "TIMEOUT", "CANCELLED"}, states
     assert set(burst.withdrawn(rec)) <= set(rec["cancelled"])
-    phase = burst.limit_phase(kept, rec["since"])
+    phase, checks = burst.limit_phase(kept, rec["since"]), burst.checks(kept, rec["since"])
     results: dict = {}
-    burst.replay(first_runs(kept), kept.release, burst.with_checks(phase), results, passes=logged)
+    burst.replay(first_runs(kept), kept.release, burst.with_checks(phase), results, passes=logged, checks=checks)
     timeouts = {j for j, s in states.items() if s == "TIMEOUT"}
     for exact, res in results.items():  # the same jobs withdrawn and past their limit
         sim = {str(r.job_id): r for r in res.jobs}
@@ -280,10 +280,10 @@ def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_l
 
     kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run)
     rec, real, ids, spec, handoff = first_runs(kept)
-    phase = burst.limit_phase(kept, rec["since"])
+    phase, checks = burst.limit_phase(kept, rec["since"]), burst.checks(kept, rec["since"])
     work = sleeps(rec, ids, rec["never"])
     results: dict = {}
     args = (spec, burst.with_checks(phase), ids, real, burst.NO_SWITCH, [60.0], handoff, kept.release, work, ())
-    replay_and_compare(*args, results, passes=logged, after=rec["after"])
+    replay_and_compare(*args, results, passes=logged, after=rec["after"], checks=checks)
     for exact, res in results.items():  # the same jobs never run
         assert {str(r.job_id) for r in res.jobs if r.rejected} == set(rec["never"]), exact

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration import simulate_support as support
-from tests.integration.burst_support import limit_phase, with_checks
+from tests.integration.burst_support import checks, limit_phase, with_checks
 from tests.integration.simulate_support import replay_and_compare
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
@@ -61,9 +61,9 @@ def test_the_replay_with_the_dependencies_agrees_with_slurm_and_never_runs_the_s
     args = (spec, _params(kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, (), results)
     if miss := support.KNOWN_MISSES.get(kept.label):
         with pytest.raises(AssertionError, match=miss):
-            replay_and_compare(*args, kept=kept.label, after=rec["after"])
+            replay_and_compare(*args, kept=kept.label, after=rec["after"], checks=checks(kept))
     else:
-        got = replay_and_compare(*args, kept=kept.label, after=rec["after"])
+        got = replay_and_compare(*args, kept=kept.label, after=rec["after"], checks=checks(kept))
         for exact in (True, False):
             assert got[exact]["median wait"][0] > 0
     for exact, res in results.items():

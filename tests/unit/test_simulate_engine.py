@@ -640,3 +640,16 @@ def test_the_time_limit_check_compares_whole_seconds_as_slurm_s_time_t_does(spec
     )
     assert r[1].start_s == 0.9 and r[1].timeout
     assert r[1].end_s == 60.5  # the check at the limit's whole second, not the one at 90.5
+
+
+def test_a_job_s_time_limit_check_counts_from_the_nearest_logged_check(spec):
+    """A check runs in the second its 30 s are up, at a fraction the controller's main loop
+    sets (0.03 to 0.94 s on one 22.05 run).  Counted from the first logged check's phase
+    (.9 here) the check ending job 1 fell at 60.9 s; the log says it ran at 60.1 s, and the
+    replay takes the nearest logged check's second and fraction (``limit_checks_s``)."""
+    common = {"limit_check_s": 30, "limit_check_phase_s": 0.9, "clock_origin_s": 3000}
+    jobs = [job(1, 0.05, 100, gpus=4, limit=60)]
+    _, by_phase = run(spec, jobs, **common)
+    assert by_phase[1].end_s == pytest.approx(60.9)
+    _, r = run(spec, jobs, **common, limit_checks_s=(0.9, 60.1))
+    assert r[1].end_s == pytest.approx(60.1) and r[1].timeout

@@ -57,7 +57,7 @@ def test_the_replay_agrees_with_the_rerun_of_trace_a_seed_5151(utc):  # noqa: F8
     """With its time-limit checks, as the kept runs are replayed (the kept 24.11 run of this
     workload agrees too since; ``test_simulate_burst_replay.py``)."""
     run = support.first_runs(TRACE_A)
-    got = burst.replay(run, RELEASE, burst.with_checks(burst.limit_phase(TRACE_A)))
+    got = burst.replay(run, RELEASE, burst.with_checks(burst.limit_phase(TRACE_A)), checks=burst.checks(TRACE_A))
     med_r, med_s = got[True]["median wait"]
     assert med_r > 100 and abs(med_s - med_r) <= 0.1 * med_r
 
