@@ -242,30 +242,43 @@ class Kept:
         return self.root / self.release / f"{self.stem}-slurmctld.log"
 
 
-def logged_runs(log: Path, rec: dict, ids: dict) -> dict[str, float]:
-    """job -> how long it ran as the controller's log times it (its allocation, by the main
-    scheduler or backfill, to its completion: milliseconds), for each job that completed; where
-    the log misses its start (26.05 logs no backfill start), its sleep plus the median of
-    the others' overhead (launch and completion: 0.09-0.46 s, a median of 0.12-0.14 s on
-    each release).  sacct's whole seconds are 0.1-0.9 s off, and a queue of short jobs
-    carried the error from one to the next until a job missed a backfill pass."""
-    started: dict[str, float] = {}
-    ended: dict[str, float] = {}
+def logged_times(log: Path, rec: dict, ids: dict) -> dict[str, tuple[float, float | None, float]]:
+    """job -> (submission, start, end) of its one run as the controller's log times them
+    (milliseconds), sacct's where the log has none: a start by the main scheduler (``sched:
+    Allocate``) or backfill (``_start_job``; 26.05 logs none of backfill's: for a job that
+    completed, its end less its sleep and the median overhead of the jobs whose start was
+    logged, launch and completion: 0.09-0.46 s, a median of 0.12-0.14 s on each release).
+    sacct's whole seconds are 0.1-0.9 s off, and along a queue of short jobs the errors
+    added up until one missed a backfill pass (a 22.05 live run: the median wait 51.3 s
+    replayed against 46.0 s; 46.3 s with the log's times)."""
+    seen: dict[str, dict[str, float]] = {"submit": {}, "start": {}, "end": {}}
     for at, text in stamped_lines(log, rec["since"]):
-        if (m := RUN_STARTS.search(text)) is not None:
-            started.setdefault(m[1], at)
-        elif (m := RUN_ENDS.search(text)) is not None:
-            ended.setdefault(m[1], at)
-    done = [j for j, r in rec["runs"].items() if len(r) == 1 and r[0][3] == "COMPLETED" and j in ended]
-    timed = {j: ended[j] - started[j] for j in done if j in started}
-    if len(timed) < 10:
-        return {}
-    overhead = sorted(timed[j] - ids[j][1] for j in timed)[len(timed) // 2]
-    return {j: timed.get(j, ids[j][1] + overhead) for j in done}
+        for kind, pattern in RUN_EVENTS:
+            if (m := pattern.search(text)) is not None and m[1] in ids:
+                seen[kind].setdefault(m[1], at)
+                break
+    sub, start, end = seen["submit"], seen["start"], seen["end"]
+    completed = [j for j, r in rec["runs"].items() if len(r) == 1 and r[0][3] == "COMPLETED" and j in end]
+    launched = sorted(end[j] - start[j] - ids[j][1] for j in completed if j in start)
+    overhead = launched[len(launched) // 2] if len(launched) >= 10 else None
+    out: dict[str, tuple[float, float | None, float]] = {}
+    for j, runs in rec["runs"].items():
+        s_sub, s_start, s_end = runs[0][:3]
+        if len(runs) > 1 or j not in sub:  # requeued: sacct's, run by run
+            out[j] = (s_sub, s_start, s_end)
+            continue
+        began = start.get(j, s_start)
+        if j not in start and j in completed and overhead is not None:
+            began = end[j] - ids[j][1] - overhead
+        out[j] = (sub[j], began if s_start is not None else None, end.get(j, s_end))
+    return out
 
 
-RUN_STARTS = re.compile(r"(?:sched: Allocate JobId=|_start_job: Started JobId=)(\d+)\b")
-RUN_ENDS = re.compile(r"_job_complete: JobId=(\d+) done$")
+RUN_EVENTS = (
+    ("submit", re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
+    ("start", re.compile(r"(?:sched: Allocate JobId=|_start_job: Started JobId=)(\d+)\b")),
+    ("end", re.compile(r"_job_complete: JobId=(\d+) done$")),
+)
 
 
 def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
@@ -273,12 +286,12 @@ def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
     the record, (submission, start, end, nodes) of each job's first run (a job that never
     ran has no start), the jobs' requests, the pool, and the mean hand-over of the jobs that
     ran (as ``handoff_s`` reads it, which wants the 20 or more of a 210-job run).  The
-    record gets ``logged_runs`` (:func:`logged_runs`), which :func:`sleeps` gives the
-    replay.  Read with the recording machine's TZ, UTC."""
+    times are the log's where it has them (:func:`logged_times`); ``rec["runs"]`` keeps
+    sacct's.  Read with the recording machine's TZ, UTC."""
     rec, ids, spec = recorded(kept.record)
-    real = {j: (r[0][0], r[0][1], r[0][2], r[0][4]) for j, r in rec["runs"].items()}
+    timed = logged_times(kept.log, rec, ids)
+    real = {j: (*timed[j], r[0][4]) for j, r in rec["runs"].items()}
     ran = {j: v for j, v in real.items() if v[1] is not None}
-    rec["logged_runs"] = logged_runs(kept.log, rec, ids)
     return rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
 
 
@@ -295,11 +308,9 @@ def sleeps(rec: dict, ids: dict, never: Collection[str] = ()) -> dict[str, float
     """What the replay runs of each job that never ran in Slurm (``never``) and of each the
     controller ended at its limit: its whole work, its sleep (a run ended by the check in
     the second of its limit is recorded as 60 s, which would not look past the limit to the
-    replay); of each that completed, its run as the log times it (``logged_runs``, if
-    :func:`first_runs` found it)."""
+    replay)."""
     states = {j: r[0][3] for j, r in rec["runs"].items()}
-    whole = {j: float(ids[j][1]) for j in ids if j in never or states[j] == "TIMEOUT"}
-    return {**{j: t for j, t in rec.get("logged_runs", {}).items() if j in ids}, **whole}
+    return {j: float(ids[j][1]) for j in ids if j in never or states[j] == "TIMEOUT"}
 
 
 def kept_runs(family: str) -> list[Kept]:
