@@ -138,3 +138,29 @@ def test_a_live_run_agrees_at_its_logged_passes_with_the_logs_times_and_not_with
     assert got[True]["median wait"] == pytest.approx((46.3, 46.3), abs=0.1)
     with pytest.raises(AssertionError, match="median wait"):
         _replay((rec, sacct, ids, spec, handoff), "22.05", params, passes=passes, checks=checks)
+
+
+# a 24.11 live run the replay misses (6 bursts, seed 8c2d4b19), kept with its passes
+LIVE_MISS = support.Kept("24.11", "simulate-burst-live-s2351778585")
+
+
+def test_a_24_11_live_run_still_misses_where_slurm_backfilled_slices_the_replay_held(utc):  # noqa: F811
+    """Not explained, so trace A's family is not in CI's rotation: at 126 s Slurm's backfill
+    started four 1g.5gb slices on a100n2 (jobs 52, 60, 61, 64; 30-100 s waits), where the
+    replay holds the node for a pending 3g.20gb job's reservation (planned when a running
+    3g.20gb job's limit ends, its window rounded to ``bf_resolution``) and starts them 100-155 s
+    later: median wait 103 s against 89 s.  24.11's reservations hold whole nodes as 22.05's
+    do (``node_space_map_t`` keeps node bitmaps), and the three 22.05 live runs agree.  The
+    same shape showed on a 26.05 run (``simulate-burst-s2690377411``, within the tolerances)."""
+    run = support.first_runs(LIVE_MISS)
+    rec, real = run[0], run[1]
+    passes = support.pass_instants(LIVE_MISS.log, rec["since"])
+    results: dict = {}
+    with pytest.raises(AssertionError, match="median wait"):
+        _replay(
+            run, "24.11", with_checks(limit_phase(LIVE_MISS)), results, passes=passes, checks=burst.checks(LIVE_MISS)
+        )
+    sim = {str(r.job_id): r for r in results[True].jobs}
+    epoch = min(v[0] for v in real.values())
+    for job in ("52", "60", "61", "64"):
+        assert real[job][3] == "a100n2" and real[job][1] - epoch < 127.5 and sim[job].start_s > 220, job
