@@ -69,21 +69,5 @@ def replay(run, release, params, results=None, kept=None, passes: Collection[flo
     rec, real, ids, spec, handoff = run
     cancel = withdrawn(rec)
     work = support.sleeps(rec, ids, cancel)
-    return replay_and_compare(
-        spec,
-        params,
-        ids,
-        real,
-        NO_SWITCH,
-        [60.0],
-        handoff,
-        release,
-        work,
-        (),
-        results,
-        None,
-        cancel,
-        kept,
-        passes,
-        checks=checks,
-    )
+    rest = {"results": results, "cancel": cancel, "kept": kept, "passes": passes, "checks": checks}
+    return replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, **rest)
