@@ -78,7 +78,7 @@ class Params:
     # 0), sorted: a job's check is counted from the nearest one in whole periods.  A check
     # runs in the second its period is up (``time_t``), at whatever fraction the main loop
     # reaches it (0.03-0.94 s on one 22.05 run): the phase alone put a kill, and so the next
-    # job's start, in the wrong second.  None: from ``limit_check_phase_s``
+    # job's start, in the wrong second.  Empty: from ``limit_check_phase_s``
     limit_checks_s: tuple[float, ...] = ()
     switch_s: float = 60.0  # a node out of service while it switches (apply, GRES, restarts, verify)
     lead_time_s: float = 6 * 3600.0  # repartition.lead_time (auto: half the shortest switch gap here)

@@ -248,7 +248,7 @@ def logged_times(log: Path, rec: dict, ids: dict) -> dict[str, tuple[float, floa
     Allocate``) or backfill (``_start_job``; 26.05 logs none of backfill's: for a job that
     completed, its end less its sleep and the median overhead of the jobs whose start was
     logged, launch and completion: 0.09-0.46 s, a median of 0.12-0.14 s on each release).
-    sacct's whole seconds are 0.1-0.9 s off, and along a queue of short jobs the errors
+    sacct's whole seconds are up to a second off, and along a queue of short jobs the errors
     added up until one missed a backfill pass (a 22.05 live run: the median wait 51.3 s
     replayed against 46.0 s; 46.3 s with the log's times)."""
     seen: dict[str, dict[str, float]] = {"submit": {}, "start": {}, "end": {}}
@@ -270,8 +270,19 @@ def logged_times(log: Path, rec: dict, ids: dict) -> dict[str, tuple[float, floa
         began = start.get(j, s_start)
         if j not in start and j in completed and overhead is not None:
             began = end[j] - ids[j][1] - overhead
-        out[j] = (sub[j], began if s_start is not None else None, end.get(j, s_end))
+        out[j] = (
+            _within(sub[j], s_sub),
+            None if s_start is None else _within(began, s_start),
+            _within(end.get(j, s_end), s_end),
+        )
     return out
+
+
+def _within(at, second):
+    """``at`` kept in the second sacct recorded (none: as it is): an inferred start can fall
+    outside it (its sleep's overhead varies), and a logged line can follow its second's tick
+    by a few ms."""
+    return at if second is None or at is None else min(max(at, second), second + 0.999)
 
 
 RUN_EVENTS = (

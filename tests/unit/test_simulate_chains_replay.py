@@ -48,11 +48,13 @@ def test_the_record_has_pipelines_and_a_dependency_never_satisfied(run):
     for j in rec["never"]:
         (dep,), any_end = after[j]
         assert not any_end and states[dep] != "COMPLETED" and real[j][1] is None, (j, dep, states[dep])
-    # each dependent that ran started after its dependency ended (sacct's seconds)
+    # each dependent that ran started after its dependency ended, in sacct's seconds and in
+    # the log's times the replay takes
     sacct = {j: r[0] for j, r in rec["runs"].items()}
     for j, (deps, _) in after.items():
         if sacct[j][1] is not None:
             assert all(sacct[j][1] >= sacct[d][2] for d in deps), j
+            assert all(real[j][1] >= real[d][2] for d in deps), j
 
 
 def test_the_replay_with_the_dependencies_agrees_with_slurm_and_never_runs_the_same_jobs(run, kept):
@@ -79,3 +81,36 @@ def test_without_the_dependencies_the_replay_starts_the_later_stages_too_early_a
         replay_and_compare(
             spec, _params(kept), ran, real, NO_SWITCH, [60.0], handoff, kept.release, support.sleeps(rec, ran)
         )
+
+
+# CI's live run of the family on 22.05 (seed 22052bf4, a loaded 2-core machine), kept with
+# its passes: not a kept run of the family (``kept_runs``)
+LIVE_MISS = support.Kept("22.05", "simulate-chains-live-s570764276")
+
+
+def test_a_live_run_under_ci_s_load_still_misses_where_slurm_ran_two_stages_the_other_way(utc):  # noqa: F811
+    """Not explained, so the family is not in CI's rotation: Slurm started job 59 (whose
+    dependency ended at 78 s) at 79 s and job 64 (eligible from 69 s) only at 124 s; the
+    replay starts 64 at its first pass after 69 s and 59 at 124 s, and the waits of the
+    stages after them follow: median wait 45.6 s against Slurm's 33.3 s.  On a quiet
+    machine four live runs of the family agreed (docs/simulate.md)."""
+    rec, real, ids, spec, handoff = support.first_runs(LIVE_MISS)
+    passes = support.pass_instants(LIVE_MISS.log, rec["since"])
+    results: dict = {}
+    args = (
+        spec,
+        _params(LIVE_MISS),
+        ids,
+        real,
+        NO_SWITCH,
+        [60.0],
+        handoff,
+        "22.05",
+        support.sleeps(rec, ids, rec["never"]),
+    )
+    with pytest.raises(AssertionError, match="median wait"):
+        replay_and_compare(*args, (), results, after=rec["after"], passes=passes, checks=checks(LIVE_MISS))
+    sim = {str(r.job_id): r for r in results[True].jobs}
+    epoch = min(v[0] for v in real.values())
+    assert real["59"][1] - epoch < 80 < 120 < real["64"][1] - epoch
+    assert sim["64"].start_s < 80 < 120 < sim["59"].start_s

@@ -631,12 +631,12 @@ def test_a_job_past_its_limit_ends_at_the_controller_s_next_time_limit_check(spe
 
 def test_the_time_limit_check_compares_whole_seconds_as_slurm_s_time_t_does(spec):
     """Slurm keeps a job's start and end time in whole seconds (``time_t``): a job started at
-    3000.9 s has ``end_time`` 3060 with a one-minute limit, and the check at 3060.5 ends it
-    (``end_time <= now``).  Compared in fractions (limit at 3060.9) it ran to the next check,
-    30 s on: a 26.05 live run's 2-GPU job ran 11 s longer than in Slurm, and the jobs queued
-    behind it waited that much longer."""
+    3007.9 s (the epoch's) has ``end_time`` 3067 with a one-minute limit, and the check at
+    3067.5 ends it (``end_time <= now``).  Compared in fractions (limit at 3067.9) it ran to
+    the next check, 30 s on: a 26.05 live run's 2-GPU job ran 11 s longer than in Slurm, and
+    the jobs queued behind it waited that much longer.  (The phase is the epoch's: 7.5.)"""
     _, r = run(
-        spec, [job(1, 0.9, 100, gpus=4, limit=60)], limit_check_s=30, limit_check_phase_s=0.5, clock_origin_s=3000
+        spec, [job(1, 0.9, 100, gpus=4, limit=60)], limit_check_s=30, limit_check_phase_s=7.5, clock_origin_s=3007
     )
     assert r[1].start_s == 0.9 and r[1].timeout
     assert r[1].end_s == 60.5  # the check at the limit's whole second, not the one at 90.5
@@ -646,8 +646,9 @@ def test_a_job_s_time_limit_check_counts_from_the_nearest_logged_check(spec):
     """A check runs in the second its 30 s are up, at a fraction the controller's main loop
     sets (0.03 to 0.94 s on one 22.05 run).  Counted from the first logged check's phase
     (.9 here) the check ending job 1 fell at 60.9 s; the log says it ran at 60.1 s, and the
-    replay takes the nearest logged check's second and fraction (``limit_checks_s``)."""
-    common = {"limit_check_s": 30, "limit_check_phase_s": 0.9, "clock_origin_s": 3000}
+    replay takes the nearest logged check's second and fraction (``limit_checks_s``, on the
+    replay's clock, where the phase is the epoch's: 3007.9 s is 0.9 s on the clock)."""
+    common = {"limit_check_s": 30, "limit_check_phase_s": 7.9, "clock_origin_s": 3007}
     jobs = [job(1, 0.05, 100, gpus=4, limit=60)]
     _, by_phase = run(spec, jobs, **common)
     assert by_phase[1].end_s == pytest.approx(60.9)

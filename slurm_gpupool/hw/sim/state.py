@@ -4,7 +4,8 @@ The prolog, the CLI and the repartitioner run in different processes, so the
 simulated GPUs live in a file: ``<sim_dir>/<node>.json``.  Writers take an
 exclusive ``flock`` on ``<node>.json.lock`` and replace the file atomically
 (write, fsync, rename); readers need no lock because a rename is atomic, and
-they re-read only when the file changed (inode, size, mtime).
+they re-read only when the file changed (inode, size, mtime).  A reader that pairs
+the state with the clock (a GPM sample) takes a shared lock (``SimStore.consistent``).
 
 The state is self-contained: it is built once from a machine description and the
 catalog, so the simulated library never parses YAML.
@@ -102,15 +103,17 @@ class SimStore:
         needs both of one instant, as the hardware's are.  A writer stamps a change under its
         exclusive lock and renames the file later; read without the lock between the two, the
         old state was paired with a time the new one is already dated from, and a GPM interval
-        measured more than was set (24.5 % for 20, on 24.11 under load)."""
+        measured more than was set (24.5 % for 20, on 24.11 under load).  Read-only and never
+        creating the lock (``create_node_state`` does), so a root reader leaves no lock a
+        later writer could not open; without one (or unreadable) it reads unlocked.  Not
+        within ``modify`` in the same process: the two locks are on separate descriptors."""
         try:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except PermissionError:  # not the owner: read-only will do for a shared lock
-            try:
-                fd = os.open(self._lock_path, os.O_RDONLY)
-            except FileNotFoundError:  # never written since it was made: nothing to wait for
-                yield self._load()
-                return
+            fd = os.open(self._lock_path, os.O_RDONLY)
+        except OSError:
+            fd = -1
+        if fd < 0:
+            yield self._load()
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             yield self._load()
@@ -277,4 +280,5 @@ def create_node_state(
     if path.exists() and not overwrite:
         return False
     write_json_atomic(path, new_node_state(node, machine, dev_root=dev_root))
+    os.close(os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644))  # readers lock it too (consistent)
     return True
