@@ -64,11 +64,14 @@ def stamped_lines(log: Path, since: float, until: float = math.inf) -> Iterator[
                 yield at, stamped[2]
 
 
-def log_events(log: Path, jobs: Collection[str], since: float) -> dict[str, dict[str, float]]:
-    """kind -> job -> when (epoch s, milliseconds), from the controller's log from ``since`` on."""
-    out: dict[str, dict[str, float]] = {kind: {} for kind, _ in LOG_EVENTS}
+def log_events(
+    log: Path, jobs: Collection[str], since: float, events: tuple[tuple[str, re.Pattern[str]], ...] = LOG_EVENTS
+) -> dict[str, dict[str, float]]:
+    """kind -> job -> when (epoch s, milliseconds), from the controller's log from ``since``
+    on: each job's first line of each kind (``events``: kind and the pattern its line starts with)."""
+    out: dict[str, dict[str, float]] = {kind: {} for kind, _ in events}
     for at, text in stamped_lines(log, since):
-        for kind, pattern in LOG_EVENTS:
+        for kind, pattern in events:
             m = pattern.match(text)
             if m is not None and m[1] in jobs:
                 out[kind].setdefault(m[1], at)
@@ -251,12 +254,7 @@ def logged_times(log: Path, rec: dict, ids: dict) -> dict[str, tuple[float, floa
     sacct's whole seconds are up to a second off, and along a queue of short jobs the errors
     added up until one missed a backfill pass (a 22.05 live run: the median wait 51.3 s
     replayed against 46.0 s; 46.3 s with the log's times)."""
-    seen: dict[str, dict[str, float]] = {"submit": {}, "start": {}, "end": {}}
-    for at, text in stamped_lines(log, rec["since"]):
-        for kind, pattern in RUN_EVENTS:
-            if (m := pattern.search(text)) is not None and m[1] in ids:
-                seen[kind].setdefault(m[1], at)
-                break
+    seen = log_events(log, ids, rec["since"], RUN_EVENTS)
     sub, start, end = seen["submit"], seen["start"], seen["end"]
     completed = [j for j, r in rec["runs"].items() if len(r) == 1 and r[0][3] == "COMPLETED" and j in end]
     launched = sorted(end[j] - start[j] - ids[j][1] for j in completed if j in start)
@@ -285,10 +283,11 @@ def _within(at, second):
     return at if second is None or at is None else min(max(at, second), second + 0.999)
 
 
+# LOG_EVENTS with backfill's starts too (``BACKFILL_START``)
 RUN_EVENTS = (
-    ("submit", re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
-    ("start", re.compile(r"(?:sched: Allocate JobId=|_start_job: Started JobId=)(\d+)\b")),
-    ("end", re.compile(r"_job_complete: JobId=(\d+) done$")),
+    LOG_EVENTS[0],
+    ("start", re.compile(r"(?:sched: Allocate JobId=|(?:sched/backfill: )?_start_job: Started JobId=)(\d+)\b")),
+    LOG_EVENTS[2],
 )
 
 
