@@ -41,6 +41,10 @@ class SimJob:
     # has ended long ago
     after: tuple[int, ...] = ()
     after_any: bool = False
+    # how long after it ends its GPUs come free (its epilog, its completion): measured, in a
+    # replay of a recorded run, where a loaded node's epilogs vary by seconds; None:
+    # ``Params.release_s``, every job's
+    release_s: float | None = None
 
 
 def time_limit_s(duration_s: float, factor: float, minimum_s: float = 60.0, maximum_s: float | None = None) -> float:

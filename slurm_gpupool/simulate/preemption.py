@@ -129,7 +129,7 @@ class Preemption(Scheduler):
             self.graced.pop(j, None)
             self.dying.add(j)
             rec.end_s = self.now
-            self._push(self.now + self.p.release_s, KILL, (j, gen, 1))
+            self._push(self.now + self._release_s(j), KILL, (j, gen, 1))
             return
         self.dying.discard(j)
         self._release(j)

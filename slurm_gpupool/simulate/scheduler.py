@@ -202,9 +202,15 @@ class Scheduler(NodeIndex):
         the dependency family agrees better (97-99 % of pairs in Slurm's order; at
         ``release_s``, 97.1 % against 99.4 % on 22.05's seed 5757, and its p90 wait 33.2
         against 27.8 s)."""
-        self._push(end_s + self.p.release_s, END, (i, self.gen[i]))
+        self._push(end_s + self._release_s(i), END, (i, self.gen[i]))
         if self.dependents.get(i):
             self._push(end_s, DONE, (i, self.gen[i], completed))
+
+    def _release_s(self, i: int) -> float:
+        """How long job ``i``'s records stay taken after its run ends: its own measured
+        release (``SimJob.release_s``) or every job's (``Params.release_s``)."""
+        own = self.jobs[i].release_s
+        return self.p.release_s if own is None else own
 
     def _done(self, i: int, gen: int, completed: bool) -> None:
         """Job ``i``'s run has ended (DONE): the jobs waiting on it may queue now

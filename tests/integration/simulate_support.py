@@ -171,18 +171,47 @@ def handoff_gaps(
     log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float
 ) -> list[float]:
     """Each hand-over the main scheduler made (s), as :func:`handoff_s` reads them."""
+    return [gap for _, gap in _handovers(log, real, since, bf_interval_s)]
+
+
+def releases(
+    log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float
+) -> dict[str, float]:
+    """Each ended job's own hand-over (s): how long after it ended the main scheduler started
+    a waiting job on its GPUs (the first, if several), as :func:`handoff_s` reads them
+    (``SimJob.release_s``).  A loaded machine's epilogs and completions vary by seconds
+    (CI, 24.11: hand-overs of median 0.20 s, mean 0.80 s, p90 3.3 s); given each job the
+    mean, a queue of slices paid 0.6 s too much per hand-over, and one day job had not
+    started by the switch, 10 s after Slurm had started it.  A job not listed (no start
+    followed it on its GPUs) takes ``Params.release_s``."""
+    return _own(_handovers(log, real, since, bf_interval_s))
+
+
+def _own(found: list[tuple[str, float]]) -> dict[str, float]:
+    own: dict[str, float] = {}
+    for ended, gap in found:
+        own[ended] = min(gap, own.get(ended, gap))
+    return own
+
+
+def _handovers(
+    log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float
+) -> list[tuple[str, float]]:
+    """(the job whose end freed the GPUs, the gap to the start it freed them for), for each
+    job the main scheduler started after a job had ended on its nodes while it waited."""
     seen = log_events(log, real.keys(), since)
-    ends: dict[str, list[float]] = {}
+    ends: dict[str, list[tuple[float, str]]] = {}
     for job, at in seen["end"].items():
         for node in NodeSet(real[job][3]):
-            ends.setdefault(node, []).append(at)
-    gaps = []
+            ends.setdefault(node, []).append((at, job))
+    found = []
     for job, at in seen["start"].items():
         waiting_from = max(seen["submit"].get(job, real[job][0]), at - bf_interval_s)
-        before = [e for node in NodeSet(real[job][3]) for e in ends.get(node, ()) if waiting_from <= e <= at]
+        before = [e for node in NodeSet(real[job][3]) for e in ends.get(node, ()) if waiting_from <= e[0] <= at]
         if before:  # else it started when submitted (the next tick): no hand-over
-            gaps.append(at - max(before))
-    return gaps
+            end, ended = max(before)
+            found.append((ended, at - end))
+    return found
 
 
 def recorded(record: Path) -> tuple[dict, dict[str, tuple[TraceRequest, int, str]], PoolSpec]:
@@ -206,7 +235,8 @@ def day_mapper(spec: PoolSpec) -> Engine:
 # comparison finds out of tolerance.  Their tests assert that it still misses there, so a
 # change that brings one within (or moves the miss) is seen; the tolerances stay as published.
 KNOWN_MISSES = {
-    "qos@24.11": "median wait",
+    # (qos@24.11 missed the median too, 30.5 s against 25.0 s, until the replay took each
+    # job's own hand-over: 30.0 s, at the tolerance's edge)
     "qos-s3131@24.11": "median wait",
     # the phase of the replay's grid alone: at any other whole second of the 5 s it agrees
     # (test_simulate_qos_replay.py; 26.05 logs no backfill start to date Slurm's passes by)
@@ -291,7 +321,7 @@ RUN_EVENTS = (
 )
 
 
-def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
+def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, Handovers]:
     """A kept run whose record has every run of each job (``runs``: trace A, the chains):
     the record, (submission, start, end, nodes) of each job's first run (a job that never
     ran has no start), the jobs' requests, the pool, and the mean hand-over of the jobs that
@@ -305,7 +335,7 @@ def first_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
     return rec, real, ids, spec, recorded_handoff(kept.log, ran, rec["since"])
 
 
-def real_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, float]:
+def real_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, Handovers]:
     """A kept run whose record has one run per job (``real``: the QOS priorities family), as
     :func:`first_runs` gives one: the record, (submission, start, end, nodes) of each job, the
     jobs' requests, the pool and the mean hand-over.  Read with the recording machine's TZ, UTC."""
@@ -354,12 +384,21 @@ def assert_spread_over_users(rec: dict) -> None:
     assert len({u for u, _ in owners.values()}) >= 3 and len({a for _, a in owners.values()}) >= 2
 
 
-def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> float:
-    """The mean hand-over of a short recorded run (a fixture), as :func:`handoff_s` reads it
-    from a 210-job one: at least 10 hand-overs."""
-    gaps = handoff_gaps(log, real, since, SANDBOX.bf_interval_s)
-    assert len(gaps) >= 10, gaps
-    return sum(gaps) / len(gaps)
+@dataclass(frozen=True)
+class Handovers:
+    """A recorded run's hand-overs as the replay takes them: each ended job's own
+    (:func:`releases`) and, for a job no start followed, their mean (:func:`handoff_s`)."""
+
+    mean: float
+    own: dict[str, float]
+
+
+def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> Handovers:
+    """The hand-overs of a short recorded run (a fixture), as :func:`handoff_s` reads them
+    from a 210-job one: at least 10."""
+    found = _handovers(log, real, since, SANDBOX.bf_interval_s)
+    assert len(found) >= 10, found
+    return Handovers(sum(gap for _, gap in found) / len(found), _own(found))
 
 
 def _concordant(real: dict[str, float], sim: dict[str, float]) -> float:
@@ -439,7 +478,7 @@ def replay_and_compare(
     real,
     switch_at: float,
     out: list[float],
-    handoff: float,
+    handoff: float | Handovers,
     release: str | None = None,
     work: dict[str, float] | None = None,
     requeue: Collection[str] = (),
@@ -450,6 +489,7 @@ def replay_and_compare(
     passes: Collection[float] = (),
     after: dict[str, list] | None = None,
     checks: Collection[float] = (),
+    own_release: dict[str, float] | None = None,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -468,11 +508,15 @@ def replay_and_compare(
     :func:`pass_instants`): the replay's passes fall there (none: on its own grid).
     ``after``: job -> [[the jobs it depends on], afterany?] (``--dependency``).
     ``checks``: when the controller's time-limit checks ended jobs (epoch s,
-    ``burst_support.checks``): the replay's checks count from the nearest.  A job
+    ``burst_support.checks``): the replay's checks count from the nearest.
+    ``own_release``: job -> its own measured hand-over (:func:`releases`); the others
+    take ``handoff``.  A job
     that never started in Slurm (cancelled while pending, or its dependency never
     satisfied) is replayed but not compared."""
     epoch = min(v[0] for v in real.values())
     work = work or {}
+    if isinstance(handoff, Handovers):
+        handoff, own_release = handoff.mean, {**handoff.own, **(own_release or {})}
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
     jobs = [
         SimJob(
@@ -486,6 +530,7 @@ def replay_and_compare(
             cancel_s=(cancel or {})[j] - epoch if j in (cancel or {}) else None,
             after=tuple(int(d) for d in (after or {}).get(j, [[]])[0]),
             after_any=bool((after or {}).get(j, [[], False])[1]),
+            release_s=(own_release or {}).get(j),
         )
         for j in order
     ]

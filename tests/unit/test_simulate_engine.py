@@ -191,6 +191,30 @@ def test_completion_latency_delays_the_next_job(spec):
     assert r[1].end_s == 100 and r[3].start_s == 100.5  # its records came free half a second later
 
 
+def test_a_job_s_own_measured_release_delays_the_next_job_by_it_and_others_take_the_default(spec):
+    """A replay of a recorded run gives each job the hand-over measured after it: a loaded
+    node's epilogs vary by seconds, and every job given the mean made a queue pay the long
+    ones over and over."""
+    jobs = [job(1, 0, 100, gpus=4), job(2, 0, 100, gpus=4), job(3, 1, 10, gpus=4), job(4, 1, 10, gpus=4)]
+    jobs[0] = SimJob(1, 0, 100, 100, TraceRequest(4, 1000), release_s=3.0)
+    _, r = run(spec, jobs, release_s=0.5)
+    assert r[1].end_s == r[2].end_s == 100
+    # job 3 takes the first node that comes free: job 2's, at the default 0.5 s; job 4 job 1's, 3 s after
+    assert sorted((r[3].start_s, r[4].start_s)) == [100.5, 103.0]
+
+
+def test_a_preempted_job_s_gpus_come_free_after_its_own_release(spec):
+    """The preemption path ends a job, then frees its records after its release too."""
+    jobs = [
+        SimJob(1, 0, 1000, 1000, TraceRequest(8, 1000), qos="low", release_s=2.0),
+        SimJob(2, 10, 10, 100, TraceRequest(8, 1000), qos="high"),
+    ]
+    prio = {"qos_priority": (("high", 100),), "qos_preempt": (("high", ("low",)),), "preempt_mode": "cancel"}
+    _, r = run(spec, jobs, release_s=0.5, **prio)
+    assert r[1].cancelled and r[1].end_s == 10
+    assert r[2].start_s == 12.0
+
+
 def test_a_time_sliced_gpu_is_given_whole_or_as_shards_never_both(spec):
     day = (("day", 0.0),)
     jobs = [
