@@ -74,6 +74,11 @@ class Switch:
     def out_of_service(self) -> list[float]:
         return [v["out_of_service_s"] for v in self.done().values() if v["out_of_service_s"] is not None]
 
+    def held(self) -> list[float]:
+        """Each switched node's time in the run's reservation (``reserved_s``): in waves
+        (``repartition.wave_size``), a node waits there for the waves before its own."""
+        return [v["reserved_s"] for v in self.done().values() if v["reserved_s"] is not None]
+
     def ctld_restarts(self) -> int:
         pids = [p for _, p, _, _ in self.samples if p is not None]
         return sum(1 for a, b in itertools.pairwise(pids) if a != b)
@@ -343,8 +348,10 @@ def measure(
     parallel: int | None = None,
     restart_batch: int | None = None,
     elastic: bool = True,
+    wave_size: int | None = None,
 ) -> ScaleRun:
-    settings = {k: v for k, v in (("parallel", parallel), ("restart_batch", restart_batch)) if v}
+    given = (("parallel", parallel), ("restart_batch", restart_batch), ("wave_size", wave_size))
+    settings = {k: v for k, v in given if v}
     up_s = up_fresh(root, n, port_base, settings or None)
     rss = daemon_rss_mib(root)
     check(len(rss.get("slurmd", [])) == n, f"{n} slurmds expected, RSS of {len(rss.get('slurmd', []))}")
@@ -480,7 +487,7 @@ def fitted(runs: list[ScaleRun], parallel: int, batch: int) -> tuple[Callable[[i
     )
 
 
-def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
+def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: int = 0) -> None:
     from slurm_gpupool.core.policy.switch_plan import estimate_switch_s
 
     base = runs[0]
@@ -520,6 +527,7 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
                     f"{len(s.done())}/{len(r.busy)}",
                     f"{med(oos):.1f} s",
                     f"{max(oos, default=math.nan):.1f} s",
+                    f"{max(s.held(), default=math.nan):.1f} s",
                     s.ctld_restarts(),
                     f"{max(rss):.1f} MiB" if rss else "-",
                     f"{med(rpc) * 1000:.0f}/{p95(rpc) * 1000:.0f}/{max(rpc) * 1000:.0f} ms" if rpc else "-",
@@ -538,6 +546,7 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
                 "done/busy",
                 "out-of-service med",
                 "max",
+                "held max",
                 "ctld restarts",
                 "ctld RSS max",
                 "sdiag p50/p95/max",
@@ -567,7 +576,8 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
     for r in runs:
         for s in r.switches:
             n, got = len(s.done()), s.phases["switched"]
-            e1, e2 = estimate_switch_s(n, parallel, batch, calib), estimate_switch_s(n, parallel, batch, fit(n))
+            e1 = estimate_switch_s(n, parallel, batch, calib, wave)
+            e2 = estimate_switch_s(n, parallel, batch, fit(n), wave)
             rows.append(
                 [
                     r.nodes,
@@ -577,7 +587,7 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
                     f"{e1['total_s']:.1f} s ({(e1['total_s'] / got - 1) * 100:+.0f}%)",
                     f"{e2['total_s']:.1f} s ({(e2['total_s'] / got - 1) * 100:+.0f}%)",
                     f"{max(s.out_of_service(), default=math.nan):.1f} s",
-                    f"{e2['worst_node_unavailable_s']:.1f} s",
+                    f"{e2['node_out_of_service_s']:.1f} s",
                 ]
             )
     print(f"\n# estimate_switch_s: constants calibrated on {base.nodes} nodes, and fitted on all runs")
@@ -592,18 +602,27 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
                 f"model ({base.nodes})",
                 "model (fit)",
                 "worst node",
-                "model worst node",
+                "model: a node out of service",
             ],
         )
     )
     print(f"\n# fit: {fit_text}")
     rows = []
-    for p, b in ((16, 64), (32, 128), (64, 128), (128, 250), (256, 1000)):
+    for p, b, w in (
+        (16, 64, 0),
+        (32, 128, 0),
+        (64, 128, 0),
+        (128, 250, 0),
+        (256, 1000, 0),
+        (64, 128, 128),
+        (64, 64, 64),
+    ):
         fit_b = fitted(runs, parallel, b)[0]
-        e = estimate_switch_s(1000, p, b, fit_b(1000))
+        e = estimate_switch_s(1000, p, b, fit_b(1000), w)
         check(e["total_s"] >= 0 and e["apply_waves"] >= 1, f"estimate {e}")
-        row = [1000, p, b, e["apply_waves"], e["restart_batches"], f"{e['apply_s']:.0f} s", f"{e['restart_s']:.0f} s"]
-        rows.append([*row, f"{e['total_s']:.0f} s", f"{e['worst_node_unavailable_s']:.0f} s"])
+        row = [1000, p, b, w or "all", e["apply_waves"], e["restart_batches"], f"{e['apply_s']:.0f} s"]
+        row += [f"{e['restart_s']:.0f} s", f"{e['total_s']:.0f} s", f"{e['node_out_of_service_s']:.0f} s"]
+        rows.append([*row, f"{e['mean_node_unavailable_s']:.0f} s"])
     print("\n# 1,000 nodes predicted by the fitted model (apply per wave as measured with parallel " + f"{parallel})")
     print(
         table(
@@ -612,12 +631,14 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str) -> None:
                 "nodes",
                 "parallel",
                 "restart_batch",
-                "apply waves",
-                "batches",
+                "wave_size",
+                "apply batches",
+                "restart batches",
                 "apply",
                 "restart",
                 "switch",
-                "worst node",
+                "node out of service",
+                "node held, mean",
             ],
         )
     )
@@ -633,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--restart-batch", type=int, help="repartition.restart_batch of the scale pool (default: its default)"
     )
+    ap.add_argument("--wave-size", type=int, help="repartition.wave_size of the scale pool (default: one wave)")
     ap.add_argument("--no-elastic", action="store_true", help="no elastic step between the two switches")
     ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
     ap.add_argument("--smoke", action="store_true", help="4 and 8 nodes on a fake Slurm: no sandbox needed")
@@ -667,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.parallel,
                         args.restart_batch,
                         not args.no_elastic,
+                        args.wave_size,
                     )
                 )
             except (BenchError, GpupoolError, subprocess.TimeoutExpired) as e:
@@ -684,7 +707,13 @@ def main(argv: list[str] | None = None) -> int:
     from slurm_gpupool.sandbox.configs import sandbox_slurm_version
 
     version = ".".join(str(x) for x in sandbox_slurm_version(dict(os.environ)))  # slurmd -V
-    report(runs, rep.parallel, rep.restart_batch, f"Slurm {version}")
+    report(
+        runs,
+        rep.parallel,
+        rep.restart_batch,
+        f"Slurm {version}" + (f", waves of {rep.wave_size}" if rep.wave_size else ""),
+        rep.wave_size,
+    )
     if failed:
         raise BenchError(failed)
     return 0

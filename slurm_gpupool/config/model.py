@@ -143,6 +143,10 @@ class RepartitionSettings:
     checkpoint_grace_s: int = 120
     parallel: int = 16  # nodes applied at once
     restart_batch: int = 64  # slurmds restarted per command
+    # nodes switched together: applied, GRES installed, daemons restarted, verified and
+    # resumed before the next wave applies, so a node is out of service for its own wave,
+    # at the price of one slurmctld restart per wave; 0: every node free to apply at once
+    wave_size: int = 0
     # after a switch, restart slurmd on the responding nodes that did not switch too, so every
     # slurmd reads the new slurm.conf (else slurmctld warns of a different slurm.conf)
     restart_unswitched: bool = True

@@ -472,6 +472,7 @@ def parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
     w.only_keys(
         raw,
         {*_DURATIONS, *_COMMANDS, "requeue", "checkpoint_signal", "parallel", "restart_batch", "restart_unswitched"}
+        | {"wave_size"}
         | {"reservation_prefix", "partition", "cron"},
     )
     values: dict[str, Any] = {}
@@ -498,6 +499,9 @@ def parse_repartition(raw: Any, top: Where) -> RepartitionSettings:
         if n < 1:
             raise w.key(k).error("must be at least 1")
         values[k] = n
+    values["wave_size"] = w.optional(raw, "wave_size", int, d.wave_size)
+    if values["wave_size"] < 0:
+        raise w.key("wave_size").error("must be 0 (every node free at once) or a number of nodes")
     prefix = w.optional(raw, "reservation_prefix", str, d.reservation_prefix)
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", prefix):
         raise w.key("reservation_prefix").error("letters, digits, - and _ only (it names Slurm reservations)")

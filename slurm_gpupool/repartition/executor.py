@@ -42,7 +42,7 @@ from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller.gres_install import check_type_ids, install, installed_paths, render
 from slurm_gpupool.core.gres.hostlist import expand
 from slurm_gpupool.core.policy.durations import format_duration
-from slurm_gpupool.core.policy.switch_plan import KEEP, SKIP, SwitchPlan, changing_after, plan_switch
+from slurm_gpupool.core.policy.switch_plan import KEEP, SKIP, SwitchPlan, batches, changing_after, plan_switch
 from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
 from slurm_gpupool.node.state import FILE_NAME, controller_copy_dir
 from slurm_gpupool.repartition import journal as jr
@@ -245,9 +245,14 @@ class Repartitioner:
                 + f"); srun --reservation={resv} -w NODE {' '.join(node_cmd)}; "
                 f"scontrol update nodename=NODE state=drain reason='{OUR_DRAIN} {plan.target}'"
             )
-            steps.append("gpupool gres install (live node states)")
-            steps += [" ".join(c) for c in self.restarter.commands(changing)]
-            steps.append("verify each node: sinfo GRES == rendered, feature layout_" + plan.target + "; then resume")
+            # in waves of wave_size (repartition.wave_size), as the nodes come free: here in order
+            waves = batches(changing, self.s.wave_size) if self.s.wave_size else [changing]
+            for k, wave in enumerate(waves, 1):
+                tag = f"wave {k}/{len(waves)} ({hostlist(wave)}): " if len(waves) > 1 else ""
+                steps.append(tag + "gpupool gres install (live node states)")
+                steps += [tag + " ".join(c) for c in self.restarter.commands(wave)]
+                verify = "verify each node: sinfo GRES == rendered, feature layout_" + plan.target + "; then resume"
+                steps.append(tag + verify)
             steps.append(f"scontrol delete ReservationName={resv}")
             others = unswitched_to_restart(self.cluster.nodes(), changing) if self.s.restart_unswitched else []
             steps += [
@@ -374,6 +379,7 @@ class Repartitioner:
             poll_s=self.poll_s,
             verify_timeout_s=float(self.s.verify_timeout_s),
             checkpoint=lambda qos: checkpoint_of(self.cfg, qos),
+            wave_size=self.s.wave_size,
         )
 
     def _perform(self, step: tuple[Action, ...]) -> None:

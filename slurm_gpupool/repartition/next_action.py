@@ -11,7 +11,8 @@
 4. a wave under way installs GRES, then restarts the daemons;
 5. per node: wait for its jobs (signal and requeue at the deadline, or skip), apply;
    verify, release, done or failed;
-6. commit a wave once no node is free to apply now; the next wave after it;
+6. commit a wave once no node is free to apply now, or once it has ``wave_size`` nodes;
+   the next wave after it;
 7. at the end: restart the slurmds that did not switch, then finish.
 
 The answer is a step: a tuple of :mod:`~slurm_gpupool.repartition.actions` that may run
@@ -204,6 +205,7 @@ class Policy:
     ready_timeout_s: float = READY_TIMEOUT_S
     after_requeue_s: float = AFTER_REQUEUE_S
     checkpoint: Callable[[str], tuple[str, int]] = lambda qos: ("USR1", 120)  # a job's QOS -> signal, grace
+    wave_size: int = 0  # at most this many nodes in a wave (``repartition.wave_size``); 0: no bound
 
     @property
     def reservation_margin_s(self) -> int:
@@ -325,6 +327,8 @@ def next_action(journal: JournalState, view: ClusterView, now: float, policy: Po
     per_node = [*verification(journal, view, now, policy), *waiting(journal, view, now, policy)]
     if begun or reverting:  # one wave at a time: nodes freed meanwhile apply after it
         per_node = [_held_back(a, policy) if isinstance(a, Apply) else a for a in per_node]
+    elif policy.wave_size:
+        per_node = _within_wave(per_node, journal, policy)
     acts = tuple(a for a in per_node if not isinstance(a, Wait))
     if acts:
         return acts
@@ -540,6 +544,16 @@ def _held_by_run(r: NodeRecord, taken: float) -> bool:
     if r.step == SKIPPED:
         return True
     return r.step not in OUTCOMES and _fresh(r.resumed_at, taken) is None
+
+
+def _within_wave(per_node: list[Action], journal: JournalState, policy: Policy) -> list[Action]:
+    """The applies that fit in the wave forming (``wave_size`` nodes: those applied or
+    drained already count), an interrupted apply first; the others wait for the next wave."""
+    formed = [n for n in journal.at(APPLIED, DRAINED, VERIFYING) if not journal.nodes[n].revert]
+    applies = [a for a in per_node if isinstance(a, Apply)]
+    applies.sort(key=lambda a: journal.nodes[a.node].step != APPLYING)  # (stable: the run's order)
+    room = {a.node for a in applies[: max(0, policy.wave_size - len(formed))]}
+    return [_held_back(a, policy) if isinstance(a, Apply) and a.node not in room else a for a in per_node]
 
 
 def _held_back(a: Apply, policy: Policy) -> Wait:

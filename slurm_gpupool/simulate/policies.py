@@ -206,9 +206,11 @@ def lead_time_s(cfg: PoolConfig, boundaries: list[tuple[float, str]], max_time_s
 
 def switch_seconds(cfg: PoolConfig, nodes: int, timings: Timings = MEASURED) -> float:
     """A node's time out of service in a switch of ``nodes`` nodes: the timing model the
-    repartition benchmark uses (apply waves of ``parallel``, restart batches)."""
+    repartition benchmark uses (apply batches of ``parallel``, restart batches; in waves of
+    ``wave_size``, a node is held until its wave is through: the mean over the nodes)."""
     r = cfg.repartition
-    return float(estimate_switch_s(nodes, r.parallel, r.restart_batch, timings)["worst_node_unavailable_s"])
+    est = estimate_switch_s(nodes, r.parallel, r.restart_batch, timings, r.wave_size)
+    return float(est["mean_node_unavailable_s"])
 
 
 def elastic_switch_s(cfg: PoolConfig, policy: PolicySpec, switch_s: float, default: bool) -> float:

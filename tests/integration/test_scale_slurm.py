@@ -5,7 +5,8 @@ are in docs/scale-sandbox.md); this runs the same code on 16 nodes as a correctn
 a timing: long jobs on two nodes, a full day→night and night→day switch (the busy nodes
 skipped at the deadline, their jobs running on) with an elastic step between them (slice jobs
 waiting at night: a quarter of the nodes to day), then, with the long jobs gone, every node to
-night, and a job on every node.  It proves that every node switches, that no job is killed,
+night in waves of eight (``repartition.wave_size``: one slurmctld restart a wave, each node
+out of service for its own wave), and a job on every node.  It proves that every node switches, that no job is killed,
 and that every hook succeeds (each job completed in one run, no node drained, and every
 node's hook statistics count no failure and no health drain).
 
@@ -22,16 +23,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurm_gpupool.sandbox.cluster import Sandbox
 from tests.exposition import parse, series
 
 from .conftest import TEST_PORT_BASE, TEST_ROOT, SandboxHandle
-from .repartition_support import assert_converged, never_requeued, nodes_info, repartition, report_of, wait_jobs_done
+from .repartition_support import (
+    GPUPOOL,
+    assert_converged,
+    never_requeued,
+    nodes_info,
+    report_of,
+    wait_jobs_done,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.scale]
 
 NODES = 16
+WAVE = 8  # the last switch's repartition.wave_size
 # the worker's sandbox uses its base .. base+100+nodes; the next worker's starts 300 above
 PORT_BASE = TEST_PORT_BASE + 150
 
@@ -72,12 +82,31 @@ def test_sixteen_nodes_switch_to_night_and_back_with_jobs_running_and_every_hook
     if left:  # measure() cancelled the long jobs: they may still be completing
         wait_jobs_done(sb, left)
 
-    # every node to night, the formerly busy ones too
-    proc = repartition(sb, "--to", "night", "--json")
+    # every node to night, the formerly busy ones too, in waves of WAVE nodes
+    # (repartition.wave_size): each wave applied, restarted, verified and resumed before the next
+    config = scale_root / "gpupool-waves.yaml"
+    raw = yaml.safe_load((scale_root / "etc" / "gpupool.yaml").read_text())
+    raw["repartition"]["wave_size"] = WAVE
+    config.write_text(yaml.safe_dump(raw))
+    log = scale_root / "log" / "slurmctld.log"
+    started = log.read_text().count("slurmctld version")
+    proc = sb.run(
+        [*GPUPOOL, "--config", str(config), "repartition", "--to", "night", "--json"], timeout=900, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    outcomes = {k: v["outcome"] for k, v in report_of(proc)["nodes"].items()}
+    nodes = report_of(proc)["nodes"]
+    outcomes = {k: v["outcome"] for k, v in nodes.items()}
     assert {outcomes.get(n) for n in run.busy} == {"done"}, outcomes
     assert_converged(sb, dict.fromkeys(sb.nodes, "night"))
+    switched = sorted((v["reserved_s"], v["out_of_service_s"]) for v in nodes.values() if v["outcome"] == "done")
+    waves = -(-len(switched) // WAVE)
+    assert waves >= 2, switched
+    assert log.read_text().count("slurmctld version") - started == waves  # one restart a wave
+    # a node of the last wave was held (reserved) through every wave, but out of service for
+    # its own only, from its apply to its release: in one wave of idle nodes, the two differ
+    # by the seconds before the apply began
+    for reserved, out_of_service in switched[-WAVE:]:
+        assert out_of_service < 0.75 * reserved, switched
 
     # a job on every node: its Prolog, TaskProlog and Epilog run there
     jobs, infos = [], nodes_info(sb)

@@ -290,6 +290,29 @@ def test_a_wave_installs_restarts_verifies_and_then_the_next_one_applies():
     assert decide(j) == (NextWave(),)
 
 
+def test_a_bounded_wave_takes_at_most_wave_size_nodes_an_interrupted_apply_first():
+    """``repartition.wave_size``: a node is out of service for its own wave only.  Five idle
+    nodes, waves of two: two apply (a killed run's apply first), the others wait for the
+    next wave; once two are drained the wave installs, restarts and verifies; after it, the
+    next two apply."""
+    policy = dataclasses.replace(POLICY, wave_size=2)
+    nodes = {n: rec() for n in "abcde"} | {"d": rec("applying")}
+    j = journal(nodes)
+    step = decide(j, policy=policy)
+    assert [a for a in step if isinstance(a, Apply)] == [Apply("a", "day"), Apply("d", "day")]  # d before b
+    assert all(isinstance(a, Wait) and "after the wave" in a.why for a in step if not isinstance(a, Apply))
+    assert decide(j) == tuple(Apply(n, "day") for n in "abcde")  # unbounded: every free node at once
+    # one drained already: room for one more
+    j = journal(nodes | {"d": rec("drained")})
+    assert [a for a in decide(j, policy=policy) if isinstance(a, Apply)] == [Apply("a", "day")]
+    # the wave is full: it is committed, the free nodes wait
+    j = journal(nodes | {"a": rec("drained"), "d": rec("drained")})
+    assert decide(j, policy=policy) == (InstallGres(("a", "d")),)
+    # after it (its nodes done, the wave's steps cleared by NextWave): the next two apply
+    j = journal(nodes | {"a": rec("done"), "d": rec("done")})
+    assert [a for a in decide(j, policy=policy) if isinstance(a, Apply)] == [Apply("b", "day"), Apply("c", "day")]
+
+
 # -- verify, release, done -------------------------------------------------------------------------------------------
 
 RESTARTED = ("reserved", "gres_installing", "gres_installed", "restarting", "restarted")

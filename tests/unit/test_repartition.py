@@ -57,6 +57,18 @@ def test_batches_and_the_timing_model():
     assert big["apply_waves"] == 16 and big["restart_batches"] == 8
     assert big["restart_s"] == pytest.approx(8 * 0.5 + 3.0 + 8 * 2.0)
     assert big["worst_node_unavailable_s"] < big["total_s"]
+    # waves of 64 (repartition.wave_size): 16 restarts of slurmctld, each node out for its own
+    waved = estimate_switch_s(1000, parallel=64, restart_batch=128, t=t, wave_size=64)
+    assert waved["waves"] == 16 and waved["apply_waves"] == 16 and waved["restart_batches"] == 16
+    per_wave = 2.0 + 1.0 + (0.5 + 3.0 + 2.0) + 2
+    assert waved["node_out_of_service_s"] == pytest.approx(per_wave)  # drained: its own wave
+    assert waved["total_s"] == pytest.approx(0.5 + 16 * per_wave)
+    # reserved until its wave is through: the last wave's nodes for the whole switch
+    assert waved["worst_node_unavailable_s"] == pytest.approx(16 * per_wave)
+    assert waved["mean_node_unavailable_s"] == pytest.approx(8.5 * per_wave)
+    assert big["waves"] == 1 and waved["total_s"] > big["total_s"]
+    assert big["node_out_of_service_s"] == big["worst_node_unavailable_s"] == big["mean_node_unavailable_s"]
+    assert waved["node_out_of_service_s"] < big["node_out_of_service_s"]
 
 
 def test_journal_records_steps_and_survives_a_reload(tmp_path: Path):
@@ -166,6 +178,8 @@ def _raw() -> dict:
     [
         ({"deadline": "soon"}, "repartition.deadline"),
         ({"parallel": 0}, "repartition.parallel"),
+        ({"wave_size": -1}, "repartition.wave_size"),
+        ({"wave_size": "all"}, "repartition.wave_size"),
         ({"stop_slurmd": ["ssh", "x"]}, "repartition.stop_slurmd"),
         ({"restart_slurmctld": "systemctl restart slurmctld"}, "repartition.restart_slurmctld"),
         ({"cron": "every 5 minutes"}, "repartition.cron"),
@@ -187,6 +201,9 @@ def test_repartition_settings_parse_durations_and_commands():
     raw["repartition"] = {"deadline": "1h30m", "lead_time": "2h", "restart_slurmctld": ["svc", "restart"]}
     s = parse_config(raw, str(EXAMPLE)).repartition
     assert s.deadline_s == 5400 and s.lead_time_s == 7200 and s.restart_slurmctld == ("svc", "restart")
+    assert s.wave_size == 0  # every node free to apply, in one wave
+    raw["repartition"] = {"wave_size": 16}
+    assert parse_config(raw, str(EXAMPLE)).repartition.wave_size == 16
     assert parse_config(_raw(), str(EXAMPLE)).repartition.lead_time_s is None  # the partition's MaxTime
 
 

@@ -13,11 +13,13 @@ left half-way are also tried on real Slurm (tests/integration/test_repartition_k
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 from pathlib import Path
 
 import pytest
 
+from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.repartition import journal
 from slurm_gpupool.repartition.journal import Journal
@@ -78,6 +80,45 @@ def test_killed_right_after_each_step_the_next_run_converges(templates, tmp_path
     again = repartitioner(site).run(target, SWITCHING)
     assert again.exit_code == 0, (point, again.to_dict())
     assert_converged(site, {n: target if n in SWITCHING else start for n in site.cfg.all_nodes()})
+
+
+def waves_of_one(tmp_path: Path, template: Site) -> tuple[Site, PoolConfig]:
+    """Both switching nodes idle (the long job runs on h100n1), in waves of one node
+    (``repartition.wave_size``): the second applies only after the first is through."""
+    site = copy_site(template, tmp_path)
+    site.slurm.add_job(job(7, "h100n1", limit_s=3600, start=int(START)))
+    return site, dataclasses.replace(site.cfg, repartition=dataclasses.replace(site.cfg.repartition, wave_size=1))
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_in_waves_of_one_node_killed_right_after_each_step_the_next_run_converges(templates, tmp_path: Path, point):
+    site, cfg = waves_of_one(tmp_path, templates["night"])
+    kill = KillAt(point)
+    with pytest.raises(Killed):
+        repartitioner(site, cfg, kill=kill).run("day", SWITCHING)
+    again = repartitioner(site, cfg)
+    assert again.run("day", SWITCHING).exit_code == 0, point
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+def test_in_waves_of_one_node_each_wave_restarts_slurmctld_and_the_second_applies_after_the_first(
+    templates, tmp_path: Path
+):
+    site, cfg = waves_of_one(tmp_path, templates["night"])
+    rp = repartitioner(site, cfg)
+    assert rp.run("day", SWITCHING).exit_code == 0
+    first, second = SWITCHING
+    assert rp.restarter.log[:6] == [  # type: ignore[attr-defined]
+        ["stop-slurmd", first],
+        ["restart-slurmctld"],
+        ["start-slurmd", first],
+        ["stop-slurmd", second],
+        ["restart-slurmctld"],
+        ["start-slurmd", second],
+    ]
+    # then the slurmds that did not switch, for the new slurm.conf (restart_unswitched)
+    assert ["restart-slurmctld"] not in rp.restarter.log[6:]  # type: ignore[attr-defined]
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
 
 
 def test_an_unkilled_run_passes_every_kill_point(templates, tmp_path: Path):

@@ -132,3 +132,22 @@ def test_folding_a_hostlist_parses_no_name_as_a_nodeset(monkeypatch: pytest.Monk
     monkeypatch.undo()
     assert text.startswith("dgx[0001-0008,0010-0017,") and text.endswith(",0991-0998,1000],login")
     assert set(NodeSet(text)) == set(names)
+
+
+def test_the_dry_run_shows_each_wave_with_its_own_restarts(site: bs.Site) -> None:
+    """``repartition.wave_size``: the plan installs, restarts and verifies wave by wave."""
+    cfg = dataclasses.replace(site.cfg, repartition=dataclasses.replace(site.cfg.repartition, wave_size=4))
+    rp = Repartitioner(cfg, site.slurm, clock=site.slurm.clock)
+    plan = rp.plan(bs.SWITCH_TO)
+    steps = rp.describe(plan, 1800, False)["steps"]
+    waves = -(-len(plan.changing) // 4)
+    assert waves >= 2
+    ctld = " ".join(cfg.repartition.restart_slurmctld)
+    restarts = [s.split(": ", 1) for s in steps if s.endswith(ctld)]
+    assert [w for w, _ in restarts] == [w for w, _ in (s.split(": ", 1) for s in steps if "gres install" in s)]
+    assert len(restarts) == waves, steps  # one slurmctld restart a wave
+    assert [s.split(":")[0].split(" (")[0] for s in steps if "gres install" in s] == [
+        f"wave {k}/{waves}" for k in range(1, waves + 1)
+    ]
+    one = Repartitioner(site.cfg, site.slurm, clock=site.slurm.clock).describe(plan, 1800, False)["steps"]
+    assert not [s for s in one if s.startswith("wave ")] and sum("gres install" in s for s in one) == 1

@@ -124,25 +124,36 @@ class Timings:
     verify_s: float  # sinfo shows the expected GRES, resume
 
 
-def estimate_switch_s(n_nodes: int, parallel: int, restart_batch: int, t: Timings) -> dict[str, float]:
-    """Wall time of a switch of ``n_nodes`` idle nodes: applies run ``parallel`` at a time,
-    then slurmds stopped in ``ceil(n/restart_batch)`` sequential batches, one slurmctld
-    restart, and the slurmds started in as many batches.
+def estimate_switch_s(
+    n_nodes: int, parallel: int, restart_batch: int, t: Timings, wave_size: int = 0
+) -> dict[str, float]:
+    """Wall time of a switch of ``n_nodes`` idle nodes, in waves of ``wave_size`` nodes (0:
+    one wave of all).  Per wave: applies run ``parallel`` at a time, GRES are installed,
+    slurmds stopped in ``ceil(n/restart_batch)`` sequential batches, slurmctld restarted
+    once, the slurmds started in as many batches, and the wave verified.
 
-    Per-node unavailability (drain to resume) spans from its apply to the end of the
-    verify, so it grows with the batches, not with the node's own work."""
-    waves = math.ceil(n_nodes / max(1, parallel))
-    restarts = math.ceil(n_nodes / max(1, restart_batch))
-    apply = waves * t.apply_s
-    restart = restarts * t.slurmd_stop_s + t.ctld_restart_s + restarts * t.slurmd_start_s
-    total = t.reserve_s + apply + t.install_s + restart + t.verify_s
-    worst_node = t.apply_s * waves + t.install_s + restart + t.verify_s
+    A node is out of service (drained, ``out_of_service_s`` in the report) from its apply to
+    the end of its wave's verify, so in one wave it grows with the batches, not with the
+    node's own work; smaller waves bound it, at one slurmctld restart each.  The run's
+    reservation holds a node until its wave is through (no job may start there meanwhile),
+    so a node of the last wave is unavailable for the whole switch; on average over the
+    nodes, for half of it."""
+    size = n_nodes if wave_size <= 0 else min(wave_size, n_nodes)
+    waves = math.ceil(n_nodes / max(1, size))
+    batches_per_wave = math.ceil(size / max(1, parallel))
+    restarts_per_wave = math.ceil(size / max(1, restart_batch))
+    apply = batches_per_wave * t.apply_s
+    restart = restarts_per_wave * t.slurmd_stop_s + t.ctld_restart_s + restarts_per_wave * t.slurmd_start_s
+    per_wave = apply + t.install_s + restart + t.verify_s
     return {
         "nodes": n_nodes,
-        "apply_waves": waves,
-        "restart_batches": restarts,
-        "apply_s": apply,
-        "restart_s": restart,
-        "total_s": total,
-        "worst_node_unavailable_s": worst_node,
+        "waves": waves,
+        "apply_waves": waves * batches_per_wave,
+        "restart_batches": waves * restarts_per_wave,
+        "apply_s": waves * apply,
+        "restart_s": waves * restart,
+        "total_s": t.reserve_s + waves * per_wave,
+        "node_out_of_service_s": per_wave,
+        "worst_node_unavailable_s": waves * per_wave,
+        "mean_node_unavailable_s": per_wave * (waves + 1) / 2,
     }
