@@ -570,6 +570,11 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
             ["nodes", "switch", "reserve", "apply", "install", "restart", "verify"],
         )
     )
+    if wave:
+        # the journal keeps one run's phases, from the first wave's to the last's: they span
+        # every wave, so neither the calibration nor the fit below means anything here
+        print(f"\n# in waves of {wave}: the model is calibrated and fitted on runs in one wave (no --wave-size)")
+        return
     calib = calibrated(base, parallel, batch)
     fit, fit_text = fitted(runs, parallel, batch)
     rows = []
