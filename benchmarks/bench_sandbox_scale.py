@@ -581,8 +581,7 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
     for r in runs:
         for s in r.switches:
             n, got = len(s.done()), s.phases["switched"]
-            e1 = estimate_switch_s(n, parallel, batch, calib, wave)
-            e2 = estimate_switch_s(n, parallel, batch, fit(n), wave)
+            e1, e2 = estimate_switch_s(n, parallel, batch, calib), estimate_switch_s(n, parallel, batch, fit(n))
             rows.append(
                 [
                     r.nodes,
@@ -623,7 +622,7 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
         (64, 64, 64),
     ):
         fit_b = fitted(runs, parallel, b)[0]
-        e = estimate_switch_s(1000, p, b, fit_b(1000), w)
+        e = estimate_switch_s(1000, p, b, fit_b(w or 1000), w)  # the restart and verify of a wave's nodes
         check(e["total_s"] >= 0 and e["apply_waves"] >= 1, f"estimate {e}")
         row = [1000, p, b, w or "all", e["apply_waves"], e["restart_batches"], f"{e['apply_s']:.0f} s"]
         row += [f"{e['restart_s']:.0f} s", f"{e['total_s']:.0f} s", f"{e['node_out_of_service_s']:.0f} s"]

@@ -205,9 +205,10 @@ def lead_time_s(cfg: PoolConfig, boundaries: list[tuple[float, str]], max_time_s
 
 
 def switch_seconds(cfg: PoolConfig, nodes: int, timings: Timings = MEASURED) -> float:
-    """A node's time out of service in a switch of ``nodes`` nodes: the timing model the
-    repartition benchmark uses (apply batches of ``parallel``, restart batches; in waves of
-    ``wave_size``, a node is held until its wave is through: the mean over the nodes)."""
+    """How long a switch of ``nodes`` nodes takes a node away from jobs: the timing model the
+    repartition benchmark uses (apply batches of ``parallel``, restart batches).  In one wave,
+    its time out of service; in waves of ``wave_size``, its time held in the run's
+    reservation until its wave is through, the mean over the nodes."""
     r = cfg.repartition
     est = estimate_switch_s(nodes, r.parallel, r.restart_batch, timings, r.wave_size)
     return float(est["mean_node_unavailable_s"])

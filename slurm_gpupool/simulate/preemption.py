@@ -5,7 +5,7 @@ A job of a QOS that preempts others and does not fit now, when the main schedule
 it or a backfill pass tests it, looks for running jobs of the QOS it preempts whose removal
 lets it fit (``preempt.run_now``).  If there are, they are preempted: each ends after its
 QOS's GraceTime (at once without one) unless it ends by itself before, its records come
-free after the epilog (``release_s``, as every job's), and it is then requeued (eligible
+free after the epilog (its ``release_s``, as at any end), and it is then requeued (eligible
 ``requeue_delay_s`` later, queued by its new submit time) or, in ``cancel`` mode or when it
 may not be requeued (``--no-requeue``: Slurm kills it), ended.  The preempting job does not
 start now: it blocks the jobs after it in the main scheduler (and holds its nodes in a

@@ -98,11 +98,14 @@ class KillAt:
     step, or ``restart:K``/``others:K``).  A killed process does nothing more: once fired, every
     later call raises too (a parallel apply stops at its next step)."""
 
-    def __init__(self, point: str) -> None:
+    def __init__(self, point: str, nth: int = 1) -> None:
         self.point, self.fired = point, False
+        self.left = nth  # at the nth time the run reaches it (a second wave's step: 2)
 
     def __call__(self, step: str) -> None:
-        if self.fired or step == self.point:
+        if step == self.point:
+            self.left -= 1
+        if self.fired or self.left == 0:
             self.fired = True
             raise Killed(step)
 

@@ -90,10 +90,18 @@ def waves_of_one(tmp_path: Path, template: Site) -> tuple[Site, PoolConfig]:
     return site, dataclasses.replace(site.cfg, repartition=dataclasses.replace(site.cfg.repartition, wave_size=1))
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_in_waves_of_one_node_killed_right_after_each_step_the_next_run_converges(templates, tmp_path: Path, point):
+# the steps a run in two waves reaches once (the run's own), the others once a wave
+ONCE_A_RUN = {"reserved", "others:0", "others_restarting", "others_restarted", "finished"}
+IN_WAVES = [(point, 1) for point in KILL_POINTS] + [(point, 2) for point in KILL_POINTS if point not in ONCE_A_RUN]
+
+
+@pytest.mark.parametrize(("point", "nth"), IN_WAVES)
+def test_in_waves_of_one_node_killed_right_after_each_step_the_next_run_converges(
+    templates, tmp_path: Path, point, nth
+):
+    """Killed at the first or the second wave's step (``nth``): the run after it finishes."""
     site, cfg = waves_of_one(tmp_path, templates["night"])
-    kill = KillAt(point)
+    kill = KillAt(point, nth)
     with pytest.raises(Killed):
         repartitioner(site, cfg, kill=kill).run("day", SWITCHING)
     again = repartitioner(site, cfg)

@@ -138,7 +138,8 @@ def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_
     passes = support.pass_instants(kept.log, rec["since"])
     epoch = min(v[0] for v in real.values())
     assert len(passes) >= 10 and all(phase[0] < (at - epoch) % 5 < phase[1] for at in passes[:4])
-    assert support.KNOWN_MISSES.get(kept.label, "median wait") == "median wait"
+    # listed, or (the first seed) within at the edge given each job's own hand-over
+    assert support.KNOWN_MISSES.get(kept.label) == ("median wait" if stem.endswith("3131") else None)
     got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "24.11", passes=passes)
     assert got[True]["median wait"] == pytest.approx(median, abs=0.1)
 
