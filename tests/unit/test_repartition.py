@@ -65,7 +65,13 @@ def test_batches_and_the_timing_model():
     assert waved["total_s"] == pytest.approx(0.5 + 16 * per_wave)
     # reserved until its wave is through: the last wave's nodes for the whole switch
     assert waved["worst_node_unavailable_s"] == pytest.approx(16 * per_wave)
-    assert waved["mean_node_unavailable_s"] == pytest.approx(8.5 * per_wave)
+    # 15 waves of 64 and a last one of 40: a node's mean wait to its wave's end
+    assert waved["mean_node_unavailable_s"] == pytest.approx((64 * sum(range(1, 16)) + 40 * 16) / 1000 * per_wave)
+    # a smaller last wave costs less: 100 nodes in waves of 64 with parallel 16 apply 4 + 3 batches
+    part = estimate_switch_s(100, parallel=16, restart_batch=128, t=t, wave_size=64)
+    assert part["apply_waves"] == 4 + 3 and part["apply_s"] == pytest.approx(7 * 2.0)
+    assert part["total_s"] == pytest.approx(0.5 + 2 * (1.0 + 0.5 + 3.0 + 2.0 + 2) + 7 * 2.0)
+    assert estimate_switch_s(0, 16, 64, t)["mean_node_unavailable_s"] == 0
     assert big["waves"] == 1 and waved["total_s"] > big["total_s"]
     assert big["node_out_of_service_s"] == big["worst_node_unavailable_s"] == big["mean_node_unavailable_s"]
     assert waved["node_out_of_service_s"] < big["node_out_of_service_s"]

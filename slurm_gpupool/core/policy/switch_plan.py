@@ -138,22 +138,28 @@ def estimate_switch_s(
     reservation holds a node until its wave is through (no job may start there meanwhile),
     so a node of the last wave is unavailable for the whole switch; on average over the
     nodes, for half of it."""
-    size = n_nodes if wave_size <= 0 else min(wave_size, n_nodes)
-    waves = math.ceil(n_nodes / max(1, size))
-    batches_per_wave = math.ceil(size / max(1, parallel))
-    restarts_per_wave = math.ceil(size / max(1, restart_batch))
-    apply = batches_per_wave * t.apply_s
-    restart = restarts_per_wave * t.slurmd_stop_s + t.ctld_restart_s + restarts_per_wave * t.slurmd_start_s
-    per_wave = apply + t.install_s + restart + t.verify_s
+    size = max(1, n_nodes if wave_size <= 0 else min(wave_size, n_nodes))
+    waves = max(1, math.ceil(n_nodes / size))
+    sizes = [size] * (waves - 1) + [max(0, n_nodes - size * (waves - 1))]  # the last may be smaller
+
+    def phases(k: int) -> tuple[int, int, float, float]:
+        """A wave of ``k`` nodes: its apply batches, restart batches, apply and restart time."""
+        applies, restarts = math.ceil(k / max(1, parallel)), math.ceil(k / max(1, restart_batch))
+        restart = restarts * t.slurmd_stop_s + t.ctld_restart_s + restarts * t.slurmd_start_s
+        return applies, restarts, applies * t.apply_s, restart
+
+    each = [phases(k) for k in sizes]
+    lengths = [apply + t.install_s + restart + t.verify_s for _, _, apply, restart in each]
+    ends = [sum(lengths[: k + 1]) for k in range(waves)]  # each wave's end, from the first apply
     return {
         "nodes": n_nodes,
         "waves": waves,
-        "apply_waves": waves * batches_per_wave,
-        "restart_batches": waves * restarts_per_wave,
-        "apply_s": waves * apply,
-        "restart_s": waves * restart,
-        "total_s": t.reserve_s + waves * per_wave,
-        "node_out_of_service_s": per_wave,
-        "worst_node_unavailable_s": waves * per_wave,
-        "mean_node_unavailable_s": per_wave * (waves + 1) / 2,
+        "apply_waves": sum(e[0] for e in each),  # apply batches of ``parallel``, over every wave
+        "restart_batches": sum(e[1] for e in each),
+        "apply_s": sum(e[2] for e in each),
+        "restart_s": sum(e[3] for e in each),
+        "total_s": t.reserve_s + ends[-1],
+        "node_out_of_service_s": max(lengths),
+        "worst_node_unavailable_s": ends[-1],
+        "mean_node_unavailable_s": sum(k * end for k, end in zip(sizes, ends, strict=True)) / max(1, n_nodes),
     }
