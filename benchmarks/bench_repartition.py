@@ -175,13 +175,13 @@ def report(figures: dict[str, list[float]], phases: dict[str, list[float]], node
     rows = []
     for n, parallel, batch in [(nodes, 16, 64), (1000, 16, 64), (1000, 64, 128), (1000, 128, 250), (1000, 256, 1000)]:
         e = estimate_switch_s(n, parallel, batch, t)
-        check(e["total_s"] >= 0 and e["apply_waves"] >= 1, f"estimate for {n} nodes: {e}")
+        check(e["total_s"] >= 0 and e["apply_batches"] >= 1, f"estimate for {n} nodes: {e}")
         rows.append(
             [
                 n,
                 parallel,
                 batch,
-                e["apply_waves"],
+                e["apply_batches"],
                 e["restart_batches"],
                 f"{e['restart_s']:.0f} s",
                 f"{e['total_s']:.0f} s",

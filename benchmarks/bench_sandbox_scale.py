@@ -623,8 +623,8 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
     ):
         fit_b = fitted(runs, parallel, b)[0]
         e = estimate_switch_s(1000, p, b, fit_b(w or 1000), w)  # the restart and verify of a wave's nodes
-        check(e["total_s"] >= 0 and e["apply_waves"] >= 1, f"estimate {e}")
-        row = [1000, p, b, w or "all", e["apply_waves"], e["restart_batches"], f"{e['apply_s']:.0f} s"]
+        check(e["total_s"] >= 0 and e["apply_batches"] >= 1, f"estimate {e}")
+        row = [1000, p, b, w or "all", e["apply_batches"], e["restart_batches"], f"{e['apply_s']:.0f} s"]
         row += [f"{e['restart_s']:.0f} s", f"{e['total_s']:.0f} s", f"{e['node_out_of_service_s']:.0f} s"]
         rows.append([*row, f"{e['mean_node_unavailable_s']:.0f} s"])
     print("\n# 1,000 nodes predicted by the fitted model (apply per wave as measured with parallel " + f"{parallel})")

@@ -51,15 +51,15 @@ def test_batches_and_the_timing_model():
         reserve_s=0.5, apply_s=2.0, install_s=1.0, ctld_restart_s=3.0, slurmd_stop_s=0.5, slurmd_start_s=2.0, verify_s=2
     )
     small = estimate_switch_s(4, parallel=16, restart_batch=64, t=t)
-    assert small["apply_waves"] == 1 and small["restart_batches"] == 1
+    assert small["apply_batches"] == 1 and small["restart_batches"] == 1
     assert small["total_s"] == pytest.approx(0.5 + 2.0 + 1.0 + 0.5 + 3.0 + 2.0 + 2)
     big = estimate_switch_s(1000, parallel=64, restart_batch=128, t=t)
-    assert big["apply_waves"] == 16 and big["restart_batches"] == 8
+    assert big["apply_batches"] == 16 and big["restart_batches"] == 8
     assert big["restart_s"] == pytest.approx(8 * 0.5 + 3.0 + 8 * 2.0)
     assert big["worst_node_unavailable_s"] < big["total_s"]
     # waves of 64 (repartition.wave_size): 16 restarts of slurmctld, each node out for its own
     waved = estimate_switch_s(1000, parallel=64, restart_batch=128, t=t, wave_size=64)
-    assert waved["waves"] == 16 and waved["apply_waves"] == 16 and waved["restart_batches"] == 16
+    assert waved["waves"] == 16 and waved["apply_batches"] == 16 and waved["restart_batches"] == 16
     per_wave = 2.0 + 1.0 + (0.5 + 3.0 + 2.0) + 2
     assert waved["node_out_of_service_s"] == pytest.approx(per_wave)  # drained: its own wave
     assert waved["total_s"] == pytest.approx(0.5 + 16 * per_wave)
@@ -69,7 +69,7 @@ def test_batches_and_the_timing_model():
     assert waved["mean_node_unavailable_s"] == pytest.approx((64 * sum(range(1, 16)) + 40 * 16) / 1000 * per_wave)
     # a smaller last wave costs less: 100 nodes in waves of 64 with parallel 16 apply 4 + 3 batches
     part = estimate_switch_s(100, parallel=16, restart_batch=128, t=t, wave_size=64)
-    assert part["apply_waves"] == 4 + 3 and part["apply_s"] == pytest.approx(7 * 2.0)
+    assert part["apply_batches"] == 4 + 3 and part["apply_s"] == pytest.approx(7 * 2.0)
     assert part["total_s"] == pytest.approx(0.5 + 2 * (1.0 + 0.5 + 3.0 + 2.0 + 2) + 7 * 2.0)
     assert estimate_switch_s(0, 16, 64, t)["mean_node_unavailable_s"] == 0
     assert big["waves"] == 1 and waved["total_s"] > big["total_s"]

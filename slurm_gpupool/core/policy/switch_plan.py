@@ -154,7 +154,7 @@ def estimate_switch_s(
     return {
         "nodes": n_nodes,
         "waves": waves,
-        "apply_waves": sum(e[0] for e in each),  # apply batches of ``parallel``, over every wave
+        "apply_batches": sum(e[0] for e in each),  # of ``parallel`` nodes, over every wave
         "restart_batches": sum(e[1] for e in each),
         "apply_s": sum(e[2] for e in each),
         "restart_s": sum(e[3] for e in each),
