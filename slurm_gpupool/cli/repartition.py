@@ -173,7 +173,7 @@ def repartition(
     if not quiet:
         click.echo(
             f"layout {target}: {len(report.nodes)} switched or tried, {len(report.kept)} already there"
-            f" ({report.seconds:.1f} s)"
+            f" ({report.seconds:.1f} s{f', {report.waves} waves' if report.waves > 1 else ''})"
         )
     return report.exit_code
 

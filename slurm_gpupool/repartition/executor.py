@@ -132,6 +132,7 @@ class RunReport:
     reservation: str | None = None
     seconds: float = 0.0
     messages: list[str] = field(default_factory=list)
+    waves: int = 0  # waves installed and restarted (one slurmctld restart each; ``repartition.wave_size``)
 
     @property
     def exit_code(self) -> int:
@@ -156,6 +157,7 @@ class RunReport:
             "not_switched": self.skipped_plan,
             "reservation": self.reservation,
             "seconds": round(self.seconds, 2),
+            "waves": self.waves,
             "messages": self.messages,
             "exit_code": self.exit_code,
         }
@@ -478,6 +480,7 @@ class Repartitioner:
         run = self.journal.run
         assert run is not None
         report.nodes = {n: node_report(run, self.journal.node(n)) for n in run["nodes"]}
+        report.waves = run.get("wave", 1) - 1  # (the journal counts each wave's end: NextWave)
 
     # -- performing: what a killed run left ------------------------------------------------
 

@@ -114,7 +114,8 @@ def test_in_waves_of_one_node_each_wave_restarts_slurmctld_and_the_second_applie
 ):
     site, cfg = waves_of_one(tmp_path, templates["night"])
     rp = repartitioner(site, cfg)
-    assert rp.run("day", SWITCHING).exit_code == 0
+    report = rp.run("day", SWITCHING)
+    assert report.exit_code == 0 and report.to_dict()["waves"] == 2
     first, second = SWITCHING
     assert rp.restarter.log[:6] == [  # type: ignore[attr-defined]
         ["stop-slurmd", first],
@@ -133,7 +134,8 @@ def test_an_unkilled_run_passes_every_kill_point(templates, tmp_path: Path):
     """The points above are all reached by one run of this scenario (none is tried in vain)."""
     site = busy_site(tmp_path, templates["night"])
     seen: list[str] = []
-    assert repartitioner(site, kill=seen.append).run("day", SWITCHING).exit_code == 0  # type: ignore[arg-type]
+    report = repartitioner(site, kill=seen.append).run("day", SWITCHING)  # type: ignore[arg-type]
+    assert report.exit_code == 0 and report.waves == 2  # a30n1 was busy: it applied after the first wave
     assert set(KILL_POINTS) <= set(seen), set(KILL_POINTS) - set(seen)
 
 
