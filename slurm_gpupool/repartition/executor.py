@@ -249,11 +249,11 @@ class Repartitioner:
             )
             # in waves of wave_size (repartition.wave_size), as the nodes come free: here in order
             waves = batches(changing, self.s.wave_size) if self.s.wave_size else [changing]
+            verify = f"verify each node: sinfo GRES == rendered, feature layout_{plan.target}; then resume"
             for k, wave in enumerate(waves, 1):
                 tag = f"wave {k}/{len(waves)} ({hostlist(wave)}): " if len(waves) > 1 else ""
                 steps.append(tag + "gpupool gres install (live node states)")
                 steps += [tag + " ".join(c) for c in self.restarter.commands(wave)]
-                verify = "verify each node: sinfo GRES == rendered, feature layout_" + plan.target + "; then resume"
                 steps.append(tag + verify)
             steps.append(f"scontrol delete ReservationName={resv}")
             others = unswitched_to_restart(self.cluster.nodes(), changing) if self.s.restart_unswitched else []

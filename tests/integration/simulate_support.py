@@ -142,7 +142,9 @@ def pass_instants(log: Path, since: float, until: float = math.inf) -> list[floa
     return seen
 
 
-def handoff_s(log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float) -> float:
+def handoff_s(
+    log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float, least: int = 20
+) -> Handovers:
     """How long after a job ends the **main scheduler** starts a waiting one in its place —
     what ``Params.release_s`` models (the epilog, the completion, the scheduler's next run;
     Slurm 24.11 and later run it on a one-second tick).  Measured in the controller's log,
@@ -156,15 +158,20 @@ def handoff_s(log: Path, real: dict[str, tuple[float, float, float, str]], since
     0.44 s, mean 0.93 s; later runs median 1.35-1.41 s, and a replay given that median
     started jobs 6-14 s early at the median wait).  sacct's whole seconds are not precise
     enough: their median gap, backfill starts included, read 2 s where the controller's log
-    says 0.44 s, and a replay handing over 2 s late gave waits 13 % too long."""
-    gaps = sorted(handoff_gaps(log, real, since, bf_interval_s))
-    assert len(gaps) >= 20, gaps  # the day's queue hands GPUs over dozens of times
+    says 0.44 s, and a replay handing over 2 s late gave waits 13 % too long.
+
+    With it, each ended job's own (:class:`Handovers`), from the same reading of the log.
+    ``least``: the hand-overs the run must have (the day's queue makes dozens; a short kept
+    run of a family, 10 or more)."""
+    found = _handovers(log, real, since, bf_interval_s)
+    gaps = sorted(gap for _, gap in found)
+    assert len(gaps) >= least, gaps
     mean = sum(gaps) / len(gaps)
     print(
         f"\nhand-overs: {len(gaps)}, mean {mean:.2f} s, median {percentile(gaps, 50):.2f} s, "
         f"p90 {percentile(gaps, 90):.2f} s, longest {gaps[-1]:.2f} s"
     )
-    return mean
+    return Handovers(mean, _own(found))
 
 
 def handoff_gaps(
@@ -174,20 +181,9 @@ def handoff_gaps(
     return [gap for _, gap in _handovers(log, real, since, bf_interval_s)]
 
 
-def releases(
-    log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float
-) -> dict[str, float]:
-    """Each ended job's own hand-over (s): how long after it ended the main scheduler started
-    a waiting job on its nodes (the first, if several), as :func:`handoff_s` reads them
-    (``SimJob.release_s``).  A loaded machine's epilogs and completions vary by seconds
-    (CI, 24.11: hand-overs of median 0.20 s, mean 0.80 s, p90 3.3 s); given each job the
-    mean, a queue of slices paid 0.6 s too much per hand-over, and one day job had not
-    started by the switch, 10 s after Slurm had started it.  A job not listed (no start
-    followed it on its GPUs) takes ``Params.release_s``."""
-    return _own(_handovers(log, real, since, bf_interval_s))
-
-
 def _own(found: list[tuple[str, float]]) -> dict[str, float]:
+    """Each ended job's own hand-over (``SimJob.release_s``): the gap to the first start its
+    end was the last before (a job no start followed takes the mean)."""
     own: dict[str, float] = {}
     for ended, gap in found:
         own[ended] = min(gap, own.get(ended, gap))
@@ -307,7 +303,7 @@ def logged_times(log: Path, rec: dict, ids: dict) -> dict[str, tuple[float, floa
     return out
 
 
-def _within(at, second):
+def _within(at: float | None, second: float | None) -> float | None:
     """``at`` kept in the second sacct recorded (none: as it is): an inferred start can fall
     outside it (its sleep's overhead varies), and a logged line can follow its second's tick
     by a few ms."""
@@ -388,7 +384,7 @@ def assert_spread_over_users(rec: dict) -> None:
 @dataclass(frozen=True)
 class Handovers:
     """A recorded run's hand-overs as the replay takes them: each ended job's own
-    (:func:`releases`) and, for a job no start followed, their mean (:func:`handoff_s`)."""
+    and, for a job no start followed, their mean (:func:`handoff_s` reads both)."""
 
     mean: float
     own: dict[str, float]
@@ -397,9 +393,7 @@ class Handovers:
 def recorded_handoff(log: Path, real: dict[str, tuple[float, float, float, str]], since: float) -> Handovers:
     """The hand-overs of a short recorded run (a fixture), as :func:`handoff_s` reads them
     from a 210-job one: at least 10."""
-    found = _handovers(log, real, since, SANDBOX.bf_interval_s)
-    assert len(found) >= 10, found
-    return Handovers(sum(gap for _, gap in found) / len(found), _own(found))
+    return handoff_s(log, real, since, SANDBOX.bf_interval_s, least=10)
 
 
 def _concordant(real: dict[str, float], sim: dict[str, float]) -> float:
@@ -449,7 +443,7 @@ def _compare(
     )
     figures = {"median wait": (med_r, med_s), "mean wait": (mean_r, mean_s), "p90 wait": (p90_r, p90_s)}
     if kept is not None:  # before the tolerances: a kept run that misses them counts in the error too
-        waits = {"median": (med_r, med_s), "mean": (mean_r, mean_s), "p90": (p90_r, p90_s)}
+        waits = {measure.removesuffix(" wait"): v for measure, v in figures.items()}
         _kept(RunError(kept, waits, (util_real, util_sim), concordant))
     if not judged:
         return figures
@@ -495,7 +489,6 @@ def replay_and_compare(
     passes: Collection[float] = (),
     after: dict[str, list] | None = None,
     checks: Collection[float] = (),
-    own_release: dict[str, float] | None = None,
     judged: bool = True,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
@@ -516,8 +509,8 @@ def replay_and_compare(
     ``after``: job -> [[the jobs it depends on], afterany?] (``--dependency``).
     ``checks``: when the controller's time-limit checks ended jobs (epoch s,
     ``burst_support.checks``): the replay's checks count from the nearest.
-    ``own_release``: job -> its own measured hand-over (:func:`releases`); the others
-    take ``handoff``.  ``judged``: False, the tolerances are not checked (the kept run's
+    ``handoff``: every job's, or the run's :class:`Handovers` (each job's own, the mean for
+    the others).  ``judged``: False, the tolerances are not checked (the kept run's
     error still is).  A job
     that never started in Slurm (cancelled while pending, or its dependency never
     satisfied) is replayed but not compared.
@@ -528,8 +521,8 @@ def replay_and_compare(
     as well, without logging its error."""
     epoch = min(v[0] for v in real.values())
     work = work or {}
-    if isinstance(handoff, Handovers):
-        handoff, own_release = handoff.mean, {**handoff.own, **(own_release or {})}
+    own_release = handoff.own if isinstance(handoff, Handovers) else {}
+    handoff = handoff.mean if isinstance(handoff, Handovers) else handoff
     if kept is not None and (own_release or passes):
         site = (spec, params, ids, real, switch_at, out, handoff, release, work, requeue, None, held, cancel)
         replay_and_compare(*site, kept=kept, after=after, checks=checks, judged=False)
@@ -547,7 +540,7 @@ def replay_and_compare(
             cancel_s=(cancel or {})[j] - epoch if j in (cancel or {}) else None,
             after=tuple(int(d) for d in (after or {}).get(j, [[]])[0]),
             after_any=bool((after or {}).get(j, [[], False])[1]),
-            release_s=(own_release or {}).get(j),
+            release_s=own_release.get(j),
         )
         for j in order
     ]

@@ -44,7 +44,6 @@ from tests.integration.simulate_support import (
     handoff_s,
     log_events,
     pass_instants,
-    releases,
     replay_and_compare,
     stamped_lines,
 )
@@ -78,7 +77,7 @@ def utc(monkeypatch):
 def run(utc):
     rec, real, ids, spec = _load(RECORD)
     measured = handoff_s(RECORD / "simulate-validation-slurmctld.log", real, rec["since"], SANDBOX.bf_interval_s)
-    return rec, real, ids, spec, measured
+    return rec, real, ids, spec, measured.mean
 
 
 def test_the_hand_over_is_the_main_schedulers_read_in_the_controllers_log(run):
@@ -135,7 +134,7 @@ KEPT = [("24.11", "simulate-validation"), ("26.05", "simulate-validation")] + [
 @pytest.mark.parametrize(("release", "stem"), KEPT)
 def test_given_each_job_s_own_hand_over_the_replay_agrees_and_errs_less_than_given_the_mean(utc, release, stem):
     """As the live test replays its run: each job's GPUs come free after the hand-over
-    measured after it (``releases``), the mean for a job no start followed.  On a loaded
+    measured after it (``handoff_s``), the mean for a job no start followed.  On a loaded
     machine the hand-overs' tail is long (24.11's seed run: median 0.16 s, mean 0.66 s, p90
     2.84 s), and every job given the mean made the queue of slices pay the tail at each of
     its hand-overs: the replay's p90 wait 97.5 s against Slurm's 90.0 s (92.2 s given each
@@ -144,14 +143,14 @@ def test_given_each_job_s_own_hand_over_the_replay_agrees_and_errs_less_than_giv
     record = FIXTURES / release
     rec, real, ids, spec = _load(record, stem)
     log = record / f"{stem}-slurmctld.log"
-    mean = handoff_s(log, real, rec["since"], SANDBOX.bf_interval_s)
-    own = releases(log, real, rec["since"], SANDBOX.bf_interval_s)
+    measured = handoff_s(log, real, rec["since"], SANDBOX.bf_interval_s)
+    own = measured.own
     assert 40 < len(own) < len(real) and all(0 < gap < SANDBOX.bf_interval_s for gap in own.values())
     passes = pass_instants(log, rec["since"])  # (none in the first two's cut logs: on the grid)
-    args = (spec, SANDBOX, ids, real, rec["switch_at"], rec["out"], mean, release)
+    args = (spec, SANDBOX, ids, real, rec["switch_at"], rec["out"])
     label = f"{stem.removeprefix('simulate-')}@{release}"  # as Kept.label names it
-    by_own = replay_and_compare(*args, passes=passes, own_release=own, kept=label)
-    by_mean = replay_and_compare(*args, passes=passes)
+    by_own = replay_and_compare(*args, measured, release, passes=passes, kept=label)
+    by_mean = replay_and_compare(*args, measured.mean, release, passes=passes)
 
     def error(got: dict) -> float:
         return sum(abs(sim - slurm) for slurm, sim in got.values())
@@ -176,7 +175,7 @@ def test_the_ci_run_whose_backfill_passes_fell_3_s_after_the_grid_agrees_given_t
     record = FIXTURES / "26.05"
     rec, real, ids, spec = _load(record, "simulate-validation-phase")
     log = record / "simulate-validation-phase-slurmctld.log"
-    handoff = handoff_s(log, real, rec["since"], SANDBOX.bf_interval_s)
+    handoff = handoff_s(log, real, rec["since"], SANDBOX.bf_interval_s).mean  # (as that CI run replayed)
     passes = pass_instants(log, rec["since"])
     epoch = min(v[0] for v in real.values())
     assert len(passes) == 35 and passes[0] - epoch == pytest.approx(2.97, abs=0.01)
