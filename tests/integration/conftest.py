@@ -31,6 +31,7 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.poolconfig import node_map
 from slurm_gpupool.sandbox.users import as_user
+from slurm_gpupool.slurm.cluster import TRANSIENT
 
 from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, repartition, wait_until
 
@@ -59,6 +60,21 @@ TEST_ROOT = worker_root(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/s
 TEST_PORT_BASE = worker_port(int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800")))
 
 
+def is_query(argv: Sequence[str]) -> bool:
+    """A Slurm command that only reads (``sinfo``, ``squeue``, ``scontrol show``...): safe to
+    ask twice, unlike ``sbatch`` (a lost answer may be a job submitted)."""
+    words = [a for a in argv[:3] if not a.startswith("-")]
+    name = Path(words[0]).name if words else ""
+    return name in {"sinfo", "squeue", "sacct", "sdiag", "sshare", "sprio"} or (
+        name == "scontrol" and len(words) > 1 and words[1] in {"show", "ping"}
+    )
+
+
+def transient(proc: subprocess.CompletedProcess[str]) -> bool:
+    """The client lost slurmctld midway (its ``TRANSIENT`` errors), not a refusal."""
+    return proc.returncode != 0 and any(t in proc.stderr for t in TRANSIENT)
+
+
 @dataclass
 class SandboxHandle:
     """What tests need: the root, the environment for Slurm commands, a runner."""
@@ -81,15 +97,26 @@ class SandboxHandle:
 
         Output is decoded with ``surrogateescape``: Slurm prints what jobs were given, and a
         job name of non-UTF-8 bytes (the submit oracle's, still remembered for MinJobAge)
-        must not fail another test's ``scontrol show job``."""
-        proc = subprocess.run(
-            list(argv),
-            env=self.env if env is None else env,
-            capture_output=True,
-            text=True,
-            errors="surrogateescape",
-            timeout=timeout,
-        )
+        must not fail another test's ``scontrol show job``.
+
+        A query (:func:`is_query`) that met a busy slurmctld ("Socket timed out": it answers
+        within ``MessageTimeout``, 10 s, or the client gives up) is asked again until
+        ``timeout``, as the product's ``SlurmCluster`` asks its own: with three releases'
+        sandboxes on two cores, a slurmctld re-exec'd by a reconfigure answered nothing for
+        longer than that in a CI run."""
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = subprocess.run(
+                list(argv),
+                env=self.env if env is None else env,
+                capture_output=True,
+                text=True,
+                errors="surrogateescape",
+                timeout=timeout,
+            )
+            if not (is_query(argv) and transient(proc)) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
@@ -191,6 +218,23 @@ def _sandbox_session() -> Iterator[SandboxHandle]:
     yield handle
     if not was_up and os.environ.get("SLURM_GPUPOOL_KEEP_SANDBOX") != "1":
         Sandbox(TEST_ROOT).down()
+
+
+CTLD_LOG_TAIL = 40
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failure on the sandbox carries the end of its slurmctld's log: CI keeps no sandbox,
+    and what slurmctld did at that moment (a reconfigure's re-exec, a restart, a crash) is
+    the first question about a test that failed only there."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "_sandbox_session" in getattr(item, "fixturenames", ()):
+        log = TEST_ROOT / "log" / "slurmctld.log"
+        with contextlib.suppress(OSError):
+            tail = log.read_text(errors="replace").splitlines()[-CTLD_LOG_TAIL:]
+            report.sections.append((f"slurmctld.log ({log}), last {len(tail)} lines", "\n".join(tail)))
 
 
 @pytest.fixture(autouse=True)

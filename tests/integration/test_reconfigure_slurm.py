@@ -29,6 +29,7 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.slurm.types import gres_counts
 
+from .conftest import transient
 from .repartition_support import (
     SLURM_WAIT_S,
     Gate,
@@ -88,6 +89,23 @@ def registered_again(sb, before: Sdiag) -> bool:
     return now is not None and now.grown(before).registrations >= len(sb.nodes)
 
 
+def reconfigure(sb, start: int) -> None:
+    """``scontrol reconfigure``; a reply lost to a busy slurmctld is not a refusal. From 23.11
+    slurmctld answers only once every connection is processed and just before it re-execs,
+    and on 22.05 only once it has read the files again: under CI's load a client waited more
+    than ``MessageTimeout`` ("Socket timed out on send/recv operation") for a reconfigure
+    slurmctld went on with. Then its log says whether it took the request."""
+    proc = sb.run(["scontrol", "reconfigure"], check=False)
+    if proc.returncode == 0:
+        return
+    assert transient(proc), proc.stderr
+    taken = ("Attempting to reconfigure", "_slurm_rpc_reconfigure_controller: completed")
+    wait_until(
+        lambda: any(t in line for line in log_lines(sb)[start:] for t in taken),
+        f"slurmctld to take the reconfigure its reply to was lost ({proc.stderr.strip()})",
+    )
+
+
 def switch_by_reconfigure(sb, layout: str) -> Observed:
     """The node's GPUs and the Slurm files to ``layout``, then ``scontrol reconfigure`` only;
     observed once slurmctld has processed the nodes' registrations that follow it (what it
@@ -97,7 +115,7 @@ def switch_by_reconfigure(sb, layout: str) -> Observed:
     sb.gpupool("gres", "install")
     start = len(log_lines(sb))
     before = sdiag_now(sb)
-    sb.run(["scontrol", "reconfigure"])
+    reconfigure(sb, start)
     wait_until(lambda: registered_again(sb, before), "the nodes to register after the reconfigure")
     if sb.slurm_version >= (23, 11, 0):  # these take the new counts (asserted below): let them show
         wait_until(lambda: gres_counts(node_now(sb).gres) == target, f"{NODE}'s GRES after the reconfigure")
