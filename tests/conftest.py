@@ -61,3 +61,41 @@ def make_reportable(report: Any) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     make_reportable(outcome.get_result())
+
+
+class WorkerLoads:
+    """Where each pytest-xdist worker's time went, module by module, printed at the end of
+    an integration run: CI keeps nothing but its output, and ``SLOW_FIRST`` is tuned from it
+    (a release's wall time is its busiest worker's)."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, dict[str, float]] = {}  # worker -> module -> seconds
+
+    def add(self, report: pytest.TestReport) -> None:
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        if worker is None or "tests/integration/" not in report.nodeid:
+            return
+        module = report.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        loads = self.modules.setdefault(worker.id, {})
+        loads[module] = loads.get(module, 0.0) + report.duration
+
+    def lines(self) -> list[str]:
+        return [
+            f"{worker}: {sum(loads.values()):.0f} s: "
+            + ", ".join(f"{m.removeprefix('test_').removesuffix('.py')} {s:.0f}" for m, s in loads.items())
+            for worker, loads in sorted(self.modules.items())
+        ]
+
+
+LOADS = WorkerLoads()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    LOADS.add(report)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if lines := LOADS.lines():
+        terminalreporter.write_sep("=", "each worker's modules, in the order it ran them (seconds)")
+        for line in lines:
+            terminalreporter.write_line(line)
