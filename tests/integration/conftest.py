@@ -60,12 +60,18 @@ TEST_ROOT = worker_root(os.environ.get("SLURM_GPUPOOL_TEST_SANDBOX", "/var/tmp/s
 TEST_PORT_BASE = worker_port(int(os.environ.get("SLURM_GPUPOOL_TEST_PORT_BASE", "17800")))
 
 
+QUERY_RETRY_S = 120.0  # a query is asked again this long: a dozen MessageTimeouts
+
+
 def is_query(argv: Sequence[str]) -> bool:
-    """A Slurm command that only reads (``sinfo``, ``squeue``, ``scontrol show``...): safe to
-    ask twice, unlike ``sbatch`` (a lost answer may be a job submitted)."""
-    words = [a for a in argv[:3] if not a.startswith("-")]
+    """A Slurm command that only reads (``sinfo``, ``squeue``, ``scontrol [-d -o] show``...):
+    safe to ask twice, unlike ``sbatch`` (a lost answer may be a job submitted) or
+    ``sdiag --reset``."""
+    words = [a for a in argv if not a.startswith("-")][:2]
     name = Path(words[0]).name if words else ""
-    return name in {"sinfo", "squeue", "sacct", "sdiag", "sshare", "sprio"} or (
+    if name == "sdiag":
+        return not {"-r", "--reset"} & set(argv)
+    return name in {"sinfo", "squeue", "sacct", "sshare", "sprio"} or (
         name == "scontrol" and len(words) > 1 and words[1] in {"show", "ping"}
     )
 
@@ -99,27 +105,32 @@ class SandboxHandle:
         job name of non-UTF-8 bytes (the submit oracle's, still remembered for MinJobAge)
         must not fail another test's ``scontrol show job``.
 
-        A query (:func:`is_query`) that met a busy slurmctld ("Socket timed out": it answers
-        within ``MessageTimeout``, 10 s, or the client gives up) is asked again until
-        ``timeout``, as the product's ``SlurmCluster`` asks its own: with three releases'
-        sandboxes on two cores, a slurmctld re-exec'd by a reconfigure answered nothing for
-        longer than that in a CI run."""
-        deadline = time.monotonic() + timeout
-        while True:
-            proc = subprocess.run(
-                list(argv),
-                env=self.env if env is None else env,
-                capture_output=True,
-                text=True,
-                errors="surrogateescape",
-                timeout=timeout,
-            )
-            if not (is_query(argv) and transient(proc)) or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        A query (:func:`is_query`) that met a busy slurmctld (it answers within
+        ``MessageTimeout``, 10 s, or the client gives up: "Socket timed out") is asked again
+        for up to ``QUERY_RETRY_S``; the product's ``SlurmCluster`` asks its own queries again
+        too. With three releases' sandboxes on two cores, a slurmctld re-exec'd by a
+        reconfigure did not answer within ``MessageTimeout`` in a CI run."""
+        proc = self._run_once(argv, timeout, env)
+        if is_query(argv):
+            deadline = time.monotonic() + QUERY_RETRY_S
+            while transient(proc) and time.monotonic() < deadline:
+                time.sleep(1)
+                proc = self._run_once(argv, timeout, env)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def _run_once(
+        self, argv: Sequence[str], timeout: float, env: dict[str, str] | None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv),
+            env=self.env if env is None else env,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=timeout,
+        )
 
     def sbatch_as(self, user: str, *args: str) -> str:
         """``sbatch --parsable ARGS`` run by ``user`` (``runuser``: munge vouches for that uid,
@@ -232,8 +243,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.failed and "_sandbox_session" in getattr(item, "fixturenames", ()):
         log = TEST_ROOT / "log" / "slurmctld.log"
-        with contextlib.suppress(OSError):
-            tail = log.read_text(errors="replace").splitlines()[-CTLD_LOG_TAIL:]
+        with contextlib.suppress(OSError), log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            # "replace", never "surrogateescape": this section is added after the root
+            # conftest made the report UTF-8-safe, and a lone surrogate kills the xdist worker
+            tail = f.read().decode(errors="replace").splitlines()[-CTLD_LOG_TAIL:]
             report.sections.append((f"slurmctld.log ({log}), last {len(tail)} lines", "\n".join(tail)))
 
 

@@ -67,10 +67,21 @@ def log_lines(sb) -> list[str]:
 
 
 def ctld_errors(lines: list[str]) -> list[str]:
-    # the sandbox has no PMIx: every (re)start says so; and 24.11 may log the end of a
+    # the sandbox has no PMIx: every (re)start says so; 24.11 may log the end of a
     # persistent connection's thread at a reconfigure (seen once in a CI trial, under load:
-    # "slurm_persist_conn_recv_server_fini: pthread_join(): Invalid argument"): not about GRES
-    noise = ("pmix", "MPI:", "mpi/", "slurm_persist_conn")
+    # "slurm_persist_conn_recv_server_fini: pthread_join(): Invalid argument"); and a reply
+    # to a client that gave up under load (the reconfigure's own, or a query's) fails to
+    # send ("slurm_send_node_msg: ... slurm_bufs_sendto(msg_type=RESPONSE_SLURM_RC) failed"
+    # from 24.11, "slurm_msg_sendto: ... msg_type=8001: ..." on 22.05): not about GRES
+    noise = (
+        "pmix",
+        "MPI:",
+        "mpi/",
+        "slurm_persist_conn",
+        "slurm_send_node_msg",
+        "slurm_bufs_sendto",
+        "slurm_msg_sendto",
+    )
     return [x.split("] ", 1)[-1] for x in lines if "error:" in x and not any(n in x for n in noise)]
 
 
@@ -90,11 +101,12 @@ def registered_again(sb, before: Sdiag) -> bool:
 
 
 def reconfigure(sb, start: int) -> None:
-    """``scontrol reconfigure``; a reply lost to a busy slurmctld is not a refusal. From 23.11
-    slurmctld answers only once every connection is processed and just before it re-execs,
-    and on 22.05 only once it has read the files again: under CI's load a client waited more
-    than ``MessageTimeout`` ("Socket timed out on send/recv operation") for a reconfigure
-    slurmctld went on with. Then its log says whether it took the request."""
+    """``scontrol reconfigure``; a reply lost to a busy slurmctld is not a refusal. From 24.11
+    slurmctld answers only once every connection is processed, just before it re-execs, and
+    on 22.05 once it has read the files again: under CI's load a client waited more than
+    ``MessageTimeout`` ("Socket timed out on send/recv operation") for a reconfigure
+    slurmctld went on with. Then its log says whether it took the request (whether it
+    worked, the nodes' registrations that follow say)."""
     proc = sb.run(["scontrol", "reconfigure"], check=False)
     if proc.returncode == 0:
         return
