@@ -37,6 +37,12 @@ READ_ATTEMPTS = 3
 TRANSIENT = ("Connection reset by peer", "Socket timed out", "Resource temporarily unavailable")
 
 
+def lost_midway(returncode: int, stderr: str) -> bool:
+    """A Slurm client that failed because it lost slurmctld midway (``TRANSIENT``), not on a
+    refusal: a query that failed so may be asked again."""
+    return returncode != 0 and any(t in stderr for t in TRANSIENT)
+
+
 def _controller_down(stderr: str) -> bool:
     """sbatch could not ask slurmctld at all (not a refusal of the job)."""
     return any(t in stderr for t in ("Unable to contact slurm controller", "Could not establish a configuration"))
@@ -57,7 +63,7 @@ class SlurmCluster:
         and one lost answer must not fail a node's switch."""
         r = self.runner.run(argv)
         for attempt in range(1, READ_ATTEMPTS):
-            if r.returncode == 0 or not any(t in r.stderr for t in TRANSIENT):
+            if not lost_midway(r.returncode, r.stderr):
                 break
             time.sleep(attempt)
             r = self.runner.run(argv)

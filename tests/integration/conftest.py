@@ -31,7 +31,7 @@ from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
 from slurm_gpupool.sandbox.poolconfig import node_map
 from slurm_gpupool.sandbox.users import as_user
-from slurm_gpupool.slurm.cluster import TRANSIENT
+from slurm_gpupool.slurm.cluster import lost_midway
 
 from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, repartition, wait_until
 
@@ -77,8 +77,8 @@ def is_query(argv: Sequence[str]) -> bool:
 
 
 def transient(proc: subprocess.CompletedProcess[str]) -> bool:
-    """The client lost slurmctld midway (its ``TRANSIENT`` errors), not a refusal."""
-    return proc.returncode != 0 and any(t in proc.stderr for t in TRANSIENT)
+    """The client lost slurmctld midway, as the product's ``SlurmCluster`` judges its own."""
+    return lost_midway(proc.returncode, proc.stderr)
 
 
 @dataclass
