@@ -167,14 +167,17 @@ def test_a_24_11_live_run_still_misses_where_slurm_backfilled_slices_the_replay_
         assert real[job][3] == "a100n2" and real[job][1] - epoch < 127.5 and sim[job].start_s > 220, job
 
 
-# the same workload (its first 6 bursts, as the live run had) recorded twice more on 24.11
-RERUN_EARLY = support.Kept("24.11", "simulate-burst-live-s2351778585-rerun1")
-RERUN_HELD = support.Kept("24.11", "simulate-burst-live-s2351778585-rerun")
+# the same workload (its first 6 bursts, as the live run had) recorded twice more on 24.11:
+# first with backfill's debug flags set but their lines dropped (SlurmctldDebug=info), Slurm
+# starting the slices early as on the live run; then at SlurmctldDebug=debug, holding them
+RERUN_EARLY = support.Kept("24.11", "simulate-burst-live-s2351778585-rerun-early")
+RERUN_HELD = support.Kept("24.11", "simulate-burst-live-s2351778585-rerun-held")
 
 
-def _slices_and_38(kept: support.Kept) -> tuple[dict, dict, float]:
-    """The replay of ``kept`` at its logged passes (its results, or the miss it raised) and
-    Slurm's starts of the four slices and of job 38 (seconds from the first submission)."""
+def _slices_and_38(kept: support.Kept) -> tuple[dict, dict]:
+    """The replay of ``kept`` at its logged passes (its results, and the miss it raised or
+    None) and, for job 38 and the four slices, Slurm's (start, node): seconds from the first
+    submission."""
     run = support.first_runs(kept)
     rec, real = run[0], run[1]
     passes = support.pass_instants(kept.log, rec["since"])
@@ -186,7 +189,7 @@ def _slices_and_38(kept: support.Kept) -> tuple[dict, dict, float]:
         results["miss"] = str(e)
     epoch = min(v[0] for v in real.values())
     slurm = {j: (real[j][1] - epoch, real[j][3]) for j in ("38", "52", "60", "61", "64")}
-    return results, slurm, epoch
+    return results, slurm
 
 
 def test_the_24_11_miss_is_one_of_two_ways_slurm_runs_the_same_workload(utc):  # noqa: F811
@@ -199,13 +202,13 @@ def test_the_24_11_miss_is_one_of_two_ways_slurm_runs_the_same_workload(utc):  #
     (order 1.000, median wait 98.6 s in Slurm, 98.7 s replayed).  So the rule that holds the
     slices is Slurm's too; which way a run goes is decided by where job 38 lands, and that is
     not modelled yet (trace A stays out of CI's rotation)."""
-    early, slurm_early, _ = _slices_and_38(RERUN_EARLY)
+    early, slurm_early = _slices_and_38(RERUN_EARLY)
     assert early["miss"] and "median wait" in early["miss"], early["miss"]
     assert all(slurm_early[j][1] == "a100n2" and 122 < slurm_early[j][0] < 125 for j in slurm_early), slurm_early
     sim = {str(r.job_id): r for r in early[True].jobs}
     assert all(sim[j].start_s > 215 for j in ("52", "60", "61", "64")), {j: sim[j].start_s for j in sim}
 
-    held, slurm_held, epoch = _slices_and_38(RERUN_HELD)
+    held, slurm_held = _slices_and_38(RERUN_HELD)
     assert held["miss"] is None
     assert slurm_held["38"][1] == "a100n1" and slurm_held["38"][0] < 120, slurm_held
     sim = {str(r.job_id): r for r in held[True].jobs}
