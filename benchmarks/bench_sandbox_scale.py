@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,19 @@ DAY_SLICES = 28  # the day layout's 1g slices per node (GPUs 0-3, 7 each): a dem
 
 
 @dataclass
+class Wave:
+    """One wave of a run (``repartition.wave_size``; a run without waves is one): its nodes
+    switched and the seconds of its phases, from the journal's lines."""
+
+    nodes: int
+    apply: float  # the wave's first apply to its GRES install
+    install: float
+    restart: float
+    verify: float  # restarted to the wave's last node released
+    length: float  # the previous wave's end (the run's reservation, for the first) to this one's
+
+
+@dataclass
 class Switch:
     """One switch as measured."""
 
@@ -67,6 +80,7 @@ class Switch:
     report: dict[str, Any]
     phases: dict[str, float]
     samples: list[tuple[float, int | None, float | None, float | None]]  # (t, ctld pid, RSS MiB, sdiag s)
+    waves: list[Wave] = field(default_factory=list)
 
     def done(self) -> dict[str, dict[str, Any]]:
         return {n: v for n, v in self.report["nodes"].items() if v["outcome"] == "done"}
@@ -207,6 +221,54 @@ def journal_phases(ctl: Path) -> dict[str, float]:
     }
 
 
+def journal_waves(ctl: Path) -> list[Wave]:
+    """The last run's waves, from ``journal.log``: each wave logs its install, restart and
+    verify steps again (``NextWave`` clears them), and each node its apply and release. Lines
+    carry ``epoch`` (ms) where the repartitioner wrote it, whole seconds (``at``) before."""
+    import datetime
+
+    lines = [json.loads(x) for x in (ctl / "journal.log").read_text().splitlines() if x.strip()]
+    start = max(i for i, x in enumerate(lines) if x.get("run") == "start")
+
+    def at(x: dict[str, Any]) -> float:
+        if "epoch" in x:
+            return float(x["epoch"])
+        return datetime.datetime.strptime(x["at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+    steps: list[dict[str, float]] = [{}]
+    applying: list[dict[str, float]] = [{}]
+    released: dict[str, float] = {}
+    for x in lines[start:]:
+        if x.get("cluster") == "clear" and "gres_installing" in x.get("steps", ()):
+            steps.append({})  # the next wave
+            applying.append({})
+        elif "cluster" in x:
+            steps[-1].setdefault(x["cluster"], at(x))
+        elif x.get("step") == "applying" and not any(x["node"] in a for a in applying):
+            applying[-1][x["node"]] = float(x["applying_at"] if "applying_at" in x else at(x))
+        elif x.get("step") == "done":
+            released[x["node"]] = float(x["released_at"] if "released_at" in x else at(x))
+    reserved = steps[0].get("reserved", at(lines[start]))
+    waves, end = [], reserved
+    for st, ap in zip(steps, applying, strict=True):
+        if "restarted" not in st:
+            continue  # a wave cut short (its nodes reverted), or none
+        last = max((released[n] for n in ap if n in released), default=st.get("finished", st["restarted"]))
+        first = min(ap.values(), default=st["gres_installing"])
+        waves.append(
+            Wave(
+                nodes=sum(1 for n in ap if n in released),
+                apply=st["gres_installing"] - first,
+                install=st.get("gres_installed", st["restarting"]) - st["gres_installing"],
+                restart=st["restarted"] - st["restarting"],
+                verify=last - st["restarted"],
+                length=last - end,
+            )
+        )
+        end = last
+    return waves
+
+
 def submit_busy(root: Path, nodes: list[str]) -> list[str]:
     """A long job on each of ``nodes`` (one day slice); their ids once all run."""
     ids = []
@@ -251,7 +313,8 @@ def switch(root: Path, target: str, deadline: str) -> Switch:
     wall = time.monotonic() - t
     samples = sampler.finish()
     report = json.loads(out)
-    return Switch(target, wall, report, journal_phases(root / "controller"), samples)
+    ctl = root / "controller"
+    return Switch(target, wall, report, journal_phases(ctl), samples, journal_waves(ctl))
 
 
 def elastic_config(root: Path, elastic: dict[str, Any]) -> Path:
@@ -306,7 +369,7 @@ def elastic_step(root: Path, busy: list[str], quarter: int) -> tuple[Switch, lis
     check(not set(switched) & set(busy), f"elastic switched busy nodes: {switched}")
     report = {"nodes": {n: node_report(journal["run"], journal["nodes"][n]) for n in journal["run"]["nodes"]}}
     check({n: v["outcome"] for n, v in report["nodes"].items()} == dict.fromkeys(switched, "done"), f"{report}")
-    return Switch("day (elastic)", wall, report, journal_phases(ctl), samples), demand
+    return Switch("day (elastic)", wall, report, journal_phases(ctl), samples, journal_waves(ctl)), demand
 
 
 def up_fresh(root: Path, n: int, port_base: int, repartition: dict[str, Any] | None = None) -> float:
@@ -416,8 +479,10 @@ def smoke(tmp: Path) -> list[ScaleRun]:
             t = time.monotonic()
             with contextlib.redirect_stdout(io.StringIO()):
                 report = repartitioner(site).run(target).to_dict()
-            phases = journal_phases(Path(site.cfg.paths.controller_dir))
-            run.switches.append(Switch(target, time.monotonic() - t, report, phases, []))
+            ctl = Path(site.cfg.paths.controller_dir)
+            run.switches.append(
+                Switch(target, time.monotonic() - t, report, journal_phases(ctl), [], journal_waves(ctl))
+            )
             outcomes = {k: v["outcome"] for k, v in report["nodes"].items()}
             check(len(outcomes) == n and set(outcomes.values()) == {"done"}, f"{n} nodes to {target}: {outcomes}")
         runs.append(run)
@@ -442,39 +507,41 @@ def line_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def calibrated(run: ScaleRun, parallel: int, batch: int) -> Any:
-    """The model's constants taken from one node count's phases (how it is calibrated today)."""
+    """The model's constants taken from one node count's waves (how it is calibrated today;
+    a run in one wave is one wave)."""
     from slurm_gpupool.core.policy.switch_plan import Timings
 
-    sws = run.switches
-    restarts = [s.phases["restart"] / math.ceil(len(s.done()) / batch) for s in sws]
+    sws, waves = run.switches, [w for s in run.switches for w in s.waves]
     return Timings(
         reserve_s=med([s.phases["reserve"] for s in sws]),
-        apply_s=med([s.phases["apply"] / math.ceil(len(s.done()) / parallel) for s in sws]),
-        install_s=med([s.phases["install"] for s in sws]),
+        apply_s=med([w.apply / math.ceil(w.nodes / parallel) for w in waves]),
+        install_s=med([w.install for w in waves]),
         ctld_restart_s=0.0,
         slurmd_stop_s=0.0,
-        slurmd_start_s=med(restarts),  # the restart phase, per batch: slurmctld counted in it
-        verify_s=med([s.phases["verify"] for s in sws]),
+        slurmd_start_s=med([w.restart / math.ceil(w.nodes / batch) for w in waves]),  # slurmctld counted in it
+        verify_s=med([w.verify for w in waves]),
     )
 
 
 def fitted(runs: list[ScaleRun], parallel: int, batch: int) -> tuple[Callable[[int], Any], str]:
-    """Node count → Timings fitted on all runs: apply per wave (median); the restart phase as
+    """Wave size → Timings fitted on every wave of every run (a run in one wave is one wave
+    of all its nodes): apply per batch of ``parallel`` (median); the restart phase as
     slurmctld (intercept) plus a cost per slurmd restarted (slope, spread over the batches);
-    the verify phase growing with the nodes (the model's constant does not hold here); and
-    the fit in words."""
+    the verify phase growing with the wave's nodes (the model's constant does not hold
+    here); and the fit in words."""
     from slurm_gpupool.core.policy.switch_plan import Timings
 
     sws = [s for r in runs for s in r.switches]
-    r0, r1 = line_fit([(len(s.done()), s.phases["restart"]) for s in sws])
-    v0, v1 = line_fit([(len(s.done()), s.phases["verify"]) for s in sws])
-    apply_s = med([s.phases["apply"] / math.ceil(len(s.done()) / parallel) for s in sws])
+    waves = [w for s in sws for w in s.waves if w.nodes]
+    r0, r1 = line_fit([(w.nodes, w.restart) for w in waves])
+    v0, v1 = line_fit([(w.nodes, w.verify) for w in waves])
+    apply_s = med([w.apply / math.ceil(w.nodes / parallel) for w in waves])
 
     def at(n: int) -> Timings:
         return Timings(
             reserve_s=med([s.phases["reserve"] for s in sws]),
             apply_s=apply_s,
-            install_s=med([s.phases["install"] for s in sws]),
+            install_s=med([w.install for w in waves]),
             ctld_restart_s=max(0.0, r0),
             slurmd_stop_s=0.0,
             slurmd_start_s=max(0.0, r1) * min(n, batch),
@@ -482,8 +549,9 @@ def fitted(runs: list[ScaleRun], parallel: int, batch: int) -> tuple[Callable[[i
         )
 
     return at, (
-        f"apply {apply_s:.2f} s per wave of {parallel}; restart {r0:.1f} s + {r1:.3f} s per slurmd; "
-        f"verify {v0:.1f} s + {v1:.3f} s per node"
+        f"apply {apply_s:.2f} s per batch of {parallel}; restart {r0:.1f} s + {r1:.3f} s per slurmd; "
+        f"verify {v0:.1f} s + {v1:.3f} s per node; from {len(waves)} waves of {min(w.nodes for w in waves)}-"
+        f"{max(w.nodes for w in waves)} nodes"
     )
 
 
@@ -571,17 +639,27 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
         )
     )
     if wave:
-        # the journal keeps one run's phases, from the first wave's to the last's: they span
-        # every wave, so neither the calibration nor the fit below means anything here
-        print(f"\n# in waves of {wave}: the model is calibrated and fitted on runs in one wave (no --wave-size)")
-        return
+        print(f"\n# each wave of {wave} (the journal's lines of each; seconds)")
+        print(
+            table(
+                [
+                    [r.nodes, f"->{s.target}", k, w.nodes, *(f"{v:.1f} s" for v in astuple(w)[1:])]
+                    for r in runs
+                    for s in r.switches
+                    for k, w in enumerate(s.waves, 1)
+                ],
+                ["nodes", "switch", "wave", "nodes switched", "apply", "install", "restart", "verify", "length"],
+            )
+        )
     calib = calibrated(base, parallel, batch)
     fit, fit_text = fitted(runs, parallel, batch)
     rows = []
     for r in runs:
         for s in r.switches:
             n, got = len(s.done()), s.phases["switched"]
-            e1, e2 = estimate_switch_s(n, parallel, batch, calib), estimate_switch_s(n, parallel, batch, fit(n))
+            size = min(wave, n) if wave else n  # each wave's restart and verify are its own nodes'
+            e1 = estimate_switch_s(n, parallel, batch, calib, wave)
+            e2 = estimate_switch_s(n, parallel, batch, fit(size), wave)
             rows.append(
                 [
                     r.nodes,
@@ -594,7 +672,10 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
                     f"{e2['node_out_of_service_s']:.1f} s",
                 ]
             )
-    print(f"\n# estimate_switch_s: constants calibrated on {base.nodes} nodes, and fitted on all runs")
+    print(
+        f"\n# estimate_switch_s{f' in waves of {wave}' if wave else ''}: constants calibrated on {base.nodes} nodes, "
+        "and fitted on every wave of all runs"
+    )
     print(
         table(
             rows,

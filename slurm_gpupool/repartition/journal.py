@@ -194,11 +194,13 @@ class Journal:
         self._save(event={"run": "resume", "target": run["target"]})
 
     def cluster_step(self, step: str, **extra: Any) -> None:
+        """A step of the run as a whole, logged with its wave (``repartition.wave_size``: the
+        install, restart and verify steps come again in each wave)."""
         run = self.data["run"]
         if step not in run["steps"]:
             run["steps"].append(step)
         run.update(extra)
-        self._save(event={"cluster": step, **extra})
+        self._save(event={"cluster": step, "wave": run.get("wave", 1), **extra})
         self.kill(step)
 
     def note_run(self, **extra: Any) -> None:
@@ -251,7 +253,10 @@ class Journal:
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, self.data)
-            line = json.dumps({"at": now_iso(self.clock), **event}, sort_keys=True)
+            # ``at`` in whole seconds for people, ``epoch`` to the millisecond for timing a
+            # phase (a wave's verify can take 2-3 s)
+            now = self.clock.time()
+            line = json.dumps({"at": iso_local(now), "epoch": round(now, 3), **event}, sort_keys=True)
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "a") as f:
                 f.write(line + "\n")
