@@ -15,12 +15,13 @@ For each ``--nodes`` count, on a fresh sandbox of its own root and ports:
   repartition --elastic`` capped at a quarter of the nodes, measured as a switch; it must move
   exactly that many to day, their jobs must all complete, and the switch to day keeps them.
 
-The phases feed ``core/policy/switch_plan.estimate_switch_s``: calibrated on the smallest
-N it predicts the others (error printed), and fitted on all of them (apply per wave; the
-restart as slurmctld plus a cost per slurmd restarted; the verify growing with the nodes) it
-predicts 1,000 nodes.  The same-run baseline is the smallest N: every figure of a larger N
-is also printed as a ratio to it.  Needs root and Slurm (the host's); leaves nothing
-running unless ``--keep``.
+The phases feed ``core/policy/switch_plan.estimate_switch_s``, read per wave of
+``repartition.wave_size`` from the journal's lines (a run in one wave is one wave):
+calibrated on the smallest N it predicts the others (error printed), and fitted on every
+wave of every run (apply per batch of ``parallel``; the restart as slurmctld plus a cost per
+slurmd restarted; the verify growing with the wave's nodes) it predicts 1,000 nodes.  The
+same-run baseline is the smallest N: every figure of a larger N is also printed as a ratio
+to it.  Needs root and Slurm (the host's); leaves nothing running unless ``--keep``.
 
 ``--smoke`` needs no Slurm: the generated pool of 4 and 8 nodes on the tests' fake Slurm
 (tests/unit/repartition_site.py), the same switches, journal phases, fit and report.
@@ -511,7 +512,7 @@ def calibrated(run: ScaleRun, parallel: int, batch: int) -> Any:
     a run in one wave is one wave)."""
     from slurm_gpupool.core.policy.switch_plan import Timings
 
-    sws, waves = run.switches, [w for s in run.switches for w in s.waves]
+    sws, waves = run.switches, [w for s in run.switches for w in s.waves if w.nodes]
     return Timings(
         reserve_s=med([s.phases["reserve"] for s in sws]),
         apply_s=med([w.apply / math.ceil(w.nodes / parallel) for w in waves]),
