@@ -189,27 +189,36 @@ class Sampler(threading.Thread):
         return self.samples
 
 
-def journal_phases(ctl: Path) -> dict[str, float]:
-    """Seconds of each phase of the last run, from the repartitioner's journal (``journal.log``
-    cluster steps, whole seconds; ``journal.json`` node stamps)."""
+def _last_run(ctl: Path) -> list[dict[str, Any]]:
+    """The lines of ``journal.log`` from the last run's start on."""
+    lines = [json.loads(x) for x in (ctl / "journal.log").read_text().splitlines() if x.strip()]
+    return lines[max(i for i, x in enumerate(lines) if x.get("run") == "start") :]
+
+
+def _stamp(x: dict[str, Any]) -> float:
+    """A journal line's time: ``epoch`` (ms) where the repartitioner wrote it, else ``at``
+    (whole seconds, as before it did)."""
     import datetime
 
-    lines = [json.loads(x) for x in (ctl / "journal.log").read_text().splitlines() if x.strip()]
-    start = max(i for i, x in enumerate(lines) if x.get("run") == "start")
+    if "epoch" in x:
+        return float(x["epoch"])
+    return datetime.datetime.strptime(x["at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
-    def at(x: dict[str, Any]) -> float:
-        return datetime.datetime.strptime(x["at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
+def journal_phases(ctl: Path) -> dict[str, float]:
+    """Seconds of each phase of the last run, from the repartitioner's journal (``journal.log``
+    cluster steps; ``journal.json`` node stamps)."""
+    lines = _last_run(ctl)
     steps: dict[str, float] = {}
-    for x in lines[start:]:
+    for x in lines:
         if "cluster" in x:
-            steps.setdefault(x["cluster"], at(x))
+            steps.setdefault(x["cluster"], _stamp(x))
     doc = json.loads((ctl / "journal.json").read_text())
     # this run's nodes only: a node another run switched keeps that run's stamps
     nodes = [doc["nodes"][n] for n in doc["run"]["nodes"]]
     applying = [v["applying_at"] for v in nodes if v.get("applying_at")]
     released = [v["released_at"] for v in nodes if v.get("step") == "done" and v.get("released_at")]
-    t0 = at(lines[start])
+    t0 = _stamp(lines[0])
     check(all(k in steps for k in ("reserved", "gres_installing", "restarting", "restarted", "finished")), f"{steps}")
     return {
         "reserve": steps["reserved"] - t0,
@@ -224,32 +233,22 @@ def journal_phases(ctl: Path) -> dict[str, float]:
 
 def journal_waves(ctl: Path) -> list[Wave]:
     """The last run's waves, from ``journal.log``: each wave logs its install, restart and
-    verify steps again (``NextWave`` clears them), and each node its apply and release. Lines
-    carry ``epoch`` (ms) where the repartitioner wrote it, whole seconds (``at``) before."""
-    import datetime
-
-    lines = [json.loads(x) for x in (ctl / "journal.log").read_text().splitlines() if x.strip()]
-    start = max(i for i, x in enumerate(lines) if x.get("run") == "start")
-
-    def at(x: dict[str, Any]) -> float:
-        if "epoch" in x:
-            return float(x["epoch"])
-        return datetime.datetime.strptime(x["at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
-
+    verify steps again (``NextWave`` clears them), and each node its apply and release."""
+    lines = _last_run(ctl)
     steps: list[dict[str, float]] = [{}]
     applying: list[dict[str, float]] = [{}]
     released: dict[str, float] = {}
-    for x in lines[start:]:
+    for x in lines:
         if x.get("cluster") == "clear" and "gres_installing" in x.get("steps", ()):
             steps.append({})  # the next wave
             applying.append({})
         elif "cluster" in x:
-            steps[-1].setdefault(x["cluster"], at(x))
+            steps[-1].setdefault(x["cluster"], _stamp(x))
         elif x.get("step") == "applying" and not any(x["node"] in a for a in applying):
-            applying[-1][x["node"]] = float(x["applying_at"] if "applying_at" in x else at(x))
+            applying[-1][x["node"]] = float(x["applying_at"] if "applying_at" in x else _stamp(x))
         elif x.get("step") == "done":
-            released[x["node"]] = float(x["released_at"] if "released_at" in x else at(x))
-    reserved = steps[0].get("reserved", at(lines[start]))
+            released[x["node"]] = float(x["released_at"] if "released_at" in x else _stamp(x))
+    reserved = steps[0].get("reserved", _stamp(lines[0]))
     waves, end = [], reserved
     for st, ap in zip(steps, applying, strict=True):
         if "restarted" not in st:
@@ -624,7 +623,7 @@ def report(runs: list[ScaleRun], parallel: int, batch: int, where: str, wave: in
             ],
         )
     )
-    print("\n# phases from the journal (whole seconds)")
+    print("\n# phases from the journal (seconds; in waves, from the first wave's to the last's)")
     print(
         table(
             [

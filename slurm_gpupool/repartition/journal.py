@@ -254,7 +254,7 @@ class Journal:
             self.dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, self.data)
             # ``at`` in whole seconds for people, ``epoch`` to the millisecond for timing a
-            # phase (a wave's verify can take 2-3 s)
+            # phase (a wave's verify takes a few seconds)
             now = self.clock.time()
             line = json.dumps({"at": iso_local(now), "epoch": round(now, 3), **event}, sort_keys=True)
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
