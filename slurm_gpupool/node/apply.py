@@ -183,7 +183,21 @@ def apply_node(
     dry_run: bool = False,
     force: bool = False,
 ) -> ApplyReport:
-    """Make this node's GPUs match ``layout``; see the module docstring."""
+    """Make this node's GPUs match ``layout``; see the module docstring.
+
+    A real apply reads the GPUs under the node's lock, so no other apply changes them
+    between the read and the write: a node that already matches (cron's and the
+    repartitioner's re-apply, most applies) is read once, not twice, and its state is
+    written from that read (``nvidia-smi mig -lgi -lci`` on 8 GPUs, once)."""
+    if dry_run:
+        return _apply(backend, cfg, layout, state_dir, dry_run=True, force=force)
+    with node_lock(state_dir):
+        return _apply(backend, cfg, layout, state_dir, dry_run=False, force=force)
+
+
+def _apply(
+    backend: GpuBackend, cfg: PoolConfig, layout: str, state_dir: Path, *, dry_run: bool, force: bool
+) -> ApplyReport:
     inv = backend.inventory()
     models = _models(inv)
     plan = plan_node(cfg, layout, inv)
@@ -215,58 +229,57 @@ def apply_node(
             [p for ps in busy.values() for p in ps],
             hint="drain the node and wait for its jobs (or pass --force to try anyway)",
         )
-    with node_lock(state_dir):
+    try:
+        previous = read_node_state(state_dir)
+    except StateError:
+        # only used to keep rolled-back GPUs' shares; the new state is built from the
+        # hardware and replaces the corrupt file (a boot re-apply must not stop here)
+        previous = None
+    syslog_line(SYSLOG, f"node {inv.node}: applying layout {layout}" + (" (forced)" if busy else ""))
+    for g, (_, ops), m, res in zip(inv.gpus, plan, models, results):
+        if not ops:
+            continue
+        before = snapshot(g, m)
+        syslog_line(SYSLOG, f"node {inv.node}: GPU {g.index}: {res.before} -> {res.target}: {'; '.join(res.ops)}")
         try:
-            previous = read_node_state(state_dir)
-        except StateError:
-            # only used to keep rolled-back GPUs' shares; the new state is built from the
-            # hardware and replaces the corrupt file (a boot re-apply must not stop here)
-            previous = None
-        syslog_line(SYSLOG, f"node {inv.node}: applying layout {layout}" + (" (forced)" if busy else ""))
-        for g, (_, ops), m, res in zip(inv.gpus, plan, models, results):
-            if not ops:
-                continue
-            before = snapshot(g, m)
-            syslog_line(SYSLOG, f"node {inv.node}: GPU {g.index}: {res.before} -> {res.target}: {'; '.join(res.ops)}")
-            try:
-                run_ops(backend, g.index, ops)
-                res.status = "changed"
-            except GpupoolError as e:
-                res.error = e.message()
-                why = _rollback(backend, g, before, m)
-                res.status = "failed" if why else "rolled-back"
-                if why:
-                    res.error += f"; {why}"
-            syslog_line(
-                SYSLOG,
-                f"node {inv.node}: GPU {g.index}: {res.status}" + (f": {res.error}" if res.error else ""),
-                syslog.LOG_ERR if res.error else syslog.LOG_INFO,
-            )
-        final = backend.inventory()
-        final_targets: list[GpuTarget | None] = [
-            t if matches(g, t, m) else None for g, (t, _), m in zip(final.gpus, plan, models)
-        ]
-        if all(t is not None for t in final_targets):
-            state = build_node_state(final, layout, final_targets, "ok")
-        else:
-            prev_layout = previous.get("layout") if previous else None
-            rolled_back = all(r.status != "failed" for r in results)
-            # GPUs that were rolled back keep their previous mode and shares.
-            if previous and rolled_back:
-                final_targets = [
-                    t if t is not None else _previous_target(previous, g.index)
-                    for t, g in zip(final_targets, final.gpus)
-                ]
-            errors = "; ".join(f"GPU {r.index}: {r.error}" for r in results if r.error)
-            state = build_node_state(
-                final,
-                prev_layout if rolled_back else None,
-                final_targets,
-                "rolled-back" if rolled_back else "failed",
-                f"apply {layout} failed: {errors}",
-            )
-        add_slurm_devices(state, cfg.slurm.type_naming, cfg.slurm.autodetect)
-        report.state_path = str(write_node_state(state_dir, state))
+            run_ops(backend, g.index, ops)
+            res.status = "changed"
+        except GpupoolError as e:
+            res.error = e.message()
+            why = _rollback(backend, g, before, m)
+            res.status = "failed" if why else "rolled-back"
+            if why:
+                res.error += f"; {why}"
+        syslog_line(
+            SYSLOG,
+            f"node {inv.node}: GPU {g.index}: {res.status}" + (f": {res.error}" if res.error else ""),
+            syslog.LOG_ERR if res.error else syslog.LOG_INFO,
+        )
+    # only an operation changes the GPUs while the lock is held
+    final = backend.inventory() if any(ops for _, ops in plan) else inv
+    final_targets: list[GpuTarget | None] = [
+        t if matches(g, t, m) else None for g, (t, _), m in zip(final.gpus, plan, models)
+    ]
+    if all(t is not None for t in final_targets):
+        state = build_node_state(final, layout, final_targets, "ok")
+    else:
+        prev_layout = previous.get("layout") if previous else None
+        rolled_back = all(r.status != "failed" for r in results)
+        # GPUs that were rolled back keep their previous mode and shares.
+        if previous and rolled_back:
+            final_targets = [
+                t if t is not None else _previous_target(previous, g.index) for t, g in zip(final_targets, final.gpus)
+            ]
+        errors = "; ".join(f"GPU {r.index}: {r.error}" for r in results if r.error)
+        state = build_node_state(
+            final,
+            prev_layout if rolled_back else None,
+            final_targets,
+            "rolled-back" if rolled_back else "failed",
+            f"apply {layout} failed: {errors}",
+        )
+    add_slurm_devices(state, cfg.slurm.type_naming, cfg.slurm.autodetect)
+    report.state_path = str(write_node_state(state_dir, state))
     changed = sum(1 for r in results if r.ops)
     syslog_line(
         SYSLOG,

@@ -19,7 +19,7 @@ from slurm_gpupool.errors import ConfigError
 from slurm_gpupool.hw import open_backend
 from slurm_gpupool.hw.sim import inject
 from slurm_gpupool.hw.sim.state import SimStore, create_node_state
-from slurm_gpupool.node.apply import apply_node, assert_node
+from slurm_gpupool.node.apply import ApplyReport, apply_node, assert_node
 from slurm_gpupool.node.state import read_node_state
 
 CONFIG = {
@@ -85,6 +85,57 @@ def test_second_apply_makes_zero_nvml_changes(env):
     second = do_apply(sim, state, "dgx1", "day")
     assert not second.changed and all(g.status == "unchanged" for g in second.gpus)
     assert calls(sim, "dgx1") == before
+
+
+class CountingBackend:
+    """The backend, counting its inventories (each one is ``nvidia-smi -q`` and ``mig -lgi
+    -lci`` of every GPU: thousands of NVML calls on a DGX)."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.inventories = backend, 0
+
+    def inventory(self):
+        self.inventories += 1
+        return self.backend.inventory()
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+
+def counted_apply(sim: Path, state: Path, node: str, layout: str) -> tuple[ApplyReport, int]:
+    with open_backend(node, sim) as b:
+        counting = CountingBackend(b)
+        report = apply_node(counting, parse_config(CONFIG, "test.yaml", Path(".")), layout, state / node)
+    return report, counting.inventories
+
+
+def test_a_node_that_matches_is_read_once_and_its_state_written_from_that_read(env):
+    """cron and the repartitioner re-apply the layout a node already has, most of the time:
+    one inventory, not one before and one after (the second read only follows a change)."""
+    sim, state = env
+    first, reads = counted_apply(sim, state, "hgx1", "day")
+    assert first.changed and reads == 2  # a change: the GPUs are read again, to write what they became
+    written = read_node_state(state / "hgx1")
+    again, reads = counted_apply(sim, state, "hgx1", "day")
+    assert not again.changed and reads == 1
+    rewritten = read_node_state(state / "hgx1")
+    drop = ("applied_at", "applied_at_epoch")
+    assert {k: v for k, v in rewritten.items() if k not in drop} == {k: v for k, v in written.items() if k not in drop}
+    assert rewritten["status"] == "ok" and rewritten["layout"] == "day"
+
+
+def test_an_apply_waits_for_no_gpu_read_when_another_holds_the_node(env):
+    """The lock comes before the read, so what an apply reads is what it writes back."""
+    from slurm_gpupool.errors import BusyError
+    from slurm_gpupool.node.apply import node_lock
+
+    sim, state = env
+    with node_lock(state / "dgx1"), open_backend("dgx1", sim) as b:
+        counting = CountingBackend(b)
+        with pytest.raises(BusyError, match="another `gpupool node apply` is running"):
+            apply_node(counting, parse_config(CONFIG, "test.yaml", Path(".")), "day", state / "dgx1")
+    assert counting.inventories == 0
+    assert do_apply(sim, state, "dgx1", "day").changed  # the lock is free again
 
 
 def test_changing_one_gpu_touches_only_that_gpu(env):
