@@ -158,8 +158,11 @@ def installed_venv(tmp: Path, ref: str | None = None) -> Path:
         archive = subprocess.run(["git", "archive", "--format=tar", ref], cwd=TOP, capture_output=True)
         if archive.returncode != 0:
             raise BenchError(f"no commit {ref!r} to measure: {archive.stderr.decode(errors='replace').strip()}")
+        # (extraction filters came in 3.11.4; Debian 12's 3.11.2 has none, and this archive
+        # is the repository's own commit)
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(src, filter="data")
+            tar.extractall(src, **safe)  # type: ignore[arg-type]
     else:
         listed = run_checked(["git", "ls-files", "-co", "--exclude-standard"], "listing the checkout's files", cwd=TOP)
         for rel in listed.stdout.splitlines():

@@ -21,9 +21,10 @@ its next pass ``bf_interval`` after the last one ended, from a phase the trace d
 and on a loaded machine the cadence drifts; on the replay's own grid the median wait moved
 by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
-One live run a release: the commit's seed (``scripts/test``) draws the workload of this
-day->night run (``FAMILIES``); the pipelines of dependent jobs and trace A's bursts run when
-asked for, by their recorders, and are replayed as their kept runs are.
+One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
+this day->night run, or the QOS priorities family) and draws its workload; the pipelines
+of dependent jobs and trace A's bursts run when asked for, by their recorders, and are
+replayed as their kept runs are.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -43,7 +46,9 @@ import pytest
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.simulate.engine import Engine
 from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.pool import pool_spec
+from slurm_gpupool.simulate.priority import job_priority
 
 from . import burst_support as burst
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
@@ -116,13 +121,14 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 
 
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
-# the families a commit's live run rotates through: the day->night switch.  The pipelines of
-# dependent jobs and trace A's bursts run only when asked for
-# (``SLURM_GPUPOOL_VALIDATION_FAMILY=chains`` or ``burst``): a live run of each misses,
-# unexplained, one of them CI's own under its load (test_simulate_chains_replay.py,
-# test_simulate_burst_replay.py).  The QOS and preemption families change the sandbox's QOS,
-# which the worker's other tests share
-FAMILIES = ("validation",)
+# the families a commit's live run rotates through (the seed modulo their number): the
+# day->night switch, and the QOS priorities (its QOS made for the run and removed after it,
+# since the worker's other tests share the sandbox).  The pipelines of dependent jobs and
+# trace A's bursts run only when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=chains`` or
+# ``burst``): a live run of each misses, unexplained, one of them CI's own under its load
+# (test_simulate_chains_replay.py, test_simulate_burst_replay.py).  The preemption family
+# is not live yet (its recorder makes QOS that preempt; not tried live)
+FAMILIES = ("validation", "qos")
 ASKED_ONLY = ("chains", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
 # replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
@@ -276,6 +282,39 @@ def test_the_simulator_starts_a_burst_with_limits_and_cancels_as_slurm_does(back
         sim = {str(r.job_id): r for r in res.jobs}
         assert {j for j, r in sim.items() if r.withdrawn} == set(burst.withdrawn(rec)), exact
         assert {j for j, r in sim.items() if r.timeout} == timeouts, exact
+
+
+def test_the_simulator_orders_jobs_by_their_qos_priority_as_slurm_does(backfill_logged, tmp_path: Path):
+    """The QOS priorities family live (``tests/fixtures/record_simulate_qos.py``: 64 jobs,
+    slices and 1-4-GPU whole jobs on the day layout's mixed nodes, a fifth ``high``
+    (Priority 100), a tenth ``low`` (10), by three users), replayed as its kept runs are
+    (``tests/unit/test_simulate_qos_replay.py``) but at Slurm's logged backfill passes and
+    the controller's times: its kept runs' misses on the replay's own grid are the passes'
+    phase, which a live run's log dates.  The QOS are removed afterwards: the worker's other
+    tests share the sandbox."""
+    rotated("qos")
+    from tests.fixtures import record_simulate_qos as recorder
+
+    with recorder.qos_made(backfill_logged) as table:
+        kept, rec, logged = live_run(backfill_logged, tmp_path, "qos", recorder.run)
+    shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
+    assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
+    rec, real, ids, spec, handoff = first_runs(kept)
+    # Slurm gave each job the priority the simulator gives it (``InitPrio``, logged at submission)
+    init = {
+        m[1]: int(m[2])
+        for m in re.finditer(
+            r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)", kept.log.read_text()
+        )
+    }
+    assert {j: init.get(j) for j in ids} == {
+        j: job_priority(q, table, SANDBOX.priority_weight_qos) for j, (_, _, q) in ids.items()
+    }
+    params = replace(SANDBOX, qos_priority=tuple(table.items()))
+    replay_and_compare(spec, params, ids, real, burst.NO_SWITCH, [60.0], handoff, kept.release, passes=logged)
+    high = sorted(real[j][1] - real[j][0] for j in ids if ids[j][2] == "high")
+    normal = sorted(real[j][1] - real[j][0] for j in ids if ids[j][2] == "normal")
+    assert percentile(high, 50) < percentile(normal, 50), (high, normal)  # the family's point: it queued by QOS
 
 
 def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_logged, tmp_path: Path):
