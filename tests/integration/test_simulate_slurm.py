@@ -22,7 +22,7 @@ and on a loaded machine the cadence drifts; on the replay's own grid the median 
 by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
 One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
-this day->night run, or the QOS priorities family) and draws its workload; the pipelines
+this day->night run, the QOS priorities or the QOS preemption family) and draws its workload; the pipelines
 of dependent jobs and trace A's bursts run when asked for, by their recorders, and are
 replayed as their kept runs are.
 """
@@ -51,6 +51,7 @@ from slurm_gpupool.simulate.pool import pool_spec
 from slurm_gpupool.simulate.priority import job_priority
 
 from . import burst_support as burst
+from . import preempt_support as preempt
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
 from .simulate_support import (
     LIMIT_MIN,
@@ -61,6 +62,8 @@ from .simulate_support import (
     first_runs,
     handoff_s,
     pass_instants,
+    recorded,
+    recorded_handoff,
     replay_and_compare,
     sleeps,
 )
@@ -122,13 +125,13 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
 # the families a commit's live run rotates through (the seed modulo their number): the
-# day->night switch, and the QOS priorities (its QOS made for the run and removed after it,
-# since the worker's other tests share the sandbox).  The pipelines of dependent jobs and
-# trace A's bursts run only when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=chains`` or
-# ``burst``): a live run of each misses, unexplained, one of them CI's own under its load
-# (test_simulate_chains_replay.py, test_simulate_burst_replay.py).  The preemption family
-# is not live yet (its recorder makes QOS that preempt; not tried live)
-FAMILIES = ("validation", "qos")
+# day->night switch, the QOS priorities and the QOS preemption (their QOS made for the run
+# and removed after it, since the worker's other tests share the sandbox).  The pipelines
+# of dependent jobs and trace A's bursts run only when asked for
+# (``SLURM_GPUPOOL_VALIDATION_FAMILY=chains`` or ``burst``): a live run of each misses,
+# unexplained, one of them CI's own under its load (test_simulate_chains_replay.py,
+# test_simulate_burst_replay.py)
+FAMILIES = ("validation", "qos", "preempt")
 ASKED_ONLY = ("chains", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
 # replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
@@ -295,7 +298,7 @@ def test_the_simulator_orders_jobs_by_their_qos_priority_as_slurm_does(backfill_
     rotated("qos")
     from tests.fixtures import record_simulate_qos as recorder
 
-    with recorder.qos_made(backfill_logged) as table:
+    with recorder.qos_made(backfill_logged, recorder.QOS_SETS) as table:
         kept, rec, logged = live_run(backfill_logged, tmp_path, "qos", recorder.run)
     shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
@@ -315,6 +318,37 @@ def test_the_simulator_orders_jobs_by_their_qos_priority_as_slurm_does(backfill_
     high = sorted(real[j][1] - real[j][0] for j in ids if ids[j][2] == "high")
     normal = sorted(real[j][1] - real[j][0] for j in ids if ids[j][2] == "normal")
     assert percentile(high, 50) < percentile(normal, 50), (high, normal)  # the family's point: it queued by QOS
+
+
+def test_the_simulator_preempts_by_qos_as_slurm_does(backfill_logged, tmp_path: Path):
+    """The QOS preemption family live (``tests/fixtures/record_simulate_preempt.py``: 60 jobs
+    on the day layout's mixed nodes; ``high`` preempts ``low``, requeued, and ``scav``,
+    cancelled; by three users), replayed as its kept runs are
+    (``tests/unit/test_simulate_preempt_replay.py``) but at Slurm's logged backfill passes.
+    Slurm must have preempted, and the replay as many jobs, give or take one (a kept run on
+    22.05 preempted one job otherwise), the comparison within every tolerance.  The QOS are
+    removed afterwards: the worker's other tests share the sandbox."""
+    rotated("preempt")
+    from tests.fixtures import record_simulate_preempt as recorder
+    from tests.fixtures.record_simulate_qos import qos_made
+
+    with qos_made(backfill_logged, recorder.QOS_SETS):
+        kept, rec, logged = live_run(backfill_logged, tmp_path, "preempt", recorder.run)
+    shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
+    assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
+    rec, ids, spec = recorded(kept.record)
+    real = preempt.real_times(rec)
+    slurm = preempt.preemptions(kept.log.read_text(), ids)
+    assert slurm, "Slurm preempted no job: the family's point is missing"
+    work, requeue, held = preempt.replay_inputs(rec, ids, slurm)
+    handoff = recorded_handoff(kept.log, real, rec["since"])
+    results: dict = {}
+    args = (spec, preempt.params(rec), ids, real, preempt.NO_SWITCH, [60.0], handoff, kept.release, work, requeue)
+    replay_and_compare(*args, results, held, passes=logged)
+    for exact, res in results.items():
+        replayed = sum(r.preemptions for r in res.jobs)
+        print(f"preemptions ({'exact' if exact else 'fast'}): Slurm {len(slurm)}, replay {replayed}")
+        assert abs(replayed - len(slurm)) <= 1, (exact, replayed, slurm)
 
 
 def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_logged, tmp_path: Path):

@@ -10,7 +10,6 @@ the run that completed (or was cancelled)."""
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import replace
 
@@ -18,11 +17,10 @@ import pytest
 
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.willrun import release_params
+from tests.integration import preempt_support as preempt
 from tests.integration import simulate_support as support
+from tests.integration.preempt_support import NO_SWITCH, preemptions, real_times, replay_inputs
 from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
-
-NO_SWITCH = 1e9  # the run stayed in the day layout
-PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to reclaim resources for JobId=(\d+)")
 
 
 @pytest.fixture(params=support.recorded_releases("preempt"))
@@ -36,34 +34,22 @@ def run(monkeypatch, release):
     time.tzset()
     record = support.FIXTURES / release
     rec, ids, spec = recorded(record / "simulate-preempt.json")
-    # (first submission, start and end of the last run, its nodes)
-    real = {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in rec["runs"].items()}
+    real = real_times(rec)
     # the mean hand-over, as handoff_s reads it (which wants the 20 or more of a 210-job run)
     yield rec, real, ids, spec, recorded_handoff(record / "simulate-preempt-slurmctld.log", real, rec["since"])
     monkeypatch.undo()
     time.tzset()
 
 
-def _params(rec: dict):
-    qos = rec["qos"]  # name -> (Priority, PreemptMode, Preempt)
-    return replace(
-        SANDBOX,
-        qos_priority=tuple((q, v[0]) for q, v in qos.items()),
-        qos_preempt=tuple((q, tuple(v[2].split(","))) for q, v in qos.items() if v[2]),
-        qos_preempt_mode=tuple((q, v[1]) for q, v in qos.items() if v[1] != "cluster"),
-    )
-
-
-def _logged(release: str) -> dict[str, tuple[str, str]]:
+def _logged(release: str, ids: dict) -> dict[str, tuple[str, str]]:
     """preempted job -> (how, for which job), from the controller's log."""
-    text = (support.FIXTURES / release / "simulate-preempt-slurmctld.log").read_text()
-    return {m[1]: (m[2], m[3]) for m in PREEMPTED.finditer(text)}
+    return preemptions((support.FIXTURES / release / "simulate-preempt-slurmctld.log").read_text(), ids)
 
 
 def test_slurm_preempted_low_and_scav_jobs_for_high_ones_and_requeued_the_low_ones(run, release):
     rec, real, ids, _, _ = run
     support.assert_spread_over_users(rec)
-    logged = _logged(release)
+    logged = _logged(release, ids)
     assert len(logged) >= 4
     for job, (how, preemptor) in logged.items():
         assert ids[preemptor][2] == "high" and ids[job][2] in ("low", "scav")
@@ -87,13 +73,11 @@ def test_the_replay_preempts_the_same_jobs_and_agrees_with_slurm(run, release):
     """As many preemptions as Slurm's, each of the same job for the same one (but for the one
     ``OTHERWISE`` lists on a run), the same cancelled; and the comparison agrees."""
     rec, real, ids, spec, handoff = run
-    logged = _logged(release)
+    logged = _logged(release, ids)
     cancelled = {j for j, (how, _) in logged.items() if how == "killed"}
-    work = {j: float(ids[j][1]) for j in cancelled}  # its whole sleep: the record has only the cut run
-    requeue = {j for j in ids if ids[j][2] == "low"}
+    work, requeue, held = replay_inputs(rec, ids, logged)
     results: dict = {}
-    held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
-    params = _params(rec)
+    params = preempt.params(rec)
     replay_and_compare(
         spec,
         params,
@@ -133,13 +117,10 @@ def test_on_26_05_a_planned_window_s_end_rounded_up_preempts_what_slurm_preempte
     preempts job 88 for high job 106 where Slurm preempted it for 108, and keeps only 95 % of
     pairs in Slurm's order (99.9 % with the release's rounding)."""
     rec, real, ids, spec, handoff = run
-    cancelled = {j for j, (how, _) in _logged(release).items() if how == "killed"}
-    work = {j: float(ids[j][1]) for j in cancelled}
-    requeue = {j for j in ids if ids[j][2] == "low"}
-    held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
+    work, requeue, held = replay_inputs(rec, ids, _logged(release, ids))
     by: dict[bool, str] = {}
     for end_up in (True, False):
-        params = replace(_params(rec), **{**release_params(release), "bf_end_up": end_up})
+        params = replace(preempt.params(rec), **{**release_params(release), "bf_end_up": end_up})
         results: dict = {}
         try:
             replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, None, work, requeue, results, held)
@@ -152,7 +133,7 @@ def test_on_26_05_a_planned_window_s_end_rounded_up_preempts_what_slurm_preempte
 def test_without_preemption_the_replay_disagrees_and_the_comparison_says_so(run, release):
     """The high jobs then wait for the low ones to end, and the requeued ones run once."""
     rec, real, ids, spec, handoff = run
-    params = replace(SANDBOX, qos_priority=_params(rec).qos_priority)
+    params = replace(SANDBOX, qos_priority=preempt.params(rec).qos_priority)
     with pytest.raises(AssertionError):
         replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release)
 
@@ -164,12 +145,11 @@ def test_the_high_jobs_start_as_soon_in_the_replay_as_in_slurm(run, release):
     74.5 / 73.5 s).  Not ``normal``'s (16 jobs, never preempted, queued behind all the
     others), which agree on 24.11 and 26.05 but not on 22.05 (docs/simulate.md)."""
     rec, real, ids, spec, handoff = run
-    cancelled = {j for j, (how, _) in _logged(release).items() if how == "killed"}
     results: dict = {}
-    held = {j: [(r[1], r[2]) for r in runs] for j, runs in rec["runs"].items() if len(runs) > 1}
-    work = {j: float(ids[j][1]) for j in cancelled}
-    requeue = {j for j in ids if ids[j][2] == "low"}
-    replay_and_compare(spec, _params(rec), ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, results, held)
+    work, requeue, held = replay_inputs(rec, ids, _logged(release, ids))
+    replay_and_compare(
+        spec, preempt.params(rec), ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, results, held
+    )
     sim = {str(r.job_id): r for r in results[True].jobs}
     # (not on 22.05's run with users, whose replay preempts one other low job than Slurm did:
     # its scav jobs wait a median 53.5 s against 81.5 s there)
