@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from slurm_gpupool.simulate.engine import Params
 
-from .simulate_support import SANDBOX
+from .simulate_support import RUN_EVENTS, SANDBOX, Kept, _within, log_events, logged_times
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to reclaim resources for JobId=(\d+)")
@@ -40,9 +40,26 @@ def preemptions(log_text: str, jobs: Collection[str]) -> dict[str, tuple[str, st
     return {m[1]: (m[2], m[3]) for m in PREEMPTED.finditer(log_text) if m[1] in jobs}
 
 
-def real_times(rec: dict) -> dict[str, tuple]:
-    """job -> (first submission, start and end of its last run, its nodes), as sacct has them."""
-    return {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in rec["runs"].items()}
+def real_times(rec: dict, kept: Kept | None = None, ids: dict | None = None) -> dict[str, tuple]:
+    """job -> (first submission, start and end of its last run, its nodes), as sacct has
+    them; given the run (``kept``) and its jobs, as the controller's log times them where it
+    can (``logged_times``: a job run once; a requeued job's first submission), which a
+    replay at the logged passes needs: sacct's whole seconds put a job submitted just after
+    a pass into it (a 26.05 live run: a high job submitted 0.1 s after a pass took the
+    slice a ``scav`` job got there, and the replay ordered 94 % of pairs as Slurm did)."""
+    if kept is None:
+        return {j: (r[0][0], r[-1][1], r[-1][2], r[-1][4]) for j, r in rec["runs"].items()}
+    assert ids is not None
+    timed = logged_times(kept.log, rec, ids)
+    submitted = log_events(kept.log, ids, rec["since"], RUN_EVENTS)["submit"]
+    out: dict[str, tuple] = {}
+    for j, runs in rec["runs"].items():
+        if len(runs) == 1:
+            out[j] = (*timed[j], runs[0][4])
+        else:
+            first = _within(submitted.get(j, runs[0][0]), runs[0][0])
+            out[j] = (first, runs[-1][1], runs[-1][2], runs[-1][4])
+    return out
 
 
 def replay_inputs(

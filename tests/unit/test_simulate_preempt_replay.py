@@ -21,6 +21,7 @@ from tests.integration import preempt_support as preempt
 from tests.integration import simulate_support as support
 from tests.integration.preempt_support import NO_SWITCH, preemptions, real_times, replay_inputs
 from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 
 @pytest.fixture(params=support.recorded_releases("preempt"))
@@ -160,3 +161,39 @@ def test_the_high_jobs_start_as_soon_in_the_replay_as_in_slurm(run, release):
         assert abs(med_s - med_r) <= max(0.1 * med_r, 5.0), (qos, med_r, med_s)
     high = [real[j][1] - real[j][0] for j in ids if ids[j][2] == "high"]
     assert percentile(sorted(high), 50) <= 2
+
+
+# a live run of the family (26.05, seed 1511: ``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt``),
+# kept with its whole log and so its passes: not a kept run of the family (``kept_runs``)
+LIVE = support.Kept("26.05", "simulate-preempt-live-s1511")
+
+
+def test_a_live_run_replayed_at_its_logged_passes_needs_the_controller_s_times(utc):  # noqa: F811
+    """A replay at Slurm's logged passes (milliseconds) needs submissions as precise: in
+    sacct's whole seconds, high job 22, submitted 0.1 s after the pass of 5.5 s, was in
+    that pass, took the slice a ``scav`` job got there in Slurm (which 22 then preempted),
+    and the replay preempted one job, not three, and ordered 94 % of pairs as Slurm did
+    (median wait 74 s against 55 s).  With the controller's times (``real_times`` given the
+    run) it preempts the three jobs Slurm preempted, each for the same job, and agrees."""
+    rec, ids, spec = recorded(LIVE.record)
+    passes = support.pass_instants(LIVE.log, rec["since"])
+    slurm = preemptions(LIVE.log.read_text(), ids)
+    assert slurm == {"7": ("requeued", "21"), "14": ("killed", "22"), "34": ("requeued", "57")}
+    work, requeue, held = replay_inputs(rec, ids, slurm)
+
+    def replay(real: dict) -> dict:
+        results: dict = {}
+        handoff = recorded_handoff(LIVE.log, real, rec["since"])
+        args = (spec, preempt.params(rec), ids, real, NO_SWITCH, [60.0], handoff, LIVE.release, work, requeue)
+        replay_and_compare(*args, results, held, passes=passes)
+        return results
+
+    with pytest.raises(AssertionError, match=r"median wait|order"):
+        replay(real_times(rec))
+    sacct, logged = real_times(rec), real_times(rec, LIVE, ids)
+    assert sacct["22"][0] < passes[1] < logged["22"][0] < passes[1] + 0.2
+    for exact, res in replay(logged).items():
+        sim = {str(r.job_id): r for r in res.jobs}
+        assert {j: str(r.preempted_by) for j, r in sim.items() if r.preemptions} == {
+            j: by for j, (_, by) in slurm.items()
+        }, exact
