@@ -1,6 +1,6 @@
 """#27's QOS preemption family, replayed: what its kept runs' unit tests
-(``tests/unit/test_simulate_preempt_replay.py``) and the live validation, when the rotation
-picks this family (``test_simulate_slurm.py``), both need.
+(``tests/unit/test_simulate_preempt_replay.py``) and its live validation, when asked for
+(``test_simulate_slurm.py``), both need.
 
 The family's QOS (``tests/fixtures/record_simulate_preempt.py``): ``high`` preempts ``low``
 (requeued: its jobs are submitted with ``--requeue``) and ``scav`` (cancelled).  A job's
@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import replace
+from pathlib import Path
 
 from slurm_gpupool.simulate.engine import Params
 
-from .simulate_support import RUN_EVENTS, SANDBOX, Kept, _within, log_events, logged_times
+from .simulate_support import RUN_EVENTS, SANDBOX, Kept, _within, log_events, logged_times, stamped_lines
 
 NO_SWITCH = 1e9  # the run stayed in the day layout
 PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to reclaim resources for JobId=(\d+)")
@@ -34,10 +35,17 @@ def params(rec: dict) -> Params:
     )
 
 
-def preemptions(log_text: str, jobs: Collection[str]) -> dict[str, tuple[str, str]]:
-    """Preempted job -> (how: ``requeued`` or ``killed``, for which job), from the
-    controller's log, of ``jobs`` only (a live run's log has the earlier tests' lines too)."""
-    return {m[1]: (m[2], m[3]) for m in PREEMPTED.finditer(log_text) if m[1] in jobs}
+def preemption_lines(log: Path, jobs: Collection[str], since: float) -> list[tuple[str, str, str]]:
+    """Every preemption of ``jobs`` the controller logged from ``since`` on, in order: (job,
+    how: ``requeued`` or ``killed``, for which job).  A live run's log spans the sandbox's
+    life: earlier tests' lines, and job IDs that start again with a fresh state."""
+    found = (PREEMPTED.search(text) for _, text in stamped_lines(log, since))
+    return [(m[1], m[2], m[3]) for m in found if m is not None and m[1] in jobs]
+
+
+def preemptions(log: Path, jobs: Collection[str], since: float) -> dict[str, tuple[str, str]]:
+    """Preempted job -> (how, for which job) of its last preemption (``preemption_lines``)."""
+    return {job: (how, by) for job, how, by in preemption_lines(log, jobs, since)}
 
 
 def real_times(rec: dict, kept: Kept | None = None, ids: dict | None = None) -> dict[str, tuple]:

@@ -89,7 +89,7 @@ def test_second_apply_makes_zero_nvml_changes(env):
 
 class CountingBackend:
     """The backend, counting its inventories (each one is ``nvidia-smi -q`` and ``mig -lgi
-    -lci`` of every GPU: thousands of NVML calls on a DGX)."""
+    -lci`` of every GPU: about 1,400 NVML calls on a DGX)."""
 
     def __init__(self, backend) -> None:
         self.backend, self.inventories = backend, 0

@@ -42,15 +42,15 @@ def run(monkeypatch, release):
     time.tzset()
 
 
-def _logged(release: str, ids: dict) -> dict[str, tuple[str, str]]:
+def _logged(release: str, rec: dict, ids: dict) -> dict[str, tuple[str, str]]:
     """preempted job -> (how, for which job), from the controller's log."""
-    return preemptions((support.FIXTURES / release / "simulate-preempt-slurmctld.log").read_text(), ids)
+    return preemptions(support.FIXTURES / release / "simulate-preempt-slurmctld.log", ids, rec["since"])
 
 
 def test_slurm_preempted_low_and_scav_jobs_for_high_ones_and_requeued_the_low_ones(run, release):
     rec, real, ids, _, _ = run
     support.assert_spread_over_users(rec)
-    logged = _logged(release, ids)
+    logged = _logged(release, rec, ids)
     assert len(logged) >= 4
     for job, (how, preemptor) in logged.items():
         assert ids[preemptor][2] == "high" and ids[job][2] in ("low", "scav")
@@ -74,7 +74,7 @@ def test_the_replay_preempts_the_same_jobs_and_agrees_with_slurm(run, release):
     """As many preemptions as Slurm's, each of the same job for the same one (but for the one
     ``OTHERWISE`` lists on a run), the same cancelled; and the comparison agrees."""
     rec, real, ids, spec, handoff = run
-    logged = _logged(release, ids)
+    logged = _logged(release, rec, ids)
     cancelled = {j for j, (how, _) in logged.items() if how == "killed"}
     work, requeue, held = replay_inputs(rec, ids, logged)
     results: dict = {}
@@ -118,7 +118,7 @@ def test_on_26_05_a_planned_window_s_end_rounded_up_preempts_what_slurm_preempte
     preempts job 88 for high job 106 where Slurm preempted it for 108, and keeps only 95 % of
     pairs in Slurm's order (99.9 % with the release's rounding)."""
     rec, real, ids, spec, handoff = run
-    work, requeue, held = replay_inputs(rec, ids, _logged(release, ids))
+    work, requeue, held = replay_inputs(rec, ids, _logged(release, rec, ids))
     by: dict[bool, str] = {}
     for end_up in (True, False):
         params = replace(preempt.params(rec), **{**release_params(release), "bf_end_up": end_up})
@@ -147,7 +147,7 @@ def test_the_high_jobs_start_as_soon_in_the_replay_as_in_slurm(run, release):
     others), which agree on 24.11 and 26.05 but not on 22.05 (docs/simulate.md)."""
     rec, real, ids, spec, handoff = run
     results: dict = {}
-    work, requeue, held = replay_inputs(rec, ids, _logged(release, ids))
+    work, requeue, held = replay_inputs(rec, ids, _logged(release, rec, ids))
     replay_and_compare(
         spec, preempt.params(rec), ids, real, NO_SWITCH, [60.0], handoff, release, work, requeue, results, held
     )
@@ -177,7 +177,7 @@ def test_a_live_run_replayed_at_its_logged_passes_needs_the_controller_s_times(u
     run) it preempts the three jobs Slurm preempted, each for the same job, and agrees."""
     rec, ids, spec = recorded(LIVE.record)
     passes = support.pass_instants(LIVE.log, rec["since"])
-    slurm = preemptions(LIVE.log.read_text(), ids)
+    slurm = preemptions(LIVE.log, ids, rec["since"])
     assert slurm == {"7": ("requeued", "21"), "14": ("killed", "22"), "34": ("requeued", "57")}
     work, requeue, held = replay_inputs(rec, ids, slurm)
 
