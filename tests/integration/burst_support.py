@@ -17,9 +17,8 @@ from datetime import datetime
 from slurm_gpupool.simulate.engine import Params
 
 from . import simulate_support as support
-from .simulate_support import SANDBOX, replay_and_compare
+from .simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
 
-NO_SWITCH = 1e9  # the run stayed in the day layout
 CHECK_S = 30.0  # PERIODIC_TIMEOUT (slurmctld.h): the time-limit check's period
 TIMED_OUT = re.compile(r"^\[(\S+)\] Time limit exhausted for JobId=(\d+)$", re.M)
 

@@ -19,7 +19,6 @@ from slurm_gpupool.simulate.engine import Params
 
 from .simulate_support import RUN_EVENTS, SANDBOX, Kept, _within, log_events, logged_times, stamped_lines
 
-NO_SWITCH = 1e9  # the run stayed in the day layout
 PREEMPTED = re.compile(r"preempted JobId=(\d+) has been (requeued|killed) to reclaim resources for JobId=(\d+)")
 
 

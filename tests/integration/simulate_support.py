@@ -27,6 +27,9 @@ from slurm_gpupool.simulate.pool import PoolSpec, pool_spec
 from slurm_gpupool.simulate.willrun import release_params
 
 LIMIT_MIN = 1  # every job's --time: Slurm plans with it (backfill), as the simulator does
+NO_SWITCH = 1e9  # a run that stayed in the day layout: its switch never comes
+# the priority the controller gave a job at submission (26.05 logs its SLUID before it)
+INIT_PRIO = re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)")
 # Tolerances. The comparison's resolution: sacct times are whole seconds (a replayed pass at
 # x.97 s sees the submissions and ends of second x that came after it), and where the replay
 # and Slurm start a job at different times, their next backfill pass for what follows may be

@@ -33,7 +33,6 @@ import functools
 import json
 import os
 import random
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -54,7 +53,9 @@ from . import burst_support as burst
 from . import preempt_support as preempt
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
 from .simulate_support import (
+    INIT_PRIO,
     LIMIT_MIN,
+    NO_SWITCH,
     SANDBOX,
     Kept,
     backfill_passes,
@@ -304,17 +305,12 @@ def test_the_simulator_orders_jobs_by_their_qos_priority_as_slurm_does(backfill_
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, real, ids, spec, handoff = first_runs(kept)
     # Slurm gave each job the priority the simulator gives it (``InitPrio``, logged at submission)
-    init = {
-        m[1]: int(m[2])
-        for m in re.finditer(
-            r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)", kept.log.read_text()
-        )
-    }
+    init = {m[1]: int(m[2]) for m in INIT_PRIO.finditer(kept.log.read_text())}
     assert {j: init.get(j) for j in ids} == {
         j: job_priority(q, table, SANDBOX.priority_weight_qos) for j, (_, _, q) in ids.items()
     }
     params = replace(SANDBOX, qos_priority=tuple(table.items()))
-    replay_and_compare(spec, params, ids, real, burst.NO_SWITCH, [60.0], handoff, kept.release, passes=logged)
+    replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release, passes=logged)
     high = sorted(real[j][1] - real[j][0] for j in ids if ids[j][2] == "high")
     normal = sorted(real[j][1] - real[j][0] for j in ids if ids[j][2] == "normal")
     assert percentile(high, 50) < percentile(normal, 50), (high, normal)  # the family's point: it queued by QOS
@@ -344,7 +340,7 @@ def test_the_simulator_preempts_by_qos_as_slurm_does(backfill_logged, tmp_path: 
     work, requeue, held = preempt.replay_inputs(rec, ids, slurm)
     handoff = recorded_handoff(kept.log, real, rec["since"])
     results: dict = {}
-    args = (spec, preempt.params(rec), ids, real, preempt.NO_SWITCH, [60.0], handoff, kept.release, work, requeue)
+    args = (spec, preempt.params(rec), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, requeue)
     replay_and_compare(*args, results, held, passes=logged)
     for exact, res in results.items():
         replayed = sum(r.preemptions for r in res.jobs)
@@ -365,7 +361,7 @@ def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_l
     phase, checks = burst.limit_phase(kept, rec["since"]), burst.checks(kept, rec["since"])
     work = sleeps(rec, ids, rec["never"])
     results: dict = {}
-    args = (spec, burst.with_checks(phase), ids, real, burst.NO_SWITCH, [60.0], handoff, kept.release, work, ())
+    args = (spec, burst.with_checks(phase), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, ())
     replay_and_compare(*args, results, passes=logged, after=rec["after"], checks=checks)
     for exact, res in results.items():  # the same jobs never run
         assert {str(r.job_id) for r in res.jobs if r.rejected} == set(rec["never"]), exact

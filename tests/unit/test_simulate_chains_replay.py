@@ -14,10 +14,8 @@ import pytest
 
 from tests.integration import simulate_support as support
 from tests.integration.burst_support import checks, limit_phase, with_checks
-from tests.integration.simulate_support import replay_and_compare
+from tests.integration.simulate_support import NO_SWITCH, replay_and_compare
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
-
-NO_SWITCH = 1e9  # the run stayed in the day layout
 
 
 @pytest.fixture(params=support.kept_runs("chains"), ids=lambda k: k.label)

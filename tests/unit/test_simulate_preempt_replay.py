@@ -19,8 +19,8 @@ from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.willrun import release_params
 from tests.integration import preempt_support as preempt
 from tests.integration import simulate_support as support
-from tests.integration.preempt_support import NO_SWITCH, preemptions, real_times, replay_inputs
-from tests.integration.simulate_support import SANDBOX, recorded, recorded_handoff, replay_and_compare
+from tests.integration.preempt_support import preemptions, real_times, replay_inputs
+from tests.integration.simulate_support import NO_SWITCH, SANDBOX, recorded, recorded_handoff, replay_and_compare
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
 

@@ -10,7 +10,6 @@ lines of those jobs).  Every kept run's replay must agree within the published t
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import replace
 
@@ -20,10 +19,8 @@ from slurm_gpupool.simulate.engine import Params
 from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.priority import job_priority
 from tests.integration import simulate_support as support
-from tests.integration.simulate_support import SANDBOX, replay_and_compare
+from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
-
-NO_SWITCH = 1e9  # the run stayed in the day layout
 
 
 @pytest.fixture(params=support.kept_runs("qos"), ids=lambda k: k.label)
@@ -71,10 +68,7 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, kept):
     job's ``SLUID`` before it)."""
     rec, _, ids, _, _ = run
     text = kept.log.read_text()
-    logged = {
-        m[1]: int(m[2])
-        for m in re.finditer(r"_slurm_rpc_submit_batch_job: JobId=(\d+) (?:SLUID=\S+ )?InitPrio=(\d+)", text)
-    }
+    logged = {m[1]: int(m[2]) for m in support.INIT_PRIO.finditer(text)}
     assert set(logged) == set(ids)
     assert {j: job_priority(q, rec["qos"], 10000) for j, (_, _, q) in ids.items()} == logged
     assert set(logged.values()) == {1, 1000, 10000}
