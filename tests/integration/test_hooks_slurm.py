@@ -674,7 +674,9 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
             out = tmp_path / f"rq{attempt}.out"
             for g in range(8):
                 day.gpupool("--node", "a100n1", "sim", "ecc", str(g), "--uncorrected", "1")
-            job = sbatch(day, "--gres=gpu:a100:1", "-o", str(out), "--wrap", "echo $SLURMD_NODENAME")
+            job = sbatch(
+                day, "--gres=gpu:a100:1", "-o", str(out), "-e", f"{out}.err", "--wrap", "echo $SLURMD_NODENAME"
+            )
             wait_for(drained, what="a100n1 drained")
             if "Prolog error" in reason:
                 break
