@@ -197,3 +197,22 @@ def test_me_all_takes_every_media_engine_so_only_me_less_profiles_share_its_gpu(
         names = [i.profile for i in lay]
         if any(n.endswith("+me.all") for n in names):
             assert all(n.endswith("+me.all") or n.endswith("-me") for n in names), names
+
+
+def test_a_catalog_models_plan_is_remembered_and_another_models_is_not():
+    """A command plans the same GPU layouts for every node of a machine: plan_gpu answers a
+    catalog model's repeat from memory, keyed by the counts in their order and what is kept;
+    a model that is not the catalog's (a test's, a site's stale one) is planned every time."""
+    import dataclasses
+
+    a100 = get_model("A100-SXM4-40GB")
+    counts = {"1g.5gb": 3, "2g.10gb": 2}
+    first = plan_gpu(a100, counts)
+    assert plan_gpu(a100, dict(counts)) is first
+    kept = first.instances[:1]
+    assert plan_gpu(a100, counts, kept) is not first and plan_gpu(a100, counts, kept).kept == kept
+    copy = dataclasses.replace(a100)
+    assert plan_gpu(copy, counts) == first and plan_gpu(copy, counts) is not first
+    for _ in range(2):  # a refusal is not remembered as a plan
+        with pytest.raises(InfeasibleError):
+            plan_gpu(a100, {"7g.40gb": 2})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 
-from slurm_gpupool.core.mig.catalog import GpuModel, MigGeometry, MigProfile, get_model
+from slurm_gpupool.core.mig.catalog import GpuModel, MigGeometry, MigProfile, all_models, get_model
 from slurm_gpupool.core.ranges import index_ranges
 from slurm_gpupool.errors import ConfigError, InfeasibleError
 from slurm_gpupool.model import Placement
@@ -133,11 +133,35 @@ class GpuPlan:
     kept: tuple[PlacedInstance, ...] = ()
 
 
+# plan_gpu's answers for the catalog's models: a command plans the same few GPU layouts for
+# every node of a machine and every layout (`gres install` asked 533 plans of 9 kinds)
+# (the model is kept with its plan: a site's models change the catalog's generation)
+_PLANS: dict[tuple[str, tuple[tuple[str, int], ...], tuple[PlacedInstance, ...]], tuple[GpuModel, GpuPlan]] = {}
+_PLANS_MAX = 4096
+
+
 def plan_gpu(model: GpuModel, counts: Mapping[str, int], current: Iterable[PlacedInstance] = ()) -> GpuPlan:
     """Explicit placements for ``counts`` on ``model``, keeping ``current`` where possible.
 
     Raises InfeasibleError (exit 65) with the reason and the nearest feasible layout.
+    Pure: a plan for a model of the catalog is remembered (the catalog's models are shared
+    and never change; another model, a test's own, is planned every time).
     """
+    cur = tuple(current)
+    if all_models().get(model.key) is not model:
+        return _plan_gpu(model, counts, cur)
+    key = (model.key, tuple(counts.items()), cur)
+    known = _PLANS.get(key)
+    if known is not None and known[0] is model:
+        return known[1]
+    plan = _plan_gpu(model, counts, cur)
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[key] = (model, plan)
+    return plan
+
+
+def _plan_gpu(model: GpuModel, counts: Mapping[str, int], current: Sequence[PlacedInstance]) -> GpuPlan:
     profs = _profiles(model, counts)
     geo = model.mig
     assert geo is not None
