@@ -137,6 +137,18 @@ class Gate:
         self.path.touch()
 
 
+def job_files(out: Path) -> list[str]:
+    """sbatch's ``-o OUT -e OUT.err``: a job's stdout holds its own lines only.  Slurm writes
+    notes of its own into a batch job's stderr ("Prolog hung on node N" once a Prolog outlasts
+    MessageTimeout - 2 s on a loaded machine; "CANCELLED"; what `scontrol notify` sends)."""
+    return ["-o", str(out), "-e", f"{out}.err"]
+
+
+def text_of(path: Path) -> str:
+    """A file's text, empty until it exists (a job's output before its step starts)."""
+    return path.read_text() if path.exists() else ""
+
+
 def wait_until(pred: Callable[[], T], what: str, timeout: float = SLURM_WAIT_S, interval: float = 0.5) -> T:
     """``pred()``'s first truthy value, asked every ``interval`` s; a failure after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from slurm_gpupool.controller.gres_install import render
 from slurm_gpupool.sandbox import devices
 from tests.unit.test_gres import ALL_CASES, case_config, golden_name
 
-from .repartition_support import SLURM_WAIT_S, Gate, state_after_scheduling, wait_until
+from .repartition_support import SLURM_WAIT_S, Gate, job_files, state_after_scheduling, text_of, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -200,10 +201,7 @@ def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
             "-w",
             "v100n1",
             "--gres=shard:1",
-            "-o",
-            str(out),
-            "-e",
-            str(out.with_suffix(".err")),
+            *job_files(out),
             "--wrap",
             f"echo gpus=$SLURM_JOB_GPUS; {gate.wrap()}",
         )
@@ -213,14 +211,13 @@ def test_n_shard_jobs_share_a_gpu_and_the_next_waits(day, tmp_path: Path):
         wait_running(day, jobs)
         # RUNNING comes before the batch step writes its output
         wait_until(lambda: all_job_gpus(outs), "the jobs' output")
-        # Slurm writes notes of its own to a job's stderr: "Prolog hung on node v100n1" once a
-        # Prolog outlasts MessageTimeout - 2 s (a loaded CI machine, 26.05). One now, as such a
-        # machine would: the jobs' own lines are still what counts
-        day.run(["scontrol", "notify", jobs[0], "Prolog hung on node v100n1 (scontrol notify)"])
-        noted = (outs[0], outs[0].with_suffix(".err"))
-        wait_until(lambda: any("(scontrol notify)" in read_if_any(f) for f in noted), "Slurm's note to the job")
-        gpus = Counter(all_job_gpus(outs) or [])
-        what = {o.name: (o.read_text(), read_if_any(o.with_suffix(".err"))) for o in outs}
+        # Slurm's own note to a job, as a loaded machine gets one ("Prolog hung on node v100n1"
+        # once a Prolog outlasts MessageTimeout - 2 s: a CI run on 26.05 counted it as a GPU)
+        # goes to its stderr; sent again while it has not arrived (one try, no retry, on 22.05)
+        note = Note(day, jobs[0], Path(f"{outs[0]}.err"))
+        wait_until(note.arrived, "Slurm's note in the job's stderr")
+        gpus = Counter(wait_until(lambda: all_job_gpus(outs), "the jobs' output"))
+        what = {o.name: (o.read_text(), text_of(Path(f"{o}.err"))) for o in outs}
         assert sorted(gpus.values()) == [4, 4, 4, 4] and len(gpus) == 4, what  # four jobs on each shared GPU
         extra = sbatch(day, "-w", "v100n1", "--gres=shard:1", "--wrap", "true")
         state, reason = state_after_scheduling(day, extra)  # both schedulers passed it over
@@ -234,7 +231,7 @@ def all_job_gpus(outs: list[Path]) -> list[str] | None:
     """Each job's ``gpus=`` line (its SLURM_JOB_GPUS), once every job has printed it."""
     found = []
     for out in outs:
-        lines = read_if_any(out).splitlines()
+        lines = text_of(out).splitlines()
         gpus = next((line.removeprefix("gpus=") for line in lines if line.startswith("gpus=")), None)
         if not gpus:
             return None
@@ -242,8 +239,22 @@ def all_job_gpus(outs: list[Path]) -> list[str] | None:
     return found
 
 
-def read_if_any(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
+class Note:
+    """A note sent to a running job (``scontrol notify``), as Slurm sends its own, and
+    sent again every 10 s until it is in the job's stderr file."""
+
+    TEXT = "Prolog hung on node v100n1 (scontrol notify)"
+
+    def __init__(self, sandbox, job: str, err: Path) -> None:
+        self.sandbox, self.job, self.err, self.sent = sandbox, job, err, -1e9
+
+    def arrived(self) -> bool:
+        if self.TEXT in text_of(self.err):
+            return True
+        if time.monotonic() - self.sent >= 10:
+            self.sandbox.run(["scontrol", "notify", self.job, self.TEXT], check=False)
+            self.sent = time.monotonic()
+        return False
 
 
 def test_untyped_requests_and_shard_jobs_per_release(day):

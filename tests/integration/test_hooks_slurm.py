@@ -19,7 +19,15 @@ import yaml
 
 from slurm_gpupool.core.mig.catalog import get_model
 
-from .repartition_support import SLURM_WAIT_S, Gate, assert_converged, repartition, wait_jobs_done, wait_until
+from .repartition_support import (
+    SLURM_WAIT_S,
+    Gate,
+    assert_converged,
+    job_files,
+    repartition,
+    wait_jobs_done,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -674,9 +682,7 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
             out = tmp_path / f"rq{attempt}.out"
             for g in range(8):
                 day.gpupool("--node", "a100n1", "sim", "ecc", str(g), "--uncorrected", "1")
-            job = sbatch(
-                day, "--gres=gpu:a100:1", "-o", str(out), "-e", f"{out}.err", "--wrap", "echo $SLURMD_NODENAME"
-            )
+            job = sbatch(day, "--gres=gpu:a100:1", *job_files(out), "--wrap", "echo $SLURMD_NODENAME")
             wait_for(drained, what="a100n1 drained")
             if "Prolog error" in reason:
                 break

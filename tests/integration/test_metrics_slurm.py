@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .repartition_support import GPUPOOL, SLURM_WAIT_S, assert_converged, repartition
+from .repartition_support import GPUPOOL, SLURM_WAIT_S, assert_converged, job_files, repartition, text_of
 
 pytestmark = pytest.mark.integration
 
@@ -174,7 +174,7 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
         }
         ids = {}
         for k, args in submit.items():
-            ids[k] = sb.run(["sbatch", "--parsable", *args, "-o", str(outs[k]), "--wrap", script]).stdout.strip()
+            ids[k] = sb.run(["sbatch", "--parsable", *args, *job_files(outs[k]), "--wrap", script]).stdout.strip()
         # asks for every 3g.40gb of h100n1 while the MIG job holds one: pending (Resources)
         ids["pending"] = sb.run(
             ["sbatch", "--parsable", "-w", "h100n1", "--gres=gpu:3g.40gb:4", "--wrap", "true"]
@@ -183,7 +183,7 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
 
         def started() -> bool:
             running = set(squeue_tres(sb, "R", "JobID"))
-            return {ids["mig"], ids["shard"]} <= running and all(o.exists() and o.read_text() for o in outs.values())
+            return {ids["mig"], ids["shard"]} <= running and all("SLURM_JOB_GPUS=" in text_of(o) for o in outs.values())
 
         wait_for(started, what="the MIG and shard jobs to run")
         wait_for(prom.ready, what="Prometheus to start")

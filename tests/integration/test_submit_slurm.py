@@ -364,12 +364,13 @@ def test_impossible_requests_exit_2(sandbox, args):
 
 def test_nvlink_sets_on_a_cluster_mixing_dgx1_and_nvswitch(sandbox, tmp_path: Path):
     """By night: 8 connected GPUs only on NVSwitch nodes; 4 fit the DGX-1's cube-mesh too."""
+    from .repartition_support import job_files
+
     catalog_now(sandbox, "night")
     assert dry_run(sandbox, "--gpus-nvlink=8").split()[1:3] == ["--constraint=nvlink8", "--gres=gpu:a100:8"]
     out = tmp_path / "v.out"
-    files = ["-o", str(out), "-e", f"{out}.err"]  # Slurm's own notes, if any, go to stderr
     job = sandbox.run(
-        [wrapper(), "--parsable", "--wait", "--gres=gpu:v100:4", *files, "--wrap", "echo $SLURM_JOB_GPUS"]
+        [wrapper(), "--parsable", "--wait", "--gres=gpu:v100:4", *job_files(out), "--wrap", "echo $SLURM_JOB_GPUS"]
     ).stdout.strip()
     tres, feats = tres_of(sandbox, job)
     assert (tres, feats) == (sandbox.tres("gpu:v100:4"), "nvlink4")

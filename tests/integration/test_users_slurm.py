@@ -8,7 +8,7 @@ import re
 
 from slurm_gpupool.sandbox.users import ACCOUNTS
 
-from .repartition_support import wait_jobs_done
+from .repartition_support import job_files, wait_jobs_done
 
 UUID = re.compile(r"^(GPU|MIG)-[0-9a-f-]+$")
 
@@ -25,7 +25,7 @@ def test_each_unprivileged_user_runs_a_gpu_job_in_its_account_with_the_task_prol
         out = shared / f"{u.name}.out"
         out.unlink(missing_ok=True)
         jobs[u.name] = sandbox.sbatch_as(
-            u.name, "--chdir", str(shared), "-o", str(out), "-e", f"{out}.err", "-t", "1", "--gres=gpu:v100:1",
+            u.name, "--chdir", str(shared), *job_files(out), "-t", "1", "--gres=gpu:v100:1",
             "--wrap", "id -un; echo CVD=$CUDA_VISIBLE_DEVICES",
         )  # fmt: skip
     states = wait_jobs_done(sandbox, list(jobs.values()))

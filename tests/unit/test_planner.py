@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
 
+from slurm_gpupool.core.mig import catalog
 from slurm_gpupool.core.mig.catalog import all_models, get_model
 from slurm_gpupool.core.mig.planner import (
     PlacedInstance,
@@ -15,7 +17,7 @@ from slurm_gpupool.core.mig.planner import (
     nearest_feasible,
     plan_gpu,
 )
-from slurm_gpupool.errors import InfeasibleError
+from slurm_gpupool.errors import ConfigError, InfeasibleError
 from slurm_gpupool.model import Placement
 
 MIG_MODELS = sorted(k for k, m in all_models().items() if m.mig)
@@ -201,10 +203,10 @@ def test_me_all_takes_every_media_engine_so_only_me_less_profiles_share_its_gpu(
 
 def test_a_catalog_models_plan_is_remembered_and_another_models_is_not():
     """A command plans the same GPU layouts for every node of a machine: plan_gpu answers a
-    catalog model's repeat from memory, keyed by the counts in their order and what is kept;
-    a model that is not the catalog's (a test's, a site's stale one) is planned every time."""
-    import dataclasses
-
+    catalog model's repeat from memory, keyed by the counts in their order and the GPU's
+    current instances; a model that is not the catalog's (a test's, or one from before a
+    site's models rebuilt the catalog) is planned every time, and so are counts that are not
+    whole numbers (equal to whole ones as keys) and refusals."""
     a100 = get_model("A100-SXM4-40GB")
     counts = {"1g.5gb": 3, "2g.10gb": 2}
     first = plan_gpu(a100, counts)
@@ -213,6 +215,17 @@ def test_a_catalog_models_plan_is_remembered_and_another_models_is_not():
     assert plan_gpu(a100, counts, kept) is not first and plan_gpu(a100, counts, kept).kept == kept
     copy = dataclasses.replace(a100)
     assert plan_gpu(copy, counts) == first and plan_gpu(copy, counts) is not first
+    for bad in (3.0, True):  # the config checks them; a direct caller gets the same refusal
+        with pytest.raises(ConfigError):
+            plan_gpu(a100, {**counts, "1g.5gb": bad})
     for _ in range(2):  # a refusal is not remembered as a plan
         with pytest.raises(InfeasibleError):
             plan_gpu(a100, {"7g.40gb": 2})
+    try:
+        catalog.set_site_models({"L20": catalog.site_model_entry("NVIDIA L20", 0x26BA, 46068, (8, 9), 0, "test")})
+        rebuilt = get_model("A100-SXM4-40GB")
+        assert rebuilt is not a100 and plan_gpu(rebuilt, counts) == first
+        assert plan_gpu(rebuilt, counts) is plan_gpu(rebuilt, counts) is not first
+        assert plan_gpu(a100, counts) is not plan_gpu(a100, counts)  # the old model: planned again
+    finally:
+        catalog.set_site_models({})

@@ -134,8 +134,8 @@ class GpuPlan:
 
 
 # plan_gpu's answers for the catalog's models: a command plans the same few GPU layouts for
-# every node of a machine and every layout (`gres install` asked 533 plans of 9 kinds)
-# (the model is kept with its plan: a site's models change the catalog's generation)
+# every node of a machine and every layout (`gres diff` asked 533 plans of 9 kinds). Each plan
+# keeps the model it was made for, since `set_site_models` rebuilds every model.
 _PLANS: dict[tuple[str, tuple[tuple[str, int], ...], tuple[PlacedInstance, ...]], tuple[GpuModel, GpuPlan]] = {}
 _PLANS_MAX = 4096
 
@@ -148,8 +148,8 @@ def plan_gpu(model: GpuModel, counts: Mapping[str, int], current: Iterable[Place
     and never change; another model, a test's own, is planned every time).
     """
     cur = tuple(current)
-    if all_models().get(model.key) is not model:
-        return _plan_gpu(model, counts, cur)
+    if all_models().get(model.key) is not model or not all(type(n) is int for n in counts.values()):
+        return _plan_gpu(model, counts, cur)  # (1, 1.0 and True are one key: _profiles refuses the last two)
     key = (model.key, tuple(counts.items()), cur)
     known = _PLANS.get(key)
     if known is not None and known[0] is model:
