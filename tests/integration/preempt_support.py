@@ -44,7 +44,12 @@ def preemption_lines(log: Path, jobs: Collection[str], since: float) -> list[tup
 
 def preemptions(log: Path, jobs: Collection[str], since: float) -> dict[str, tuple[str, str]]:
     """Preempted job -> (how, for which job) of its last preemption (``preemption_lines``)."""
-    return {job: (how, by) for job, how, by in preemption_lines(log, jobs, since)}
+    return last_preemptions(preemption_lines(log, jobs, since))
+
+
+def last_preemptions(lines: list[tuple[str, str, str]]) -> dict[str, tuple[str, str]]:
+    """Preempted job -> (how, for which job) of its last one among ``preemption_lines``'s."""
+    return {job: (how, by) for job, how, by in lines}
 
 
 def real_times(rec: dict, kept: Kept | None = None, ids: dict | None = None) -> dict[str, tuple]:

@@ -25,6 +25,7 @@ from .repartition_support import (
     assert_converged,
     job_files,
     repartition,
+    text_of,
     wait_jobs_done,
     wait_until,
 )
@@ -73,7 +74,7 @@ def test_two_jobs_on_one_gpu_each_see_their_own_mig_uuid(day, tmp_path: Path):
     jobs = [
         sbatch(day, "-w", "h100n1", "--gres=gpu:1g.10gb:1", "-o", str(o), "--wrap", f"env; {gate.wrap()}") for o in outs
     ]
-    wait_for(lambda: all("CUDA_VISIBLE_DEVICES=" in (o.read_text() if o.exists() else "") for o in outs), what="envs")
+    wait_for(lambda: all("CUDA_VISIBLE_DEVICES=" in text_of(o) for o in outs), what="envs")
     assert all(state_of(day, j) == "RUNNING" for j in jobs)
     gate.open()
     wait_for(lambda: all(state_of(day, j) == "" for j in jobs), what="both MIG jobs to finish")
@@ -256,7 +257,7 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
 
 def clients(out: Path) -> list[dict]:
     """The JSON lines the job's simulated CUDA clients printed so far, in order."""
-    text = out.read_text() if out.exists() else ""
+    text = text_of(out)
     return [json.loads(line) for line in text.splitlines() if line.startswith('{"pid"')]
 
 
@@ -499,7 +500,7 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_and_the_reports_read_it(d
         try:
             wait_for(lambda: intervals() >= before + 3, what="three GPM intervals sampled under the load")
         except AssertionError as e:
-            usage = (run_dir / f"{job}.usage.json").read_text() if (run_dir / f"{job}.usage.json").exists() else ""
+            usage = text_of(run_dir / f"{job}.usage.json")
             raise AssertionError(f"{e}; {sorted(p.name for p in run_dir.iterdir())}; usage: {usage[:2000]}") from None
         gate.open()
         rec_path = day.root / "nodes" / node / "spool" / "jobs" / f"{job}.json"
@@ -815,7 +816,7 @@ def test_shard_jobs_share_one_mig_device_under_its_own_mps_daemon(day, tmp_path:
                 for o, s in zip(outs, steps, strict=True)
             ]  # fmt: skip
             try:
-                wait_for(lambda: all("sim_mode" in (o.read_text() if o.exists() else "") for o in outs), what="both")
+                wait_for(lambda: all("sim_mode" in text_of(o) for o in outs), what="both")
                 wait_for(lambda: step.exists() and step.read_text().strip(), what="the job's step")
                 assert [state_of(day, j) for j in jobs] == ["RUNNING", "RUNNING"]  # side by side
                 _, whole = job_env(day, tmp_path, "whole-mig", "-w", "a30n1", "--gres=gpu:4g.24gb:1")

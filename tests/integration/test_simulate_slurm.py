@@ -334,9 +334,10 @@ def test_the_simulator_preempts_by_qos_as_slurm_does(backfill_logged, tmp_path: 
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, ids, spec = recorded(kept.record)
     real = preempt.real_times(rec, kept, ids)  # the controller's times: the replay runs at its passes
-    slurm = preempt.preemptions(kept.log, ids, rec["since"])
+    lines = preempt.preemption_lines(kept.log, ids, rec["since"])
+    slurm = preempt.last_preemptions(lines)
     assert slurm, "Slurm preempted no job: the family's point is missing"
-    events = len(preempt.preemption_lines(kept.log, ids, rec["since"]))  # (a job may be preempted twice)
+    events = len(lines)  # (a job may be preempted twice)
     work, requeue, held = preempt.replay_inputs(rec, ids, slurm)
     handoff = recorded_handoff(kept.log, real, rec["since"])
     results: dict = {}
