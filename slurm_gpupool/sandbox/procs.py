@@ -232,6 +232,43 @@ def sandbox_processes(root: Path, names: Iterable[str]) -> list[tuple[int, str]]
     return sorted(out)
 
 
+def job_processes(root: Path) -> list[int]:
+    """A job's own processes left behind by this sandbox's Slurm (``pgrep``-like, keyed to the root).
+
+    ``proctrack/linuxproc`` finds a job's processes by walking its process tree: a
+    ``sleep`` forked while ``scancel`` killed its shell had left the tree and outlived
+    ``down`` (CI, 22.05 and 26.05).  A job's process is one that carries a job id
+    (``SLURM_JOB_ID``) and this root's mark or ``slurm.conf`` in its environment.  Our
+    own process and its ancestors are never one: ``down`` may run from a job or a shell
+    started with the sandbox's environment.
+    """
+    marks = {f"{MARK_ENV}={root}".encode(), f"SLURM_CONF={root}/etc/slurm.conf".encode()}
+    spared = _ancestors(os.getpid())
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spared:
+            continue
+        environ = _read_proc(int(entry), "environ").split(b"\0")
+        if marks.isdisjoint(environ) or not any(e.startswith(b"SLURM_JOB_ID=") for e in environ):
+            continue
+        if is_alive(int(entry)) and same_mount_namespace(int(entry)):
+            out.append(int(entry))
+    return sorted(out)
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and every process above it (``ps -o ppid``), up to init."""
+    seen = {pid}
+    while pid > 1:
+        stat = _read_proc(pid, "stat")
+        fields = stat.rpartition(b")")[2].split()  # after "(comm)", which may hold spaces
+        if len(fields) < 2:
+            break
+        pid = int(fields[1])
+        seen.add(pid)
+    return seen
+
+
 def sampler_processes(root: Path) -> list[int]:
     """This sandbox's GPU usage samplers (started by the Prolog, labelled with their run dir)."""
     return _processes_naming(root, b"slurm_gpupool.hooks.sampler")

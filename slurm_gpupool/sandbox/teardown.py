@@ -41,8 +41,8 @@ def stop_all(paths: SandboxPaths, slurm: SlurmCommand, progress: Callable[[str],
     """Stop what ``up`` started (by pid: TERM, wait, KILL) and remove pid files; the names stopped.
 
     Order: jobs, slurmctld (saves its state), slurmds, slurmdbd, MariaDB, munged.
-    Then anything left that carries this root's mark (a slurmstepd, a daemon
-    whose pid file was lost).
+    Then a job's processes that escaped their step's kill, and anything left that
+    carries this root's mark (a slurmstepd, a daemon whose pid file was lost).
     """
     root = paths.root
     stopped: list[str] = []
@@ -75,6 +75,10 @@ def stop_all(paths: SandboxPaths, slurm: SlurmCommand, progress: Callable[[str],
         progress(f"stopping usage sampler (pid {pid})")
         procs.stop(pid, timeout_s=10)
         stopped.append(f"sampler[{pid}]")
+    jobs = procs.job_processes(root)
+    if jobs:
+        progress(f"stopping {len(jobs)} job process(es) that outlived their step: {' '.join(map(str, jobs))}")
+        stopped += [f"job[{pid}]" for pid in procs.stop_many(jobs, timeout_s=5)]
     leftovers = procs.sandbox_processes(root, DAEMON_COMMS)
     for pid, program_name in leftovers:
         progress(f"stopping leftover {program_name} (pid {pid})")

@@ -215,6 +215,54 @@ def test_a_sandbox_root_is_not_a_longer_root_it_is_a_prefix_of(tmp_path):
             p.wait()
 
 
+def test_down_stops_a_jobs_process_that_escaped_its_step_and_nothing_else(tmp_path):
+    """A job's ``sleep 600`` outlived ``sandbox down`` (CI, 22.05 and 26.05): under
+    proctrack/linuxproc a process forked while scancel killed its shell leaves the step's
+    tree.  ``down`` stops a process carrying a job id and this root's slurm.conf; a shell
+    with the sandbox's environment but no job, another root's job, and ``down``'s own
+    ancestors (it may run inside a job) are left alone."""
+    from slurm_gpupool.sandbox import procs, teardown
+    from slurm_gpupool.sandbox.paths import SandboxPaths
+
+    root, other = tmp_path / "sb", tmp_path / "sb-gw0"
+    (root / "run").mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
+    conf = {"SLURM_CONF": f"{root}/etc/slurm.conf"}
+    job = subprocess.Popen(sleeper, env={**os.environ, **conf, "SLURM_JOB_ID": "7"})
+    shell = subprocess.Popen(sleeper, env={**os.environ, **conf})
+    theirs = subprocess.Popen(sleeper, env={**os.environ, "SLURM_CONF": f"{other}/etc/slurm.conf", "SLURM_JOB_ID": "8"})
+    children = (job, shell, theirs)
+    try:
+        for child in children:  # until each has exec'd: before, /proc shows pytest's environment
+            deadline = time.monotonic() + 120
+            while b"time.sleep(300)" not in procs._read_proc(child.pid, "cmdline") and time.monotonic() < deadline:
+                time.sleep(0.02)
+        inside = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os; from slurm_gpupool.sandbox import procs; from pathlib import Path; "
+                f"print(os.getpid() in procs.job_processes(Path({str(root)!r})))",
+            ],
+            env={**os.environ, **conf, "SLURM_JOB_ID": "9"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert inside.stdout.strip() == "False"  # down run from within a job spares itself
+
+        said: list[str] = []
+        stopped = teardown.stop_all(SandboxPaths(root), lambda *a, **kw: None, said.append)
+        assert stopped == [f"job[{job.pid}]"]
+        assert job.wait(timeout=30) is not None
+        assert shell.poll() is None and theirs.poll() is None
+        assert any(str(job.pid) in line for line in said)
+    finally:
+        for p in children:
+            p.kill()
+            p.wait()
+
+
 def test_a_checkout_made_again_at_the_same_path_is_not_the_mounted_one(tmp_path):
     """A container started for a checkout kept its mount after the checkout was deleted and
     cloned again at the same path: commands inside found no working directory (CI on a
