@@ -19,6 +19,25 @@ from slurm_gpupool.sandbox import procs
 from slurm_gpupool.sandbox.daemons import DaemonSpec
 from slurm_gpupool.sandbox.paths import SandboxPaths
 
+# how long ``up`` asks a running daemon again before it restarts it as hung: a busy one (a
+# slurmctld on a loaded machine missing its 5 s ``scontrol ping``) answers late, a hung one never
+ANSWER_GRACE_S = 30.0
+
+
+def answers_within(
+    healthy: Callable[[], bool],
+    grace_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """``healthy()`` asked again, a second apart, until it says yes or ``grace_s`` has passed."""
+    deadline = clock() + grace_s
+    while not healthy():
+        if clock() >= deadline:
+            return False
+        sleep(1.0)
+    return True
+
 
 @dataclass
 class UpReport:
@@ -102,7 +121,7 @@ class DaemonControl:
         True if (re)started."""
         pid = self.pid_of(spec)
         if pid is not None and not (changed & set(spec.configs)):
-            if healthy is None or healthy():
+            if healthy is None or answers_within(healthy, ANSWER_GRACE_S):
                 report.running.append(spec.name)
                 return False
             self._progress(f"{spec.name} (pid {pid}) runs but does not answer: restarting it")

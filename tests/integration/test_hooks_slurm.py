@@ -223,8 +223,13 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
     with mps_enabled(day):
         try:
             out = tmp_path / "alone.out"
-            sbatch(day, "--wait", "-o", str(out), "-w", "v100n1", "--gres=shard:1", "--wrap", f"env; {client}")
+            first_job = sbatch(
+                day, "--wait", "-o", str(out), "-w", "v100n1", "--gres=shard:1", "--wrap", f"env; {client}"
+            )
             alone = out.read_text()
+            # --wait returns once the job ended, its Epilog (which stops root's MPS daemon) may
+            # still run: a job started meanwhile would find the daemon serving another user
+            wait_for(lambda: state_of(day, first_job) == "", what="the first job's Epilog")
             held = day.sbatch_as(
                 user, "-o", str(shared / "held.out"), "--chdir", str(shared), "-w", "v100n1", "--gres=shard:1",
                 "--wrap", f"env > {shared / 'held.env'}; {gate.wrap()}",
@@ -240,7 +245,7 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
             if held:
                 day.run(["scancel", held], check=False)
     env_alone, env_held, env_other = (parse_env(t) for t in (alone, (shared / "held.env").read_text(), other))
-    first = json.loads(alone.splitlines()[-1])
+    first = client_records(alone)[-1]
     assert first["sim_mode"] == "mps", alone
     assert first["steps"]["cuMemAlloc_over"] == "CUDA_ERROR_OUT_OF_MEMORY", first
     assert first["steps"]["cuMemAlloc_under"] == "CUDA_SUCCESS", first
@@ -249,7 +254,7 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
     assert env_other["CUDA_VISIBLE_DEVICES"] == env_held["CUDA_VISIBLE_DEVICES"], (env_held, env_other)
     assert "CUDA_MPS_PIPE_DIRECTORY" in env_held and "CUDA_MPS_PIPE_DIRECTORY" not in env_other
     assert "runs without CUDA MPS" in other and "serves another user" in other and user in other, other
-    second = json.loads(other.splitlines()[-1])
+    second = client_records(other)[-1]
     assert second["sim_mode"] == "plain" and second["steps"]["cuInit"] == "CUDA_SUCCESS", second
     # without MPS nothing limits it: what the note tells the user
     assert second["steps"]["cuMemAlloc_over"] == "CUDA_SUCCESS", second
@@ -257,7 +262,11 @@ def test_two_users_share_an_mps_gpu_and_neither_hangs_and_over_the_limit_an_allo
 
 def clients(out: Path) -> list[dict]:
     """The JSON lines the job's simulated CUDA clients printed so far, in order."""
-    text = text_of(out)
+    return client_records(text_of(out))
+
+
+def client_records(text: str) -> list[dict]:
+    """A job output's client lines (Slurm's own notes may come before or after them)."""
     return [json.loads(line) for line in text.splitlines() if line.startswith('{"pid"')]
 
 
@@ -702,10 +711,11 @@ def test_ecc_error_drains_the_node_and_the_job_runs_elsewhere(day, tmp_path: Pat
         # Slurm delays a requeued batch job by 2 minutes; let it go now (once it is requeued:
         # an update before would be undone by the requeue's delay)
         wait_for(lambda: state_of(day, job) == "PENDING", what="the job to be requeued")
+        # read while it is listed (Slurm forgets a job MinJobAge, 20 s, after its end)
+        info = day.run(["scontrol", "show", "job", job]).stdout
         day.run(["scontrol", "update", f"jobid={job}", "starttime=now"])
         wait_for(lambda: out.exists() and state_of(day, job) == "", what="the requeued job")
         assert out.read_text().strip() == "a100n2"
-        info = day.run(["scontrol", "show", "job", job]).stdout
         assert "Restarts=1" in info
     finally:
         _clear_ecc(day)
@@ -833,7 +843,7 @@ def test_shard_jobs_share_one_mig_device_under_its_own_mps_daemon(day, tmp_path:
         assert e["CUDA_VISIBLE_DEVICES"] == mig and e["SLURM_GPUPOOL_PROFILE"] == "4g.24gb"
         assert Path(e["CUDA_MPS_PIPE_DIRECTORY"]).name == mig, e  # the MIG device's own daemon
         assert e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={limit}M" and e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-        ran = json.loads(o.read_text().splitlines()[-1])
+        ran = clients(o)[-1]  # its client's line (srun may note a retried step creation after it)
         assert ran["sim_mode"] == "mps", ran
         assert ran["steps"]["cuMemAlloc_over"] == "CUDA_ERROR_OUT_OF_MEMORY", ran
         assert ran["steps"]["cuMemAlloc_under"] == "CUDA_SUCCESS", ran

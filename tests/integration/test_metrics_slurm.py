@@ -53,9 +53,17 @@ def day(_sandbox_session):
 
 
 class Prometheus:
-    """Debian's prometheus, scraping the metrics endpoint every second, on free ports."""
+    """Debian's prometheus, scraping the metrics endpoint every second, on free ports.
+
+    A scrape times out after its 1 s interval, and on a loaded machine the endpoint (which
+    asks sinfo, squeue and scontrol) may answer later: that scrape fails and marks every
+    series stale, so an instant query made just after sees nothing.  Queries that must
+    agree with one another are evaluated at one past instant (:meth:`pin`)."""
+
+    LAG_S = 3.0  # a pinned instant's age: every scrape begun before it has ended (1 s timeout)
 
     def __init__(self, tmp: Path, target: str) -> None:
+        self.at: str | None = None  # the instant queries are evaluated at (None: now)
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.skip("Debian's prometheus is not installed (scripts/bootstrap dev and the release roots have it)")
@@ -93,9 +101,17 @@ class Prometheus:
         assert doc["status"] == "success", doc
         return doc["data"]
 
+    def pin(self) -> None:
+        """Evaluate the following queries at an instant ``LAG_S`` ago (``time=``): what
+        Prometheus holds for it no longer changes, whatever the next scrapes do."""
+        self.at = f"{time.time() - self.LAG_S:.3f}"
+
+    def unpin(self) -> None:
+        self.at = None
+
     def query(self, promql: str) -> dict[tuple, float]:
         """An instant query: {labels as sorted tuple: value}."""
-        data = self.api("query", query=promql)
+        data = self.api("query", query=promql, **({"time": self.at} if self.at else {}))
         return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["result"]}
 
     def scalar(self, promql: str) -> float | None:
@@ -202,14 +218,17 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
             int(n) for t in squeue_tres(sb, "R", "tres-alloc").values() for n in re.findall(r"gres/shard=(\d+)", t)
         )
         assert shards_used == 3
-        wait_for(
-            lambda: (
+
+        def scraped_running() -> bool:
+            prom.pin()  # the checks below read this same instant
+            return (
                 prom.scalar('sum(gpupool_allocated_devices{gres="shard"})') == shards_used
                 and prom.scalar('sum(gpupool_allocated_devices{gres="gpu",type="3g.40gb"})') == 1
                 and prom.scalar("sum(gpupool_pending_devices)") is not None
-            ),
-            what="Prometheus to scrape the running jobs",
-        )
+            )
+
+        wait_for(scraped_running, what="Prometheus to scrape the running jobs")
+        running_at = prom.at
         assert prom.scalar("gpupool_slurm_up") == 1
         cap = {
             (dict(k)["gres"], dict(k)["type"]): v
@@ -242,6 +261,7 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
         info = prom.query("gpupool_node_layout_info")
         assert {dict(k)["node"]: dict(k)["active"] for k in info} == layouts == dict.fromkeys(NODES, "day")
         assert prom.scalar("count(gpupool_node_switch_state == 1)") == len(NODES)
+        prom.unpin()
 
         # the journal holds every earlier module's runs on this worker's sandbox, a rolled-back switch among
         # them (test_repartition_slurm): it was out of service too, so it is one more out-of-service sample
@@ -286,7 +306,9 @@ def test_prometheus_sees_what_sinfo_and_squeue_say_and_dcgm_sees_the_jobs(day, t
         for p in dash["panels"]:
             for t in p.get("targets", []):
                 prom.api("query", query=t["expr"].replace("$layout", ".*"))
-        assert prom.scalar('sum(gpupool_allocated_gpu_equivalents{layout=~".*"})') > 0
+        prom.at = running_at  # the instant that saw the jobs running, as the panels' filter asks it
+        assert (prom.scalar('sum(gpupool_allocated_gpu_equivalents{layout=~".*"})') or 0) > 0
+        prom.unpin()
 
         # -- the textfile form passes Prometheus' own lint
         prom_file = tmp_path / "textfile" / "gpupool.prom"

@@ -30,7 +30,6 @@ from .repartition_support import (
     repartition,
     report_of,
     reserved,
-    sacct_states,
     state_after_scheduling,
     wait_jobs_done,
     wait_until,
@@ -100,7 +99,9 @@ def test_day_night_day_with_a_stream_of_jobs_loses_none(night, tmp_path: Path):
         assert day.returncode == 0, day.stdout + day.stderr
         rep = report_of(day)
         assert {n: v["outcome"] for n, v in rep["nodes"].items()} == {n: "done" for n in night.nodes}
-        assert sacct_states(night, [long_job])[long_job] == "COMPLETED"  # v100n1 waited for it
+        # v100n1 waited for it (sacct hears of a job's end a moment after the switch, which
+        # restarted slurmctld: its messages to slurmdbd are sent again once it is back)
+        assert wait_jobs_done(night, [long_job])[long_job] == "COMPLETED"
         time.sleep(3)
         back = repartition(night, "--to", "night", "--deadline", "10m", "--json")
         assert back.returncode == 0, back.stdout + back.stderr
@@ -359,7 +360,7 @@ def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Pat
         raw["repartition"]["checkpoint_grace"] = "3s"
 
     conf = _site_config(night, tmp_path, quick)
-    marker = tmp_path / "checkpointed"
+    marker, trapped = tmp_path / "checkpointed", tmp_path / "trapped"
     gate = Gate(tmp_path, "keep")
     ckpt = night.run(
         [
@@ -372,13 +373,16 @@ def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Pat
             "-t",
             "30",
             "--wrap",
-            f"trap 'touch {marker}' USR1; while :; do sleep 1; done",
+            f"trap 'touch {marker}' USR1; touch {trapped}; while :; do sleep 1; done",
         ]
     ).stdout.strip()
     keep = night.run(
         ["sbatch", "--parsable", "--no-requeue", "-w", "v100n1", "--gres=gpu:v100:1", "-t", "30", "--wrap", gate.wrap()]
     ).stdout.strip()
     wait_until(lambda: {job_state(night, j)[0] for j in (ckpt, keep)} == {"RUNNING"}, "both jobs to run")
+    # RUNNING is the allocation: the Prolog and the script's start come after, and a signal
+    # sent before the trap is set ends the script (or is dropped before its step exists)
+    wait_until(trapped.exists, "the checkpointing job's trap")
     try:
         args = ["--to", "day", "--nodes", "v100n1", "--deadline", "3s", "--requeue", "--json"]
         with Background(night, tmp_path, *args, env={"SLURM_GPUPOOL_CONFIG": str(conf)}) as run:
@@ -396,6 +400,7 @@ def test_requeue_signals_and_requeues_only_requeueable_jobs(night, tmp_path: Pat
             proc = run.wait()
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert report_of(proc)["nodes"]["v100n1"]["outcome"] == "done"
+        wait_jobs_done(night, [keep])  # sacct has its end (see above)
         assert never_requeued(night, [keep]) == {keep: ["COMPLETED"]}  # ran to its end before the switch
         assert "Restarts=1" in night.run(["scontrol", "-o", "show", "job", ckpt]).stdout
     finally:

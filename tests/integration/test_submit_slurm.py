@@ -237,6 +237,8 @@ def dry_run(sandbox, *args: str) -> str:
 
 
 def test_friendly_requests_land_on_the_intended_gres_and_node(day, tmp_path: Path):
+    from .repartition_support import job_files
+
     catalog_now(day, "day")
     expectations = [
         (["--gpu-mem=18G"], "gpu:3g.20gb:1", ("a100n1", "a100n2")),
@@ -252,8 +254,7 @@ def test_friendly_requests_land_on_the_intended_gres_and_node(day, tmp_path: Pat
                 "--parsable",
                 "--wait",
                 *args,
-                "-o",
-                str(out),
+                *job_files(out),  # stdout alone: Slurm may note "Prolog hung" in stderr
                 "--wrap",
                 "echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $SLURM_JOB_GPUS",
             ]

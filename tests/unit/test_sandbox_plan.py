@@ -179,3 +179,22 @@ def test_char_devices_are_made_once_and_a_broken_one_is_made_again(tmp_path):
     assert stat.S_ISCHR(os.lstat(cap).st_mode) and stat.S_ISCHR(os.lstat(tmp_path / "nvidia0").st_mode)
     assert ensure_char_devices(tmp_path, plan) == 0
     assert ensure_char_devices(tmp_path, device_plan([0, 1])) > 0  # another plan: checked in full
+
+
+def test_up_asks_a_running_daemon_again_before_it_restarts_it_as_hung():
+    """`sandbox up` restarted a slurmctld that was only busy: one `scontrol ping` (5 s) it
+    missed on a loaded machine made it "hung" (a reading of CI's tests under load).  A daemon
+    is asked again for ANSWER_GRACE_S; one that answers late is kept, one that never does is not."""
+    from slurm_gpupool.sandbox.lifecycle import ANSWER_GRACE_S, answers_within
+
+    now = [0.0]
+    clock, sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s + 5.0))  # each probe: 5 s
+    late = iter([False, False, False, True])
+    assert answers_within(lambda: next(late), ANSWER_GRACE_S, clock, sleep)
+    assert now[0] == 18.0  # three missed probes, then the answer
+    now[0] = 0.0
+    asked: list[float] = []
+    assert not answers_within(lambda: asked.append(now[0]) or False, ANSWER_GRACE_S, clock, sleep)
+    assert asked[-1] >= ANSWER_GRACE_S and len(asked) == 6  # asked until the grace is over, then given up
+    now[0] = 0.0
+    assert answers_within(lambda: True, ANSWER_GRACE_S, clock, sleep) and now[0] == 0.0  # no wait when it answers
