@@ -17,7 +17,9 @@ from slurm_gpupool.sandbox import procs
 from slurm_gpupool.sandbox.client import SlurmCommand
 from slurm_gpupool.sandbox.daemons import DaemonSpec
 
-DAEMON_ANSWER_S = 10  # a running daemon that does not answer a query within this is restarted by `up`
+# one probe's timeout: a running daemon that misses every probe for lifecycle.ANSWER_GRACE_S
+# is restarted by `up`
+DAEMON_ANSWER_S = 10
 
 
 def ctld_ready(slurm: SlurmCommand) -> bool:

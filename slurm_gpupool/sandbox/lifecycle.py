@@ -27,10 +27,12 @@ ANSWER_GRACE_S = 30.0
 def answers_within(
     healthy: Callable[[], bool],
     grace_s: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> bool:
-    """``healthy()`` asked again, a second apart, until it says yes or ``grace_s`` has passed."""
+    """``healthy()`` asked again, a second apart, until it says yes or ``grace_s`` has passed
+    (the worst case for a hung daemon: the grace plus one probe's own timeout)."""
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
     deadline = clock() + grace_s
     while not healthy():
         if clock() >= deadline:

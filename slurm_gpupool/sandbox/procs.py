@@ -232,26 +232,30 @@ def sandbox_processes(root: Path, names: Iterable[str]) -> list[tuple[int, str]]
     return sorted(out)
 
 
-def job_processes(root: Path) -> list[int]:
+def job_processes(root: Path, cluster: str) -> list[int]:
     """A job's own processes left behind by this sandbox's Slurm (``pgrep``-like, keyed to the root).
 
     ``proctrack/linuxproc`` finds a job's processes by walking its process tree: a
     ``sleep`` forked while ``scancel`` killed its shell had left the tree and outlived
-    ``down`` (CI, 22.05 and 26.05).  A job's process is one that carries a job id
-    (``SLURM_JOB_ID``) and this root's mark or ``slurm.conf`` in its environment.  Our
-    own process and its ancestors are never one: ``down`` may run from a job or a shell
-    started with the sandbox's environment.
+    ``down`` (CI, 22.05 and 26.05).  A job's process carries what slurmstepd gives every
+    job of this cluster (``SLURM_JOB_ID``, ``SLURM_CLUSTER_NAME=cluster``) and this
+    root's mark or ``slurm.conf`` in its environment: a process of another cluster's job
+    (a developer's ``salloc`` shell that took the sandbox's environment) is not one.  Our
+    own process and its ancestors are never one (a shell started with the sandbox's
+    environment, even from within such a job).
     """
     marks = {f"{MARK_ENV}={root}".encode(), f"SLURM_CONF={root}/etc/slurm.conf".encode()}
+    ours = f"SLURM_CLUSTER_NAME={cluster}".encode()
     spared = _ancestors(os.getpid())
-    out = []
+    out: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in spared:
             continue
         environ = _read_proc(int(entry), "environ").split(b"\0")
-        if marks.isdisjoint(environ) or not any(e.startswith(b"SLURM_JOB_ID=") for e in environ):
+        if marks.isdisjoint(environ) or ours not in environ:
             continue
-        if is_alive(int(entry)) and same_mount_namespace(int(entry)):
+        has_job = any(e.startswith(b"SLURM_JOB_ID=") for e in environ)
+        if has_job and is_alive(int(entry)) and same_mount_namespace(int(entry)):
             out.append(int(entry))
     return sorted(out)
 

@@ -12,11 +12,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurm_gpupool.errors import BusyError, SlurmUnavailableError, UsageError
+from slurm_gpupool.errors import BusyError, GpupoolError, SlurmUnavailableError, UsageError
 from slurm_gpupool.sandbox import procs
 from slurm_gpupool.sandbox.client import SlurmCommand
 from slurm_gpupool.sandbox.daemons import DAEMON_COMMS, DAEMON_NAMES
 from slurm_gpupool.sandbox.paths import SandboxPaths
+
+ESCAPE_ROUNDS = 3  # scans for a job's escaped processes (a kill may race a fork)
 
 
 def cancel_jobs(slurm: SlurmCommand, progress: Callable[[str], None]) -> None:
@@ -75,16 +77,38 @@ def stop_all(paths: SandboxPaths, slurm: SlurmCommand, progress: Callable[[str],
         progress(f"stopping usage sampler (pid {pid})")
         procs.stop(pid, timeout_s=10)
         stopped.append(f"sampler[{pid}]")
-    jobs = procs.job_processes(root)
-    if jobs:
-        progress(f"stopping {len(jobs)} job process(es) that outlived their step: {' '.join(map(str, jobs))}")
-        stopped += [f"job[{pid}]" for pid in procs.stop_many(jobs, timeout_s=5)]
+    stopped += stop_escaped_job_processes(root, _cluster_name(paths), progress)
     leftovers = procs.sandbox_processes(root, DAEMON_COMMS)
     for pid, program_name in leftovers:
         progress(f"stopping leftover {program_name} (pid {pid})")
         procs.stop(pid, timeout_s=10)
         stopped.append(f"{program_name}[{pid}]")
     return stopped
+
+
+def stop_escaped_job_processes(root: Path, cluster: str, progress: Callable[[str], None]) -> list[str]:
+    """Stop the processes of this cluster's jobs that outlived their step (see
+    :func:`procs.job_processes`); looked for again after each stop, since a job's shell may
+    fork while it is being killed (at most ``ESCAPE_ROUNDS`` times)."""
+    stopped: list[str] = []
+    for _ in range(ESCAPE_ROUNDS):
+        jobs = procs.job_processes(root, cluster)
+        if not jobs:
+            break
+        progress(f"stopping {len(jobs)} job process(es) that outlived their step: {' '.join(map(str, jobs))}")
+        stopped += [f"job[{pid}]" for pid in procs.stop_many(jobs, timeout_s=5)]
+    return stopped
+
+
+def _cluster_name(paths: SandboxPaths) -> str:
+    """The ClusterName ``up`` recorded (``sandbox.json``), or the sandbox's default."""
+    from slurm_gpupool.sandbox.state import CLUSTER, read_state
+
+    try:
+        recorded = read_state(paths.state_file)
+    except GpupoolError:  # unreadable: `down` still stops what it can
+        recorded = None
+    return str((recorded or {}).get("cluster") or CLUSTER)
 
 
 def purge(root: Path, progress: Callable[[str], None]) -> None:

@@ -181,20 +181,41 @@ def test_char_devices_are_made_once_and_a_broken_one_is_made_again(tmp_path):
     assert ensure_char_devices(tmp_path, device_plan([0, 1])) > 0  # another plan: checked in full
 
 
-def test_up_asks_a_running_daemon_again_before_it_restarts_it_as_hung():
+def test_up_asks_a_running_daemon_again_before_it_restarts_it_as_hung(tmp_path, monkeypatch):
     """`sandbox up` restarted a slurmctld that was only busy: one `scontrol ping` (5 s) it
-    missed on a loaded machine made it "hung" (a reading of CI's tests under load).  A daemon
-    is asked again for ANSWER_GRACE_S; one that answers late is kept, one that never does is not."""
-    from slurm_gpupool.sandbox.lifecycle import ANSWER_GRACE_S, answers_within
+    missed on a loaded machine made it "hung" (a reading of CI's tests under load).  A running
+    daemon is asked again for ANSWER_GRACE_S: one that answers late is kept, one that never
+    does is restarted (`DaemonControl.ensure`, on a clock where each probe takes 5 s)."""
+    import functools
+
+    from slurm_gpupool.sandbox import lifecycle
+    from slurm_gpupool.sandbox.daemons import DaemonSpec
+    from slurm_gpupool.sandbox.lifecycle import ANSWER_GRACE_S, DaemonControl, UpReport
+    from slurm_gpupool.sandbox.paths import SandboxPaths
 
     now = [0.0]
-    clock, sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s + 5.0))  # each probe: 5 s
+    clock, sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s + 5.0))
+    monkeypatch.setattr(
+        lifecycle, "answers_within", functools.partial(lifecycle.answers_within, clock=clock, sleep=sleep)
+    )
+    monkeypatch.setattr(lifecycle.procs, "wait_until", lambda *a, **kw: None)
+    ctl = DaemonControl(SandboxPaths(tmp_path), dict, lambda line: None)
+    restarts: list[str] = []
+    monkeypatch.setattr(ctl, "pid_of", lambda spec: 4242)
+    monkeypatch.setattr(ctl, "stop", lambda spec, timeout_s=20: restarts.append(f"stop {spec.name}") or True)
+    monkeypatch.setattr(ctl, "start", lambda spec: restarts.append(f"start {spec.name}") or 4343)
+    spec = DaemonSpec("slurmctld", "slurmctld", ["slurmctld", "-D"], ())
+
     late = iter([False, False, False, True])
-    assert answers_within(lambda: next(late), ANSWER_GRACE_S, clock, sleep)
+    report = UpReport(str(tmp_path))
+    assert ctl.ensure(spec, set(), set(), report, lambda: True, 60, healthy=lambda: next(late)) is False
+    assert report.running == ["slurmctld"] and report.restarted == [] and restarts == []
     assert now[0] == 18.0  # three missed probes, then the answer
+
     now[0] = 0.0
     asked: list[float] = []
-    assert not answers_within(lambda: asked.append(now[0]) or False, ANSWER_GRACE_S, clock, sleep)
-    assert asked[-1] >= ANSWER_GRACE_S and len(asked) == 6  # asked until the grace is over, then given up
-    now[0] = 0.0
-    assert answers_within(lambda: True, ANSWER_GRACE_S, clock, sleep) and now[0] == 0.0  # no wait when it answers
+    report = UpReport(str(tmp_path))
+    hung = lambda: asked.append(now[0]) or False  # noqa: E731
+    assert ctl.ensure(spec, set(), set(), report, lambda: True, 60, healthy=hung) is True
+    assert report.restarted == ["slurmctld"] and restarts == ["stop slurmctld", "start slurmctld"]
+    assert asked[-1] >= ANSWER_GRACE_S and len(asked) == 6  # asked until the grace was over, then restarted

@@ -7,6 +7,7 @@ which runs the integration suite in the 24.11 and 26.05 containers.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -218,44 +219,53 @@ def test_a_sandbox_root_is_not_a_longer_root_it_is_a_prefix_of(tmp_path):
 def test_down_stops_a_jobs_process_that_escaped_its_step_and_nothing_else(tmp_path):
     """A job's ``sleep 600`` outlived ``sandbox down`` (CI, 22.05 and 26.05): under
     proctrack/linuxproc a process forked while scancel killed its shell leaves the step's
-    tree.  ``down`` stops a process carrying a job id and this root's slurm.conf; a shell
-    with the sandbox's environment but no job, another root's job, and ``down``'s own
-    ancestors (it may run inside a job) are left alone."""
+    tree.  ``down`` stops a process carrying a job id of this cluster and this root's
+    slurm.conf; a shell with the sandbox's environment but no job, another root's job,
+    another cluster's job (a developer's salloc shell that took the sandbox's environment)
+    and ``down``'s own ancestors are left alone."""
     from slurm_gpupool.sandbox import procs, teardown
     from slurm_gpupool.sandbox.paths import SandboxPaths
+    from slurm_gpupool.sandbox.state import CLUSTER
 
     root, other = tmp_path / "sb", tmp_path / "sb-gw0"
     (root / "run").mkdir(parents=True)
-    sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # even if pytest runs in a job
     conf = {"SLURM_CONF": f"{root}/etc/slurm.conf"}
-    job = subprocess.Popen(sleeper, env={**os.environ, **conf, "SLURM_JOB_ID": "7"})
-    shell = subprocess.Popen(sleeper, env={**os.environ, **conf})
-    theirs = subprocess.Popen(sleeper, env={**os.environ, "SLURM_CONF": f"{other}/etc/slurm.conf", "SLURM_JOB_ID": "8"})
-    children = (job, shell, theirs)
+    ours = {**conf, "SLURM_CLUSTER_NAME": CLUSTER}
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
+    job = subprocess.Popen(sleeper, env={**base, **ours, "SLURM_JOB_ID": "7"})
+    shell = subprocess.Popen(sleeper, env={**base, **ours})
+    theirs = subprocess.Popen(
+        sleeper,
+        env={**base, "SLURM_CONF": f"{other}/etc/slurm.conf", "SLURM_CLUSTER_NAME": CLUSTER, "SLURM_JOB_ID": "8"},
+    )
+    outer = subprocess.Popen(sleeper, env={**base, **conf, "SLURM_CLUSTER_NAME": "site", "SLURM_JOB_ID": "9"})
+    children = (job, shell, theirs, outer)
     try:
         for child in children:  # until each has exec'd: before, /proc shows pytest's environment
             deadline = time.monotonic() + 120
             while b"time.sleep(300)" not in procs._read_proc(child.pid, "cmdline") and time.monotonic() < deadline:
                 time.sleep(0.02)
+        # `down` from a shell that looks like one of this cluster's jobs spares that shell and itself
+        probe = (
+            "import os; from pathlib import Path; from slurm_gpupool.sandbox import procs; "
+            f"found = procs.job_processes(Path({str(root)!r}), {CLUSTER!r}); "
+            "print(os.getpid() in found, os.getppid() in found, " + str(job.pid) + " in found)"
+        )
         inside = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import os; from slurm_gpupool.sandbox import procs; from pathlib import Path; "
-                f"print(os.getpid() in procs.job_processes(Path({str(root)!r})))",
-            ],
-            env={**os.environ, **conf, "SLURM_JOB_ID": "9"},
+            ["sh", "-c", f'{shlex.quote(sys.executable)} -c {shlex.quote(probe)}; echo "$$"'],
+            env={**base, **ours, "SLURM_JOB_ID": "10", "PYTHONPATH": os.pathsep.join(sys.path)},
             capture_output=True,
             text=True,
             check=True,
         )
-        assert inside.stdout.strip() == "False"  # down run from within a job spares itself
+        assert inside.stdout.split("\n")[0] == "False False True", inside.stdout + inside.stderr
 
         said: list[str] = []
         stopped = teardown.stop_all(SandboxPaths(root), lambda *a, **kw: None, said.append)
         assert stopped == [f"job[{job.pid}]"]
         assert job.wait(timeout=30) is not None
-        assert shell.poll() is None and theirs.poll() is None
+        assert all(p.poll() is None for p in (shell, theirs, outer))
         assert any(str(job.pid) in line for line in said)
     finally:
         for p in children:
