@@ -246,7 +246,9 @@ def job_processes(root: Path, cluster: str) -> list[int]:
     """
     marks = {f"{MARK_ENV}={root}".encode(), f"SLURM_CONF={root}/etc/slurm.conf".encode()}
     ours = f"SLURM_CLUSTER_NAME={cluster}".encode()
-    spared = _ancestors(os.getpid())
+    from slurm_gpupool.hooks.leftovers import lineage  # the Epilog's own guard: this process and its ancestors
+
+    spared = lineage()
     out: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in spared:
@@ -258,19 +260,6 @@ def job_processes(root: Path, cluster: str) -> list[int]:
         if has_job and is_alive(int(entry)) and same_mount_namespace(int(entry)):
             out.append(int(entry))
     return sorted(out)
-
-
-def _ancestors(pid: int) -> set[int]:
-    """``pid`` and every process above it (``ps -o ppid``), up to init."""
-    seen = {pid}
-    while pid > 1:
-        stat = _read_proc(pid, "stat")
-        fields = stat.rpartition(b")")[2].split()  # after "(comm)", which may hold spaces
-        if len(fields) < 2:
-            break
-        pid = int(fields[1])
-        seen.add(pid)
-    return seen
 
 
 def sampler_processes(root: Path) -> list[int]:
