@@ -73,11 +73,18 @@ class Backfill(Preemption):
                 continue
             need = need_of_job[i]
             chosen = self._earliest_nodes(need, limit, horizon, plans)
+            completing = False
             if chosen is not None and chosen[-1][0] <= self.now:
-                self._start(i, [(n, parts) for _, _, n, parts in chosen])
-                continue
+                completing = any(n.completing for _, _, n, _ in chosen)
+                if not completing:
+                    self._start(i, [(n, parts) for _, _, n, parts in chosen])
+                    continue
+                # a node of its is completing a job: planned a second from now and held for it
+                # in this pass (backfill.c: "Need to wait for in-progress completion/epilog")
+                chosen = [(self.now + 1.0, idx, n, parts) for _, idx, n, parts in chosen]
             if (
                 self.preempting
+                and not completing
                 and (took := self._preempt_for(i, True, self._blocked(plans, self.now, self.now + limit))) is not None
             ):
                 # it fits with the preemptable jobs gone (_will_run_test): it preempts through
@@ -86,7 +93,7 @@ class Backfill(Preemption):
                 for n, _ in took:
                     insort(plans.setdefault(n.index, []), window)
                 continue
-            if chosen is not None and p.will_run != EXACT:
+            if chosen is not None and p.will_run != EXACT and not completing:
                 chosen = self._planned(need, chosen, limit, horizon, plans)  # None: beyond bf_window
             shape = (need.types, need.kind)
             if chosen is not None:  # a start later: its nodes are held for it from then (_add_reservation)
@@ -94,8 +101,8 @@ class Backfill(Preemption):
                 window = self._window(at, limit)
                 for _, _, n, _ in chosen:
                     insort(plans.setdefault(n.index, []), window)
-            if p.bf_exact:
-                continue
+            if p.bf_exact or completing:
+                continue  # (completing: a job of its request may start now on another node)
             if chosen is not None:  # passed over only once its request holds enough nodes
                 held.setdefault(shape, set()).update(n.index for _, _, n, _ in chosen)
                 if shape not in to_hold:

@@ -51,6 +51,7 @@ from slurm_gpupool.simulate.replay import (
     AHEAD,
     BACK,
     BACKFILL,
+    COMPLETING,
     CRON,
     DONE,
     ELIGIBLE,
@@ -59,6 +60,7 @@ from slurm_gpupool.simulate.replay import (
     LIVE,
     REQUEUE,
     SAMPLE,
+    SCHED,
     SUBMIT,
     SWITCH,
     TICK,
@@ -180,7 +182,7 @@ class Engine(Switching, Backfill):
         self.job_nodes = {}
         self.gen = {}
         self.now = 0.0
-        self.dirty = self.bf_pending = self.changed = False
+        self.dirty = self.bf_pending = self.changed = self.sched_due = False
         self.last_pass_s = -INF
         self.switches = self.skipped = self.requeued = self.preempted = self.started = 0
         self.oos_s = self.reserved_s = 0.0
@@ -221,6 +223,8 @@ class Engine(Switching, Backfill):
     def _handle(self, kind: int, payload: object) -> None:
         if kind == END:
             self._end(*payload)  # type: ignore[misc]
+        elif kind == COMPLETING:
+            self._completing(*payload)  # type: ignore[misc]
         elif kind == DONE:
             self._done(*payload)  # type: ignore[misc]
         elif kind == KILL:
@@ -229,6 +233,8 @@ class Engine(Switching, Backfill):
             self._eligible(payload)  # type: ignore[arg-type]
         elif kind == SUBMIT:
             self._submit(payload)  # type: ignore[arg-type]
+        elif kind == SCHED:
+            self._sched_round()
         elif kind == WITHDRAW:
             self._withdraw(payload)  # type: ignore[arg-type]
         elif kind == BACKFILL:

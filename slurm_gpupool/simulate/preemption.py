@@ -129,6 +129,8 @@ class Preemption(Scheduler):
             self.graced.pop(j, None)
             self.dying.add(j)
             rec.end_s = self.now
+            if self.p.completing_blocks_node:
+                self._completing(j, gen)
             self._push(self.now + self._release_s(j), KILL, (j, gen, 1))
             return
         self.dying.discard(j)

@@ -34,6 +34,9 @@ class SimNode:
     shares: dict[str, int]
     eq: dict[str, float]
     running: dict[int, tuple[float, list[Part]]] = field(default_factory=dict)  # job -> (start + limit, parts)
+    # the jobs whose run ended here and whose records are not free yet (COMPLETING): with
+    # ``Params.completing_blocks_node``, no job starts on the node meanwhile
+    completing: set[int] = field(default_factory=set)
     usable: bool = True  # False: reserved for a switch, or out of service
     ahead_at: float = INF  # a reservation ahead starts then: it takes only jobs that end before
     target: str | None = None  # switching to this layout

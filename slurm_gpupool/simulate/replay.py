@@ -26,10 +26,29 @@ from slurm_gpupool.simulate.switcher import Switcher
 # (samples last: what they measure, and whether they run at all, changes nothing before them)
 # (KILL: a preempted job ends, then its records come free; ELIGIBLE: a requeued one queues again;
 # WITHDRAW: its user cancels a job; DONE: a job others depend on has ended, its records not
-# yet free)
-END, DONE, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT, BACKFILL, TICK, SAMPLE = range(14)
+# yet free; COMPLETING: a job's run has ended, its nodes complete it until its END)
+# SCHED: the controller's background loop asks the main scheduler to run, for the jobs
+# submitted since its last round)
+(
+    END,
+    COMPLETING,
+    DONE,
+    KILL,
+    BACK,
+    SWITCH,
+    AHEAD,
+    CRON,
+    REQUEUE,
+    ELIGIBLE,
+    WITHDRAW,
+    SUBMIT,
+    SCHED,
+    BACKFILL,
+    TICK,
+    SAMPLE,
+) = range(16)
 # the events that change what the scheduler sees (the others are its passes, ticks, samples)
-LIVE = frozenset({END, DONE, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT})
+LIVE = frozenset({END, DONE, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT, COMPLETING, SCHED})
 
 
 class ReplayState:
@@ -76,6 +95,7 @@ class ReplayState:
     dirty: bool  # the main scheduler may start something
     changed: bool  # something was freed, submitted or switched since the last backfill pass
     bf_pending: bool  # a backfill pass is in the queue
+    sched_due: bool  # a round of the background loop is in the queue (``Params.sched_tick_s``)
     last_pass_s: float
     quiet_since: float  # since when only a demand-driven switcher's ticks are left
 

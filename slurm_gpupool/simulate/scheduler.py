@@ -25,7 +25,7 @@ from slurm_gpupool.simulate.cadence import next_pass
 from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.records import Part, SimNode, apply, take
-from slurm_gpupool.simulate.replay import BACKFILL, DONE, END, SUBMIT
+from slurm_gpupool.simulate.replay import BACKFILL, COMPLETING, DONE, END, SCHED, SUBMIT
 from slurm_gpupool.simulate.state import SHARD, Need, need_of
 
 # why a job with dependencies never runs (``JobRecord.rejected``)
@@ -96,6 +96,8 @@ class Scheduler(NodeIndex):
             self._never(i)
         elif self.waits_on.get(i):
             self.held.add(i)  # pending (Dependency): it queues when the last of them ends
+        elif self.p.sched_tick_s > 0:
+            self._enqueue(i, at_tick=True)
         else:
             self._enqueue(i)
 
@@ -132,10 +134,33 @@ class Scheduler(NodeIndex):
         submission, then job id), fixed at the start (a requeued job keeps its place)."""
         return (self.rank[i], self.jobs[i].job_id, i)
 
-    def _enqueue(self, i: int) -> None:
+    def _enqueue(self, i: int, at_tick: bool = False) -> None:
+        """Job ``i`` queues; the main scheduler runs now, or (``at_tick``: a submission,
+        ``Params.sched_tick_s``) at the background loop's next round.  A backfill pass is due
+        either way (``_more_work``: the queue changed)."""
         insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
         self.queued.add(i)
-        self.dirty = self.changed = True
+        self.changed = True
+        if not at_tick:
+            self.dirty = True
+            return
+        if not self.sched_due:
+            self.sched_due = True
+            self._push(self._next_round(), SCHED, None)
+        if not self.bf_pending:
+            self.bf_pending = True
+            self._push(self._next_pass_at(), BACKFILL, None)
+
+    def _next_round(self) -> float:
+        """The background loop's next round at or after now (``Params.sched_tick_s``)."""
+        p = self.p
+        at = self.now + p.clock_origin_s - p.sched_tick_phase_s
+        return math.ceil(at / p.sched_tick_s - 1e-9) * p.sched_tick_s + p.sched_tick_phase_s - p.clock_origin_s
+
+    def _sched_round(self) -> None:
+        """The background loop's round (SCHED): the main scheduler runs."""
+        self.sched_due = False
+        self.dirty = True
 
     def _withdraw(self, i: int) -> None:
         """Its user cancels job ``i`` (``scancel``, ``job_mgr.c``: ``job_signal``).  Pending,
@@ -203,8 +228,17 @@ class Scheduler(NodeIndex):
         ``release_s``, 97.1 % against 99.4 % on 22.05's seed 5757, and its p90 wait 33.2
         against 27.8 s)."""
         self._push(end_s + self._release_s(i), END, (i, self.gen[i]))
+        if self.p.completing_blocks_node:
+            self._push(end_s, COMPLETING, (i, self.gen[i]))
         if self.dependents.get(i):
             self._push(end_s, DONE, (i, self.gen[i], completed))
+
+    def _completing(self, i: int, gen: int) -> None:
+        """Job ``i``'s run has ended (COMPLETING): its nodes complete it, and take no job,
+        until its records come free (``_release``; ``Params.completing_blocks_node``)."""
+        if self.gen.get(i) == gen and i in self.job_nodes:
+            for n in self.job_nodes[i]:
+                n.completing.add(i)
 
     def _release_s(self, i: int) -> float:
         """How long job ``i``'s records stay taken after its run ends: its own measured
@@ -258,6 +292,7 @@ class Scheduler(NodeIndex):
         del self.end_time[i]
         for n in self.job_nodes.pop(i):
             _, parts = n.running.pop(i)
+            n.completing.discard(i)
             apply(n.free, n.shared, parts, -1)
             self.meter.alloc(parts[0][1], -need.eq / need.nodes, self.now)
             self._records_changed(n, parts)
@@ -316,7 +351,7 @@ class Scheduler(NodeIndex):
         out = []
         end = self.now + limit
         for n in self._offering(need.types):
-            if not n.usable or end > n.ahead_at or n.index in blocked:
+            if not n.usable or end > n.ahead_at or n.index in blocked or n.completing:
                 continue
             for typ in need.types:
                 parts = take(n.free, n.shared, n.shares, need, typ)

@@ -65,6 +65,24 @@ class Params:
     # lifetime + 1: ``batch_requeue_fini``)
     requeue_delay_s: float = 121.0
     release_s: float = 0.5  # a job's records come free this long after it ends (epilog, completion)
+    # while a job that ended on a node completes (until its records come free), the node takes
+    # no new job on any of its GPUs: the main scheduler leaves it out (``_pick_best_nodes``
+    # drops ``cg_node_bitmap``) and backfill plans a job it would start there a second later
+    # (``backfill.c``: "Need to wait for in-progress completion/epilog").  Only where each
+    # job's release is known to the millisecond (a recorded run's Epilog ends): with ends on
+    # whole seconds, as accounting has them, every end meets a pass on the grid and blocks its
+    # node through it
+    completing_blocks_node: bool = False
+    # a submitted batch job waits for the controller's background loop, which asks the main
+    # scheduler to run once a second (``controller.c``: ``_slurmctld_background`` wakes each
+    # second, ``queue_job_scheduler`` counts the submission, ``schedule()`` runs at the next
+    # round; sbatch's own RPC only tests the job): on the sandbox of every release a job
+    # that fits at once starts 0.0-1.0 s after its submission.  The rounds fall on the
+    # clock's epoch seconds = ``sched_tick_phase_s`` modulo ``sched_tick_s`` (one controller's
+    # phase; 24.11 and later wake on the second of the condition variable's clock).  0: the
+    # main scheduler runs at each submission.  A job's end runs it at once (the epilog's RPC)
+    sched_tick_s: float = 0.0
+    sched_tick_phase_s: float = 0.0
     # KillWait (the sandbox's 5 s; Slurm's default 30): backfill expects a job past its time
     # limit to end this long after it (``_guess_job_end``)
     kill_wait_s: float = 5.0

@@ -678,3 +678,36 @@ def test_a_job_s_time_limit_check_counts_from_the_nearest_logged_check(spec):
     assert by_phase[1].end_s == pytest.approx(60.9)
     _, r = run(spec, jobs, **common, limit_checks_s=(0.9, 60.1))
     assert r[1].end_s == pytest.approx(60.1) and r[1].timeout
+
+
+def _completing_case(spec, release_s: float, rule: bool, *queued: SimJob, **params):
+    """n1: a 1-GPU job ends at 10 beside a 2-GPU one running to 100 (one GPU idle); n2 full
+    to 100.  Job 1's records come free ``release_s`` after its end."""
+    jobs = [
+        job(1, 0, 10, gpus=1, limit=60),
+        job(2, 0, 100, gpus=2, limit=100),
+        job(3, 0, 100, gpus=4, limit=100),
+        *queued,
+    ]
+    return run(spec, jobs, release_s=release_s, completing_blocks_node=rule, **params)[1]
+
+
+def test_a_completing_node_takes_no_job_from_the_main_scheduler(spec):
+    # job 4 comes at 10.5 for n1's idle GPU, while job 1 completes there (10 to 12): without
+    # the rule it starts at once; with it, at 12, when job 1's completion ends and the main
+    # scheduler runs (Slurm: _slurm_rpc_epilog_complete -> schedule())
+    late = job(4, 10.5, 10, gpus=1, limit=60)
+    assert _completing_case(spec, 2.0, False, late)[4].start_s == 10.5
+    assert _completing_case(spec, 2.0, True, late)[4].start_s == 12.0
+
+
+def test_backfill_holds_a_job_a_completing_node_would_take_and_starts_it_at_a_later_pass(spec):
+    # job 4 (4 GPUs) heads the queue until 100 + 25 and blocks the main scheduler; job 5 (a
+    # 5 s limit) fits n1's idle GPU long before.  Job 1 completes on n1 from 10 to 35 (a
+    # loaded node's epilog).  Without the rule the pass at 30 starts job 5 there; with it
+    # the pass plans it a second later and holds n1 for it, job 1's release at 35 starts
+    # nothing (job 4 still blocks the main scheduler), and the pass at 60 starts it
+    head, small = job(4, 1, 100, gpus=4, limit=100), job(5, 10.5, 5, gpus=1, limit=5)
+    assert _completing_case(spec, 25.0, False, head, small, bf_resolution_s=1)[5].start_s == 30
+    with_rule = _completing_case(spec, 25.0, True, head, small, bf_resolution_s=1)
+    assert with_rule[5].start_s == 60 and with_rule[4].start_s == 125

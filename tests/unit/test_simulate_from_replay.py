@@ -37,6 +37,11 @@ MISSES = {
     "26.05/simulate-qos-s6161": "utilisation",
     "24.11/simulate-qos-s7171": "utilisation",
     "26.05/simulate-qos-s7171": "utilisation",
+    # the slices' median: 10.0 and 17.0 s in Slurm, 4.0 s replayed from sacct's whole
+    # seconds; the run's own replay, with the log's milliseconds, the Epilogs' ends and the
+    # scheduler's rounds, agrees (test_simulate_qos_replay.py)
+    "24.11/simulate-qos-s8181": "median wait",
+    "26.05/simulate-qos-s8181": "median wait",
 }
 
 
