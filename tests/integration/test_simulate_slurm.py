@@ -21,14 +21,16 @@ its next pass ``bf_interval`` after the last one ended, from a phase the trace d
 and on a loaded machine the cadence drifts; on the replay's own grid the median wait moved
 by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
-One live run a release: the commit's seed (``scripts/test``) draws the workload of this
-day->night run (``FAMILIES``); the QOS priorities and preemption families, the pipelines of
-dependent jobs and trace A's bursts run when asked for, by their recorders, and are
-replayed as their kept runs are, at Slurm's logged passes.
+One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
+this day->night run, or the QOS priorities family, seed modulo 2) and draws its workload;
+the preemption family, the pipelines of dependent jobs and trace A's bursts run when asked
+for.  The families run by their recorders and are replayed as their kept runs are, at
+Slurm's logged passes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -126,14 +128,14 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
 # the families a commit's live run rotates through (the seed modulo their number): the
-# day->night switch.  The QOS priorities and QOS preemption families (their QOS made for
-# the run and removed after it, since the worker's other tests share the sandbox), the
-# pipelines of dependent jobs and trace A's bursts run only when asked for
-# (``SLURM_GPUPOOL_VALIDATION_FAMILY=qos``, ``preempt``, ``chains`` or ``burst``): a live
-# run of each misses, on a loaded machine at least, Slurm's waits above the replay's
+# day->night switch, and the QOS priorities family (its QOS made for the run and removed
+# after it, since the worker's other tests share the sandbox; its Epilogs' ends logged).
+# The QOS preemption family, the pipelines of dependent jobs and trace A's bursts run only
+# when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt``, ``chains`` or ``burst``): a
+# live run of each missed, on a loaded machine at least, Slurm's waits above the replay's
 # (test_simulate_chains_replay.py, test_simulate_burst_replay.py, docs/simulate.md)
-FAMILIES = ("validation",)
-ASKED_ONLY = ("qos", "preempt", "chains", "burst")
+FAMILIES = ("validation", "qos")
+ASKED_ONLY = ("preempt", "chains", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
 # replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
 # about as long as the day->night run
@@ -239,17 +241,24 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     assert sacct_states(sandbox, list(ids)) == states
 
 
-def live_run(sandbox, tmp_path: Path, family: str, run: Callable[..., dict]) -> tuple[Kept, dict, list[float]]:
+def live_run(
+    sandbox, tmp_path: Path, family: str, run: Callable[..., dict], epilogs: bool = False
+) -> tuple[Kept, dict, list[float]]:
     """One workload of ``family`` (its recorder's ``run``, the commit's seed) run on the
     sandbox in the day layout with its backfill passes logged, and kept as a kept run is
     (under ``tmp_path``; also in ``$SLURM_GPUPOOL_SIM_RECORD`` if set, to study it offline).
-    Returns the run, its record and when Slurm's backfill passes began."""
+    ``epilogs``: the controller at ``debug2`` meanwhile, so that its log dates each Epilog's
+    end (after the switch to day, whose restart would reset it).  Returns the run, its
+    record and when Slurm's backfill passes began."""
+    from tests.fixtures.record_simulate_qos import epilogs_logged
+
     day = repartition(sandbox, "--to", "day", "--json")
     assert day.returncode == 0, day.stdout + day.stderr
     sandbox.run(["scontrol", "setdebugflags", "+Backfill"])
     release = ".".join(str(x) for x in sandbox.slurm_version)  # its backfill rules (willrun.release_params)
     seed = validation_seed()
-    rec = run(sandbox, seed, timeout=900)
+    with epilogs_logged(sandbox) if epilogs else contextlib.nullcontext():
+        rec = run(sandbox, seed, timeout=900)
     kept = Kept(release, f"simulate-{family}-s{seed}", tmp_path)
     (tmp_path / release).mkdir()
     kept.record.write_text(json.dumps(rec))
@@ -300,10 +309,11 @@ def test_the_simulator_orders_jobs_by_their_qos_priority_as_slurm_does(backfill_
     from tests.fixtures import record_simulate_qos as recorder
 
     with recorder.qos_made(backfill_logged, recorder.QOS_SETS) as table:
-        kept, rec, logged = live_run(backfill_logged, tmp_path, "qos", recorder.run)
+        kept, rec, logged = live_run(backfill_logged, tmp_path, "qos", recorder.run, epilogs=True)
     shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, real, ids, spec, handoff = first_runs(kept)
+    assert handoff.completing  # each Epilog's end, logged at debug2: the nodes' completion is replayed
     # Slurm gave each job the priority the simulator gives it (``InitPrio``, logged at submission)
     init = {m[1]: int(m[2]) for m in INIT_PRIO.finditer(kept.log.read_text())}
     assert {j: init.get(j) for j in ids} == {
