@@ -187,10 +187,16 @@ def handoff_s(
 
 
 def epilog_releases(log: Path, jobs: Collection[str], since: float) -> dict[str, float]:
-    """job -> how long after its end (``_job_complete``) the last of its Epilogs ended, to the
-    millisecond, for each job the log dates both of (``epilog_ends``)."""
+    """job -> how long after its (first run's) end, ``_job_complete``, the last of that run's
+    Epilogs ended, to the millisecond, for each job the log dates both of (``epilog_ends``;
+    a requeued job's later runs end their Epilogs two minutes and more after)."""
     ended = log_events(log, jobs, since)["end"]
-    return {j: at - ended[j] for j, at in epilog_ends(log, jobs, since).items() if j in ended}
+    out: dict[str, float] = {}
+    for j, ats in epilog_ends(log, jobs, since).items():
+        run = [at - ended[j] for at in ats if j in ended and 0.0 <= at - ended[j] <= EPILOG_WITHIN_S]
+        if run:
+            out[j] = max(run)
+    return out
 
 
 def rounds_phase(log: Path, jobs: Collection[str], since: float) -> float | None:
@@ -354,15 +360,18 @@ def logged_times(log: Path, rec: dict, ids: dict) -> dict[str, tuple[float, floa
 EPILOG_DONE = re.compile(r"debug2: _slurm_rpc_epilog_complete: JobId=(\d+)\b")
 
 
-def epilog_ends(log: Path, jobs: Collection[str], since: float) -> dict[str, float]:
-    """job -> when the last of its nodes' Epilogs ended (epoch s, milliseconds), for each job
-    the controller logged it of (none, for a run recorded at ``info``)."""
-    out: dict[str, float] = {}
+def epilog_ends(log: Path, jobs: Collection[str], since: float) -> dict[str, list[float]]:
+    """job -> when each of its Epilogs ended (epoch s, milliseconds; one per node and run),
+    for each job the controller logged one of (none, for a run recorded at ``info``)."""
+    out: dict[str, list[float]] = {}
     for at, text in stamped_lines(log, since):
         m = EPILOG_DONE.match(text)
         if m is not None and m[1] in jobs:
-            out[m[1]] = max(at, out.get(m[1], at))
+            out.setdefault(m[1], []).append(at)
     return out
+
+
+EPILOG_WITHIN_S = 60.0  # a run's Epilogs end within this of its end (a requeued run's next: 121 s on)
 
 
 def _within(at: float | None, second: float | None) -> float | None:

@@ -283,7 +283,7 @@ def test_the_simulator_starts_a_burst_with_limits_and_cancels_as_slurm_does(back
     from tests.fixtures import record_simulate_burst as recorder
 
     run = functools.partial(recorder.run, bursts=LIVE_BURSTS)
-    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", run)
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", run, epilogs=True)
     states = burst.states(rec)
     assert set(states.values()) <= {"COMPLETED", "TIMEOUT", "CANCELLED"}, states
     assert set(burst.withdrawn(rec)) <= set(rec["cancelled"])
@@ -339,7 +339,7 @@ def test_the_simulator_preempts_by_qos_as_slurm_does(backfill_logged, tmp_path: 
     from tests.fixtures.record_simulate_qos import qos_made
 
     with qos_made(backfill_logged, recorder.QOS_SETS):
-        kept, rec, logged = live_run(backfill_logged, tmp_path, "preempt", recorder.run)
+        kept, rec, logged = live_run(backfill_logged, tmp_path, "preempt", recorder.run, epilogs=True)
     shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, ids, spec = recorded(kept.record)
@@ -367,7 +367,7 @@ def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_l
     rotated("chains")
     from tests.fixtures import record_simulate_chains as recorder
 
-    kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run)
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run, epilogs=True)
     rec, real, ids, spec, handoff = first_runs(kept)
     phase, checks = burst.limit_phase(kept, rec["since"]), burst.checks(kept, rec["since"])
     work = sleeps(rec, ids, rec["never"])

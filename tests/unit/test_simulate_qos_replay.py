@@ -239,3 +239,22 @@ def test_runs_recorded_with_the_epilogs_ends_give_each_job_its_own_completion(ut
         assert handoff.completing and set(handoff.own) == set(ids)
         assert all(0.0 < r < 5.0 for r in handoff.own.values()), handoff.own
         assert any(v[2] != int(v[2]) for v in real.values())  # the log's milliseconds, not sacct's seconds
+
+
+def test_a_requeued_jobs_release_is_its_first_runs_epilog_and_a_multi_node_jobs_its_last_node(tmp_path):
+    """``epilog_releases``: each job's end to the last Epilog of that run (one line per node),
+    not to a later run's (a requeued job's next run ends two minutes and more after)."""
+    log = tmp_path / "slurmctld.log"
+    log.write_text(
+        "[2026-12-01T01:00:10.000] _job_complete: JobId=5 done\n"
+        "[2026-12-01T01:00:10.200] debug2: _slurm_rpc_epilog_complete: JobId=5 Node=a100n1 \n"
+        "[2026-12-01T01:00:10.450] debug2: _slurm_rpc_epilog_complete: JobId=5 Node=a100n2 \n"
+        "[2026-12-01T01:00:20.000] _job_complete: JobId=6 done\n"
+        "[2026-12-01T01:00:20.300] debug2: _slurm_rpc_epilog_complete: JobId=6 Node=a30n1 usec=41\n"
+        "[2026-12-01T01:03:00.000] _job_complete: JobId=6 done\n"
+        "[2026-12-01T01:03:00.900] debug2: _slurm_rpc_epilog_complete: JobId=6 Node=a30n1 usec=38\n"
+        "[2026-12-01T01:03:01.000] debug2: _slurm_rpc_epilog_complete: JobId=7 Node=a30n1 usec=38\n"
+    )
+    since = support.datetime.fromisoformat("2026-12-01T01:00:00").timestamp()
+    got = support.epilog_releases(log, {"5", "6", "7"}, since)
+    assert got == {"5": pytest.approx(0.45), "6": pytest.approx(0.3)}  # (7: no end logged)
