@@ -37,6 +37,7 @@ from slurm_gpupool.slurm.parse import parse_sinfo_json
 from slurm_gpupool.slurm.types import gres_counts
 
 from .conftest import SandboxHandle
+from .repartition_support import repartition
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +133,11 @@ def deployed(_sandbox_session, tmp_path_factory, request):
     home = tmp_path_factory.mktemp("ansible-home")
     env = ansible_env(sb, home, package_wheel(tmp_path_factory.mktemp("package")))
     shutil.rmtree(sb.root / "ansible", ignore_errors=True)
-    # A layout only the node knows: Slurm can learn it from the playbook alone.
+    # The cluster in the night layout first, whatever an earlier test on this worker left (the
+    # QOS family's live run leaves the day layout's GRES installed; a no-op when in night)...
+    night = repartition(sb, "--to", "night", "--json")
+    assert night.returncode == 0, night.stdout + night.stderr
+    # ... then a layout only the node knows: Slurm can learn it from the playbook alone.
     sb.gpupool("--node", MIG_NODE, "node", "apply", MIG_LAYOUT)
     pre = sb.gpupool("gres", "diff", check=False)
     assert pre.returncode == 1 and re.search(rf"^\+NodeName={MIG_NODE} .*gpu:{MIG_TYPE}:", pre.stdout, re.M), pre.stdout
