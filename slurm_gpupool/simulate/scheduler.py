@@ -96,10 +96,8 @@ class Scheduler(NodeIndex):
             self._never(i)
         elif self.waits_on.get(i):
             self.held.add(i)  # pending (Dependency): it queues when the last of them ends
-        elif self.p.sched_tick_s > 0:
-            self._enqueue(i, at_tick=True)
         else:
-            self._enqueue(i)
+            self._enqueue(i, at_tick=self.p.sched_tick_s > 0)
 
     def _finished(self, i: int, completed: bool, ends: bool = True) -> None:
         """Job ``i`` has ended for good (``completed``: COMPLETED, its work done; else it
@@ -147,9 +145,7 @@ class Scheduler(NodeIndex):
         if not self.sched_due:
             self.sched_due = True
             self._push(self._next_round(), SCHED, None)
-        if not self.bf_pending:
-            self.bf_pending = True
-            self._push(self._next_pass_at(), BACKFILL, None)
+        self._pass_due()
 
     def _next_round(self) -> float:
         """The background loop's next round at or after now (``Params.sched_tick_s``)."""
@@ -329,6 +325,10 @@ class Scheduler(NodeIndex):
                     self._preempt_for(i)  # it waits for what it preempts (ESLURM_NODES_BUSY): it blocks too
                 break
             self._start(i, chosen)  # it leaves the queue: the next job is at k now
+        self._pass_due()
+
+    def _pass_due(self) -> None:
+        """A backfill pass in the queue if jobs wait and something changed since the last."""
         if self.queued and self.changed and not self.bf_pending:
             self.bf_pending = True
             self._push(self._next_pass_at(), BACKFILL, None)

@@ -177,8 +177,9 @@ def handoff_s(
         f"\nhand-overs: {len(gaps)}, mean {mean:.2f} s, median {percentile(gaps, 50):.2f} s, "
         f"p90 {percentile(gaps, 90):.2f} s, longest {gaps[-1]:.2f} s"
     )
-    phase = rounds_phase(log, real.keys(), since)
-    releases = epilog_releases(log, real.keys(), since)
+    seen = log_events(log, real.keys(), since)  # (read once for both)
+    phase = _phase(seen)
+    releases = _releases(seen["end"], epilog_ends(log, real.keys(), since))
     if releases:
         spans = sorted(releases.values())
         print(f"Epilogs: {len(spans)}, median {percentile(spans, 50):.3f} s, longest {spans[-1]:.3f} s")
@@ -190,9 +191,12 @@ def epilog_releases(log: Path, jobs: Collection[str], since: float) -> dict[str,
     """job -> how long after its (first run's) end, ``_job_complete``, the last of that run's
     Epilogs ended, to the millisecond, for each job the log dates both of (``epilog_ends``;
     a requeued job's later runs end their Epilogs two minutes and more after)."""
-    ended = log_events(log, jobs, since)["end"]
+    return _releases(log_events(log, jobs, since)["end"], epilog_ends(log, jobs, since))
+
+
+def _releases(ended: dict[str, float], epilogs: dict[str, list[float]]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for j, ats in epilog_ends(log, jobs, since).items():
+    for j, ats in epilogs.items():
         run = [at - ended[j] for at in ats if j in ended and 0.0 <= at - ended[j] <= EPILOG_WITHIN_S]
         if run:
             out[j] = max(run)
@@ -206,7 +210,10 @@ def rounds_phase(log: Path, jobs: Collection[str], since: float) -> float | None
     cluster of them (within ``ROUND_CLUSTER_S`` of one another), whose circular mean it is.
     Such a start can also be a hand-over (an end on its nodes, its Epilog, then the main
     scheduler at once), which falls anywhere in the second.  None: the log has no such start."""
-    seen = log_events(log, jobs, since)
+    return _phase(log_events(log, jobs, since))
+
+
+def _phase(seen: dict[str, dict[str, float]]) -> float | None:
     sub, start = seen["submit"], seen["start"]
     fractions = [start[j] % 1.0 for j in start if j in sub and start[j] - sub[j] <= 1.0]
     if not fractions:

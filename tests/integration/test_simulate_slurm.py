@@ -30,7 +30,6 @@ Slurm's logged passes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -241,14 +240,12 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     assert sacct_states(sandbox, list(ids)) == states
 
 
-def live_run(
-    sandbox, tmp_path: Path, family: str, run: Callable[..., dict], epilogs: bool = False
-) -> tuple[Kept, dict, list[float]]:
+def live_run(sandbox, tmp_path: Path, family: str, run: Callable[..., dict]) -> tuple[Kept, dict, list[float]]:
     """One workload of ``family`` (its recorder's ``run``, the commit's seed) run on the
     sandbox in the day layout with its backfill passes logged, and kept as a kept run is
     (under ``tmp_path``; also in ``$SLURM_GPUPOOL_SIM_RECORD`` if set, to study it offline).
-    ``epilogs``: the controller at ``debug2`` meanwhile, so that its log dates each Epilog's
-    end (after the switch to day, whose restart would reset it).  Returns the run, its
+    The controller logs at ``debug2`` meanwhile, so that its log dates each Epilog's end
+    (set after the switch to day, whose restart would reset it).  Returns the run, its
     record and when Slurm's backfill passes began."""
     from tests.fixtures.record_simulate_qos import epilogs_logged
 
@@ -257,7 +254,7 @@ def live_run(
     sandbox.run(["scontrol", "setdebugflags", "+Backfill"])
     release = ".".join(str(x) for x in sandbox.slurm_version)  # its backfill rules (willrun.release_params)
     seed = validation_seed()
-    with epilogs_logged(sandbox) if epilogs else contextlib.nullcontext():
+    with epilogs_logged(sandbox):
         rec = run(sandbox, seed, timeout=900)
     kept = Kept(release, f"simulate-{family}-s{seed}", tmp_path)
     (tmp_path / release).mkdir()
@@ -283,7 +280,7 @@ def test_the_simulator_starts_a_burst_with_limits_and_cancels_as_slurm_does(back
     from tests.fixtures import record_simulate_burst as recorder
 
     run = functools.partial(recorder.run, bursts=LIVE_BURSTS)
-    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", run, epilogs=True)
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "burst", run)
     states = burst.states(rec)
     assert set(states.values()) <= {"COMPLETED", "TIMEOUT", "CANCELLED"}, states
     assert set(burst.withdrawn(rec)) <= set(rec["cancelled"])
@@ -309,7 +306,7 @@ def test_the_simulator_orders_jobs_by_their_qos_priority_as_slurm_does(backfill_
     from tests.fixtures import record_simulate_qos as recorder
 
     with recorder.qos_made(backfill_logged, recorder.QOS_SETS) as table:
-        kept, rec, logged = live_run(backfill_logged, tmp_path, "qos", recorder.run, epilogs=True)
+        kept, rec, logged = live_run(backfill_logged, tmp_path, "qos", recorder.run)
     shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, real, ids, spec, handoff = first_runs(kept)
@@ -339,7 +336,7 @@ def test_the_simulator_preempts_by_qos_as_slurm_does(backfill_logged, tmp_path: 
     from tests.fixtures.record_simulate_qos import qos_made
 
     with qos_made(backfill_logged, recorder.QOS_SETS):
-        kept, rec, logged = live_run(backfill_logged, tmp_path, "preempt", recorder.run, epilogs=True)
+        kept, rec, logged = live_run(backfill_logged, tmp_path, "preempt", recorder.run)
     shown = backfill_logged.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
     assert not set(recorder.QOS) & set(shown), shown  # gone again, for the worker's later tests
     rec, ids, spec = recorded(kept.record)
@@ -367,7 +364,7 @@ def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_l
     rotated("chains")
     from tests.fixtures import record_simulate_chains as recorder
 
-    kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run, epilogs=True)
+    kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run)
     rec, real, ids, spec, handoff = first_runs(kept)
     phase, checks = burst.limit_phase(kept, rec["since"]), burst.checks(kept, rec["since"])
     work = sleeps(rec, ids, rec["never"])
