@@ -147,7 +147,12 @@ def pass_instants(log: Path, since: float, until: float = math.inf) -> list[floa
 
 
 def handoff_s(
-    log: Path, real: dict[str, tuple[float, float, float, str]], since: float, bf_interval_s: float, least: int = 20
+    log: Path,
+    real: dict[str, tuple[float, float, float, str]],
+    since: float,
+    bf_interval_s: float,
+    least: int = 20,
+    epilogs: bool = True,
 ) -> Handovers:
     """How long after a job ends the **main scheduler** starts a waiting one in its place —
     what ``Params.release_s`` models (the epilog, the completion, the scheduler's next run;
@@ -168,7 +173,8 @@ def handoff_s(
     ``least``: the hand-overs the run must have (the day's queue makes dozens; a short kept
     run of a family, 10 or more).  A log that dates the Epilogs' ends (``epilog_ends``) gives
     each job's own release from them instead, and the nodes' completion with it; and the
-    phase of the main scheduler's rounds (``rounds_phase``)."""
+    phase of the main scheduler's rounds (``rounds_phase``); ``epilogs=False`` leaves them
+    out (the main scheduler's hand-overs, as a run logged at ``info`` gives them)."""
     found = _handovers(log, real, since, bf_interval_s)
     gaps = sorted(gap for _, gap in found)
     assert len(gaps) >= least, gaps
@@ -179,7 +185,7 @@ def handoff_s(
     )
     seen = log_events(log, real.keys(), since)  # (read once for both)
     phase = _phase(seen)
-    releases = _releases(seen["end"], epilog_ends(log, real.keys(), since))
+    releases = _releases(seen["end"], epilog_ends(log, real.keys(), since)) if epilogs else {}
     if releases:
         spans = sorted(releases.values())
         print(f"Epilogs: {len(spans)}, median {percentile(spans, 50):.3f} s, longest {spans[-1]:.3f} s")
@@ -415,14 +421,22 @@ def real_runs(kept: Kept) -> tuple[dict, dict, dict, PoolSpec, Handovers]:
     :func:`first_runs` gives one: the record, (submission, start, end, nodes) of each job, the
     jobs' requests, the pool and the mean hand-over.  Read with the recording machine's TZ, UTC."""
     rec, ids, spec = recorded(kept.record)
-    real = {j: tuple(v) for j, v in rec["real"].items()}
-    if epilog_ends(kept.log, ids, rec["since"]):
-        # recorded with the Epilogs' ends: the replay takes the log's times, to the
-        # millisecond, for a node's completion to fall where it fell (``logged_times``)
-        runs = {j: [[*v[:3], "COMPLETED", v[3]]] for j, v in real.items()}
-        timed = logged_times(kept.log, {**rec, "runs": runs}, ids)
-        real = {j: (*timed[j], v[3]) for j, v in real.items()}
+    real = log_timed(kept.log, {j: tuple(v) for j, v in rec["real"].items()}, rec["since"], ids)
     return rec, real, ids, spec, recorded_handoff(kept.log, real, rec["since"])
+
+
+def log_timed(
+    log: Path, real: dict[str, tuple[float, float, float, str]], since: float, ids: dict
+) -> dict[str, tuple[float, float, float, str]]:
+    """``real`` (sacct's (submission, start, end, nodes) of jobs that each ran once and
+    completed) with the controller's times, to the millisecond (``logged_times``), where its
+    log dates the Epilogs' ends (``epilog_ends``, a run at ``debug2``): for a node's
+    completion to fall in the replay where it fell in Slurm.  As it is otherwise."""
+    if not epilog_ends(log, ids, since):
+        return real
+    runs = {j: [[*v[:3], "COMPLETED", v[3]]] for j, v in real.items()}
+    timed = logged_times(log, {"since": since, "runs": runs}, ids)
+    return {j: (*timed[j], v[3]) for j, v in real.items()}  # type: ignore[misc]  # (a job that ran has a start)
 
 
 def sleeps(rec: dict, ids: dict, never: Collection[str] = ()) -> dict[str, float]:

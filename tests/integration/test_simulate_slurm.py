@@ -14,8 +14,10 @@ a job's records come free a moment after it ends (epilog, completion). Without t
 rounding the simulator's median wait was a third too short. That moment is the machine's,
 not Slurm's: a few tenths of a second on an idle sandbox, more on one sharing its two cores
 with three others (CI), and a queue of slices pays it once per job, so the replay measures it
-from the run (in the controller's log, ``handoff_s``: each job's own where a start followed
-it, the mean for the others) as it measures the switch's out-of-service time.  So are the
+from the run as it measures the switch's out-of-service time: the controller logs at
+``debug2``, and each job's release is its Epilogs' end (``handoff_s``), with the log's times
+to the millisecond (``log_timed``; from sacct's whole seconds and the main scheduler's
+hand-overs, a CI run on 24.11 missed the median wait).  So are the
 backfill passes' instants (``pass_instants``): Slurm starts
 its next pass ``bf_interval`` after the last one ended, from a phase the trace does not set,
 and on a loaded machine the cadence drifts; on the replay's own grid the median wait moved
@@ -63,6 +65,7 @@ from .simulate_support import (
     day_mapper,
     first_runs,
     handoff_s,
+    log_timed,
     pass_instants,
     recorded,
     recorded_handoff,
@@ -174,9 +177,20 @@ def rotated(family: str) -> None:
 def backfill_logged(sandbox):
     """The sandbox with its backfill passes logged (``scontrol setdebugflags +Backfill``,
     until slurmctld restarts: the night switch does, and the test sets it again); off
-    again whatever happens."""
+    again whatever happens, and the controller at the sandbox's ``info`` again (the
+    day->night run logs at ``debug2`` too: ``_epilogs_dated``)."""
     yield sandbox
     sandbox.run(["scontrol", "setdebugflags", "-Backfill"], check=False)
+    sandbox.run(["scontrol", "setdebug", "info"], check=False)
+
+
+def _passes_and_epilogs_logged(sb) -> None:
+    """The controller logs each backfill pass and, at ``debug2``, each Epilog's end to the
+    millisecond (``record_simulate_qos.epilogs_logged``): the replay then takes the log's
+    times and each job's release from its Epilogs (``log_timed``, ``handoff_s``).  Both
+    last until slurmctld restarts."""
+    sb.run(["scontrol", "setdebugflags", "+Backfill"])
+    sb.run(["scontrol", "setdebug", "debug2"])
 
 
 def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(backfill_logged):
@@ -184,7 +198,7 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     sandbox = backfill_logged
     day = repartition(sandbox, "--to", "day", "--json")
     assert day.returncode == 0, day.stdout + day.stderr
-    sandbox.run(["scontrol", "setdebugflags", "+Backfill"])  # the day's passes: did any stop early?
+    _passes_and_epilogs_logged(sandbox)  # the day's passes (did any stop early?), its Epilogs
     cfg = load_config(sandbox.root / "etc" / "gpupool.yaml")
     spec = pool_spec(cfg, ["day", "night"])
     mapper = day_mapper(spec)
@@ -211,7 +225,7 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     rep = report_of(night)
     out = sorted(v["out_of_service_s"] for v in rep["nodes"].values() if v["out_of_service_s"] is not None)
     assert len(out) == len(sandbox.nodes)
-    sandbox.run(["scontrol", "setdebugflags", "+Backfill"])  # the restarted controller's passes too
+    _passes_and_epilogs_logged(sandbox)  # the restarted controller's too
     _submit(sandbox, _phase_b(rnd), mapper, "night", time.monotonic(), ids)
     states = wait_jobs_done(sandbox, list(ids), timeout=600)
     assert set(states.values()) == {"COMPLETED"}, {j: s for j, s in states.items() if s != "COMPLETED"}
@@ -224,7 +238,12 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
         kept = Path(os.environ["SLURM_GPUPOOL_SIM_RECORD"])
         (kept / "simulate-validation.json").write_text(json.dumps(record))
         shutil.copy(log, kept / "simulate-validation-slurmctld.log")  # all of it: a later run overwrites it
+    # the log's times, each job's release from its Epilogs and the nodes' completion: with
+    # sacct's whole seconds and the mean hand-over, a CI run on 24.11 (seed af5b0a68, three
+    # releases on two cores) replayed the median wait 45.7 s against Slurm's 51.5 s
+    real = log_timed(log, real, wall0 - 1, ids)
     handoff = handoff_s(log, real, wall0 - 1, SANDBOX.bf_interval_s)
+    assert handoff.completing, "the Epilogs' ends were not logged"
     passes = backfill_passes(log, wall0 - 1, wall0 + switch_at)
     print(f"\nworkload seed {validation_seed():x}; by day: {passes}")
     release = ".".join(str(x) for x in sandbox.slurm_version)  # its will-run rule (willrun.rule_for)
