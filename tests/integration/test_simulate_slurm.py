@@ -24,8 +24,8 @@ and on a loaded machine the cadence drifts; on the replay's own grid the median 
 by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
 One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
-this day->night run, or the QOS priorities family, seed modulo 2) and draws its workload;
-the preemption family, the pipelines of dependent jobs and trace A's bursts run when asked
+this day->night run, the QOS priorities family or the pipelines of dependent jobs, seed
+modulo 3) and draws its workload; the preemption family and trace A's bursts run when asked
 for.  The families run by their recorders and are replayed as their kept runs are, at
 Slurm's logged passes.
 """
@@ -130,14 +130,16 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
 # the families a commit's live run rotates through (the seed modulo their number): the
-# day->night switch, and the QOS priorities family (its QOS made for the run and removed
-# after it, since the worker's other tests share the sandbox; its Epilogs' ends logged).
-# The QOS preemption family, the pipelines of dependent jobs and trace A's bursts run only
-# when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt``, ``chains`` or ``burst``): a
-# live run of each missed, on a loaded machine at least, Slurm's waits above the replay's
-# (test_simulate_chains_replay.py, test_simulate_burst_replay.py, docs/simulate.md)
-FAMILIES = ("validation", "qos")
-ASKED_ONLY = ("preempt", "chains", "burst")
+# day->night switch, the QOS priorities family (its QOS made for the run and removed after
+# it, since the worker's other tests share the sandbox) and the pipelines of dependent jobs
+# (twelve live runs, four seeds on each release beside CPU-bound loops or other sandboxes,
+# all within the tolerances by a wide margin).  The QOS preemption family and trace A's
+# bursts run only when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt`` or
+# ``burst``): the first missed on 22.05 under load, Slurm's waits above the replay's; the
+# second's p90 came to 90 % of its tolerance on 26.05, and a seed's run took 7.5 minutes
+# (docs/simulate.md)
+FAMILIES = ("validation", "qos", "chains")
+ASKED_ONLY = ("preempt", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
 # replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
 # about as long as the day->night run
