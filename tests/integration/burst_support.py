@@ -1,6 +1,6 @@
 """#27's trace A (the burst family), replayed: what its kept runs' unit tests
-(``tests/unit/test_simulate_burst_replay.py``) and the live validation, when the rotation
-picks this family (``test_simulate_slurm.py``), both need.
+(``tests/unit/test_simulate_burst_replay.py``) and the live validation, when asked for
+(``SLURM_GPUPOOL_VALIDATION_FAMILY=burst``, ``test_simulate_slurm.py``), both need.
 
 The family's jobs run in the day layout with a one-minute limit; some run past it and the
 controller ends them at its periodic time-limit check, some are cancelled by their user

@@ -244,10 +244,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and "_sandbox_session" in getattr(item, "fixturenames", ()):
         log = TEST_ROOT / "log" / "slurmctld.log"
         with contextlib.suppress(OSError), log.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 1024 * 1024))
             # "replace", never "surrogateescape": this section is added after the root
-            # conftest made the report UTF-8-safe, and a lone surrogate kills the xdist worker
-            tail = f.read().decode(errors="replace").splitlines()[-CTLD_LOG_TAIL:]
+            # conftest made the report UTF-8-safe, and a lone surrogate kills the xdist worker;
+            # without the debug lines of a test that raised the level (the simulator's live
+            # runs log at debug2: thousands of RPC lines a minute)
+            lines = f.read().decode(errors="replace").splitlines()
+            tail = [line for line in lines if "] debug" not in line][-CTLD_LOG_TAIL:]
             report.sections.append((f"slurmctld.log ({log}), last {len(tail)} lines", "\n".join(tail)))
 
 

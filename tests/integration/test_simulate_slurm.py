@@ -180,7 +180,7 @@ def backfill_logged(sandbox):
     """The sandbox with its backfill passes logged (``scontrol setdebugflags +Backfill``,
     until slurmctld restarts: the night switch does, and the test sets it again); off
     again whatever happens, and the controller at the sandbox's ``info`` again (the
-    day->night run logs at ``debug2`` too: ``_epilogs_dated``)."""
+    day->night run logs at ``debug2`` too: ``_passes_and_epilogs_logged``)."""
     yield sandbox
     sandbox.run(["scontrol", "setdebugflags", "-Backfill"], check=False)
     sandbox.run(["scontrol", "setdebug", "info"], check=False)
@@ -241,9 +241,11 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
         (kept / "simulate-validation.json").write_text(json.dumps(record))
         shutil.copy(log, kept / "simulate-validation-slurmctld.log")  # all of it: a later run overwrites it
     # the log's times, each job's release from its Epilogs and the nodes' completion: with
-    # sacct's whole seconds and the mean hand-over, a CI run on 24.11 (seed af5b0a68, three
-    # releases on two cores) replayed the median wait 45.7 s against Slurm's 51.5 s
+    # sacct's whole seconds and the main scheduler's hand-overs, a CI run on 24.11 (seed
+    # af5b0a68, three releases on two cores) replayed the median wait 45.7 s against 51.5 s.
+    # The replay's time 0 is then the first submission as the log dates it
     real = log_timed(log, real, wall0 - 1, ids)
+    epoch = min(v[0] for v in real.values())
     handoff = handoff_s(log, real, wall0 - 1, SANDBOX.bf_interval_s)
     assert handoff.completing, "the Epilogs' ends were not logged"
     passes = backfill_passes(log, wall0 - 1, wall0 + switch_at)
