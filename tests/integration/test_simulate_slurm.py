@@ -188,9 +188,10 @@ def backfill_logged(sandbox):
 
 def _passes_and_epilogs_logged(sb) -> None:
     """The controller logs each backfill pass and, at ``debug2``, each Epilog's end to the
-    millisecond (``record_simulate_qos.epilogs_logged``): the replay then takes the log's
-    times and each job's release from its Epilogs (``log_timed``, ``handoff_s``).  Both
-    last until slurmctld restarts."""
+    millisecond (as ``record_simulate_qos.epilogs_logged`` does for a recording): the replay
+    then takes the log's times and each job's release from its Epilogs (``log_timed``,
+    ``handoff_s``).  Both last until slurmctld restarts or ``backfill_logged`` ends; a
+    context manager would not outlive the day->night run's restart."""
     sb.run(["scontrol", "setdebugflags", "+Backfill"])
     sb.run(["scontrol", "setdebug", "debug2"])
 
@@ -268,17 +269,14 @@ def live_run(sandbox, tmp_path: Path, family: str, run: Callable[..., dict]) -> 
     sandbox in the day layout with its backfill passes logged, and kept as a kept run is
     (under ``tmp_path``; also in ``$SLURM_GPUPOOL_SIM_RECORD`` if set, to study it offline).
     The controller logs at ``debug2`` meanwhile, so that its log dates each Epilog's end
-    (set after the switch to day, whose restart would reset it).  Returns the run, its
-    record and when Slurm's backfill passes began."""
-    from tests.fixtures.record_simulate_qos import epilogs_logged
-
+    (set after the switch to day, whose restart would reset it; ``backfill_logged`` sets
+    both back).  Returns the run, its record and when Slurm's backfill passes began."""
     day = repartition(sandbox, "--to", "day", "--json")
     assert day.returncode == 0, day.stdout + day.stderr
-    sandbox.run(["scontrol", "setdebugflags", "+Backfill"])
+    _passes_and_epilogs_logged(sandbox)
     release = ".".join(str(x) for x in sandbox.slurm_version)  # its backfill rules (willrun.release_params)
     seed = validation_seed()
-    with epilogs_logged(sandbox):
-        rec = run(sandbox, seed, timeout=900)
+    rec = run(sandbox, seed, timeout=900)
     kept = Kept(release, f"simulate-{family}-s{seed}", tmp_path)
     (tmp_path / release).mkdir()
     kept.record.write_text(json.dumps(rec))
