@@ -58,6 +58,11 @@ class Sandbox(SandboxRecord):
     def pid_of(self, spec: DaemonSpec) -> int | None:
         return self._daemons.pid_of(spec)
 
+    def daemon_pid(self, name: str) -> int | None:
+        """The running daemon ``name``'s pid (``slurmctld``, ``slurmd-a100n1``), None if it
+        is not running: from its pid file, the process checked in ``/proc``."""
+        return self.pid_of(self._spec(name))
+
     def node_states(self) -> dict[str, dict[str, str]]:
         """``sinfo``'s node → {state, gres, reason}; empty if slurmctld is down."""
         return health.node_states(self.slurm)

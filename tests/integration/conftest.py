@@ -195,11 +195,47 @@ class SandboxHandle:
         self.sandbox.up()
         self.brought_down = False
 
+    def controller_death(self) -> str | None:
+        """None while slurmctld runs (its pid file's process is alive); else what its log
+        last said, its ``fatal:`` line if it has one.  A dead controller is not waited on:
+        every query would be retried for ``QUERY_RETRY_S``, each test's clean-up among them,
+        and the worker's remaining tests would crawl to CI's time limit."""
+        if self.brought_down or self.sandbox.daemon_pid("slurmctld") is not None:
+            return None
+        return last_words(self.root / "log" / "slurmctld.log")
+
+    def revive(self) -> str | None:
+        """If slurmctld died: bring it back (``up`` repairs what is not running, from the
+        state it saved) and return why it died, for the test that killed it to report."""
+        death = self.controller_death()
+        if death is not None:
+            print(f"\nslurmctld is not running (its log: {death}); bringing it up again")
+            self.ensure_up()
+        return death
+
     def ready(self) -> SandboxHandle:
-        """Itself, brought up again first if a test (test_zz_down) took it down."""
+        """Itself, brought up again first if a test (test_zz_down) took it down or its
+        slurmctld died."""
         if self.brought_down:
             self.ensure_up()
+        self.revive()
         return self
+
+
+def last_words(log: Path) -> str:
+    """What a dead slurmctld last logged since it last started (``slurmctld version ...
+    started``), in the last 64 kB of its log: its ``fatal:`` line if it has one, else its
+    last line."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError as e:
+        return f"no log: {e}"
+    starts = [i for i, line in enumerate(lines) if "slurmctld version" in line and " started" in line]
+    lines = lines[starts[-1] :] if starts else lines
+    fatal = [line for line in lines if "fatal:" in line]
+    return (fatal or lines or ["an empty log"])[-1].strip()
 
 
 @pytest.fixture(scope="session")
@@ -265,6 +301,7 @@ def _no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
     sb: SandboxHandle = request.getfixturevalue("_sandbox_session")
     if sb.brought_down:
         return
+    death = sb.revive()
 
     def queued(within_s: float) -> list[str]:
         """The jobs still in the queue after waiting up to ``within_s`` for it to empty."""
@@ -276,15 +313,18 @@ def _no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
         return jobs
 
     left = queued(15)  # a job the test cancelled may still be completing
-    if not left:
-        return
-    print(f"\njobs left by {request.node.name}: {' '.join(left)}")
-    for job in left:
-        print(sb.run(["scontrol", "show", "job", job], check=False).stdout)
-    print(sb.run(["sinfo", "-N", "-h", "-o", "%N %T %E"], check=False).stdout)
-    sb.run(["scancel", "--full", "--user=root"], check=False)
-    if stuck := queued(90):
-        print(f"warning: still queued 90 s after scancel: {' '.join(stuck)}")
+    if left:
+        print(f"\njobs left by {request.node.name}: {' '.join(left)}")
+        for job in left:
+            print(sb.run(["scontrol", "show", "job", job], check=False).stdout)
+        print(sb.run(["sinfo", "-N", "-h", "-o", "%N %T %E"], check=False).stdout)
+        sb.run(["scancel", "--full", "--user=root"], check=False)
+        if stuck := queued(90):
+            print(f"warning: still queued 90 s after scancel: {' '.join(stuck)}")
+    if death:  # the test's own failure (if it failed) is reported beside this one
+        pytest.fail(
+            f"slurmctld stopped during {request.node.name} and was brought up again; its log: {death}", pytrace=False
+        )
 
 
 @pytest.fixture

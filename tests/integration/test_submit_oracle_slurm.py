@@ -39,6 +39,8 @@ from slurm_gpupool.core.submit.plan import OURS
 from slurm_gpupool.core.submit.sbatch_args import OptionTable, scan, table_for
 from slurm_gpupool.core.submit.sbatch_script import strip_ours
 
+from .repartition_support import wait_until
+
 pytestmark = pytest.mark.integration
 
 SEED = int(os.environ.get("SLURM_GPUPOOL_ORACLE_SEED") or time.time_ns() % 1_000_000_007)
@@ -197,6 +199,19 @@ NOT_GENERATED = {
 }
 SHORT_FLAGS_TO_CLUSTER = "HOsv"  # hold, overcommit, oversubscribe, verbose: safe before another short option
 
+# Slurm before 24.11.4 (SchedMD ticket 22103; fixed by "Fix issue where failed hetjob could
+# crash slurmctld") dies on one kind of submission: a heterogeneous batch job refused in a
+# later component, whose first component asks for mail at its end.  The components already
+# made are cancelled inside ``list_for_each`` over the het job's list (proc_req.c), and the
+# leader's END mail builds its environment by iterating that same list
+# (``job_common_env_vars``): ``fatal: list_iterator_create: pthread_rwlock_wrlock(): Resource
+# deadlock avoided``.  Plain sbatch kills those releases' controller exactly as the wrapper
+# would, so the oracle does not send it there (reproduced on 22.05.8 with ``sbatch --hold
+# --mail-type=END : --hold -w a30n1 -x a30n1 job.sh``; without the mail, it is refused and
+# slurmctld lives).
+HET_END_MAIL_SAFE_FROM = (24, 11, 4)
+MAIL_AT_END = re.compile(r"END|ALL")
+
 
 # --- generated submissions -------------------------------------------------------------------
 
@@ -220,9 +235,13 @@ class Submission:
 class Generator:
     """Command lines and scripts of one release's sbatch, seeded."""
 
-    def __init__(self, table: OptionTable, rng: random.Random, tmp: Path, sentinel: str) -> None:
+    def __init__(
+        self, table: OptionTable, rng: random.Random, tmp: Path, sentinel: str, het_end_mail: bool = True
+    ) -> None:
         self.table, self.rng, self.tmp = table, rng, str(tmp)
         self.sentinel = sentinel  # a held job the generated dependencies name
+        self.het_end_mail = het_end_mail  # False where it kills slurmctld (HET_END_MAIL_SAFE_FROM)
+        self._no_end_mail = False  # set while drawing a het job's first component
         self.longs = {n: h for n, h, _ in table.long}
         self.names = sorted(n for n in self.longs if n in VALUES and not GPU_FAMILY.search(n))
         self.short = {table.name_of[ord(c)]: c for c in table.short if ord(c) in table.name_of}
@@ -241,7 +260,10 @@ class Generator:
         return self.rng.choice(ok) if ok else name
 
     def _value(self, name: str) -> str:
-        return self.rng.choice(VALUES[name] or [""]).replace("{tmp}", self.tmp).replace("{sentinel}", self.sentinel)
+        values = VALUES[name] or [""]
+        if name == "mail-type" and self._no_end_mail:
+            values = [v for v in values if not MAIL_AT_END.search(v)]
+        return self.rng.choice(values).replace("{tmp}", self.tmp).replace("{sentinel}", self.sentinel)
 
     def option(self, name: str) -> list[str]:
         """One option in one of the ways getopt reads it."""
@@ -293,16 +315,16 @@ class Generator:
             body += b"exit 0\n" + bytes(range(1, 256)) * rng.randint(1, 4)  # a self-extracting payload
         return body
 
-    def ending(self, k: int) -> tuple[list[str], bytes | None, dict[str, bytes]]:
-        """--wrap, a script by path (absolute or relative), or a script on stdin."""
+    def ending(self, k: int, r: float, het: bool) -> tuple[list[str], bytes | None, dict[str, bytes]]:
+        """--wrap (``r`` < 0.35), a script by path (absolute or relative), or a script on stdin;
+        the script in two components if ``het``."""
         rng = self.rng
-        r = rng.random()
         if r < 0.35:
             command = rng.choice(
                 ["true", "echo 'a b' \"c\" $HOME", "echo one\necho two", "echo caf\udce9", "x=1; echo $x"]
             )
             return (["--wrap", command] if rng.random() < 0.6 else [f"--wrap={command}"]), None, {}
-        script = self.script(het=rng.random() < 0.1)
+        script = self.script(het=het)
         if r < 0.75:
             name = f"job-{k}.sh"
             path = name if rng.random() < 0.5 else f"{self.tmp}/{k}/{name}"
@@ -311,14 +333,24 @@ class Generator:
         return [], script, {}
 
     def submission(self, k: int) -> Submission:
+        """One case: its components on the command line (sometimes several), then its ending.
+        Where a het job's END mail kills slurmctld (:data:`HET_END_MAIL_SAFE_FROM`), the
+        first component of a het job (its options on the line and the script's before
+        ``hetjob``) asks for no mail at its end."""
         rng = self.rng
+        het_line, end_kind, het_script = rng.random() < 0.15, rng.random(), rng.random() < 0.1
+        het = het_line or (het_script and end_kind >= 0.35)
+        self._no_end_mail = het and not self.het_end_mail
         comps = [self.options(rng.randint(0, 5))]
-        if rng.random() < 0.15:
+        self._no_end_mail = False
+        if het_line:
             comps += [self.options(rng.randint(0, 2)) for _ in range(rng.randint(1, 2))]
         argv: list[str] = []
         for i, comp in enumerate(comps):
             argv += ([":"] if i else []) + ["--hold", *comp]  # every component held
-        end, stdin, files = self.ending(k)
+        self._no_end_mail = het and not self.het_end_mail
+        end, stdin, files = self.ending(k, end_kind, het_script)
+        self._no_end_mail = False
         return Submission(f"case {k}", ["--parsable", *argv, *end], stdin, files)
 
 
@@ -454,7 +486,7 @@ def test_gpupool_sbatch_submits_what_sbatch_submits(sandbox, tmp_path: Path):
     table = table_for(f"{release[0]}.{release[1]:02d}")
     print(f"oracle seed {SEED} (rerun: SLURM_GPUPOOL_ORACLE_SEED={SEED}); Slurm {release}, table {table.release}")
     sentinel = sandbox.run(["sbatch", "--parsable", "--hold", "-J", "sentinel", "--wrap", "true"]).stdout.strip()
-    gen = Generator(table, random.Random(SEED), tmp_path, sentinel)
+    gen = Generator(table, random.Random(SEED), tmp_path, sentinel, het_end_mail=release >= HET_END_MAIL_SAFE_FROM)
     (tmp_path / "env.txt").write_text("A=1\nB=2\n")
     (tmp_path / "nodes.txt").write_text("a30n1\n")
     cases = [gen.submission(k) for k in range(PLAIN_CASES)]
@@ -471,6 +503,7 @@ def test_gpupool_sbatch_submits_what_sbatch_submits(sandbox, tmp_path: Path):
         with ThreadPoolExecutor(4) as pool:
             results = list(pool.map(both, range(len(cases))))
         jobs += [r.job for pair in results for r in pair if r.job]
+        controller_lived(sandbox, jobs)
         recs = records(sandbox)
         accepted = [k for k, (a, b) in enumerate(results) if a.job and b.job]
         with ThreadPoolExecutor(4) as pool:
@@ -498,8 +531,40 @@ def test_gpupool_sbatch_submits_what_sbatch_submits(sandbox, tmp_path: Path):
         assert any(w == ":" for w in words) and any(c.stdin is not None for c in cases)
         assert any(w.startswith("--") and "=" not in w and w[2:] not in VALUES and len(w) > 2 for w in words)
     finally:
-        if jobs:
+        if jobs and sandbox.controller_death() is None:
             sandbox.run(["scancel", *jobs], check=False, timeout=120)
+
+
+def controller_lived(sandbox, jobs: list[str]) -> None:
+    """Fail at once, naming the cause, if slurmctld died under the cases (the clean-up
+    fixture brings it back): the records would otherwise be read from a dead controller."""
+    if death := sandbox.controller_death():
+        pytest.fail(f"seed {SEED}: slurmctld died under the oracle's submissions: {death}", pytrace=False)
+
+
+def test_a_het_job_refused_in_a_later_component_is_refused_alike(sandbox, tmp_path: Path):
+    """The case :data:`HET_END_MAIL_SAFE_FROM` keeps out of the oracle, on the real release.
+    Where Slurm has the fix, sbatch and the wrapper refuse it with the same message and
+    slurmctld lives.  Before it, plain sbatch kills slurmctld; the harness sees the death
+    (its log's ``fatal:`` line) and brings the controller back, as it does for any test
+    that leaves it dead, so one such case costs a test, not the worker's remaining ones."""
+    release = sandbox.slurm_version
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    argv = ["--hold", "--mail-type=END", ":", "--hold", "-w", "a30n1", "-x", "a30n1", str(script)]
+    sub = Submission("het refused in component 1", argv)
+    plain = run(sandbox, "sbatch", sub, tmp_path)
+    assert plain.rc != 0 and "Invalid node name" in plain.stderr, plain
+    if release < HET_END_MAIL_SAFE_FROM:
+        death = wait_until(sandbox.controller_death, "slurmctld to die of the refused het job")
+        assert "Resource deadlock avoided" in death, death
+        assert sandbox.revive() == death
+        assert sandbox.controller_death() is None
+        assert "is UP" in sandbox.run(["scontrol", "ping"]).stdout
+        return
+    ours = run(sandbox, wrapper(), sub, tmp_path)
+    assert (ours.rc, ours.stderr) == (plain.rc, plain.stderr)
+    assert sandbox.controller_death() is None
 
 
 def friendly_cases(sandbox, table: OptionTable) -> list[Submission]:
@@ -580,6 +645,7 @@ def test_with_friendly_options_only_the_documented_translation_differs(sandbox, 
         with ThreadPoolExecutor(4) as pool:
             outcomes = list(pool.map(one, range(len(cases))))
         jobs = [j for _, js in outcomes for j in js]
+        controller_lived(sandbox, jobs)
         recs = records(sandbox)
         differ = []
         counts: dict[str, int] = {}
@@ -611,5 +677,5 @@ def test_with_friendly_options_only_the_documented_translation_differs(sandbox, 
         assert not differ, f"{len(differ)} differ:\n" + "\n".join(ascii(x) for x in differ[:20])
         assert counts.get("accepted", 0) + counts.get("handed over", 0) >= 30, f"seed {SEED}: {counts}"
     finally:
-        if jobs:
+        if jobs and sandbox.controller_death() is None:
             sandbox.run(["scancel", *jobs], check=False, timeout=120)
