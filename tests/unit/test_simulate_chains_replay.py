@@ -112,8 +112,13 @@ def test_a_live_run_under_ci_s_load_still_misses_where_slurm_ran_two_stages_the_
         "22.05",
         support.sleeps(rec, ids, rec["never"]),
     )
-    with pytest.raises(AssertionError, match="median wait"):
-        replay_and_compare(*args, (), results, after=rec["after"], passes=passes, checks=checks(LIVE_MISS))
+    got = replay_and_compare(*args, (), results, after=rec["after"], passes=passes, checks=checks(LIVE_MISS))
+    # it missed the median's tolerance (12.3 s beyond Slurm's), and agrees only since the
+    # median's band (``MEDIAN_BAND``): Slurm's waits two jobs either side of its median
+    # span the replay's, the jobs below go on as Slurm's did
+    med_r, med_s = got[True]["median wait"]
+    assert (med_r, med_s) == pytest.approx((33.3, 45.6), abs=0.1)
+    assert abs(med_s - med_r) > max(support.WAIT_REL * med_r, support.WAIT_ABS)
     sim = {str(r.job_id): r for r in results[True].jobs}
     epoch = min(v[0] for v in real.values())
     assert real["59"][1] - epoch < 80 < 120 < real["64"][1] - epoch

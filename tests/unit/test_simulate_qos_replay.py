@@ -133,8 +133,9 @@ def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_
     passes = support.pass_instants(kept.log, rec["since"])
     epoch = min(v[0] for v in real.values())
     assert len(passes) >= 10 and all(phase[0] < (at - epoch) % 5 < phase[1] for at in passes[:4])
-    # both listed (the first seed at the tolerance's edge: ``KNOWN_MISSES``)
-    assert support.KNOWN_MISSES.get(kept.label) == "median wait"
+    # seed 3131's run is listed (``KNOWN_MISSES``); the first seed's, at the tolerance's edge
+    # on the grid (30.1 s against 25.0 s), is within the median's band (``MEDIAN_BAND``)
+    assert support.KNOWN_MISSES.get(kept.label) == ("median wait" if "s3131" in stem else None)
     got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, "24.11", passes=passes)
     assert got[True]["median wait"] == pytest.approx(median, abs=0.1)
 
