@@ -40,9 +40,10 @@ WAIT_REL, WAIT_ABS = 0.10, 5.0  # median and mean wait: within 10 %, or one back
 # its median (about two jobs of 64, six of 210).  A queue's waits are often two groups (jobs
 # that started at once; jobs that waited for a round of ends), and Slurm's median can fall
 # in the gap between them: then one job on the other side moves it by the gap, 8 to 21 s in
-# a QOS run on 26.05 (median 17.4 s, 18.1 s in a run of the same workload whose replay gave
+# a QOS run on 26.05 (median 17.5 s, 18.1 s in a run of the same workload whose replay gave
 # 12.4 s while its mean and p90 agreed within 0.4 s).  Within the band, the replay's median
-# splits Slurm's jobs as Slurm's own does, but for those two.
+# splits Slurm's jobs as Slurm's own does, but for those two; the band is two jobs
+# wherever the median lies, so it spans a gap within two jobs of it (docs/simulate.md).
 MEDIAN_BAND = 3.0
 P90_REL, P90_ABS = 0.20, 5.0
 UTIL_POINTS = 5.0

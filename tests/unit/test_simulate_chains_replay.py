@@ -87,7 +87,8 @@ LIVE_MISS = support.Kept("22.05", "simulate-chains-live-s570764276")
 
 
 def test_a_live_run_under_ci_s_load_still_misses_where_slurm_ran_two_stages_the_other_way(utc):  # noqa: F811
-    """This record cannot be replayed right: Slurm started job 59 (whose
+    """This record's two stages cannot be replayed in Slurm's order (its figures agree only
+    since the median's band, ``MEDIAN_BAND``): Slurm started job 59 (whose
     dependency ended at 78 s) at 79 s and job 64 (eligible from 69 s) only at 124 s; the
     replay starts 64 at its first pass after 69 s and 59 at 124 s, and the waits of the
     stages after them follow: median wait 45.6 s against Slurm's 33.3 s.  On a quiet

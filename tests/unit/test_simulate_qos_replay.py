@@ -120,8 +120,9 @@ def test_the_known_misses_on_24_11_are_the_backfill_passes_phase_given_them_the_
     phase,
     median,
 ):
-    """24.11's runs missed the median on the replay's own grid (``KNOWN_MISSES``; the first
-    seed's at the tolerance's edge, 30.1 s against 25.0 s): their backfill passes fell
+    """24.11's runs missed the median's tolerance on the replay's own grid (seed 3131's is in
+    ``KNOWN_MISSES``; the first seed's, at the tolerance's edge, 30.1 s against 25.0 s, is
+    within the median's band): their backfill passes fell
     3.4-3.8 s after that grid.  Given the passes their logs date (each
     pass's first backfill start, ``pass_instants``), the replay agrees within every
     tolerance (seed 3131: median 12.5 s in Slurm, 5.0 s on the grid, 13.0 s given the
