@@ -222,14 +222,21 @@ class SandboxHandle:
         return self
 
 
+def log_tail(log: Path, size: int) -> list[str]:
+    """The lines of the last ``size`` bytes of ``log``, decoded with "replace", never
+    "surrogateescape": a failure's section is added after the root conftest made the
+    report UTF-8-safe, and a lone surrogate kills the xdist worker."""
+    with log.open("rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+        return f.read().decode(errors="replace").splitlines()
+
+
 def last_words(log: Path) -> str:
     """What a dead slurmctld last logged since it last started (``slurmctld version ...
     started``), in the last 64 kB of its log: its ``fatal:`` line if it has one, else its
     last line."""
     try:
-        with log.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
-            lines = f.read().decode(errors="replace").splitlines()
+        lines = log_tail(log, 65536)
     except OSError as e:
         return f"no log: {e}"
     starts = [i for i, line in enumerate(lines) if "slurmctld version" in line and " started" in line]
@@ -279,13 +286,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.failed and "_sandbox_session" in getattr(item, "fixturenames", ()):
         log = TEST_ROOT / "log" / "slurmctld.log"
-        with contextlib.suppress(OSError), log.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 1024 * 1024))
-            # "replace", never "surrogateescape": this section is added after the root
-            # conftest made the report UTF-8-safe, and a lone surrogate kills the xdist worker;
+        with contextlib.suppress(OSError):
             # without the debug lines of a test that raised the level (the simulator's live
             # runs log at debug2: thousands of RPC lines a minute)
-            lines = f.read().decode(errors="replace").splitlines()
+            lines = log_tail(log, 1024 * 1024)
             tail = [line for line in lines if "] debug" not in line][-CTLD_LOG_TAIL:]
             report.sections.append((f"slurmctld.log ({log}), last {len(tail)} lines", "\n".join(tail)))
 
