@@ -450,7 +450,8 @@ class Repartitioner:
             case Apply():
                 self._apply(action)
             case Drain():
-                self._drain(action.node, action.layout)
+                if not self._drain_applied(action.node, action.layout) and not self._wait_controller():
+                    raise SlurmUnavailableError(f"drain {action.node}", "slurmctld does not answer")
             case RollBack():
                 self._roll_back(action)
             case Revert():
@@ -587,28 +588,33 @@ class Repartitioner:
         j = self.journal
         try:
             if a.resume_first:
-                self.cluster.resume([a.node])  # srun cannot run on a drained node; the reservation holds it
+                try:  # srun cannot run on a drained node; the reservation holds it
+                    self.cluster.resume([a.node])
+                except SlurmUnavailableError as e:  # nothing changed on the node: tried again
+                    self._not_started(a.node, f"resume: {e}")
+                    return
             j.step(a.node, jr.APPLYING, applying_at=self.clock.time())
             self.progress(f"{a.node}: node apply {a.layout}")
             rc, why, started = self._srun_apply(a.node, a.layout)
             if rc == 0:
                 j.step(a.node, jr.APPLIED, layout=a.layout)
-                self._drain(a.node, a.layout)
+                self._drain_applied(a.node, a.layout)
             elif not started:  # slurmctld away: nothing ran on the node; tried again
-                self.progress(f"{a.node}: srun started nothing ({why}); again after a poll")
-                j.step(
-                    a.node,
-                    jr.WAITING,
-                    reason=f"srun started nothing: {why}",
-                    not_started=why,
-                    not_started_at=self.clock.time(),
-                )
+                self._not_started(a.node, why)
             elif rc == 75:  # GPUs busy, or another apply holds the node: tried again
                 j.step(a.node, jr.WAITING, reason=f"GPUs busy: {why}", gpus_busy=why, gpus_busy_at=self.clock.time())
             else:
                 j.note(a.node, apply_failed=why, apply_failed_at=self.clock.time())
         except (SlurmUnavailableError, OSError) as e:
             self._fail(a.node, f"gpupool: switch to {a.layout} failed: {e}")
+
+    def _not_started(self, node: str, why: str) -> None:
+        """Nothing ran on the node (slurmctld away): its apply is tried again after a poll,
+        until the deadline (``waiting``)."""
+        self.progress(f"{node}: srun started nothing ({why}); again after a poll")
+        self.journal.step(
+            node, jr.WAITING, reason=f"srun started nothing: {why}", not_started=why, not_started_at=self.clock.time()
+        )
 
     def _srun_apply(self, node: str, layout: str) -> tuple[int, str, bool]:
         """``srun ... gpupool node apply LAYOUT --json`` on the node: (exit code, why, whether
@@ -634,6 +640,20 @@ class Repartitioner:
     def _drain(self, node: str, layout: str) -> None:
         self.cluster.drain([node], reason_text(f"{OUR_DRAIN} {layout}"))
         self.journal.step(node, jr.DRAINED, drained_by_us=True, drained_at=self.clock.time())
+
+    def _drain_applied(self, node: str, layout: str) -> bool:
+        """Drain a node whose GPUs are in ``layout`` now (``scontrol update NodeName=N
+        State=DRAIN``); False if slurmctld did not take it.  The node then stays APPLIED, and
+        the next look drains it (``repairs_midway``).  Failing it instead left its GPUs in the
+        new layout behind the old files: seen on 24.11 with slurmctld killed during the drain
+        ("Connection reset by peer"), after which Slurm drained the node itself, "gres/gpu
+        count reported lower than configured (4 < 10)", and later runs refused it."""
+        try:
+            self._drain(node, layout)
+        except SlurmUnavailableError as e:
+            self.progress(f"{node}: in layout {layout}, but slurmctld did not take its drain ({e}); again next look")
+            return False
+        return True
 
     def _roll_back(self, a: RollBack) -> None:
         """Roll the node back to its previous layout; it stays drained with the reason."""

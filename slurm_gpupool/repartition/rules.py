@@ -170,11 +170,13 @@ def fmt_counts(counts: Mapping[str, int]) -> str:
     return ",".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "(none)"
 
 
-# Slurm's drain of a node whose slurmd registered fewer of a GRES than its node line
-# ("gres/gpu:v100_shared count too low (0 < 4)", 22.05): slurmctld (re)started with a switch's
-# new files while the node's slurmd still had the old ones (killed at that moment, or an
-# admin's restart).  It stays after the slurmd registers right.
-_GRES_COUNT_DRAIN = re.compile(r"^gres/\S+ count too low \(\d+ < \d+\)$")
+# Slurm's drain of a node whose slurmd registered fewer of a GRES than its node line:
+# slurmctld (re)started with a switch's new files while the node's slurmd still had the old
+# ones (killed at that moment, or an admin's restart).  It stays after the slurmd registers
+# right.  Two wordings, on every release (src/common/gres.c in 22.05, src/interfaces/gres.c
+# since): a type's count ("gres/gpu:v100_shared count too low (0 < 4)", seen on 22.05) and
+# the GRES's total ("gres/gpu count reported lower than configured (4 < 10)", seen on 24.11).
+_GRES_COUNT_DRAIN = re.compile(r"^gres/\S+ count (?:too low|reported lower than configured) \(\d+ < \d+\)$")
 
 
 def ours(info: NodeInfo | None) -> bool:

@@ -304,3 +304,69 @@ def test_slurms_gres_count_drain_is_the_switchs_only_on_a_node_of_the_last_run()
     views = node_views({"a": drained("a"), "b": drained("b")}, midway=(), last_run=["b"])
     assert (views["a"].usable, views["a"].retry) == (False, False) and "count too low" in views["a"].state
     assert (views["b"].usable, views["b"].retry) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("reason", "switchs"),
+    [
+        ("gres/gpu:v100_shared count too low (0 < 4)", True),  # a type's count (seen on 22.05)
+        ("gres/gpu count reported lower than configured (4 < 10)", True),  # the total (seen on 24.11)
+        ("gres/shard count reported lower than configured (0 < 8)", True),
+        ("gres/gpu count reported lower than configured", False),
+        ("Not responding", False),
+        ("admin: gres/gpu count too low (3 < 4)", False),
+    ],
+)
+def test_slurms_gres_count_drain_in_both_its_wordings(reason, switchs):
+    from slurm_gpupool.repartition.rules import switch_gres_drain
+    from slurm_gpupool.slurm.types import NodeInfo
+
+    info = NodeInfo("b", "idle", frozenset({"DRAIN"}), "gpu:a30:4", ("layout_night",), reason)
+    assert switch_gres_drain(info) is switchs
+
+
+def fails_once(site: Site, call: str, node: str):
+    """slurmctld gone for one ``call`` (``drain`` or ``resume``) of ``node``'s: the RPC is
+    lost ("Connection reset by peer"); slurmctld answers again at once.  The calls failed."""
+    from slurm_gpupool.errors import SlurmUnavailableError
+
+    real = getattr(site.slurm, call)
+    lost: list[str] = []
+
+    def once(nodes, *args):
+        nodes = list(nodes)
+        if node in nodes and not lost:
+            lost.append(node)
+            raise SlurmUnavailableError(f"{call} {node}", "slurm_update error: Connection reset by peer")
+        return real(nodes, *args)
+
+    setattr(site.slurm, call, once)
+    return lost
+
+
+def test_a_drain_slurmctld_lost_after_a_nodes_apply_is_made_again_not_a_failure(templates, tmp_path: Path):
+    """Seen on 24.11 with slurmctld killed during the drain that follows a node's apply: the
+    node was failed with its GPUs already in the new layout and its files still the old; Slurm
+    drained it itself, "gres/gpu count reported lower than configured (4 < 10)", and later runs
+    refused it.  Now it stays applied and the next look drains it: the run converges at once."""
+    site = busy_site(tmp_path, templates["night"])
+    lost = fails_once(site, "drain", "v100n1")
+    report = repartitioner(site).run("day", SWITCHING)
+    assert lost, "the drain was never made"
+    assert report.exit_code == 0, report.to_dict()
+    assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}, report.to_dict()
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+def test_a_resume_slurmctld_lost_before_a_nodes_apply_is_tried_again_not_a_failure(templates, tmp_path: Path):
+    """A node an earlier run drained (our reason) is resumed before its srun: that resume lost
+    to a killed slurmctld failed the node, though nothing had changed on it.  Now its apply is
+    tried again after a poll, as when srun started nothing."""
+    site = busy_site(tmp_path, templates["night"])
+    site.slurm.drain(["v100n1"], "gpupool: switching to layout day")
+    lost = fails_once(site, "resume", "v100n1")
+    report = repartitioner(site).run("day", SWITCHING)
+    assert lost, "the node was never resumed for its apply"
+    assert report.exit_code == 0, report.to_dict()
+    assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}, report.to_dict()
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
