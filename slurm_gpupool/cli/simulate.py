@@ -226,7 +226,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     specs = pol.policies(cfg, list(policy_names) or None, whole)
     notes: list[str] = []
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
-    epoch, jobs, source = _jobs(
+    epoch, jobs, source, passes = _jobs(
         app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes
     )
     if thin is not None:
@@ -259,6 +259,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             sw = pol.switcher(cfg, spec, epoch, span)  # each replay its own: an elastic one keeps state
             params = Params(
                 bf_interval_s=bf_interval,
+                bf_passes_s=passes,
                 bf_exact=exact_backfill,
                 **rules,
                 switch_s=pol.elastic_switch_s(cfg, spec, switch_s, switch_time is None),
@@ -301,6 +302,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + ("requeue" if cfg.repartition.requeue else "no requeue"),
             "scheduler": f"priority order, backfill every {bf_interval:g} s (bf_max_job_test 500, bf_window 1 day, "
             + f"bf_resolution 60 s, whole-node reservations{', every one placed' if exact_backfill else ''}, "
+            + (f"{len(passes):,} passes dated by the accounting's backfill starts, " if passes else "")
             + f"as Slurm {slurm_release}, will-run {will_run})",
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
@@ -323,13 +325,15 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
 
 
 def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes):  # fmt: skip
-    """(epoch, jobs, where they come from); ``accounting``: the report options, in ``_load``'s order."""
+    """(epoch, jobs, where they come from, when the site's backfill passes began as its
+    accounting dates them: none for a public trace); ``accounting``: the report options, in
+    ``_load``'s order."""
     from slurm_gpupool.reports.traces import philly as st
 
     files = accounting[2]
     if trace == "accounting":
         data, _, _ = _load(app, *accounting)
-        from slurm_gpupool.reports.sim_accounting import accounting_jobs
+        from slurm_gpupool.reports.sim_accounting import accounting_jobs, accounting_passes
 
         epoch, jobs, skipped = accounting_jobs(data, limit_factor, max_time_s)
         notes += [f"{v:,} jobs left out: {k}" for k, v in skipped.items() if v]
@@ -337,7 +341,7 @@ def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_f
         if days is not None:
             jobs = [j for j in jobs if j.submit_s < days * 86400]
         label = ", ".join(str(f) for f in files) if files else "sacct"
-        return epoch, jobs, label
+        return epoch, jobs, label, accounting_passes(data, epoch)
     for given, option in ((files, "--from"), (accounting[0], "--since"), (accounting[1], "--until")):
         if given:
             raise UsageError(f"--trace {trace} {option}", f"{option} is for --trace accounting (this site's jobs)")
@@ -347,4 +351,4 @@ def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_f
     if trace == "openb":
         jobs = st.openb_mix(jobs, st.openb_milli(openb_list), seed)
         label += f"; one-GPU requests from openb {openb_list} (seed {seed})"
-    return epoch, jobs, label
+    return epoch, jobs, label, ()

@@ -61,6 +61,26 @@ def accounting_jobs(
     return epoch.to_pydatetime(), out, skipped
 
 
+def accounting_passes(data: Data, epoch: datetime) -> tuple[float, ...]:
+    """When Slurm's backfill passes began, s from ``epoch``, as the accounting dates them
+    (``cadence.passes_from_starts``: the starts neither a submission nor an end explains).
+    A replay's passes then fall where the site's did, instead of on a grid from the first
+    submission whose phase no accounting keeps."""
+    from slurm_gpupool.simulate.cadence import passes_from_starts
+
+    jobs = data.jobs
+    done = jobs[jobs["start"].notna() & jobs["end"].notna()]
+    if done.empty:
+        return ()
+    origin = pd.Timestamp(epoch)
+
+    def since(col: str) -> list[float]:
+        return [float(x) for x in (done[col] - origin).dt.total_seconds()]
+
+    submit, start, end = since("submit"), since("start"), since("end")
+    return passes_from_starts(list(zip(submit, start, strict=True)), end)
+
+
 def _qos(value: object) -> str:
     """A job's QOS as sacct printed it; none recorded: Slurm's default QOS, normal."""
     text = "" if value is None or value != value else str(value).strip()

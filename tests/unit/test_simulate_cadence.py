@@ -100,3 +100,33 @@ def test_a_replay_puts_its_grid_at_the_first_submission_unless_told(spec):  # no
     assert r[3].start_s == 1033.0
     _, r = run(spec, jobs, bf_grid_from_s=0.0)
     assert r[3].start_s == 1020.0
+
+
+def test_passes_are_dated_by_the_starts_neither_a_submission_nor_an_end_explains():
+    """sacct's whole seconds: a start in its submission's second or the next (the main
+    scheduler's round for it), or within a second of an end (its round for a completion),
+    dates no pass; any other start is a backfill pass's, in its second, once per second."""
+    from slurm_gpupool.simulate.cadence import passes_from_starts
+
+    jobs = [
+        (0.0, 0.0),  # at submission
+        (3.0, 4.0),  # the round after its submission
+        (5.0, 12.0),  # 12: a pass (no end near)
+        (6.0, 12.0),  # the same pass
+        (7.0, 20.0),  # an end at 19.5: the main scheduler
+        (8.0, 27.0),  # 27: a pass (the end at 19.5 is long before)
+        (9.0, 31.0),  # an end at 31.0, the same second: the main scheduler
+    ]
+    assert passes_from_starts(jobs, [19.5, 31.0, 40.0]) == (12.0, 27.0)
+    assert passes_from_starts([], []) == ()
+
+
+def test_dated_passes_put_the_replays_grid_where_the_sites_was():
+    """The grid anchors at each dated pass (``next_pass``): a job submitted at 14 s waits for
+    the pass at 17 s, not for 15 s on a grid from the first submission."""
+    from slurm_gpupool.simulate.cadence import passes_from_starts
+
+    known = passes_from_starts([(0.0, 12.0)], [])
+    assert known == (12.0,)
+    assert next_pass(14.0, 12.0, 5.0, known, origin=0.0) == 17.0
+    assert next_pass(14.0, 10.0, 5.0, (), origin=0.0) == 15.0

@@ -33,10 +33,12 @@ FAMILIES = ("qos",)  # (see the docstring)
 UTIL_POINTS = 2.0  # the issue's bound for a site's accounting
 # kept runs whose accounting replay misses, and the first measure it misses on: the same
 # run's KNOWN_MISSES entry, the grid's phase (simulate_support; test_simulate_qos_replay.py)
+# (26.05's seeds 6161 and 7171 missed too, on the grid's phase, until the replay's passes
+# were dated from the accounting's backfill starts: cadence.passes_from_starts)
 MISSES = {
-    "26.05/simulate-qos-s6161": "utilisation",
+    # 18.9 % replayed against 16.7 % (20.5 % before the dated passes); the whole GPUs'
+    # median 43.5 s against 50.5 s, the run's own replay's known miss
     "24.11/simulate-qos-s7171": "utilisation",
-    "26.05/simulate-qos-s7171": "utilisation",
     # the slices' median: 10.0 and 17.0 s in Slurm, 4.0 s replayed from sacct's whole
     # seconds; the run's own replay, with the log's milliseconds, the Epilogs' ends and the
     # scheduler's rounds, agrees (test_simulate_qos_replay.py)
