@@ -564,6 +564,7 @@ def _compare(
         f"sim {med_s:.1f} s; mean real {mean_r:.1f} s sim {mean_s:.1f} s; p90 real {p90_r:.1f} s sim {p90_s:.1f} s; utilisation real {util_real:.1f} % sim "
         f"{util_sim:.1f} %; switch at {switch_at:.0f} s, out of service median {percentile(out, 50):.1f} s"
     )
+    print(_detail(real_wait, sim_wait, real_start, sim_start))
     figures = {"median wait": (med_r, med_s), "mean wait": (mean_r, mean_s), "p90 wait": (p90_r, p90_s)}
     if kept is not None:  # before the tolerances: a kept run that misses them counts in the error too
         waits = {measure.removesuffix(" wait"): v for measure, v in figures.items()}
@@ -577,6 +578,25 @@ def _compare(
     assert abs(util_sim - util_real) <= UTIL_POINTS, ("utilisation", util_real, util_sim)
     assert med_r > 0 and p90_r > 10  # the trace did queue: the comparison says something
     return figures
+
+
+def _detail(
+    real_wait: list[float], sim_wait: list[float], real_start: dict[str, float], sim_start: dict[str, float]
+) -> str:
+    """What a miss needs to be understood from a CI log alone, where the run's record is
+    lost with the machine (shown with a failing test's output): each side's waits about its
+    median (a gap there is the median's band's case), and the jobs whose starts differ most."""
+    mid = len(real_wait) // 2
+
+    def about(waits: list[float]) -> str:
+        return " ".join(f"{w:.1f}" for w in waits[max(0, mid - 4) : mid + 5])
+
+    apart = sorted(real_start, key=lambda j: -abs(sim_start[j] - real_start[j]))[:6]
+    moved = ", ".join(f"{j} {real_start[j]:.1f}/{sim_start[j]:.1f}" for j in apart)
+    return (
+        f"  waits about the median, Slurm: {about(real_wait)}; replay: {about(sim_wait)}\n"
+        f"  starts farthest apart (job Slurm/replay s): {moved}"
+    )
 
 
 def _kept(err: RunError) -> None:
