@@ -152,6 +152,15 @@ class Progress:
 )
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
+    "--passes",
+    "passes_from",
+    type=click.Choice(("dated", "grid")),
+    default="dated",
+    show_default=True,
+    help="Where a site's backfill passes fall: dated by its accounting's backfill starts (its own "
+    "bf_interval), or every --bf-interval from the first submission (a what-if interval).",
+)
+@click.option(
     "--exact-backfill", is_flag=True, help="Place every tested job's backfill reservation (slow on deep queues)."
 )
 @slurm_release_option
@@ -178,7 +187,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, qos_priority, bf_interval, exact_backfill, slurm_release, will_run,
+             limit_factor, max_time, switch_time, qos_priority, bf_interval, passes_from, exact_backfill, slurm_release,
+             will_run,
              prefer, typed, fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
              sacct_format):  # fmt: skip
     """Replay jobs against the pool's layouts and schedule, side by side.
@@ -226,8 +236,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     specs = pol.policies(cfg, list(policy_names) or None, whole)
     notes: list[str] = []
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
+    dating = bf_interval if passes_from == "dated" else None
     epoch, jobs, source, passes = _jobs(
-        app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes
+        app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes, dating
     )
     if thin is not None:
         if not 0 < thin <= 1:
@@ -324,10 +335,11 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         click.echo(f"wrote {output}", err=True)
 
 
-def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes):  # fmt: skip
+def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes,
+          dating):  # fmt: skip
     """(epoch, jobs, where they come from, when the site's backfill passes began as its
-    accounting dates them: none for a public trace); ``accounting``: the report options, in
-    ``_load``'s order."""
+    accounting dates them, ``dating`` being its bf_interval: none for a public trace, or
+    with ``dating`` None); ``accounting``: the report options, in ``_load``'s order."""
     from slurm_gpupool.reports.traces import philly as st
 
     files = accounting[2]
@@ -341,7 +353,7 @@ def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_f
         if days is not None:
             jobs = [j for j in jobs if j.submit_s < days * 86400]
         label = ", ".join(str(f) for f in files) if files else "sacct"
-        return epoch, jobs, label, accounting_passes(data, epoch)
+        return epoch, jobs, label, accounting_passes(data, epoch, dating) if dating else ()
     for given, option in ((files, "--from"), (accounting[0], "--since"), (accounting[1], "--until")):
         if given:
             raise UsageError(f"--trace {trace} {option}", f"{option} is for --trace accounting (this site's jobs)")

@@ -184,6 +184,7 @@ class Repartitioner:
         self.restarter = restarter or Restarter(cfg.repartition)
         self.progress = tee("repartition", progress)  # every step to syslog too, as the hooks log
         self.poll_s = poll_s
+        self._drain_tries: dict[str, float] = {}  # node -> when this run first tried its drain again
         self.dir = Path(cfg.paths.controller_dir)
         self.journal = Journal(self.dir, self.clock, kill)
         self.requeue = cfg.repartition.requeue
@@ -450,8 +451,7 @@ class Repartitioner:
             case Apply():
                 self._apply(action)
             case Drain():
-                if not self._drain_applied(action.node, action.layout) and not self._wait_controller():
-                    raise SlurmUnavailableError(f"drain {action.node}", "slurmctld does not answer")
+                self._drain_again(action)
             case RollBack():
                 self._roll_back(action)
             case Revert():
@@ -654,6 +654,27 @@ class Repartitioner:
             self.progress(f"{node}: in layout {layout}, but slurmctld did not take its drain ({e}); again next look")
             return False
         return True
+
+    def _drain_again(self, a: Drain) -> None:
+        """An applied node's drain, made again (its first was lost, or a run was killed
+        between the apply and the drain), a poll apart while Slurm does not take it, for at
+        most ``verify_timeout`` in this run.  Past it: failed (drained with why, if Slurm
+        takes that) when slurmctld answers but refuses, so no node is tried for ever; the run
+        stops with slurmctld unavailable when it does not answer, and the next run drains
+        the node, still applied in the journal."""
+        first = self._drain_tries.setdefault(a.node, self.clock.time())
+        if self._drain_applied(a.node, a.layout):
+            self._drain_tries.pop(a.node, None)
+            return
+        if self.clock.time() - first < self.s.verify_timeout_s:
+            self.clock.sleep(self.poll_s)
+            return
+        self._drain_tries.pop(a.node, None)
+        if not self.cluster.ping():
+            raise SlurmUnavailableError(f"drain {a.node}", "slurmctld does not answer")
+        self._fail(
+            a.node, f"gpupool: in layout {a.layout}, but Slurm refused its drain for {self.s.verify_timeout_s} s"
+        )
 
     def _roll_back(self, a: RollBack) -> None:
         """Roll the node back to its previous layout; it stays drained with the reason."""

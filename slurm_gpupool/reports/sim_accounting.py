@@ -61,7 +61,7 @@ def accounting_jobs(
     return epoch.to_pydatetime(), out, skipped
 
 
-def accounting_passes(data: Data, epoch: datetime) -> tuple[float, ...]:
+def accounting_passes(data: Data, epoch: datetime, bf_interval_s: float) -> tuple[float, ...]:
     """When Slurm's backfill passes began, s from ``epoch``, as the accounting dates them
     (``cadence.passes_from_starts``: the starts neither a submission nor an end explains).
     A replay's passes then fall where the site's did, instead of on a grid from the first
@@ -78,7 +78,7 @@ def accounting_passes(data: Data, epoch: datetime) -> tuple[float, ...]:
         return [float(x) for x in (done[col] - origin).dt.total_seconds()]
 
     submit, start, end = since("submit"), since("start"), since("end")
-    return passes_from_starts(list(zip(submit, start, strict=True)), end)
+    return passes_from_starts(list(zip(submit, start, strict=True)), end, bf_interval_s)
 
 
 def _qos(value: object) -> str:

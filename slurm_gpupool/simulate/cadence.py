@@ -52,29 +52,37 @@ def _on_grid(t: float, step: float, known: Sequence[float], origin: float, after
     at = anchor + (math.floor(steps + _EPS) + 1 if after else math.ceil(steps - _EPS)) * step
     if i < len(known):
         following = known[i]
-        if i and at > following - step / 2 - _EPS:
-            return following  # between two known passes the grid stops half a step short of the next
+        if i and at > anchor + _EPS and at > following - step / 2 - _EPS:
+            # between two known passes the grid stops half a step short of the next (the
+            # known pass itself, at ``t``, has its pass)
+            return following
         at = min(at, following)
     return at
 
 
 def passes_from_starts(
-    jobs: Sequence[tuple[float, float]], ends: Sequence[float], slack_s: float = 1.0
+    jobs: Sequence[tuple[float, float]], ends: Sequence[float], step: float, slack_s: float = 1.0
 ) -> tuple[float, ...]:
     """When backfill passes began, as far as a site's accounting tells (pure): sacct keeps
     each job's submission and start in whole seconds, and no pass.  A job that started
     neither in its submission's second nor in the second after (the main scheduler's round
     for a submission) nor within ``slack_s`` after a job's end (the main scheduler's round
     for a completion) started in a backfill pass: that pass began in the start's second.
-    ``jobs``: (submit, start) per job; ``ends``: every job's end.  The instants, sorted,
-    one per second (a pass starts several jobs in one second), for ``Params.bf_passes_s``."""
+    Starts less than half of ``step`` (``bf_interval``) after a dated pass are that pass's
+    (a long pass starts jobs over several seconds) and date none.  ``jobs``: (submit,
+    start) per job; ``ends``: every job's end.  The instants, sorted, for
+    ``Params.bf_passes_s``."""
     ordered = sorted(ends)
-    found: set[float] = set()
+    found: list[float] = []
     for submit, start in jobs:
         if start - submit <= slack_s + _EPS:
             continue
         i = bisect_right(ordered, start + _EPS)
         if i and start - ordered[i - 1] <= slack_s + _EPS:
             continue
-        found.add(math.floor(start + _EPS))
-    return tuple(sorted(found))
+        found.append(math.floor(start + _EPS))
+    out: list[float] = []
+    for t in sorted(found):
+        if not out or t - out[-1] >= step / 2 - _EPS:
+            out.append(t)
+    return tuple(out)

@@ -370,3 +370,54 @@ def test_a_resume_slurmctld_lost_before_a_nodes_apply_is_tried_again_not_a_failu
     assert report.exit_code == 0, report.to_dict()
     assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}, report.to_dict()
     assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
+
+
+def test_a_drain_slurm_keeps_refusing_after_an_apply_fails_the_node_after_verify_timeout(templates, tmp_path: Path):
+    """slurmctld answers but refuses the drain (``scontrol update`` exits non-zero): tried
+    again a poll apart, not in a busy loop, and the node failed once ``verify_timeout`` (10 s
+    here) has passed, with why; the other node switches."""
+    from slurm_gpupool.errors import SlurmUnavailableError
+
+    site = busy_site(tmp_path, templates["night"])
+    real = site.slurm.drain
+    refused: list[float] = []
+
+    def refuse(nodes, reason):
+        nodes = list(nodes)
+        if nodes == ["v100n1"]:
+            refused.append(site.clock.time())
+            raise SlurmUnavailableError("drain v100n1", "slurm_update error: Invalid node state specified")
+        return real(nodes, reason)
+
+    site.slurm.drain = refuse
+    report = repartitioner(site).run("day", SWITCHING)
+    assert report.nodes["v100n1"]["outcome"] == "failed", report.to_dict()
+    assert "refused its drain for 10 s" in report.nodes["v100n1"]["reason"]
+    assert report.nodes["a30n1"]["outcome"] == "done", report.to_dict()
+    assert refused[-1] - refused[0] >= 10 and len(refused) <= 10 / 0.05 + 5, (len(refused), refused[-1] - refused[0])
+
+
+def test_slurmctld_gone_for_good_after_an_apply_stops_the_run_and_the_next_drains_the_node(templates, tmp_path: Path):
+    """slurmctld killed right after v100n1's apply and not started again: the drain is tried
+    a poll apart for ``verify_timeout``, then the run stops with slurmctld unavailable (the
+    node still applied in the journal).  With slurmctld back, the next run drains it and
+    converges."""
+    from slurm_gpupool.errors import SlurmUnavailableError
+
+    site = busy_site(tmp_path, templates["night"])
+    real = site.slurm.drain
+
+    def gone(nodes, reason):
+        nodes = list(nodes)
+        if nodes == ["v100n1"] and site.slurm.ctld_up and not site.slurm.crashes:
+            site.slurm.crash_controller(up_again=False)
+        return real(nodes, reason)
+
+    site.slurm.drain = gone
+    with pytest.raises(SlurmUnavailableError):
+        repartitioner(site).run("day", SWITCHING)
+    site.slurm.drain = real
+    site.slurm.crash_controller(up_again=True)
+    report = repartitioner(site).run("day", SWITCHING)
+    assert report.exit_code == 0, report.to_dict()
+    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})

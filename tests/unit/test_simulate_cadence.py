@@ -117,8 +117,11 @@ def test_passes_are_dated_by_the_starts_neither_a_submission_nor_an_end_explains
         (8.0, 27.0),  # 27: a pass (the end at 19.5 is long before)
         (9.0, 31.0),  # an end at 31.0, the same second: the main scheduler
     ]
-    assert passes_from_starts(jobs, [19.5, 31.0, 40.0]) == (12.0, 27.0)
-    assert passes_from_starts([], []) == ()
+    assert passes_from_starts(jobs, [19.5, 31.0, 40.0], 5.0) == (12.0, 27.0)
+    assert passes_from_starts([], [], 5.0) == ()
+    # a long pass starts jobs over several seconds: those within half an interval are its own
+    assert passes_from_starts([(0.0, 12.0), (0.0, 13.0), (0.0, 14.0), (0.0, 15.0)], [], 5.0) == (12.0, 15.0)
+    assert passes_from_starts([(0.0, 12.0), (0.0, 13.0), (0.0, 40.0)], [], 30.0) == (12.0, 40.0)
 
 
 def test_dated_passes_put_the_replays_grid_where_the_sites_was():
@@ -126,7 +129,15 @@ def test_dated_passes_put_the_replays_grid_where_the_sites_was():
     the pass at 17 s, not for 15 s on a grid from the first submission."""
     from slurm_gpupool.simulate.cadence import passes_from_starts
 
-    known = passes_from_starts([(0.0, 12.0)], [])
+    known = passes_from_starts([(0.0, 12.0)], [], 5.0)
     assert known == (12.0,)
     assert next_pass(14.0, 12.0, 5.0, known, origin=0.0) == 17.0
     assert next_pass(14.0, 10.0, 5.0, (), origin=0.0) == 15.0
+
+
+def test_a_known_pass_at_the_instant_sought_has_its_pass_whatever_follows():
+    """A known pass at ``now`` is that pass, even with the next known one within half a step
+    (dated passes are whole seconds, as submissions and ends are: they meet often)."""
+    assert next_pass(100.0, 50.0, 30.0, (100.0, 110.0)) == 100.0
+    assert next_pass(100.0, 50.0, 30.0, (100.0, 130.0)) == 100.0
+    assert next_pass(101.0, 100.0, 30.0, (100.0, 110.0)) == 110.0  # the grid stops short of the next
