@@ -344,29 +344,23 @@ def fails_once(site: Site, call: str, node: str):
     return lost
 
 
-def test_a_drain_slurmctld_lost_after_a_nodes_apply_is_made_again_not_a_failure(templates, tmp_path: Path):
-    """Seen on 24.11 with slurmctld killed during the drain that follows a node's apply: the
-    node was failed with its GPUs already in the new layout and its files still the old; Slurm
-    drained it itself, "gres/gpu count reported lower than configured (4 < 10)", and later runs
-    refused it.  Now it stays applied and the next look drains it: the run converges at once."""
+@pytest.mark.parametrize("call", ["drain", "resume"])
+def test_a_drain_or_resume_slurmctld_lost_around_a_nodes_apply_is_made_again_not_a_failure(
+    templates, tmp_path: Path, call
+):
+    """``drain``: seen on 24.11 with slurmctld killed during the drain that follows a node's
+    apply: the node was failed with its GPUs already in the new layout and its files still
+    the old; Slurm drained it itself, "gres/gpu count reported lower than configured (4 <
+    10)", and later runs refused it.  Now it stays applied and the next look drains it.
+    ``resume``: a node an earlier run drained (our reason) is resumed before its srun; that
+    resume lost failed the node, though nothing had changed on it.  Now its apply is tried
+    again after a poll, as when srun started nothing.  Either way the run converges at once."""
     site = busy_site(tmp_path, templates["night"])
-    lost = fails_once(site, "drain", "v100n1")
+    if call == "resume":
+        site.slurm.drain(["v100n1"], "gpupool: switching to layout day")
+    lost = fails_once(site, call, "v100n1")
     report = repartitioner(site).run("day", SWITCHING)
-    assert lost, "the drain was never made"
-    assert report.exit_code == 0, report.to_dict()
-    assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}, report.to_dict()
-    assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
-
-
-def test_a_resume_slurmctld_lost_before_a_nodes_apply_is_tried_again_not_a_failure(templates, tmp_path: Path):
-    """A node an earlier run drained (our reason) is resumed before its srun: that resume lost
-    to a killed slurmctld failed the node, though nothing had changed on it.  Now its apply is
-    tried again after a poll, as when srun started nothing."""
-    site = busy_site(tmp_path, templates["night"])
-    site.slurm.drain(["v100n1"], "gpupool: switching to layout day")
-    lost = fails_once(site, "resume", "v100n1")
-    report = repartitioner(site).run("day", SWITCHING)
-    assert lost, "the node was never resumed for its apply"
+    assert lost, f"no {call} of v100n1 was made"
     assert report.exit_code == 0, report.to_dict()
     assert {n: r["outcome"] for n, r in report.nodes.items()} == {n: "done" for n in SWITCHING}, report.to_dict()
     assert_converged(site, {n: "day" if n in SWITCHING else "night" for n in site.cfg.all_nodes()})
