@@ -325,22 +325,33 @@ def test_slurms_gres_count_drain_in_both_its_wordings(reason, switchs):
     assert switch_gres_drain(info) is switchs
 
 
-def fails_once(site: Site, call: str, node: str):
-    """slurmctld gone for one ``call`` (``drain`` or ``resume``) of ``node``'s: the RPC is
-    lost ("Connection reset by peer"); slurmctld answers again at once.  The calls failed."""
-    from slurm_gpupool.errors import SlurmUnavailableError
-
+def on_call(site: Site, call: str, node: str, effect) -> None:
+    """Slurm's ``call`` (``drain`` or ``resume``) on ``node`` runs ``effect`` first, which may
+    raise (the RPC lost or refused) or crash slurmctld; on other nodes it runs as it is."""
     real = getattr(site.slurm, call)
-    lost: list[str] = []
 
-    def once(nodes, *args):
+    def wrapped(nodes, *args):
         nodes = list(nodes)
-        if node in nodes and not lost:
-            lost.append(node)
-            raise SlurmUnavailableError(f"{call} {node}", "slurm_update error: Connection reset by peer")
+        if node in nodes:
+            effect()
         return real(nodes, *args)
 
-    setattr(site.slurm, call, once)
+    setattr(site.slurm, call, wrapped)
+
+
+def fails_once(site: Site, call: str, node: str) -> list[str]:
+    """slurmctld gone for one ``call`` of ``node``'s: the RPC is lost ("Connection reset by
+    peer"); slurmctld answers again at once.  The calls failed."""
+    from slurm_gpupool.errors import SlurmUnavailableError
+
+    lost: list[str] = []
+
+    def once() -> None:
+        if not lost:
+            lost.append(node)
+            raise SlurmUnavailableError(f"{call} {node}", "slurm_update error: Connection reset by peer")
+
+    on_call(site, call, node, once)
     return lost
 
 
@@ -373,17 +384,13 @@ def test_a_drain_slurm_keeps_refusing_after_an_apply_fails_the_node_after_verify
     from slurm_gpupool.errors import SlurmUnavailableError
 
     site = busy_site(tmp_path, templates["night"])
-    real = site.slurm.drain
     refused: list[float] = []
 
-    def refuse(nodes, reason):
-        nodes = list(nodes)
-        if nodes == ["v100n1"]:
-            refused.append(site.clock.time())
-            raise SlurmUnavailableError("drain v100n1", "slurm_update error: Invalid node state specified")
-        return real(nodes, reason)
+    def refuse() -> None:
+        refused.append(site.clock.time())
+        raise SlurmUnavailableError("drain v100n1", "slurm_update error: Invalid node state specified")
 
-    site.slurm.drain = refuse
+    on_call(site, "drain", "v100n1", refuse)
     report = repartitioner(site).run("day", SWITCHING)
     assert report.nodes["v100n1"]["outcome"] == "failed", report.to_dict()
     assert "refused its drain for 10 s" in report.nodes["v100n1"]["reason"]
@@ -401,13 +408,11 @@ def test_slurmctld_gone_for_good_after_an_apply_stops_the_run_and_the_next_drain
     site = busy_site(tmp_path, templates["night"])
     real = site.slurm.drain
 
-    def gone(nodes, reason):
-        nodes = list(nodes)
-        if nodes == ["v100n1"] and site.slurm.ctld_up and not site.slurm.crashes:
+    def gone() -> None:
+        if not site.slurm.crashes:
             site.slurm.crash_controller(up_again=False)
-        return real(nodes, reason)
 
-    site.slurm.drain = gone
+    on_call(site, "drain", "v100n1", gone)
     with pytest.raises(SlurmUnavailableError):
         repartitioner(site).run("day", SWITCHING)
     site.slurm.drain = real
