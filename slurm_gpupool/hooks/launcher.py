@@ -143,42 +143,10 @@ def install(dest: str, python: str | None = None) -> list[str]:
     return written
 
 
-def _defer_ctypes_util() -> None:
-    """pynvml does ``from ctypes.util import find_library`` and never calls it, and importing
-    ``ctypes.util`` imports ``subprocess``, ``shutil`` and ``tempfile``: about a third of an
-    isolated hook's start-up.  Stand in for it until something really uses it (then the real
-    module is imported and answers)."""
-    if "ctypes.util" in sys.modules:
-        return
-    import types
-
-    stand_in = types.ModuleType("ctypes.util", "stand-in: the real ctypes.util loads on first use")
-
-    def real() -> types.ModuleType:
-        if sys.modules.get("ctypes.util") is stand_in:
-            del sys.modules["ctypes.util"]
-        import ctypes.util
-
-        return ctypes.util
-
-    def find_library(name: str) -> str | None:
-        return real().find_library(name)
-
-    def __getattr__(name: str) -> object:
-        if name.startswith("__"):  # the import system asks for __path__ & co.: not a use
-            raise AttributeError(name)
-        return getattr(real(), name)
-
-    stand_in.find_library = find_library  # type: ignore[attr-defined]
-    stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]
-    sys.modules["ctypes.util"] = stand_in
-
-
 def run(module: str) -> None:
     """A launcher's body: ``module.main()``, then exit with its code without the interpreter's
     teardown (freeing pynvml's thousands of objects costs milliseconds a job; the hooks write
     through closed file descriptors, and stdout/stderr are flushed here)."""
-    _defer_ctypes_util()
     main: Callable[[], int | None] = __import__(module, fromlist=["main"]).main
     try:
         code = main() or 0

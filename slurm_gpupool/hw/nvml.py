@@ -13,14 +13,17 @@ import ctypes
 import os
 from collections.abc import Callable, Iterator
 
-import pynvml
-
 from slurm_gpupool.core.gres.devices import gpu_device_file, mig_device_files
 from slurm_gpupool.errors import (
     GpuBusyError,
     GpuOperationError,
     NvmlUnavailableError,
 )
+from slurm_gpupool.hw.ctypes_util import defer_ctypes_util
+
+defer_ctypes_util()  # before pynvml, whose unused `find_library` import would load subprocess & co.
+
+import pynvml  # noqa: E402
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a hook ~4 ms (#29)
 if TYPE_CHECKING:

@@ -94,7 +94,7 @@ def test_a_command_loads_what_it_uses_only_when_it_runs(argv, banned):
 
 def test_the_most_run_commands_load_no_reports_templates_or_dataframes(tmp_path):
     """node assert (CI, cron) on a simulated node: NVML's stand-in and the config, not jinja2, pandas,
-    the reports, the controller or the repartitioner."""
+    the reports, the controller, the repartitioner or subprocess."""
     env = {"PATH": "/usr/bin:/bin", "SLURM_GPUPOOL_SIM_DIR": str(tmp_path / "sim")}
     rc, _ = loaded_by("--node", "n1", "sim", "init", "hgx-h100", "--dev-root", str(tmp_path / "dev"), env=env)
     assert rc == 0
@@ -125,6 +125,10 @@ def test_the_most_run_commands_load_no_reports_templates_or_dataframes(tmp_path)
         "slurm_gpupool.config.tiers",  # only for a config with tiers or quotas
         "slurm_gpupool.core.policy.elastic",
         "ClusterShell",  # plain hostlists are expanded without it (#29)
+        # pynvml's unused `from ctypes.util import find_library` loaded these (~5 ms): hw/ctypes_util.py
+        "subprocess",
+        "shutil",
+        "tempfile",
     }
     assert not heavy_in(mods, banned), sorted(heavy_in(mods, banned))
 

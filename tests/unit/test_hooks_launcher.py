@@ -128,8 +128,6 @@ def test_a_launched_hook_loads_only_stdlib_slurm_gpupool_and_pynvml(site: dict, 
     probe = "\n".join(
         [
             *src[1:-2],
-            "from slurm_gpupool.hooks import launcher",
-            "launcher._defer_ctypes_util()",
             "from slurm_gpupool.hooks.prolog import main",
             "rc = main()",
             "import json",
@@ -197,8 +195,6 @@ def test_the_nvml_path_of_the_hooks_loads_no_dataclasses_catalog_or_subprocess()
     code = (
         "import sys\n"
         f"sys.path.extend({launcher.package_paths()!r})\n"
-        "from slurm_gpupool.hooks import launcher\n"
-        "launcher._defer_ctypes_util()\n"
         "import slurm_gpupool.hooks.prolog, slurm_gpupool.hooks.epilog, slurm_gpupool.hooks.taskprolog\n"
         "import slurm_gpupool.hooks.health, slurm_gpupool.hooks.allocation, slurm_gpupool.hooks.sampler\n"
         "import slurm_gpupool.hooks.healthcheck, slurm_gpupool.hw.nvml\n"
@@ -237,10 +233,11 @@ def test_a_mig_jobs_hooks_on_the_simulated_node_load_no_catalog_nor_dataclasses(
 
 
 def test_the_ctypes_util_stand_in_answers_as_the_real_one():
+    """hw/nvml.py puts it in place before it imports pynvml; a later user gets the real answer."""
     code = (
         "import sys\n"
-        "from slurm_gpupool.hooks import launcher\n"
-        "launcher._defer_ctypes_util()\n"
+        "import slurm_gpupool.hw.nvml\n"
+        "assert 'subprocess' not in sys.modules and 'ctypes.util' in sys.modules\n"
         "from ctypes.util import find_library\n"
         "assert 'subprocess' not in sys.modules\n"
         "print(find_library('c'))\n"
