@@ -60,6 +60,9 @@ class GpuInstanceInfo:
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """A process on a GPU (``nvidia-smi --query-compute-apps``): ``node apply`` leaves a busy
+    GPU alone, and the Epilog finds what a job left behind."""
+
     pid: int
     used_memory_mib: int | None
     gi_id: int | None = None
@@ -125,6 +128,9 @@ class Topology:
 
 @dataclass(frozen=True)
 class NodeInventory:
+    """Everything NVML says of one node (``nvidia-smi -q``): the input of ``node apply``,
+    ``node assert`` and ``inventory``."""
+
     node: str
     backend: str  # "nvml" or "sim"
     driver_version: str

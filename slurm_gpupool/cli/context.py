@@ -15,6 +15,8 @@ import click
 
 @dataclass
 class AppContext:
+    """What every command shares: the global options and what is loaded once (config, backend)."""
+
     node: str | None = None
     sim_dir: str | None = None
     config_path: str | None = None

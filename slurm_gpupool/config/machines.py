@@ -27,6 +27,8 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One GPU of a machine description, as NVML and ``lspci`` would show it."""
+
     index: int  # NVML index (GPUs enumerate in PCI bus order)
     model: str  # catalog key
     pci_bus_id: str  # NVML form "00000000:07:00.0"
@@ -47,6 +49,8 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class MachineSpec:
+    """A machine description (``etc/machines``): its CPUs, memory, GPUs and links, for rendering and the simulation."""
+
     name: str
     description: str
     sockets: int

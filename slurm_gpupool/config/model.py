@@ -50,6 +50,8 @@ SUBMIT_DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class NodeSet:
+    """Nodes of one machine description under one name: what a layout assigns GPUs on."""
+
     name: str
     hostlist: str
     nodes: tuple[str, ...]
@@ -69,6 +71,9 @@ class LayoutEntry:
 
 @dataclass(frozen=True)
 class Paths:
+    """Where a node and the controller keep their files (``{node}`` filled in: the sandbox
+    runs many nodes on one host)."""
+
     state_dir: str
     run_dir: str
     spool_dir: str
@@ -169,6 +174,8 @@ class RepartitionSettings:
 
 @dataclass(frozen=True)
 class PoolConfig:
+    """A validated pool config: the one object every command takes from ``config.load``."""
+
     source: str
     version: int
     nodesets: dict[str, NodeSet]

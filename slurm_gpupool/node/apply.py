@@ -49,6 +49,8 @@ SYSLOG = "node-apply"  # journalctl -t gpupool-node-apply
 
 @dataclass
 class GpuResult:
+    """One GPU's part of an apply: what it was, what it should be, the operations and how they ended."""
+
     index: int
     target: str
     before: str
@@ -59,6 +61,8 @@ class GpuResult:
 
 @dataclass
 class ApplyReport:
+    """What ``node apply`` did to a node, GPU by GPU (its ``--json`` output and the repartitioner's evidence)."""
+
     node: str
     layout: str
     dry_run: bool

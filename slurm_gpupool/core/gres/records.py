@@ -156,6 +156,8 @@ def shared_mig_type(mig_type: str) -> str:
 
 @dataclass(frozen=True)
 class MigInstance:
+    """A MIG device as Slurm's GRES sees it: a GPU instance with one compute instance."""
+
     profile: str
     gi_id: int
     ci_id: int
@@ -178,6 +180,8 @@ class GresGpu:
 
 @dataclass(frozen=True)
 class GresNode:
+    """What Slurm must be told of one node: its GPUs' records, links and CPUs (``gres.conf``, ``NodeName=``)."""
+
     name: str
     gpus: tuple[GresGpu, ...]
     links: tuple[tuple[int, ...], ...]  # direct NVLink counts between GPU indices

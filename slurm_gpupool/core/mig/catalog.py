@@ -64,6 +64,8 @@ class MigProfile:
 
 @dataclass(frozen=True)
 class MigGeometry:
+    """A GPU model's MIG slots and profiles (``nvidia-smi mig -lgip``): what the planner fits layouts into."""
+
     memory_slots: int
     compute_slices: int
     max_mig_devices: int
@@ -90,6 +92,8 @@ class MigGeometry:
 
 @dataclass(frozen=True)
 class GpuModel:
+    """A GPU model of the catalog: how NVML and PCI name it and what it can be split into."""
+
     key: str  # catalog name, e.g. "A100-SXM4-40GB"
     nvml_names: tuple[str, ...]  # nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB" (first: canonical)
     pci_device_ids: tuple[int, ...]  # `lspci -nn` [10de:XXXX] (first: canonical)
