@@ -154,11 +154,16 @@ def run(module: str) -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             sys.stderr.write(f"{e.code}\n")
-    for stream in (sys.stdout, sys.stderr):
+    for stream, lost_fails in ((sys.stdout, True), (sys.stderr, False)):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except (OSError, ValueError):
-            code = code or 1
+            # stdout is what a TaskProlog tells Slurm (the job's `export` lines): losing it
+            # fails the task.  stderr is only our log: a hook that cannot write it (a full
+            # disk where a site redirected it) still fails open, or the node would drain.
+            if lost_fails:
+                code = code or 1
     os._exit(code)
 
 

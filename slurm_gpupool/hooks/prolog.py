@@ -97,7 +97,10 @@ def _body(env: dict[str, str]) -> int:
     finally:
         os.close(fd)
     run_fd = open_dir(node_path(settings, "run_dir", node))
-    try:  # the job's devices, for the node's usage sampler
+    try:  # the job's devices (and its user, whose processes alone are the job's), for the node's usage sampler
+        uid = env.get("SLURM_JOB_UID", "")
+        if uid.isascii() and uid.isdigit():
+            write_in_dir(run_fd, f"{jid}.uid", uid.encode(), 0o644)
         write_in_dir(run_fd, f"{jid}.devices", json.dumps(devices).encode(), 0o644)
     finally:
         os.close(run_fd)

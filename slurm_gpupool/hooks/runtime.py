@@ -86,7 +86,10 @@ def log(hook: str, job: str | None, message: str, priority: int = syslog.LOG_INF
         syslog.syslog(priority, text)
     except OSError:
         pass
-    sys.stderr.write(f"gpupool-{hook}: {text}\n")
+    try:
+        sys.stderr.write(f"gpupool-{hook}: {text}\n")
+    except (OSError, ValueError, AttributeError):  # stderr full, closed or None: syslog has it; fail open
+        pass
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -346,4 +349,5 @@ def run_hook(hook: str, body: Callable[[dict[str, str]], int], env: dict[str, st
         return 0
     finally:
         if os.environ.get("SLURM_GPUPOOL_HOOK_TIMING"):
-            sys.stderr.write(f"gpupool-{hook}: {1000 * (time.monotonic() - t0):.1f} ms\n")
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.write(f"gpupool-{hook}: {1000 * (time.monotonic() - t0):.1f} ms\n")

@@ -87,7 +87,9 @@ def child_code() -> str:
     )
 
 
-def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any], job: str = "") -> dict[str, Any]:
+def _sample(
+    backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any], job: str = "", uid: str | None = None
+) -> dict[str, Any]:
     """One round for one job: peak memory per device; SM / tensor / DRAM activity where GPM
     measures it (a MIG instance or a whole GPU, Hopper and later); utilization where NVML
     gives it (whole GPUs), and on a shared GPU the job's own processes' memory and its
@@ -101,7 +103,7 @@ def _sample(backend: Any, devices: list[dict[str, Any]], prev: dict[str, Any], j
         mem = u.get("memory_used_mib") or 0
         util = u.get("utilization_pct")
         if d.get("kind") == "shared" and job:
-            mem, util = _own_share(backend, d["gpu"], job, util)
+            mem, util = _own_share(backend, d["gpu"], job, util, uid)
             entry["own_processes"] = True
         entry["peak_memory_mib"] = max(mem, old.get("peak_memory_mib", 0))
         entry["memory_mib"] = mem  # the latest, for `gpupool metrics` (as `nvidia-smi dmon -s m`)
@@ -138,14 +140,16 @@ def _activity(backend: Any, d: dict[str, Any], job: str) -> dict[str, float | No
         return None
 
 
-def _own_share(backend: Any, gpu: int, job: str, util: int | None) -> tuple[int, float | None]:
+def _own_share(backend: Any, gpu: int, job: str, util: int | None, uid: str | None) -> tuple[int, float | None]:
     """The job's processes' memory on a shared GPU, and the GPU's utilization split by their
-    share of the memory its processes use (``nvidia-smi --query-compute-apps=pid,used_memory``)."""
+    share of the memory its processes use (``nvidia-smi --query-compute-apps=pid,used_memory``).
+    A process is the job's only if the job's user runs it (``uid``, as the Epilog asks): any
+    user can put ``SLURM_JOB_ID=<another job>`` in a process's environment."""
     from slurm_gpupool.hooks.leftovers import belongs_to_job
 
     procs = [p for p in backend.process_records(gpu) if p.get("used_memory_mib") is not None]
     total = sum(p["used_memory_mib"] for p in procs)
-    own = sum(p["used_memory_mib"] for p in procs if belongs_to_job(p["pid"], job, None))
+    own = sum(p["used_memory_mib"] for p in procs if belongs_to_job(p["pid"], job, uid))
     share = None if util is None or not total else round(util * own / total, 1)
     return own, share
 
@@ -210,7 +214,8 @@ def sample_round(fd: int, backend: Any) -> int:
                 prev = json.loads(_read(fd, f"{job}.usage.json"))
             except FileNotFoundError:
                 prev = {}
-            write_in_dir(fd, f"{job}.usage.json", json.dumps(_sample(backend, devices, prev, job)).encode())
+            sample = _sample(backend, devices, prev, job, _uid(fd, job))
+            write_in_dir(fd, f"{job}.usage.json", json.dumps(sample).encode())
             if not _exists(fd, f"{job}.devices"):  # the Epilog cleaned up meanwhile
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{job}.usage.json", dir_fd=fd)
@@ -219,6 +224,16 @@ def sample_round(fd: int, backend: Any) -> int:
         except Exception as e:
             log("sampler", job, f"sample failed: {type(e).__name__}: {e}", 4)
     return len(jobs)
+
+
+def _uid(dir_fd: int, job: str) -> str | None:
+    """The job's user as its Prolog wrote it (``<job>.uid``); None for a job whose Prolog
+    predates that file."""
+    try:
+        uid = _read(dir_fd, f"{job}.uid").strip()
+    except (OSError, ValueError):
+        return None
+    return uid if uid.isascii() and uid.isdigit() else None
 
 
 def _exists(dir_fd: int, name: str) -> bool:

@@ -27,7 +27,10 @@ def read_all(fd: int, what: str, limit: int = MAX_SCRIPT_BYTES) -> bytes:
     chunks: list[bytes] = []
     total = 0
     while True:
-        data = os.read(fd, CHUNK)
+        try:
+            data = os.read(fd, CHUNK)
+        except OSError as e:  # /proc/self/mem, a device, a closed descriptor: said, not a traceback
+            raise ScriptError(f"{what} cannot be read: {e.strerror or e}") from e
         if not data:
             return b"".join(chunks)
         if b"\0" in data:

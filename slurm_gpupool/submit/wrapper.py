@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             path = resolve(name, line.first_value("chdir"), env.get("PATH"), os.getcwd())
             script, regular = read_path(path)
             handover = script is not None and not regular
-        elif not line.wrap and not sys.stdin.isatty():
+        elif not line.wrap and sys.stdin is not None and not sys.stdin.isatty():  # None: stdin closed
             stdin_script = script = read_all(0, "the script on standard input")
     except ScriptError as e:
         sys.stderr.write(f"gpupool-sbatch: {e}\n")

@@ -512,6 +512,35 @@ def test_the_sampler_records_gpm_activity_of_a_mig_job_into_its_record(site: dic
     assert u["mean_utilization_pct"] is None  # NVML's utilization still has nothing for MIG
 
 
+def test_another_users_process_claiming_the_job_is_not_charged_to_it(site: dict):
+    """A user may put ``SLURM_JOB_ID=<another job>`` in a process's environment: the sampler
+    counted such a process of user nobody on a shared GPU as job 42's (31,000 MiB and the
+    GPU's whole utilization charged to it).  It now asks for the job's user, as the Epilog
+    does (the Prolog writes ``<job>.uid`` beside ``<job>.devices``)."""
+    i = index_of(site, "shared")
+    gpu = site["table"][i]["gpu"]
+    store = SimStore(site["sim"] / f"{NODE}.json")
+    assert run(site, "prolog", SLURM_JOB_GPUS=str(i), SLURM_SHARDS_ON_NODE="1").returncode == 0
+    assert (site["root"] / "run" / NODE / "42.uid").read_text() == hook_env(site)["SLURM_JOB_UID"]
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42"}
+    ours = subprocess.Popen(["sleep", "30"], env=env)
+    liar = subprocess.Popen(["sleep", "30"], env=env, user=65534)
+    try:
+        inject.add_process(store, gpu, ours.pid, 1000)
+        inject.add_process(store, gpu, liar.pid, 30000)
+        inject.set_activity(store, gpu, 80)
+        _sample_rounds(site, 2)
+        assert run(site, "epilog", SLURM_JOB_GPUS=str(i)).returncode == 0
+        assert liar.poll() is None  # the Epilog spared it too
+    finally:
+        for p in (ours, liar):
+            p.kill()
+            p.wait()
+    (u,) = json.loads((site["root"] / "spool" / NODE / "jobs" / "42.json").read_text())["usage"]
+    assert u["peak_memory_mib"] == 1000 and u["mean_utilization_pct"] == pytest.approx(80 * 1000 / 31000, abs=0.1)
+    assert not (site["root"] / "run" / NODE / "42.uid").exists()  # the Epilog's cleanup took it
+
+
 def test_on_a_shared_gpu_the_sampler_counts_the_jobs_own_processes_and_share(site: dict):
     i = index_of(site, "shared")
     gpu = site["table"][i]["gpu"]

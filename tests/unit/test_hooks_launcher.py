@@ -120,6 +120,34 @@ def test_a_health_failure_exits_1_through_the_launcher_too(site: dict, launchers
     assert res.returncode == 1 and "uncorrectable ECC" in res.stderr
 
 
+def test_a_hook_that_cannot_write_stderr_still_fails_open_and_a_health_failure_still_fails(
+    site: dict,  # noqa: F811
+    launchers: Path,
+):
+    """A site that sends the hooks' stderr to a full disk (``2>/dev/full``): the Prolog's
+    fail-open path logs the error, and its write failing made the Prolog exit 1, which
+    drains the node.  Only a real health failure may still fail it."""
+    from slurm_gpupool.hw.sim import inject
+    from slurm_gpupool.hw.sim.state import SimStore
+
+    bad = hook_env(site, SLURM_JOB_GPUS="abc")
+    for hook in ("gpupool-prolog", "gpupool-epilog"):
+        with open("/dev/full", "w") as full:
+            res = subprocess.run([str(launchers / hook)], stdout=subprocess.DEVNULL, stderr=full, env=bad, timeout=60)
+        assert res.returncode == 0, hook
+    i = index_of(site, "mig", "1g.10gb")
+    inject.add_ecc_errors(SimStore(site["sim"] / f"{NODE}.json"), site["table"][i]["gpu"], uncorrected=3)
+    with open("/dev/full", "w") as full:
+        sick = subprocess.run(
+            [str(launchers / "gpupool-prolog")],
+            stdout=subprocess.DEVNULL,
+            stderr=full,
+            env=hook_env(site, SLURM_JOB_GPUS=str(i)),
+            timeout=60,
+        )
+    assert sick.returncode == 1
+
+
 def test_a_launched_hook_loads_only_stdlib_slurm_gpupool_and_pynvml(site: dict, launchers: Path):  # noqa: F811
     """Run the prolog as the launcher does, then list sys.modules (the launcher's own lines,
     with a report appended before run() exits)."""

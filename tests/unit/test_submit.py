@@ -257,6 +257,23 @@ def test_untyped_gpu_requests_are_refused_where_they_could_land_on_shares_or_sli
     assert err.value.hint is not None and err.value.hint.startswith("name one: --gres=gpu:<type>:N")
 
 
+@pytest.mark.parametrize("prefix", ["gres/", "gres:"])
+def test_a_gres_prefix_is_read_as_slurm_reads_it_by_every_rule(catalog, prefix):
+    """sbatch puts ``gres/`` before each --gres item itself and folds a user's (releases up to
+    23.02 took ``gres:``): a prefixed request passed the untyped, time-sliced and friendly
+    rules unseen, and job_submit.lua refused what the wrapper had sent on."""
+    with pytest.raises(RequestError, match="several whole-GPU types"):
+        plan([f"--gres={prefix}gpu:2", "--wrap", "x"], None, catalog, MONDAY_NIGHT)
+    with pytest.raises(RequestError, match="time-sliced"):
+        plan([f"--gres={prefix}gpu:v100_shared:1", "--wrap", "x"], None, catalog, MONDAY_NOON)
+    with pytest.raises(RequestError, match="replaces --gres=gpu/shard"):
+        plan(["--gpu-mem=18G", f"--gres={prefix}gpu:a100:1", "--wrap", "x"], None, catalog, MONDAY_NOON)
+    typed = plan(["-C", "nvswitch&a100", f"--gres={prefix}gpu:2", "--wrap", "x"], None, catalog, MONDAY_NIGHT)
+    assert "--gres=gpu:a100:2" in typed.argv
+    kept = plan([f"--gres={prefix}gpu:a100:1,{prefix}shard:1", "--wrap", "x"], None, catalog, MONDAY_NOON)
+    assert kept.argv[0] == f"--gres={prefix}gpu:a100:1,{prefix}shard:1"  # what no rule rewrites: the user's text
+
+
 def test_untyped_gpu_requests_get_the_one_type_they_can_mean(catalog):
     p = plan(["-C", "nvswitch&a100", "--gres=gpu:2", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
     assert "--gres=gpu:a100:2" in p.argv and p.changes[0] == Change(

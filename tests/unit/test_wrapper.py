@@ -32,7 +32,8 @@ for a in args:
         with open(a, "rb") as f:
             rec["script"] = f.read().decode("utf-8", "surrogateescape")
 if "--wrap" not in args and not any(a.startswith(("--wrap=", "/proc/")) for a in args) and "--version" not in args:
-    rec["stdin"] = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    if sys.stdin is not None:  # None: closed, as sbatch finds it after `<&-`
+        rec["stdin"] = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
 with open(os.environ["FAKE_SBATCH_OUT"], "w") as f:
     json.dump(rec, f)
 print("Submitted batch job 1")
@@ -307,6 +308,25 @@ def test_dev_zero_is_refused_plainly(site: dict, how: str):
     err = res.stderr.decode()
     assert res.returncode == 2 and "NUL byte" in err and "Traceback" not in err, err
     assert not site["out"].exists()
+
+
+def test_a_closed_stdin_or_an_unreadable_script_is_said_plainly(site: dict):
+    """A closed standard input (``<&-``: Python's sys.stdin is None) and a script path whose
+    read fails (``/proc/self/mem``: EIO) ended in tracebacks: the first now goes on to sbatch
+    with no script read (sbatch says what it lacks), the second is refused with the error."""
+    closed = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.submit.wrapper", "--gres=gpu:a100:1"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=site["env"],
+        timeout=20,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert b"Traceback" not in closed.stderr and closed.returncode == 0, closed.stderr
+    assert given(site)["argv"] == ["--gres=gpu:a100:1"]
+    mem = raw_wrapper(site, "--gres=gpu:a100:1", "/proc/self/mem")
+    err = mem.stderr.decode()
+    assert mem.returncode == 2 and "/proc/self/mem cannot be read" in err and "Traceback" not in err, err
 
 
 def test_scripts_are_read_bounded(tmp_path: Path):

@@ -130,6 +130,18 @@ class ArgError(ValueError):
     pass
 
 
+def plain_gres(value: str) -> str:
+    """A ``--gres`` value as Slurm reads it: each item without the ``gres/`` that sbatch
+    itself puts before it (``gres_prepend_tres_type``, which folds a user's ``gres/gres/``:
+    ``--gres=gres/gpu:2`` is ``gpu:2``) or the ``gres:`` that releases up to 23.02 took.  The
+    wrapper's rules read this, or a prefixed request passed every one of them unseen; what
+    sbatch is given keeps the user's own text unless a rule rewrites it."""
+    return ",".join(
+        item.removeprefix("gres/") if item.startswith("gres/") else item.removeprefix("gres:")
+        for item in value.split(",")
+    )
+
+
 class SbatchArgs:
     __slots__ = ("argv", "errors", "exits", "first", "options", "script_index", "separators", "table", "wrap")
 
@@ -150,8 +162,11 @@ class SbatchArgs:
         return found[-1] if found else None
 
     def value(self, name: str, component: int = 0) -> str | None:
+        """The option's last value; a ``--gres`` value as Slurm reads it (:func:`plain_gres`)."""
         o = self.last(name, component)
-        return o.value if o else None
+        if o is None or o.value is None:
+            return None
+        return plain_gres(o.value) if name == "gres" else o.value
 
     def has(self, name: str, component: int = 0) -> bool:
         return self.last(name, component) is not None
