@@ -155,7 +155,10 @@ def _write(text: str, output: Path | None, what: str) -> None:
         return
     from slurm_gpupool.util.atomic import write_text_atomic
 
-    write_text_atomic(output, text)
+    try:
+        write_text_atomic(output, text)
+    except OSError as e:  # no such directory, a directory, read-only: the user's path, said so
+        raise UsageError(f"-o {output}", f"cannot write it: {e.strerror or e}") from None
     click.echo(f"wrote {what}", err=True)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
-from slurm_gpupool.cli.report import _common, _load, slurm_release_option
+from slurm_gpupool.cli.report import _common, _load, _write, slurm_release_option
 from slurm_gpupool.cli.report import slurm_release as checked_release
 from slurm_gpupool.errors import UsageError
 
@@ -220,6 +220,10 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         raise UsageError(f"--limit-factor {limit_factor}", "must be at least 1 (a job ends within its limit)")
     if days is not None and not 0 < days < 1e5:
         raise UsageError(f"--days {days}", "must be more than 0")
+    if not 0 < bf_interval < 1e6:  # nan, inf and 0 too: the passes' grid is built from it
+        raise UsageError(f"--bf-interval {bf_interval}", "must be a number of seconds more than 0")
+    if start is not None:
+        _check_date(start, "--start")
     max_time_s = _seconds(max_time, "--max-time")
     rules = release_params(checked_release(slurm_release))  # its backfill's will-run rule, window rounding, ...
     rules["will_run"] = will_run = will_run or rules["will_run"]
@@ -328,11 +332,17 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         text = sim_report.to_html(runs, context, series)
     else:
         text = sim_report.to_table(runs, context)
-    if output is None:
-        click.echo(text, nl=not text.endswith("\n"))
-    else:
-        output.write_text(text)
-        click.echo(f"wrote {output}", err=True)
+    _write(text if output is not None or text.endswith("\n") else text + "\n", output, str(output))
+
+
+def _check_date(text: str, option: str) -> None:
+    """A trace date (``2017-10-02``, ``2017-10-02T08:00``): a clear usage error, not pandas'."""
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{option} {text}", "not a date (e.g. 2017-10-02 or 2017-10-02T08:00)") from None
 
 
 def _jobs(app, trace, accounting, days, start, retime, openb_list, seed, limit_factor, max_time_s, notes,

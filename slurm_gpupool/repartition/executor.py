@@ -42,8 +42,8 @@ from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.controller.gres_install import check_type_ids, install, installed_paths, render
 from slurm_gpupool.core.gres.hostlist import expand
 from slurm_gpupool.core.policy.durations import format_duration
-from slurm_gpupool.core.policy.switch_plan import KEEP, SKIP, SwitchPlan, batches, changing_after, plan_switch
-from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, UsageError
+from slurm_gpupool.core.policy.switch_plan import CHANGE, KEEP, SKIP, SwitchPlan, batches, changing_after, plan_switch
+from slurm_gpupool.errors import OperationFailedError, SlurmUnavailableError, StateError, UsageError
 from slurm_gpupool.node.state import FILE_NAME, controller_copy_dir
 from slurm_gpupool.repartition import journal as jr
 from slurm_gpupool.repartition.actions import (
@@ -163,6 +163,22 @@ class RunReport:
         }
 
 
+def _refuse_leaving_midway(earlier: str, target: str, left: set[str]) -> None:
+    """A run to another layout supersedes an unfinished one (``how_to_begin``) and takes over
+    its nodes left midway only where it switches them too.  One that would not (``--nodes``
+    without them, the elastic step's few nodes, a layout that does not cover them) would have
+    closed the earlier run and left those nodes for good: GPUs in one layout, Slurm's GRES of
+    another, drained or reserved, and every later run calling them kept.  Refused instead,
+    before anything is touched."""
+    if left:
+        names = ", ".join(sorted(left))
+        raise StateError(
+            f"an unfinished run to layout {earlier} left {names} midway",
+            f"this run to layout {target} would not finish them",
+            hint=f"finish it first: gpupool repartition --to {earlier} (or a run to {target} that includes {names})",
+        )
+
+
 class Repartitioner:
     """One controller's switches; Slurm, the restart commands, the clock and the kill hook
     (fault injection: :func:`~slurm_gpupool.repartition.journal.kill_point`) are injectable."""
@@ -210,7 +226,10 @@ class Repartitioner:
         last_run = (j.data.get("run") or {}).get("nodes", [])  # finished or not: the last one's nodes
         covered = [n for n in self.cfg.all_nodes() if self.cfg.covers(target, n)]
         views = node_views(self.cluster.nodes(), midway, last_run)
-        return plan_switch(target, covered, views, nodes, midway, force)
+        plan = plan_switch(target, covered, views, nodes, midway, force)
+        if unfinished is not None and unfinished["target"] != target:
+            _refuse_leaving_midway(unfinished["target"], target, midway - set(plan.nodes(CHANGE)))
+        return plan
 
     def describe(self, plan: SwitchPlan, deadline_s: int, requeue: bool) -> dict[str, Any]:
         """The whole plan of a run, for --dry-run: nothing is changed."""

@@ -21,6 +21,7 @@ import pandas as pd
 
 from slurm_gpupool.config.model import PoolConfig
 from slurm_gpupool.core.policy.schedule import Schedule
+from slurm_gpupool.errors import DataError
 
 ALL = "all"  # the period label when there is no schedule
 
@@ -90,9 +91,11 @@ def read_journal_log(path: Path) -> LayoutHistory:
     """Layout changes per node from ``journal.log`` (missing file: empty history)."""
     hist = LayoutHistory()
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8", "replace")  # a damaged line is skipped, as any not JSON
     except FileNotFoundError:
         return hist
+    except OSError as e:  # a directory, unreadable: the user's --journal, said so (not exit 70)
+        raise DataError(str(path), f"cannot read the repartitioner's journal log: {e.strerror or e}") from None
     target: str | None = None
     previous: dict[str, str | None] = {}
     for line in text.splitlines():

@@ -82,6 +82,27 @@ def test_killed_right_after_each_step_the_next_run_converges(templates, tmp_path
     assert_converged(site, {n: target if n in SWITCHING else start for n in site.cfg.all_nodes()})
 
 
+@pytest.mark.parametrize("point", ["drained", "applied", "gres_installed"])
+def test_a_narrower_run_to_another_layout_never_leaves_a_killed_runs_nodes_midway(templates, tmp_path: Path, point):
+    """A run killed midway to day, then a run to night of h100n1 alone (``--nodes``, as the
+    elastic step's few nodes): it closed the killed run and left a30n1 with day's GPUs and
+    night's GRES (or drained, or reserved), and every later run to night called it kept,
+    exit 0.  It is refused now, naming the nodes and the run that finishes them, and that
+    run converges them."""
+    from slurm_gpupool.errors import StateError
+
+    site = busy_site(tmp_path, templates["night"])
+    with pytest.raises(Killed):
+        repartitioner(site, kill=KillAt(point)).run("day", SWITCHING)
+    with pytest.raises(StateError, match=r"unfinished run to layout day left a30n1, v100n1 midway") as err:
+        repartitioner(site).run("night", ["h100n1"])
+    assert err.value.hint is not None and "gpupool repartition --to day" in err.value.hint
+    assert Journal(Path(site.cfg.paths.controller_dir)).load().unfinished() is not None  # nothing closed
+    assert repartitioner(site).run("day", SWITCHING).exit_code == 0
+    assert repartitioner(site).run("night").exit_code == 0
+    assert_converged(site, dict.fromkeys(site.cfg.all_nodes(), "night"))
+
+
 def waves_of_one(tmp_path: Path, template: Site) -> tuple[Site, PoolConfig]:
     """Both switching nodes idle (the long job runs on h100n1), in waves of one node
     (``repartition.wave_size``): the second applies only after the first is through."""

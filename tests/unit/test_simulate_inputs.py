@@ -193,6 +193,13 @@ def test_gpupool_simulate_html_and_slowdown_sweep(tmp_path):
         (["--thin", "0"], "at most 1"),
         (["--slurm-release", "latest"], "--slurm-release latest"),
         (["--slurm-release", "24.11.x"], "a release as 24.11"),
+        # each of these ended in exit 70 (an internal error) or was taken silently
+        (["--bf-interval", "nan"], "--bf-interval nan: must be a number of seconds more than 0"),
+        (["--bf-interval", "-5"], "must be a number of seconds more than 0"),
+        (["--bf-interval", "inf"], "must be a number of seconds more than 0"),
+        (["--start", "notadate"], "--start notadate: not a date"),
+        (["--start", "2017-10-02T99"], "not a date"),
+        (["--start", "2017-10-02", "--format", "html", "-o", "/nonexistent/x.html"], "-o /nonexistent/x.html: cannot"),
     ],
 )
 def test_bad_arguments_are_usage_errors(args, expect, monkeypatch, capsys):
@@ -202,6 +209,22 @@ def test_bad_arguments_are_usage_errors(args, expect, monkeypatch, capsys):
     code = main(["simulate", "--trace", "philly", "--days", "0.1", *args])
     err = capsys.readouterr().err
     assert code == 2 and expect in err and err.startswith("gpupool: ") and "Traceback" not in err
+
+
+def test_a_report_to_a_missing_directory_or_from_a_binary_journal_is_said_plainly(tmp_path, monkeypatch, capsys):
+    """``report -o`` into a directory that does not exist and a binary ``--journal`` ended in
+    exit 70; a journal's undecodable bytes are skipped as any line that is not JSON."""
+    from slurm_gpupool.cli.main import main
+
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(ROOT / "etc" / "gpupool.yaml"))
+    sacct = str(ROOT / "tests" / "fixtures" / "sacct" / "sandbox-parsable2.txt")
+    assert main(["report", "usage", "--from", sacct, "-o", str(tmp_path / "no" / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpupool: -o {tmp_path / 'no' / 'x'}: cannot write it") and "Traceback" not in err
+    junk = tmp_path / "journal.log"
+    junk.write_bytes(bytes(range(256)) * 2)
+    assert main(["report", "usage", "--from", sacct, "--journal", str(junk)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_each_variant_of_a_sweep_is_its_own_replay():
