@@ -81,6 +81,28 @@ def now_iso(clock: Clock = SYSTEM) -> str:
     return iso_local(clock.time())
 
 
+def _is_record(rec: object) -> bool:
+    return isinstance(rec, dict) and isinstance(rec.get("step"), str)
+
+
+def _malformed(data: dict[str, Any]) -> str:
+    """What a journal of the right schema lacks that the repartitioner reads without asking
+    (a hand edit, another tool's file): said plainly instead of a KeyError (exit 70); "" if
+    nothing."""
+    nodes, run = data.get("nodes"), data.get("run")
+    if not isinstance(nodes, dict) or not all(_is_record(r) for r in nodes.values()):
+        return "`nodes` must map each node to a record with its `step`"
+    if run is None:
+        return ""
+    if not isinstance(run, dict):
+        return "`run` must be a mapping"
+    for key, kind in (("target", str), ("reservation", str), ("nodes", list), ("steps", list)):
+        if not isinstance(run.get(key), kind):
+            return f"the run's `{key}` is missing or not a {kind.__name__}"
+    lost = [n for n in run["nodes"] if n not in nodes]
+    return f"no record of the run's node {lost[0]}" if lost else ""
+
+
 class Journal:
     """One run's record; ``step``/``cluster_step``/``note`` persist before returning.
 
@@ -105,6 +127,9 @@ class Journal:
             raise StateError(f"journal {self.path}", f"unreadable: {e}", hint="move it aside to start over") from None
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise StateError(f"journal {self.path}", f"unknown schema (expected {SCHEMA})")
+        wrong = _malformed(data)
+        if wrong:
+            raise StateError(f"journal {self.path}", f"malformed: {wrong}", hint="move it aside to start over")
         self.data = data
         return self
 

@@ -104,6 +104,27 @@ def test_a_corrupt_journal_is_a_clear_error(tmp_path: Path):
         Journal(tmp_path).load()
 
 
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ({"schema": 1, "run": None}, "`nodes` must map each node"),
+        ({"schema": 1, "nodes": {"n1": {}}, "run": None}, "`nodes` must map each node"),
+        ({"schema": 1, "nodes": {}, "run": ["x"]}, "`run` must be a mapping"),
+        ({"schema": 1, "nodes": {}, "run": {"target": "day", "nodes": [], "steps": []}}, "`reservation` is missing"),
+        (
+            {"schema": 1, "nodes": {}, "run": {"target": "day", "reservation": "r", "nodes": ["n1"], "steps": []}},
+            "no record of the run's node n1",
+        ),
+    ],
+)
+def test_a_journal_of_the_right_schema_but_the_wrong_shape_is_a_clear_error(tmp_path: Path, data, said):
+    """Valid JSON with ``schema: 1`` that lacks what the repartitioner reads (a hand edit)
+    ended in a KeyError or AttributeError: exit 70."""
+    (tmp_path / "journal.json").write_text(json.dumps(data))
+    with pytest.raises(StateError, match=f"malformed: .*{said}"):
+        Journal(tmp_path).load()
+
+
 def _hold(directory: str, ready, release) -> None:
     with run_lock(Path(directory)):
         ready.set()
