@@ -380,7 +380,13 @@ class Repartitioner:
     def _loop(self) -> None:
         """Observe, decide, perform, until the run is finished."""
         policy = self._policy()
-        while step := next_action(journal_state(self.journal.data), self._observe(), self.clock.time(), policy):
+        while True:
+            run = self.journal.run
+            if run is not None and self.clock.time() < float(run.get("taken_epoch", 0.0)):
+                self.journal.retake()  # the clock stepped back: notes count from now on
+            step = next_action(journal_state(self.journal.data), self._observe(), self.clock.time(), policy)
+            if not step:
+                return
             self._perform(step)
 
     def _observe(self) -> ClusterView:

@@ -218,6 +218,15 @@ class Journal:
         run["nodes"].sort()
         self._save(event={"run": "resume", "target": run["target"]})
 
+    def retake(self) -> None:
+        """The clock went back past when this process took the run (an NTP step): take it
+        again now.  Its notes are counted only from ``taken_epoch`` on (``next_action``'s
+        ``_fresh``), so every note it wrote after the step looked older than the run, never
+        counted, and was written again at once: a loop with no wait, a journal write each."""
+        now = self.clock.time()
+        self.data["run"]["taken_epoch"] = now
+        self._save(event={"run": "retaken", "target": self.data["run"]["target"], "clock_back": True})
+
     def cluster_step(self, step: str, **extra: Any) -> None:
         """A step of the run as a whole, logged with its wave (``repartition.wave_size``: the
         install, restart and verify steps come again in each wave)."""

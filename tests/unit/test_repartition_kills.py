@@ -103,6 +103,49 @@ def test_a_narrower_run_to_another_layout_never_leaves_a_killed_runs_nodes_midwa
     assert_converged(site, dict.fromkeys(site.cfg.all_nodes(), "night"))
 
 
+@pytest.mark.parametrize("point", ["applied", "gres_installed", "verifying"])
+def test_a_clock_stepped_back_mid_run_costs_no_busy_loop(templates, tmp_path: Path, point, monkeypatch):
+    """NTP steps the clock back 60 s while a node is verified: every note the run wrote then
+    looked older than when it took the run, never counted, and was written again at once (a
+    loop without a wait, thousands of journal writes; for ever on a clock that does not move
+    by itself).  The run takes itself again at the new time and ends as any other."""
+    site = copy_site(templates["night"], tmp_path)
+    stepped = []
+
+    def step_back(step: str) -> None:
+        if step == point and not stepped:
+            stepped.append(step)
+            site.clock.t -= 60.0
+
+    writes = []
+    save = Journal._save
+
+    def counted(self: Journal, event: dict) -> None:
+        writes.append(event)
+        assert len(writes) < 500, "a loop without a wait: " + str(event)  # it ran for ever before the fix
+        save(self, event)
+
+    monkeypatch.setattr(Journal, "_save", counted)
+    assert repartitioner(site, kill=step_back).run("day", ["v100n1"]).exit_code == 0
+    assert stepped == [point]
+    lines = (Path(site.cfg.paths.controller_dir) / "journal.log").read_text().splitlines()
+    assert len(lines) < 60 and any('"retaken"' in line for line in lines), len(lines)
+    assert_converged_nodes(site, {"v100n1": "day"})
+
+
+def assert_converged_nodes(site: Site, layouts: dict[str, str]) -> None:
+    """``layouts``' nodes: GPUs and Slurm's GRES in their layout, not drained."""
+    from slurm_gpupool.cli.main import main
+
+    infos = site.slurm.nodes()
+    for node, layout in layouts.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            argv = ["--node", node, "--sim-dir", str(site.sim), "--config", str(site.config_path)]
+            assert main([*argv, "node", "assert", layout]) == 0, node
+        (expected,) = render(site.cfg, [node], layout).nodes
+        assert infos[node].gres_counts() == gres_counts(expected.gres_value()) and not infos[node].drained
+
+
 def waves_of_one(tmp_path: Path, template: Site) -> tuple[Site, PoolConfig]:
     """Both switching nodes idle (the long job runs on h100n1), in waves of one node
     (``repartition.wave_size``): the second applies only after the first is through."""
