@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     now = datetime.now().astimezone()
     try:
-        p = plan(args, script, catalog, now, lambda: idle_now(env, catalog or {}))
+        p = plan(args, script, catalog, now, lambda: idle_now(env, catalog or {}), env)
     except ArgError as e:  # the script's #SBATCH lines: sbatch refuses them itself
         return _refuse_or_pass(sbatch, args, str(e), table.release, stdin_script)
     except RequestError as e:
@@ -322,11 +322,12 @@ GRES_ENV = "SLURM_GPUPOOL_GRES"  # read by the TaskProlog where Slurm sets no SL
 
 
 def _sources(argv: list[str], script: bytes | None, table: OptionTable) -> list[SbatchArgs]:
-    """The first component's options: the command line's, then the #SBATCH lines'."""
-    from slurm_gpupool.core.submit.sbatch_args import scan
+    """The first component's options, in sbatch's order: the command line's, its ``SBATCH_*``
+    input variables', then the #SBATCH lines'."""
+    from slurm_gpupool.core.submit.sbatch_args import env_args, scan
     from slurm_gpupool.core.submit.sbatch_script import directive_args
 
-    out = [scan(argv, table)]
+    out = [scan(argv, table), env_args(os.environ, table)]
     if script:
         out.append(directive_args(script, table))
     return [a for a in out if not a.errors]

@@ -274,6 +274,36 @@ def test_a_gres_prefix_is_read_as_slurm_reads_it_by_every_rule(catalog, prefix):
     assert kept.argv[0] == f"--gres={prefix}gpu:a100:1,{prefix}shard:1"  # what no rule rewrites: the user's text
 
 
+def test_sbatch_input_variables_count_between_the_command_line_and_the_script(catalog):
+    """sbatch reads SBATCH_GRES, SBATCH_GPUS, SBATCH_CONSTRAINT, SBATCH_SIGNAL ... above the
+    script's #SBATCH lines and below its command line (``env_vars[]``, src/sbatch/opt.c).
+    The wrapper read neither: an untyped request in SBATCH_GPUS passed its rules, and the
+    constraint it put on the command line hid the user's SBATCH_CONSTRAINT."""
+    argv = ["--gres=gpu:a100:2", "--wrap", "x"]
+    with_env = plan(argv, None, catalog, MONDAY_NIGHT, env={"SBATCH_CONSTRAINT": "ib"})
+    in_script = plan(["--gres=gpu:a100:2", "job.sh"], "#!/bin/sh\n#SBATCH -C ib\n", catalog, MONDAY_NIGHT)
+    constraint = [a for a in with_env.argv if a.startswith("--constraint=")]
+    assert constraint == [a for a in in_script.argv if a.startswith("--constraint=")] and "ib&" in constraint[0]
+    for var, value in (("SBATCH_GPUS", "2"), ("SBATCH_GRES", "gpu:2")):
+        with pytest.raises(RequestError, match="several whole-GPU types"):
+            plan(["--wrap", "x"], None, catalog, MONDAY_NIGHT, env={var: value})
+    # the command line wins over the variable, and the variable over the script
+    line = plan(
+        ["-C", "eth", *argv], "#!/bin/sh\n#SBATCH -C ib\n", catalog, MONDAY_NIGHT, env={"SBATCH_CONSTRAINT": "x"}
+    )
+    assert [a for a in line.argv if "eth" in a and "x&" not in a]
+    script = plan(
+        ["--gres=gpu:a100:2", "job.sh"],
+        "#!/bin/sh\n#SBATCH -C ib\n",
+        catalog,
+        MONDAY_NIGHT,
+        env={"SBATCH_CONSTRAINT": "hdr"},
+    )
+    assert any(a.startswith("--constraint=hdr&") for a in script.argv), script.argv
+    with pytest.raises(RequestError, match="replaces --gres=gpu/shard"):  # as job_submit.lua sees the job
+        plan(["--gpu-mem=18G", "--wrap", "x"], None, catalog, MONDAY_NOON, env={"SBATCH_GRES": "gpu:a100:1"})
+
+
 def test_untyped_gpu_requests_get_the_one_type_they_can_mean(catalog):
     p = plan(["-C", "nvswitch&a100", "--gres=gpu:2", "--wrap", "true"], None, catalog, MONDAY_NIGHT)
     assert "--gres=gpu:a100:2" in p.argv and p.changes[0] == Change(

@@ -329,6 +329,14 @@ def test_a_closed_stdin_or_an_unreadable_script_is_said_plainly(site: dict):
     assert mem.returncode == 2 and "/proc/self/mem cannot be read" in err and "Traceback" not in err, err
 
 
+def test_the_wrapper_reads_sbatchs_input_variables_as_sbatch_does(site: dict):
+    """SBATCH_CONSTRAINT from the user's environment: the constraint the wrapper adds keeps it."""
+    site["env"]["SBATCH_CONSTRAINT"] = "ib"
+    res = wrapper(site, "--gres=gpu:a100:2", "--wrap", "true")
+    assert res.returncode == 0, res.stderr
+    assert [a for a in given(site)["argv"] if a.startswith("--constraint=")] == ["--constraint=ib&nvlink2"]
+
+
 def test_scripts_are_read_bounded(tmp_path: Path):
     from slurm_gpupool.submit.script import ScriptError, read_all, read_path
 

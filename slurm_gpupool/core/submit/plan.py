@@ -23,13 +23,13 @@ from slurm_gpupool.core.submit.request import (
     parse_size_mib,
     typed_later,
 )
-from slurm_gpupool.core.submit.sbatch_args import ArgError, OptionTable, SbatchArgs, parse, scan, table_for
+from slurm_gpupool.core.submit.sbatch_args import ArgError, OptionTable, SbatchArgs, env_args, parse, scan, table_for
 from slurm_gpupool.core.submit.sbatch_script import components_with_ours, directive_args
 
 TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from datetime import datetime
     from typing import Any
 
@@ -172,11 +172,15 @@ def plan(
     catalog: dict[str, Any] | None,
     now: datetime,
     idle: Callable[[], dict[str, int] | None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Plan:
     """The sbatch command line to run, with every change explained (RequestError: exit 2;
     ArgError: sbatch would refuse the command line or the script's #SBATCH lines).
     ``script``: the batch script's bytes (a str is taken as UTF-8); ``idle``: what is idle
-    now by GRES type (asked only in an elastic period, ``decide``)."""
+    now by GRES type (asked only in an elastic period, ``decide``); ``env``: the environment
+    sbatch will read its ``SBATCH_*`` input variables from (:data:`ENV_OPTIONS`), which
+    rank between the command line and the #SBATCH lines: a rule reads them, and an option
+    the wrapper sets on the command line keeps their value in it (it would hide them)."""
     table = sbatch_table(catalog)
     rest, ours, flags = split_ours(argv, table)
     args = parse(rest, table)
@@ -205,9 +209,13 @@ def plan(
             "friendly options apply to the first component: put it before the first hetjob line",
         )
 
+    from_env = env_args(env or {}, table)
+
     def eff(name: str) -> str | None:
-        v = args.value(name)
-        return v if v is not None else directives.value(name)
+        for layer in (args, from_env, directives):  # sbatch's order: command line, SBATCH_*, #SBATCH
+            if (v := layer.value(name)) is not None:
+                return v
+        return None
 
     requests = [k for k in OUR_VALUED if k in ours]
     if len(requests) > 1:

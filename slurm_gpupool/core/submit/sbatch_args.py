@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from slurm_gpupool.core.submit.sbatch_tables import TABLES
 
+TYPE_CHECKING = False  # not typing's: the wrapper runs on every submission
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 DEFAULT_RELEASE = "22.05"  # the oldest we support: the table when nothing says which sbatch runs
 EXITS = frozenset({"help", "usage", "version", "autocomplete"})  # the first pass runs them: print, exit 0
 
@@ -273,6 +277,31 @@ def _full(table: OptionTable, canonical: str, typed: str) -> str:
         if name == typed:
             return name
     return next((name for name, _, _ in table.long if name.startswith(typed)), canonical)
+
+
+# sbatch's input environment variables for the options the wrapper reads (``env_vars[]`` in
+# src/sbatch/opt.c, alike on 22.05, 24.11 and 26.05): sbatch ranks them above the script's
+# #SBATCH lines and below its command line
+ENV_OPTIONS = {
+    "SBATCH_CONSTRAINT": "constraint",
+    "SBATCH_GPUS": "gpus",
+    "SBATCH_GPUS_PER_NODE": "gpus-per-node",
+    "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
+    "SBATCH_GPUS_PER_TASK": "gpus-per-task",
+    "SBATCH_GRES": "gres",
+    "SBATCH_GRES_FLAGS": "gres-flags",
+    "SBATCH_QOS": "qos",
+    "SBATCH_REQ_SWITCH": "switches",
+    "SBATCH_SIGNAL": "signal",
+}
+
+
+def env_args(env: Mapping[str, str], table: OptionTable | None = None) -> SbatchArgs:
+    """The options sbatch takes from ``env`` (``SBATCH_GRES`` and the like), as a command
+    line of their own; a value that release's sbatch would refuse is left out (sbatch
+    says so itself)."""
+    argv = [f"--{name}={env[var]}" for var, name in ENV_OPTIONS.items() if env.get(var)]
+    return scan([a for a in argv if not scan([a], table).errors], table)
 
 
 def parse(argv: list[str], table: OptionTable | None = None, ours: dict[str, int] | None = None) -> SbatchArgs:
