@@ -37,17 +37,31 @@ if TYPE_CHECKING:
 
 
 PID_FILE = "sampler.pid"
+LOCK_FILE = "sampler.lock"  # held by the running sampler: what says one runs
 IDLE_ROUNDS = 3
 
 
 def _alive(run_dir: str) -> bool:
+    """A sampler holds ``sampler.lock`` for as long as it runs (``run``): a lock this process
+    can take means none does.  The pid file named a process that could be gone with its
+    pid reused, or a user's look-alike whose command line named the sampler: then no job on
+    the node was sampled.  A sampler starting while this looks finds the lock taken and
+    leaves, and this one, having taken it, starts another: never none."""
+    import fcntl
+
     try:
-        with os.fdopen(open_regular(os.path.join(run_dir, PID_FILE))) as f:
-            pid = int(f.read(32).strip())
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"slurm_gpupool.hooks.sampler" in f.read()
-    except (OSError, ValueError, HookError):
+        fd = open_regular(os.path.join(run_dir, LOCK_FILE))
+    except (OSError, HookError):
         return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # and with it the lock, if it was taken
+    return False
 
 
 def ensure_running(settings: dict[str, Any], node: str, env: dict[str, str]) -> None:
@@ -159,7 +173,7 @@ def run(env: dict[str, str]) -> int:
     node = node_name(env)
     run_dir = node_path(settings, "run_dir", node)
     fd = open_dir(run_dir)
-    lock = open_regular("sampler.lock", os.O_RDWR | os.O_CREAT, 0o600, dir_fd=fd)
+    lock = open_regular(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=fd)
     import fcntl
 
     try:

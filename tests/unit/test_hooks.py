@@ -428,6 +428,42 @@ def test_a_job_starting_while_the_idle_sampler_stops_is_still_sampled(site: dict
     assert not (run_dir / sampler.PID_FILE).exists() and len(sleeps) < 20
 
 
+def test_a_sampler_is_alive_only_while_it_holds_its_lock_not_by_a_pid_file(site: dict):
+    """The pid file outlives a killed sampler, its pid can be reused, and a user's process
+    can name the sampler on its command line: a Prolog that took that for a live sampler
+    started none, and no job on the node was sampled.  The sampler's lock says it."""
+    import fcntl
+
+    from slurm_gpupool.hooks import sampler
+
+    run_dir = site["root"] / "run" / NODE
+    run_dir.mkdir(parents=True, exist_ok=True)
+    look_alike = subprocess.Popen(["sleep", "60", "slurm_gpupool.hooks.sampler"], user=65534)
+    try:
+        (run_dir / sampler.PID_FILE).write_text(f"{look_alike.pid}\n")  # as if its pid were reused
+        assert not sampler._alive(str(run_dir))
+        fd = os.open(run_dir / sampler.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sampler holds it
+            holder = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    f"from slurm_gpupool.hooks import sampler; print(sampler._alive({str(run_dir)!r}))",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert holder.stdout.strip() == "True", holder.stderr
+        finally:
+            os.close(fd)
+        assert not sampler._alive(str(run_dir))  # released: none runs
+    finally:
+        look_alike.kill()
+        look_alike.wait()
+
+
 def fake_scontrol(site: dict) -> Path:
     """An ``scontrol`` on PATH that records its arguments (the drain) and succeeds."""
     bin_dir = site["root"] / "bin"
