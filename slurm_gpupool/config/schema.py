@@ -96,7 +96,7 @@ MAX_NODES = 100_000  # per hostlist: more is a typo (a[1-20000000] took 17 s, th
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 
-def _names_at_most(hostlist: str) -> int:
+def names_at_most(hostlist: str) -> int:
     """An upper bound of the names a hostlist expands to, counted without expanding it
     (ClusterShell builds every name first: 30 s for a[1-20000000])."""
     total = 0
@@ -117,11 +117,11 @@ def expand_hostlist(hostlist: str, where: Where) -> tuple[str, ...]:
             f"not a Slurm hostlist: {hostlist[:70]!r}",
             hint="node names, [ranges] and commas only, e.g. gpu[01-08],dgx1 (not a name: no space, '=' or newline)",
         )
-    if (bound := _names_at_most(hostlist)) > MAX_NODES:
+    if (bound := names_at_most(hostlist)) > MAX_NODES:
         raise where.error(f"hostlist {hostlist[:60]!r} names {bound} nodes (at most {MAX_NODES})")
     plain = expand_plain(hostlist)
     if plain is not None:
-        nodes = tuple(plain)  # at most MAX_NODES: no more than _names_at_most's bound
+        nodes = tuple(plain)  # at most MAX_NODES: no more than names_at_most's bound
     else:
         from ClusterShell.NodeSet import NodeSet as CSNodeSet
         from ClusterShell.NodeSet import NodeSetException

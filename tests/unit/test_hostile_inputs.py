@@ -107,6 +107,27 @@ def test_a_hostlist_bomb_in_accounting_is_read_without_expanding_it(tmp_path: Pa
     assert totals["gpu_jobs"] == 1 and totals["gpu_hours"] == pytest.approx(2.0), totals
 
 
+def test_a_hostlist_bomb_in_nodes_is_refused_before_it_is_built():
+    """``--nodes 'a100n[1-20000000]'`` of ``gres render`` took 4.3 GB and more than a minute,
+    and ``repartition --nodes 'zz[1-100000000]'`` hung (its names built first), in a child
+    limited to 1.5 GB of address space; a list of a few thousand unknown names is said in
+    one short line, not 13 MB."""
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29));"
+        "from slurm_gpupool.cli.main import main;"
+        f"c = {str(EXAMPLE)!r};"
+        "print(main(['--config', c, 'gres', 'render', '--nodes', 'a100n[1-20000000]']),"
+        " main(['--config', c, 'repartition', '--to', 'day', '--nodes', 'zz[1-100000000]', '--dry-run']),"
+        " main(['--config', c, 'gres', 'render', '--nodes', 'a100n[1-90000]']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.split() == ["2", "2", "78"], proc.stderr[-500:]
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "gpupool: --nodes a100n[1-20000000]: names 20000000 nodes (at most 100000)"
+    assert lines[1] == "gpupool: --nodes zz[1-100000000]: names 100000000 nodes (at most 100000)"
+    assert lines[2].endswith("and 89988 more are in no node set") and len(lines[2]) < 400, lines[2][:400]
+
+
 # -- item 16: inputs that ended in exit 70 -----------------------------------------------------
 
 
