@@ -228,7 +228,10 @@ class Repartitioner:
         views = node_views(self.cluster.nodes(), midway, last_run)
         plan = plan_switch(target, covered, views, nodes, midway, force)
         if unfinished is not None and unfinished["target"] != target:
-            _refuse_leaving_midway(unfinished["target"], target, midway - set(plan.nodes(CHANGE)))
+            # a node still waiting for its jobs was not touched: the new run's start deletes the
+            # earlier reservation, and the node is as it was
+            left = {n for n in midway - set(plan.nodes(CHANGE)) if j.node(n)["step"] != jr.WAITING}
+            _refuse_leaving_midway(unfinished["target"], target, left)
         return plan
 
     def describe(self, plan: SwitchPlan, deadline_s: int, requeue: bool) -> dict[str, Any]:

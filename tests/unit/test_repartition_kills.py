@@ -94,13 +94,27 @@ def test_a_narrower_run_to_another_layout_never_leaves_a_killed_runs_nodes_midwa
     site = busy_site(tmp_path, templates["night"])
     with pytest.raises(Killed):
         repartitioner(site, kill=KillAt(point)).run("day", SWITCHING)
-    with pytest.raises(StateError, match=r"unfinished run to layout day left a30n1, v100n1 midway") as err:
+    with pytest.raises(StateError, match=r"unfinished run to layout day left v100n1 midway") as err:
         repartitioner(site).run("night", ["h100n1"])
     assert err.value.hint is not None and "gpupool repartition --to day" in err.value.hint
     assert Journal(Path(site.cfg.paths.controller_dir)).load().unfinished() is not None  # nothing closed
     assert repartitioner(site).run("day", SWITCHING).exit_code == 0
     assert repartitioner(site).run("night").exit_code == 0
     assert_converged(site, dict.fromkeys(site.cfg.all_nodes(), "night"))
+
+
+def test_a_narrower_run_may_supersede_a_killed_run_whose_nodes_were_not_touched(templates, tmp_path: Path):
+    """Killed once its reservation was made, every node still waiting for its jobs: nothing
+    was done to them, so a narrower run to another layout goes ahead and deletes the earlier
+    reservation (refusing it would stop the elastic step for nothing)."""
+    site = copy_site(templates["night"], tmp_path)
+    with pytest.raises(Killed):
+        repartitioner(site, kill=KillAt("reserved")).run("day", SWITCHING)
+    assert "gpupool_day" in site.slurm.resv
+    assert repartitioner(site).run("night", ["h100n1"]).exit_code == 0
+    assert not [r for r in site.slurm.resv if r.startswith("gpupool_")], site.slurm.resv
+    assert_converged_nodes(site, dict.fromkeys(site.cfg.all_nodes(), "night"))
+    assert Journal(Path(site.cfg.paths.controller_dir)).load().unfinished() is None
 
 
 @pytest.mark.parametrize("point", ["applied", "gres_installed", "verifying"])
