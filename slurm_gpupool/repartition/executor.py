@@ -216,7 +216,11 @@ class Repartitioner:
         if target not in self.cfg.layout_names():
             raise UsageError(f"layout {target!r}", "not in the pool config", hint=", ".join(self.cfg.layout_names()))
 
-    def plan(self, target: str, nodes: list[str] | None = None, force: bool = False) -> SwitchPlan:
+    def plan(
+        self, target: str, nodes: list[str] | None = None, force: bool = False, after_due: bool = False
+    ) -> SwitchPlan:
+        """The switch to ``target``; ``after_due``: planned as if the due run (a dry run's,
+        ``prepare(after=...)``) had finished first, as the real run does before it plans this."""
         self._check_target(target)
         # type names Slurm would confuse fail the GRES install: refuse before any node is touched
         check_type_ids(self.cfg)
@@ -227,7 +231,7 @@ class Repartitioner:
         covered = [n for n in self.cfg.all_nodes() if self.cfg.covers(target, n)]
         views = node_views(self.cluster.nodes(), midway, last_run)
         plan = plan_switch(target, covered, views, nodes, midway, force)
-        if unfinished is not None and unfinished["target"] != target:
+        if unfinished is not None and unfinished["target"] != target and not after_due:
             # a node still waiting for its jobs was not touched: the new run's start deletes the
             # earlier reservation, and the node is as it was
             left = {n for n in midway - set(plan.nodes(CHANGE)) if j.node(n)["step"] != jr.WAITING}
@@ -303,7 +307,7 @@ class Repartitioner:
         skipped nodes now, and folding the others into it reserved them all from now on.
         With ``after`` (a dry run of the due switch) nothing is made: the name and the nodes
         it would hold once that switch is done are returned."""
-        plan = self.plan(target, nodes)
+        plan = self.plan(target, nodes, after_due=after is not None)
         name = ahead_name(self.reservation_name(target))
         reservations = self.cluster.reservations()
         changing = plan.changing if after is None else changing_after(plan, after)

@@ -81,6 +81,18 @@ def now_iso(clock: Clock = SYSTEM) -> str:
     return iso_local(clock.time())
 
 
+# the notes of a wait that count only for the process that wrote them (``next_action._fresh``)
+WAIT_NOTES = (
+    "apply_failed_at",
+    "gpus_busy_at",
+    "not_started_at",
+    "requeued_at",
+    "resumed_at",
+    "seen_switched_at",
+    "signalled_at",
+)
+
+
 def _is_record(rec: object) -> bool:
     return isinstance(rec, dict) and isinstance(rec.get("step"), str)
 
@@ -223,7 +235,11 @@ class Journal:
         again now.  Its notes are counted only from ``taken_epoch`` on (``next_action``'s
         ``_fresh``), so every note it wrote after the step looked older than the run, never
         counted, and was written again at once: a loop with no wait, a journal write each."""
-        now = self.clock.time()
+        now, before = self.clock.time(), float(self.data["run"].get("taken_epoch", 0.0))
+        for rec in self.data["nodes"].values():  # an earlier process's notes stay stale, as they were
+            for key in WAIT_NOTES:
+                if isinstance(rec.get(key), (int, float)) and rec[key] < before:
+                    del rec[key]
         self.data["run"]["taken_epoch"] = now
         self._save(event={"run": "retaken", "target": self.data["run"]["target"], "clock_back": True})
 

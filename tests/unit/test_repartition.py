@@ -125,6 +125,25 @@ def test_a_journal_of_the_right_schema_but_the_wrong_shape_is_a_clear_error(tmp_
         Journal(tmp_path).load()
 
 
+def test_a_run_retaken_after_a_clock_step_keeps_an_earlier_processs_notes_stale(tmp_path: Path):
+    """A run taken again at a clock stepped back (``Journal.retake``): the notes of the process
+    that had the run before this one, older than when this one took it, stayed stale by design;
+    moving ``taken_epoch`` back must not make them count (they are dropped), while this
+    process's own notes count on."""
+    from slurm_gpupool.slurm.fake import FakeClock
+
+    clock = FakeClock(1000.0)
+    j = Journal(tmp_path, clock=clock)
+    j.start("day", ["n1", "n2"], "gpupool_day", 5000.0, {"n1": "night", "n2": "night"})
+    j.data["nodes"]["n1"]["seen_switched_at"] = 990.0  # the killed earlier process's
+    j.data["nodes"]["n2"]["signalled_at"] = 1005.0  # this process's, before the step
+    clock.t = 900.0
+    j.retake()
+    again = Journal(tmp_path).load()
+    assert again.run["taken_epoch"] == 900.0
+    assert "seen_switched_at" not in again.node("n1") and again.node("n2")["signalled_at"] == 1005.0
+
+
 def _hold(directory: str, ready, release) -> None:
     with run_lock(Path(directory)):
         ready.set()

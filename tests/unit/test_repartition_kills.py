@@ -103,6 +103,20 @@ def test_a_narrower_run_to_another_layout_never_leaves_a_killed_runs_nodes_midwa
     assert_converged(site, dict.fromkeys(site.cfg.all_nodes(), "night"))
 
 
+def test_a_scheduled_dry_run_after_a_killed_run_plans_as_the_real_run_does(templates, tmp_path: Path):
+    """``repartition --scheduled --dry-run``: the due run (to day) would finish the killed
+    run's nodes first, so the next layout's reservation ahead is planned as after it, not
+    refused for the nodes the killed run left midway."""
+    from datetime import datetime
+
+    site = busy_site(tmp_path, templates["night"])
+    with pytest.raises(Killed):
+        repartitioner(site, kill=KillAt("drained")).run("day", SWITCHING)
+    rp = repartitioner(site)
+    due = rp.plan("day", ["h100n1"])  # the due run resumes the killed one: no refusal
+    rp.prepare("night", datetime.fromtimestamp(site.clock.time() + 7200), ["h100n1"], after=due)
+
+
 def test_a_narrower_run_may_supersede_a_killed_run_whose_nodes_were_not_touched(templates, tmp_path: Path):
     """Killed once its reservation was made, every node still waiting for its jobs: nothing
     was done to them, so a narrower run to another layout goes ahead and deletes the earlier

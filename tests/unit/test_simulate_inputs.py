@@ -227,6 +227,20 @@ def test_a_report_to_a_missing_directory_or_from_a_binary_journal_is_said_plainl
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_simulate_writes_through_the_path_given(tmp_path, monkeypatch, capsys):
+    """``-o`` through a symlink (or ``>(gzip > x)``'s /dev/fd/N) writes where it points: an
+    atomic rename beside the path replaced the link and left its target as it was."""
+    from slurm_gpupool.cli.main import main
+
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(ROOT / "etc" / "gpupool.yaml"))
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    args = ["simulate", "--trace", "philly", "--days", "0.1", "--start", "2017-10-02", "--format", "json"]
+    assert main([*args, "-o", str(link)]) == 0
+    assert link.is_symlink() and json.loads(target.read_text())["runs"]
+
+
 def test_each_variant_of_a_sweep_is_its_own_replay():
     """An elastic switcher keeps state (its last decision, cool-downs): a sweep's second
     variant used to inherit the first's and, held by a batching window from the future,

@@ -257,11 +257,17 @@ def test_untyped_gpu_requests_are_refused_where_they_could_land_on_shares_or_sli
     assert err.value.hint is not None and err.value.hint.startswith("name one: --gres=gpu:<type>:N")
 
 
-@pytest.mark.parametrize("prefix", ["gres/", "gres:"])
-def test_a_gres_prefix_is_read_as_slurm_reads_it_by_every_rule(catalog, prefix):
-    """sbatch puts ``gres/`` before each --gres item itself and folds a user's (releases up to
-    23.02 took ``gres:``): a prefixed request passed the untyped, time-sliced and friendly
-    rules unseen, and job_submit.lua refused what the wrapper had sent on."""
+@pytest.mark.parametrize(("release", "prefix", "other"), [("22.05", "gres:", "gres/"), ("24.11", "gres/", "gres:")])
+def test_a_gres_prefix_is_read_as_slurm_reads_it_by_every_rule(catalog, release, prefix, other):
+    """From 23.11 sbatch puts ``gres/`` before each --gres item itself and folds a user's;
+    up to 23.02 it folds ``gres:``: a prefixed request passed the untyped, time-sliced and
+    friendly rules unseen, and job_submit.lua refused what the wrapper had sent on.  The
+    other release's prefix is that sbatch's to refuse, not the wrapper's to mend."""
+    catalog = {**catalog, "sbatch": release}
+    with pytest.raises(RequestError, match="several whole-GPU types"):
+        plan([f"--gres={other}gpu:2", "--gres=gpu:2", "--wrap", "x"], None, catalog, MONDAY_NIGHT)  # the last wins
+    untouched = plan([f"--gres={other}gpu:2", "--wrap", "x"], None, catalog, MONDAY_NIGHT)
+    assert untouched.argv == [f"--gres={other}gpu:2", "--wrap", "x"] and untouched.changes == []
     with pytest.raises(RequestError, match="several whole-GPU types"):
         plan([f"--gres={prefix}gpu:2", "--wrap", "x"], None, catalog, MONDAY_NIGHT)
     with pytest.raises(RequestError, match="time-sliced"):

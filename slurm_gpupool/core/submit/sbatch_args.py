@@ -134,16 +134,15 @@ class ArgError(ValueError):
     pass
 
 
-def plain_gres(value: str) -> str:
-    """A ``--gres`` value as Slurm reads it: each item without the ``gres/`` that sbatch
-    itself puts before it (``gres_prepend_tres_type``, which folds a user's ``gres/gres/``:
-    ``--gres=gres/gpu:2`` is ``gpu:2``) or the ``gres:`` that releases up to 23.02 took.  The
+def plain_gres(value: str, release: str) -> str:
+    """A ``--gres`` value as ``release``'s Slurm reads it: from 23.11 each item without the
+    ``gres/`` sbatch itself puts before it (``gres_prepend_tres_type`` folds a user's
+    ``gres/gres/``: ``--gres=gres/gpu:2`` is ``gpu:2``), up to 23.02 without a ``gres:``,
+    which those releases fold.  The other prefix is left, as that release refuses it.  The
     wrapper's rules read this, or a prefixed request passed every one of them unseen; what
     sbatch is given keeps the user's own text unless a rule rewrites it."""
-    return ",".join(
-        item.removeprefix("gres/") if item.startswith("gres/") else item.removeprefix("gres:")
-        for item in value.split(",")
-    )
+    prefix = "gres/" if release_key(release) >= (23, 11) else "gres:"
+    return ",".join(item.removeprefix(prefix) for item in value.split(","))
 
 
 class SbatchArgs:
@@ -170,7 +169,7 @@ class SbatchArgs:
         o = self.last(name, component)
         if o is None or o.value is None:
             return None
-        return plain_gres(o.value) if name == "gres" else o.value
+        return plain_gres(o.value, self.table.release) if name == "gres" else o.value
 
     def has(self, name: str, component: int = 0) -> bool:
         return self.last(name, component) is not None
