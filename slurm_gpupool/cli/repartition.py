@@ -18,11 +18,10 @@ def _nodes(text: str | None) -> list[str] | None:
         return None
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-    from slurm_gpupool.config.schema import MAX_NODES, names_at_most
+    from slurm_gpupool.config.schema import refuse_hostlist_bomb
     from slurm_gpupool.errors import UsageError
 
-    if (bound := names_at_most(text)) > MAX_NODES:  # counted, not built: ClusterShell would build each name
-        raise UsageError(f"--nodes {text[:60]}", f"names {bound} nodes (at most {MAX_NODES})")
+    refuse_hostlist_bomb(text)
     try:
         return list(NodeSet(text))
     except NodeSetParseError as e:

@@ -148,15 +148,16 @@ def report() -> None:
     """
 
 
-def _write(text: str, output: Path | None, what: str) -> None:
-    """To ``output`` atomically (saying so on stderr), else to stdout."""
+def _write(text: str, output: Path | None, what: str, atomic: bool = True) -> None:
+    """To ``output`` (saying so on stderr), else to stdout.  ``atomic``: by a rename beside
+    it; else through the path as given (``-o >(gzip > x)``, a symlink: a rename would not)."""
     if output is None:
         click.echo(text, nl=False)
         return
     from slurm_gpupool.util.atomic import write_text_atomic
 
     try:
-        write_text_atomic(output, text)
+        write_text_atomic(output, text) if atomic else output.write_text(text)
     except OSError as e:  # no such directory, a directory, read-only: the user's path, said so
         raise UsageError(f"-o {output}", f"cannot write it: {e.strerror or e}") from None
     click.echo(f"wrote {what}", err=True)

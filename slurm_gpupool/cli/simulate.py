@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
-from slurm_gpupool.cli.report import _common, _load, slurm_release_option
+from slurm_gpupool.cli.report import _common, _load, _write, slurm_release_option
 from slurm_gpupool.cli.report import slurm_release as checked_release
 from slurm_gpupool.errors import UsageError
 
@@ -332,14 +332,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         text = sim_report.to_html(runs, context, series)
     else:
         text = sim_report.to_table(runs, context)
-    if output is None:
-        click.echo(text, nl=not text.endswith("\n"))
-        return
-    try:  # through the path as given: -o >(gzip > x) and a symlink work (an atomic rename would not)
-        output.write_text(text)
-    except OSError as e:  # no such directory, a directory, read-only: the user's path, said so
-        raise UsageError(f"-o {output}", f"cannot write it: {e.strerror or e}") from None
-    click.echo(f"wrote {output}", err=True)
+    ended = text if output is not None or text.endswith("\n") else text + "\n"
+    _write(ended, output, str(output), atomic=False)
 
 
 def _check_date(text: str, option: str) -> None:

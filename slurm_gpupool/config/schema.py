@@ -14,7 +14,7 @@ from slurm_gpupool.core.mig.catalog import GpuModel
 from slurm_gpupool.core.mig.layouts import MIG, GpuTarget
 from slurm_gpupool.core.mig.planner import plan_gpu
 from slurm_gpupool.core.policy.durations import parse_duration_s
-from slurm_gpupool.errors import InfeasibleError
+from slurm_gpupool.errors import InfeasibleError, UsageError
 from slurm_gpupool.util.validate import Where
 
 
@@ -106,6 +106,13 @@ def names_at_most(hostlist: str) -> int:
             count *= sum(int(b or a) - int(a) + 1 if int(b or a) >= int(a) else 1 for a, b in _RANGE.findall(group))
         total += count
     return total
+
+
+def refuse_hostlist_bomb(hostlist: str, option: str = "--nodes") -> None:
+    """A command line's hostlist that names more than ``MAX_NODES``, refused from its count
+    before any name is built (``a100n[1-20000000]`` took 4.3 GB)."""
+    if (bound := names_at_most(hostlist)) > MAX_NODES:
+        raise UsageError(f"{option} {hostlist[:60]}", f"names {bound} nodes (at most {MAX_NODES})")
 
 
 def expand_hostlist(hostlist: str, where: Where) -> tuple[str, ...]:

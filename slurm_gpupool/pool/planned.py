@@ -20,7 +20,7 @@ from slurm_gpupool.core.gres.records import GresGpu, GresNode, MigInstance
 from slurm_gpupool.core.mig.catalog import get_model, gi_slot_id
 from slurm_gpupool.core.mig.layouts import MIG
 from slurm_gpupool.core.mig.planner import plan_gpu
-from slurm_gpupool.errors import ConfigError, StateError, UsageError
+from slurm_gpupool.errors import ConfigError, StateError
 
 
 def _cpu_layout(cfg: PoolConfig, node: str) -> MachineSpec | None:
@@ -119,10 +119,9 @@ def planned_node(
 def select_nodes(cfg: PoolConfig, hostlist: str | None) -> list[str]:
     if not hostlist:
         return cfg.all_nodes()
-    from slurm_gpupool.config.schema import MAX_NODES, names_at_most
+    from slurm_gpupool.config.schema import refuse_hostlist_bomb
 
-    if (bound := names_at_most(hostlist)) > MAX_NODES:  # counted, not built: a[1-20000000] took 4 GB
-        raise UsageError(f"--nodes {hostlist[:60]}", f"names {bound} nodes (at most {MAX_NODES})")
+    refuse_hostlist_bomb(hostlist)
     try:
         wanted = set(expand(hostlist))
     except Exception as e:
