@@ -215,19 +215,29 @@ class Scheduler(NodeIndex):
     def _ends_at(self, i: int, end_s: float, completed: bool) -> None:
         """Job ``i``'s run ends at ``end_s`` (its current run: ``gen``; ``completed``: its
         work done, not timed out or cancelled): its records free after the epilog (END); a
-        job depending on it may start at once, elsewhere (DONE).
-        Slurm's source clears a dependency once the job is completed with its epilog done
-        (``IS_JOB_COMPLETED``), but on the sandbox a dependent job was allocated 56-110 ms
-        after its dependency's ``_job_complete`` (median 70-110 ms; the hand-over to the next
-        job on the same GPUs, ``release_s``, is 0.1-0.5 s): queued at the end, the replay of
-        the dependency family agrees better (97-99 % of pairs in Slurm's order; at
-        ``release_s``, 97.1 % against 99.4 % on 22.05's seed 5757, and its p90 wait 33.2
-        against 27.8 s)."""
-        self._push(end_s + self._release_s(i), END, (i, self.gen[i]))
+        job depending on it may queue (DONE).
+
+        Slurm clears a dependency once the job has completed *and* its Epilogs have ended
+        (``IS_JOB_COMPLETED``: finished, not COMPLETING, on 22.05, 24.11 and 26.05), in the
+        main scheduler's run that the last Epilog's end makes (``_slurm_rpc_epilog_complete``
+        calls ``schedule()``).  Where each job's Epilog end is known to the millisecond
+        (``Params.completing_blocks_node``), DONE is then: on a loaded 24.11 sandbox every
+        dependent that started at once did so 1 ms after its dependency's Epilog ended, and
+        another job whose dependency ended 18 ms later but whose Epilog ended 17 ms earlier
+        took the GPUs first.  Queued at the end instead, a CI run's replay started a 4-GPU
+        job on a node 75 s before Slurm did (its dependency's Epilog took 0.69 s, and another
+        job got the node meanwhile).  Where the Epilogs' ends are not known (a run logged at
+        ``info``), DONE is at the end: a dependent job was allocated 56-110 ms after its
+        dependency's ``_job_complete`` (its Epilog), while ``release_s`` (the hand-over to the
+        next job on the same GPUs) is 0.1-0.5 s, and queued at the end the replay agrees
+        better (at ``release_s``, 97.1 % against 99.4 % of pairs in Slurm's order on 22.05's
+        seed 5757, and its p90 wait 33.2 against 27.8 s)."""
+        released = end_s + self._release_s(i)
+        self._push(released, END, (i, self.gen[i]))
         if self.p.completing_blocks_node:
             self._push(end_s, COMPLETING, (i, self.gen[i]))
         if self.dependents.get(i):
-            self._push(end_s, DONE, (i, self.gen[i], completed))
+            self._push(released if self.p.completing_blocks_node else end_s, DONE, (i, self.gen[i], completed))
 
     def _completing(self, i: int, gen: int) -> None:
         """Job ``i``'s run has ended (COMPLETING): its nodes complete it, and take no job,

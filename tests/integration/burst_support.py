@@ -67,6 +67,6 @@ def replay(run, release, params, results=None, kept=None, passes: Collection[flo
     ``checks``: its logged time-limit checks, :func:`checks`)."""
     rec, real, ids, spec, handoff = run
     cancel = withdrawn(rec)
-    work = support.sleeps(rec, ids, cancel)
+    work = support.sleeps(rec, ids, cancel, real)
     rest = {"results": results, "cancel": cancel, "kept": kept, "passes": passes, "checks": checks}
     return replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, release, work, **rest)

@@ -388,7 +388,7 @@ def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_l
     kept, rec, logged = live_run(backfill_logged, tmp_path, "chains", recorder.run)
     rec, real, ids, spec, handoff = first_runs(kept)
     phase, checks = burst.limit_phase(kept, rec["since"]), burst.checks(kept, rec["since"])
-    work = sleeps(rec, ids, rec["never"])
+    work = sleeps(rec, ids, rec["never"], real)
     results: dict = {}
     args = (spec, burst.with_checks(phase), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, ())
     replay_and_compare(*args, results, passes=logged, after=rec["after"], checks=checks)

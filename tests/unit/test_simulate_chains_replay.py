@@ -57,7 +57,7 @@ def test_the_record_has_pipelines_and_a_dependency_never_satisfied(run):
 
 def test_the_replay_with_the_dependencies_agrees_with_slurm_and_never_runs_the_same_jobs(run, kept):
     rec, real, ids, spec, handoff = run
-    work = support.sleeps(rec, ids, rec["never"])
+    work = support.sleeps(rec, ids, rec["never"], real)
     results: dict = {}
     args = (spec, _params(kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, work, (), results)
     if miss := support.KNOWN_MISSES.get(kept.label):

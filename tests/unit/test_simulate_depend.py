@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from slurm_gpupool.simulate.jobs import CIRCULAR, SimJob, circular, dependencies
 from slurm_gpupool.simulate.metrics import summarise
 from tests.unit.test_simulate_engine import job, run, spec  # noqa: F401  (spec: the pool fixture)
@@ -40,6 +42,46 @@ def test_a_dependent_job_that_needs_its_dependency_s_gpus_waits_for_its_records(
     jobs = [job(1, 0, 100, gpus=4, limit=200), job(3, 0, 300, gpus=4, limit=300), after(job(2, 1, 10, gpus=4), 1)]
     _, r = run(spec, jobs, release_s=0.5)
     assert r[2].start_s == 100.5
+
+
+def test_where_epilogs_are_dated_a_dependent_queues_once_its_dependency_s_epilog_ended(spec):  # noqa: F811
+    """Slurm clears a dependency once the job is finished and no longer COMPLETING
+    (``IS_JOB_COMPLETED``), in the main scheduler's run its last Epilog's end makes.  Job 1
+    fills a node until 10, its Epilog ends at 10.7; job 3 ends at 10.2 on the other node, its
+    Epilog at 10.3, and that run of the main scheduler finds job 1 still completing: job 2
+    (afterok:1, one GPU, free on the second node from 10.3) starts at 10.7.  Where the
+    Epilogs are not dated (``completing_blocks_node`` off), at job 1's end, 10."""
+    jobs = [
+        replace(job(1, 0, 10, gpus=4, limit=60), release_s=0.7),
+        job(9, 0, 1000, gpus=2, limit=1000),
+        replace(job(3, 0, 10.2, limit=60), release_s=0.1),
+        after(job(2, 1, 10, limit=60), 1),
+    ]
+    _, r = run(spec, jobs, completing_blocks_node=True)
+    assert r[3].end_s == 10.2 and r[2].start_s == pytest.approx(10.7)
+    _, r = run(spec, jobs)
+    assert r[2].start_s == 10
+
+
+def test_a_dependent_whose_dependency_s_epilog_ends_later_loses_the_gpus_to_a_job_behind_it(spec):  # noqa: F811
+    """A CI run on 24.11, in small: job 2 (afterok:1) and job 4 (afterok:3) each want four
+    GPUs, one node's, and job 2 is first in the queue.  Job 1 ends at 10 and its Epilog
+    takes 0.7 s on a loaded machine; job 3 ends at 10.3, its Epilog at 10.4.  Slurm gives
+    the node to job 4 at 10.4, job 1 still completing then; a replay that queued job 2 at
+    job 1's end gave it to job 2.  Had job 1's Epilog ended at 10.1, job 2 would have had it."""
+
+    def jobs(release1: float) -> list[SimJob]:
+        return [
+            replace(job(1, 0, 10, gpus=2, limit=60), release_s=release1),
+            replace(job(3, 0, 10.3, gpus=2, limit=60), release_s=0.1),
+            after(job(2, 1, 10, gpus=4, limit=60), 1),
+            after(job(4, 2, 10, gpus=4, limit=60), 3),
+        ]
+
+    _, r = run(spec, jobs(0.7), completing_blocks_node=True)
+    assert r[4].start_s == pytest.approx(10.4) and r[2].start_s > r[4].start_s
+    _, r = run(spec, jobs(0.1), completing_blocks_node=True)
+    assert r[2].start_s == pytest.approx(10.1) and r[4].start_s > r[2].start_s
 
 
 def test_afterok_on_a_job_that_timed_out_never_runs_and_afterany_runs_at_its_end(spec):  # noqa: F811
