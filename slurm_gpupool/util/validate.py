@@ -106,10 +106,11 @@ def load_yaml(path: Any, what: str = "", documents: bool = False) -> Any:
     1,000-deep list otherwise ends in a RecursionError)."""
     source = str(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+        data = _read_bounded(path, MAX_BYTES + 1)
     except OSError as e:
         raise ConfigError(source, "", f"cannot read{what}: {e.strerror}") from None
+    if data is None:
+        raise ConfigError(source, "", f"a FIFO that nothing writes to: cannot read{what}")
     if len(data) > MAX_BYTES:
         raise ConfigError(source, "", f"larger than {MAX_BYTES >> 20} MiB: not a config file")
     try:
@@ -118,6 +119,38 @@ def load_yaml(path: Any, what: str = "", documents: bool = False) -> Any:
         line = data[: e.start].count(b"\n") + 1
         raise ConfigError(source, f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x})") from None
     return parse_yaml(text, source, documents)
+
+
+def _read_bounded(path: Any, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of a file, without waiting for a writer that never comes.
+
+    ``open`` of a FIFO waits until something opens it to write, so a FIFO left where a
+    config goes (or named by mistake) hung the command.  It is opened ``O_NONBLOCK``: a FIFO
+    a writer holds open (``--config <(generate)``: a pipe) is then read as it comes, blocking
+    again; one nothing holds open gives None."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            try:
+                chunks = [os.read(fd, limit)]
+                if not chunks[0]:
+                    return None  # end of file at once: nothing holds it open to write
+            except BlockingIOError:  # a writer holds it open and has not written yet
+                chunks = []
+            os.set_blocking(fd, True)
+            size = sum(map(len, chunks))
+            while size < limit and (chunk := os.read(fd, limit - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)
 
 
 def parse_yaml(text: str, source: str, documents: bool = False) -> Any:

@@ -341,6 +341,40 @@ def test_not_yaml_and_missing_file(tmp_path: Path):
     assert res.returncode == 78 and "cannot read" in res.stderr
 
 
+def test_a_fifo_nothing_writes_to_is_refused_and_one_a_writer_holds_is_read(tmp_path: Path):
+    """A FIFO named as the config (or left where it goes) made ``open`` wait for a writer
+    forever; now it is a config error at once.  A FIFO a writer holds open, as
+    ``--config <(generate)`` gives, is still read, however late the text comes."""
+    import threading
+    import time
+
+    fifo = tmp_path / "pool.yaml"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "slurm_gpupool.cli.main", "layout", "check", str(fifo)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 78 and "a FIFO that nothing writes to" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+    text = yaml.safe_dump(BASE).encode()
+
+    def write() -> None:
+        with open(fifo, "wb") as f:  # waits for the reader's open, as a pipe's writer does
+            time.sleep(0.3)  # the reader finds the writer there and nothing written yet
+            f.write(text[:100])
+            f.flush()
+            time.sleep(0.1)
+            f.write(text[100:])
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        time.sleep(0.1)
+        cfg = load_config(fifo)
+    finally:
+        writer.join(10)
+    assert set(cfg.nodesets) == {"dgx", "a30"}
+
+
 def test_good_config_and_shipped_example(tmp_path: Path):
     res = run_check(tmp_path, BASE)
     assert res.returncode == 0, res.stderr

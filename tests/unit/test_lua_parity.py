@@ -60,7 +60,7 @@ CLASSES = [
     ("untyped", r"untyped GPU request|this site asks for typed GPU requests"),
     ("no-tiers", r"this cluster has no service tiers"),
     ("no-such-tier", r"no such tier"),
-    ("tier-and-qos", r"and --qos=\S+: give one of them"),
+    ("tier-and-qos", r"and (?:#SBATCH --qos|SBATCH_QOS|--qos)=\S+: give one of them"),
     ("qos-not-tier", r"not a service tier's QOS"),
     ("tier-gres", r"tier (\S+) may not use (\S+ \(\w+\))"),
     ("comment", r"in the comment is not KEY=VALUE"),

@@ -252,6 +252,35 @@ def _plan(cfg, *argv):
     return plan([*argv, "--wrap", "x"], None, submit_catalog(cfg, "day"), datetime.now().astimezone())
 
 
+def test_a_refusal_names_the_variable_or_script_line_the_value_came_from(cfg):
+    """A QOS or signal from ``SBATCH_QOS`` / ``SBATCH_SIGNAL`` or a ``#SBATCH`` line: the
+    refusal names that variable or line, not a command-line option the user never typed."""
+    from datetime import datetime
+
+    from slurm_gpupool.core.submit.plan import plan
+    from slurm_gpupool.core.submit.request import RequestError
+    from slurm_gpupool.pool.submit_catalog import submit_catalog
+
+    catalog, now = submit_catalog(cfg, "day"), datetime.now().astimezone()
+    gpu = ["--gres=gpu:a100:1", "--wrap", "x"]
+    with pytest.raises(RequestError, match="^SBATCH_QOS=normal: not a service tier's QOS"):
+        plan(gpu, None, catalog, now, env={"SBATCH_QOS": "normal"})
+    with pytest.raises(RequestError, match="^#SBATCH --qos=normal: not a service tier's QOS"):
+        plan(["--gres=gpu:a100:1", "job.sh"], "#!/bin/sh\n#SBATCH --qos=normal\n", catalog, now)
+    with pytest.raises(RequestError, match="--tier=shared and SBATCH_QOS=gpupool_exclusive: give one"):
+        plan(["--tier=shared", "--wrap", "x"], None, catalog, now, env={"SBATCH_QOS": "gpupool_exclusive"})
+    with pytest.raises(RequestError, match="--checkpoint-signal and SBATCH_SIGNAL=TERM@5: give one"):
+        plan(
+            ["--checkpoint-signal=USR1@60", "--gres=shard:1", "--wrap", "x"],
+            None,
+            catalog,
+            now,
+            env={"SBATCH_SIGNAL": "TERM@5"},
+        )
+    with pytest.raises(RequestError, match="^--qos=normal: not a service tier's QOS"):  # typed: as typed
+        plan(["--qos=normal", *gpu], None, catalog, now, env={"SBATCH_QOS": "gpupool_shared"})
+
+
 def test_the_wrapper_picks_the_tier_qos_and_checkpoint_signal(cfg):
     from slurm_gpupool.core.submit.request import RequestError
 

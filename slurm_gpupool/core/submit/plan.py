@@ -23,7 +23,16 @@ from slurm_gpupool.core.submit.request import (
     parse_size_mib,
     typed_later,
 )
-from slurm_gpupool.core.submit.sbatch_args import ArgError, OptionTable, SbatchArgs, env_args, parse, scan, table_for
+from slurm_gpupool.core.submit.sbatch_args import (
+    ENV_OPTIONS,
+    ArgError,
+    OptionTable,
+    SbatchArgs,
+    env_args,
+    parse,
+    scan,
+    table_for,
+)
 from slurm_gpupool.core.submit.sbatch_script import components_with_ours, directive_args
 
 TYPE_CHECKING = False  # typing costs gpupool-sbatch ~5 ms to import; mypy knows this idiom
@@ -55,6 +64,35 @@ class Change:
 
     def __repr__(self) -> str:
         return f"Change({self.option!r}, {self.value!r}, {self.rule!r})"
+
+
+class Effective:
+    """The value sbatch will take for an option, from its three sources in sbatch's order:
+    the command line, the ``SBATCH_*`` input variables, the script's ``#SBATCH`` lines.
+    ``said`` names an option as the user gave it, so that a refusal points at the variable
+    or line that made it, not at a command-line option the user never typed."""
+
+    __slots__ = ("args", "directives", "from_env")
+
+    def __init__(self, args: Callable[[], SbatchArgs], from_env: SbatchArgs, directives: SbatchArgs) -> None:
+        self.args = args  # the command line as the rules have rewritten it so far
+        self.from_env, self.directives = from_env, directives
+
+    def __call__(self, name: str) -> str | None:
+        for layer in (self.args(), self.from_env, self.directives):
+            if (v := layer.value(name)) is not None:
+                return v
+        return None
+
+    def said(self, name: str) -> str:
+        """``--qos=x``, ``SBATCH_QOS=x`` or ``#SBATCH --qos=x``: where the value came from."""
+        for k, layer in enumerate((self.args(), self.from_env, self.directives)):
+            if (v := layer.value(name)) is not None:
+                if k == 1:
+                    var = next(var for var, option in ENV_OPTIONS.items() if option == name)
+                    return f"{var}={v}"
+                return f"{'#SBATCH ' if k == 2 else ''}--{name}={v}"
+        return f"--{name}"
 
 
 class Plan:
@@ -211,11 +249,7 @@ def plan(
 
     from_env = env_args(env or {}, table)
 
-    def eff(name: str) -> str | None:
-        for layer in (args, from_env, directives):  # sbatch's order: command line, SBATCH_*, #SBATCH
-            if (v := layer.value(name)) is not None:
-                return v
-        return None
+    eff = Effective(lambda: args, from_env, directives)  # (args: as the rules rewrite it)
 
     requests = [k for k in OUR_VALUED if k in ours]
     if len(requests) > 1:
@@ -233,7 +267,8 @@ def plan(
     if requests:
         key = requests[0]
         if asks_for_gpus(gres, {n: v for n in GPU_OPTIONS[1:] if (v := eff(n))}):
-            raise RequestError(f"--{key} replaces --gres=gpu/shard and --gpus*; give only one of them")
+            gave = next((eff.said(n) for n in GPU_OPTIONS[1:] if eff(n)), eff.said("gres"))
+            raise RequestError(f"--{key} replaces --gres=gpu/shard and --gpus*, and {gave} asks for GPUs: give one")
         text = ours[key]
         if key == "gpu-mem":
             req = Request("mem", parse_size_mib(text), text)
@@ -321,7 +356,7 @@ def signal_value(text: str, grace_s: int) -> str:
 _TIER_KIND = {"mig": "mig", "whole": "whole", "shared": "shard"}  # an offer's kind as tiers name it
 
 
-def _tier_gres(catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> list[str] | None:
+def _tier_gres(catalog: dict[str, Any], ours: dict[str, str], eff: Effective) -> list[str] | None:
     """What the job's tier may use (kinds or GRES types), the tier found as :func:`_tier`
     finds it; None: anything (no tiers, no tier, or a QOS that is no tier's)."""
     tiers: dict[str, Any] = catalog.get("tiers") or {}
@@ -334,7 +369,7 @@ def _tier_gres(catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> list[
     return list(tier["gres"]) if tier and tier["gres"] else None
 
 
-def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> None:
+def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Effective) -> None:
     """The job's service tier: ``--tier``, else the tier whose QOS ``--qos`` names, else the
     default tier for a GPU job; its QOS (``--qos=gpupool_<tier>``), the GRES it may use, and
     its checkpoint signal (``--signal=B:SIG@TIME``; the user's own ``--signal`` wins).
@@ -354,17 +389,17 @@ def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> N
         if name not in tiers:
             raise RequestError(f"--tier={name}: no such tier", "tiers: " + ", ".join(sorted(tiers)))
         if qos and qos.lower() != tiers[name]["qos"]:
-            raise RequestError(f"--tier={name} and --qos={qos}: give one of them")
+            raise RequestError(f"--tier={name} and {eff.said('qos')}: give one of them")
         why = f"--tier={name}"
     elif qos:
         name = next((t for t, v in tiers.items() if v["qos"] == qos.lower()), None)
         other = (catalog.get("rules") or {}).get("other_gpu_qos") or ()
         if name is None and asks_for_gpus(eff("gres"), gpus) and qos.lower() not in other:
             raise RequestError(
-                f"--qos={qos}: not a service tier's QOS, and GPU jobs run in a tier",
+                f"{eff.said('qos')}: not a service tier's QOS, and GPU jobs run in a tier",
                 "use --tier=" + " or --tier=".join(sorted(tiers)) + " (the site may allow it: submit.other_gpu_qos)",
             )
-        why = f"--qos={qos}"
+        why = eff.said("qos")
     else:
         name = next((t for t, v in sorted(tiers.items()) if v["default"]), None)
         if name is not None and not asks_for_gpus(eff("gres"), gpus):
@@ -394,9 +429,9 @@ def _tier(p: Plan, catalog: dict[str, Any], ours: dict[str, str], eff: Any) -> N
         )
 
 
-def _set_signal(p: Plan, eff: Any, value: str, why: str) -> None:
+def _set_signal(p: Plan, eff: Effective, value: str, why: str) -> None:
     if eff("signal") is not None and why == "--checkpoint-signal":
-        raise RequestError("--checkpoint-signal and --signal: give one of them")
+        raise RequestError(f"--checkpoint-signal and {eff.said('signal')}: give one of them")
     p.argv = _set_option(p.argv, parse(p.argv, p.table), "signal", value)
     p.changes.append(Change("signal", value, why))
 
@@ -459,7 +494,7 @@ def untyped_type(catalog: dict[str, Any], constraint: str | None, now: datetime)
 
 
 def _type_untyped(
-    p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Any, now: datetime
+    p: Plan, catalog: dict[str, Any], policy: str, args: SbatchArgs, eff: Effective, now: datetime
 ) -> SbatchArgs:
     """An untyped GPU request (``--gres=gpu:N``, ``--gpus=N``, ``--gpus-per-*=N``) may take a
     GPU that carries shards or a MIG slice (Slurm 24.11 and later start it on a shared GPU
@@ -468,12 +503,12 @@ def _type_untyped(
     GPUs' own type is refused too: they are for shards."""
     if policy == "leave":
         return args
-    found = [(name, eff(name)) for name in GPU_OPTIONS if eff(name)]
+    found = [(name, v) for name in GPU_OPTIONS if (v := eff(name))]
     shared = {o["type"] for layout in catalog["layouts"].values() for o in layout["offers"] if o["kind"] == "shared"}
     for name, value in found:
         for t in _gpu_types(name, value) & shared:
             raise RequestError(
-                f"--{name}={value}: {t} GPUs are time-sliced, for shard jobs",
+                f"{eff.said(name)}: {t} GPUs are time-sliced, for shard jobs",
                 "ask for shares: --gres=shard:N or --gpu-share=FRACTION",
             )
     untyped = [(name, v) for name, v in found if _untyped_value(name, v, "T") is not None]
@@ -501,7 +536,7 @@ def _type_untyped(
     return args
 
 
-def _topology(p: Plan, catalog: dict[str, Any], rules: dict[str, Any], args: SbatchArgs, eff: Any) -> None:
+def _topology(p: Plan, catalog: dict[str, Any], rules: dict[str, Any], args: SbatchArgs, eff: Effective) -> None:
     """Multi-GPU jobs: NVLink features, GRES binding, switches; a warning for MIG per task."""
 
     typ, n = _gpu_request(eff("gres"), eff("gpus-per-node"), eff("gpus"))
