@@ -263,9 +263,9 @@ def test_a_refusal_names_the_variable_or_script_line_the_value_came_from(cfg):
 
     catalog, now = submit_catalog(cfg, "day"), datetime.now().astimezone()
     gpu = ["--gres=gpu:a100:1", "--wrap", "x"]
-    with pytest.raises(RequestError, match="^SBATCH_QOS=normal: not a service tier's QOS"):
+    with pytest.raises(RequestError, match=r"^SBATCH_QOS=normal: not a service tier's QOS"):
         plan(gpu, None, catalog, now, env={"SBATCH_QOS": "normal"})
-    with pytest.raises(RequestError, match="^#SBATCH --qos=normal: not a service tier's QOS"):
+    with pytest.raises(RequestError, match=r"^#SBATCH --qos=normal: not a service tier's QOS"):
         plan(["--gres=gpu:a100:1", "job.sh"], "#!/bin/sh\n#SBATCH --qos=normal\n", catalog, now)
     with pytest.raises(RequestError, match="--tier=shared and SBATCH_QOS=gpupool_exclusive: give one"):
         plan(["--tier=shared", "--wrap", "x"], None, catalog, now, env={"SBATCH_QOS": "gpupool_exclusive"})
@@ -277,7 +277,7 @@ def test_a_refusal_names_the_variable_or_script_line_the_value_came_from(cfg):
             now,
             env={"SBATCH_SIGNAL": "TERM@5"},
         )
-    with pytest.raises(RequestError, match="^--qos=normal: not a service tier's QOS"):  # typed: as typed
+    with pytest.raises(RequestError, match=r"^--qos=normal: not a service tier's QOS"):  # typed: as typed
         plan(["--qos=normal", *gpu], None, catalog, now, env={"SBATCH_QOS": "gpupool_shared"})
 
 

@@ -307,7 +307,7 @@ def test_sbatch_input_variables_count_between_the_command_line_and_the_script(ca
     )
     assert any(a.startswith("--constraint=hdr&") for a in script.argv), script.argv
     # as job_submit.lua sees the job; the refusal names the variable, which the user never typed as --gres
-    with pytest.raises(RequestError, match="replaces --gres=gpu/shard.*and SBATCH_GRES=gpu:a100:1 asks for GPUs"):
+    with pytest.raises(RequestError, match=r"replaces --gres=gpu/shard.*and SBATCH_GRES=gpu:a100:1 asks for GPUs"):
         plan(["--gpu-mem=18G", "--wrap", "x"], None, catalog, MONDAY_NOON, env={"SBATCH_GRES": "gpu:a100:1"})
     with pytest.raises(RequestError, match="and #SBATCH --gpus=1 asks for GPUs"):
         plan(["--gpu-mem=18G", "job.sh"], "#!/bin/sh\n#SBATCH --gpus=1\n", catalog, MONDAY_NOON)
