@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from slurm_gpupool.config.model import PoolConfig, ReportSettings
+from slurm_gpupool.errors import UsageError
 from slurm_gpupool.reports.compute import Data
 from slurm_gpupool.reports.gpu_frame import enrich
 from slurm_gpupool.reports.layout_history import LayoutHistory, assumed_layout, pool_segments, read_journal_log
@@ -106,11 +107,18 @@ def build(
             now = last  # running jobs end where the file does
             text.append(f"saved data ends at {last:%Y-%m-%d %H:%M} UTC: running jobs are counted up to then")
         span = file_span(jobs)
+        given = since, until
         if span is not None:
             since = since or span[0]
             until = until or span[1]
         until = until or now
         since = since or until - timedelta(days=7)
+        if since >= until:  # one end given, the other the files': an --until before their first job
+            raise UsageError(
+                f"--{'until' if given[1] else 'since'} {(given[1] or given[0]):%Y-%m-%d %H:%M} UTC",
+                "the period is empty: the saved files' jobs run "
+                + (f"from {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M} UTC" if span else "no time at all"),
+            )
     assert since is not None and until is not None
     loaded = jobs
     jobs = in_window(jobs, since, until)

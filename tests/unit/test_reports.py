@@ -932,3 +932,18 @@ def test_advice_keeps_the_shards_of_a_job_whose_activity_was_not_measured(cfg, t
     d, _, records = _measured_job2(cfg, tmp_path, 3000, float("nan"))
     t = advice(d, records).main
     assert not (t["rule"] == "oversized shares").any(), t.to_string()
+
+
+def test_a_period_that_ends_before_the_saved_files_begin_is_refused_not_reported_empty():
+    """``--until`` before the saved files' first job (the other end taken from the files)
+    gave an inverted window, "2026-11-22 .. 2020-01-01", reported as empty with exit 0; as
+    an explicit ``--since``/``--until`` pair does, it is now a usage error naming the span."""
+    saved = str(ROOT / "tests" / "fixtures" / "sacct" / "sandbox-parsable2.txt")
+    res = gpupool("report", "usage", "--from", saved, "--until", "2020-01-01")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("gpupool: --until 2020-01-01 00:00 UTC: the period is empty")
+    assert "the saved files' jobs run from 2026-11-22 02:37" in res.stderr
+    res = gpupool("report", "waits", "--from", saved, "--since", "2026-12-01")
+    assert res.returncode == 2 and "--since 2026-12-01 00:00 UTC: the period is empty" in res.stderr
+    res = gpupool("report", "usage", "--from", saved, "--until", "2026-11-23")
+    assert res.returncode == 0 and "2026-11-22 02:37 .. 2026-11-23 00:00 UTC" in res.stdout
