@@ -116,8 +116,12 @@ def build(
         if since >= until:  # one end given, the other the files': an --until before their first job
             raise UsageError(
                 f"--{'until' if given[1] else 'since'} {(given[1] or given[0]):%Y-%m-%d %H:%M} UTC",
-                "the period is empty: the saved files' jobs run "
-                + (f"from {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M} UTC" if span else "no time at all"),
+                "the period is empty: "
+                + (
+                    f"the saved files' jobs run from {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M} UTC"
+                    if span
+                    else "the saved files have no dated jobs"
+                ),
             )
     assert since is not None and until is not None
     loaded = jobs

@@ -25,8 +25,9 @@ from slurm_gpupool.simulate.switcher import Switcher
 # event kinds, in the order they are handled at one instant
 # (samples last: what they measure, and whether they run at all, changes nothing before them)
 # (KILL: a preempted job ends, then its records come free; ELIGIBLE: a requeued one queues again;
-# WITHDRAW: its user cancels a job; DONE: a job others depend on has ended, its records not
-# yet free; COMPLETING: a job's run has ended, its nodes complete it until its END)
+# WITHDRAW: its user cancels a job; DONE: a job others depend on has ended (where the
+# Epilogs are dated, at its END: Slurm's IS_JOB_COMPLETED); COMPLETING: a job's run has
+# ended, its nodes complete it until its END)
 # SCHED: the controller's background loop asks the main scheduler to run, for the jobs
 # submitted since its last round)
 (

@@ -220,13 +220,16 @@ class Scheduler(NodeIndex):
         Slurm clears a dependency once the job has completed *and* its Epilogs have ended
         (``IS_JOB_COMPLETED``: finished, not COMPLETING, on 22.05, 24.11 and 26.05), in the
         main scheduler's run that the last Epilog's end makes (``_slurm_rpc_epilog_complete``
-        calls ``schedule()``).  Where each job's Epilog end is known to the millisecond
-        (``Params.completing_blocks_node``), DONE is then: on a loaded 24.11 sandbox every
+        runs ``schedule()``, or queues it for the background loop under
+        ``SchedulerParameters=defer``, which the sandbox does not set).  Where the Epilogs'
+        ends are known to the millisecond (``Params.completing_blocks_node``; a job whose end
+        the log lacks takes the mean), DONE is at the job's: on a loaded 24.11 sandbox every
         dependent that started at once did so 1 ms after its dependency's Epilog ended, and
-        another job whose dependency ended 18 ms later but whose Epilog ended 17 ms earlier
-        took the GPUs first.  Queued at the end instead, a CI run's replay started a 4-GPU
-        job on a node 75 s before Slurm did (its dependency's Epilog took 0.69 s, and another
-        job got the node meanwhile).  Where the Epilogs' ends are not known (a run logged at
+        a job whose dependency ended 18 ms before another's, and its Epilog 17 ms before,
+        took the GPUs though the other was first in the queue (ended, but still completing).
+        Queued at the end instead, a CI run's replay started a 4-GPU job on a node 75 s
+        before Slurm did (its dependency's Epilog took 0.69 s, and another job got the node
+        meanwhile).  Where the Epilogs' ends are not known (a run logged at
         ``info``), DONE is at the end: a dependent job was allocated 56-110 ms after its
         dependency's ``_job_complete`` (its Epilog), while ``release_s`` (the hand-over to the
         next job on the same GPUs) is 0.1-0.5 s, and queued at the end the replay agrees

@@ -110,7 +110,9 @@ def load_yaml(path: Any, what: str = "", documents: bool = False) -> Any:
     except OSError as e:
         raise ConfigError(source, "", f"cannot read{what}: {e.strerror}") from None
     if data is None:
-        raise ConfigError(source, "", f"a FIFO that nothing writes to: cannot read{what}")
+        raise ConfigError(
+            source, "", f"a FIFO or pipe that gave nothing (no writer within {FIFO_WAIT_S:g} s): cannot read{what}"
+        )
     if len(data) > MAX_BYTES:
         raise ConfigError(source, "", f"larger than {MAX_BYTES >> 20} MiB: not a config file")
     try:
@@ -122,35 +124,46 @@ def load_yaml(path: Any, what: str = "", documents: bool = False) -> Any:
 
 
 def _read_bounded(path: Any, limit: int) -> bytes | None:
-    """Up to ``limit`` bytes of a file, without waiting for a writer that never comes.
+    """Up to ``limit`` bytes of a file, without waiting forever for a writer that never comes.
 
     ``open`` of a FIFO waits until something opens it to write, so a FIFO left where a
-    config goes (or named by mistake) hung the command.  It is opened ``O_NONBLOCK``: a FIFO
-    a writer holds open (``--config <(generate)``: a pipe) is then read as it comes, blocking
-    again; one nothing holds open gives None."""
+    config goes (or named by mistake) hung the command.  It is opened ``O_NONBLOCK``: a pipe
+    or FIFO a writer holds open (``--config <(generate)``) is then read as it comes,
+    blocking again; one that gives nothing and has no writer within ``FIFO_WAIT_S`` (a
+    writer may open it just after us) gives None.  A writer that holds it open and never
+    writes still blocks the read, as it would ``cat``."""
     import os
+    import select
     import stat
 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
+        chunks: list[bytes] = []
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            try:
-                chunks = [os.read(fd, limit)]
-                if not chunks[0]:
-                    return None  # end of file at once: nothing holds it open to write
-            except BlockingIOError:  # a writer holds it open and has not written yet
-                chunks = []
-            os.set_blocking(fd, True)
-            size = sum(map(len, chunks))
-            while size < limit and (chunk := os.read(fd, limit - size)):
-                chunks.append(chunk)
-                size += len(chunk)
-            return b"".join(chunks)
+            for tries in range(round(FIFO_WAIT_S / FIFO_STEP_S) + 1):
+                try:
+                    first = os.read(fd, READ_CHUNK)
+                except BlockingIOError:  # a writer holds it open and has not written yet
+                    break
+                if first:
+                    chunks.append(first)
+                    break
+                if tries * FIFO_STEP_S >= FIFO_WAIT_S:
+                    return None  # end of file, and nothing has opened it to write
+                select.select([], [], [], FIFO_STEP_S)  # a pause (this module reads no clock)
         os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(limit)
+        size = sum(map(len, chunks))
+        while size < limit and (chunk := os.read(fd, min(READ_CHUNK, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+FIFO_WAIT_S = 1.0  # how long a FIFO with no writer is given one before it is refused
+FIFO_STEP_S = 0.05
+READ_CHUNK = 1 << 20
 
 
 def parse_yaml(text: str, source: str, documents: bool = False) -> Any:

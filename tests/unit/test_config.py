@@ -352,7 +352,7 @@ def test_a_fifo_nothing_writes_to_is_refused_and_one_a_writer_holds_is_read(tmp_
     os.mkfifo(fifo)
     cmd = [sys.executable, "-m", "slurm_gpupool.cli.main", "layout", "check", str(fifo)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 78 and "a FIFO that nothing writes to" in res.stderr, res.stderr
+    assert res.returncode == 78 and "a FIFO or pipe that gave nothing (no writer within 1 s)" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
     text = yaml.safe_dump(BASE).encode()
@@ -369,6 +369,19 @@ def test_a_fifo_nothing_writes_to_is_refused_and_one_a_writer_holds_is_read(tmp_
     writer.start()
     try:
         time.sleep(0.1)
+        cfg = load_config(fifo)
+    finally:
+        writer.join(10)
+    assert set(cfg.nodesets) == {"dgx", "a30"}
+
+    def late_writer() -> None:  # opens the FIFO only after the reader did (a race, not a hang)
+        time.sleep(0.3)
+        with open(fifo, "wb") as f:
+            f.write(text)
+
+    writer = threading.Thread(target=late_writer)
+    writer.start()
+    try:
         cfg = load_config(fifo)
     finally:
         writer.join(10)

@@ -129,3 +129,24 @@ def test_a_live_run_under_ci_s_load_still_misses_where_slurm_ran_two_stages_the_
     for j in ("52", "61", "63"):
         assert 68 < real[j][1] - epoch < 70 and 63 < sim[j].start_s < 65, j
     assert real["54"][2] - epoch < 61 < real["51"][2] - epoch < 63
+
+
+def test_a_job_past_its_limit_runs_what_it_ran_in_slurm_bounded_by_its_launch():
+    """``sleeps``: a job that never ran, and one the check ended at its limit, run their
+    sleep; one whose sleep ended before the check ran its sleep and its launch and
+    completion (0.37 s here), at most ``LAUNCH_MAX_S`` more (a start from sacct's whole
+    second reads up to 1 s early); a completed job is not in it (it runs what it ran)."""
+    rec = {
+        "runs": {
+            "1": [[0, 10.0, 90.37, "TIMEOUT"]],  # sleep 80 ended before the check
+            "2": [[0, 10.0, 70.02, "TIMEOUT"]],  # sleep 75, ended by the check at 60 s
+            "3": [[0, 9.0, 80.9, "TIMEOUT"]],  # sleep 71, its start sacct's second
+            "4": [[0, None, 99.0, "CANCELLED"]],  # never ran: sleep 5
+            "5": [[0, 10.0, 20.5, "COMPLETED"]],
+        }
+    }
+    ids = {"1": (None, 80), "2": (None, 75), "3": (None, 71), "4": (None, 5), "5": (None, 10)}
+    real = {j: (r[0][0], r[0][1], r[0][2], "n1") for j, r in rec["runs"].items()}
+    work = support.sleeps(rec, ids, ["4"], real)
+    assert work == pytest.approx({"1": 80.37, "2": 75.0, "3": 71.0 + support.LAUNCH_MAX_S, "4": 5.0})
+    assert support.sleeps(rec, ids, ["4"]) == {"1": 80.0, "2": 75.0, "3": 71.0, "4": 5.0}  # without real: the sleeps

@@ -64,24 +64,29 @@ def test_where_epilogs_are_dated_a_dependent_queues_once_its_dependency_s_epilog
 
 
 def test_a_dependent_whose_dependency_s_epilog_ends_later_loses_the_gpus_to_a_job_behind_it(spec):  # noqa: F811
-    """A CI run on 24.11, in small: job 2 (afterok:1) and job 4 (afterok:3) each want four
-    GPUs, one node's, and job 2 is first in the queue.  Job 1 ends at 10 and its Epilog
-    takes 0.7 s on a loaded machine; job 3 ends at 10.3, its Epilog at 10.4.  Slurm gives
-    the node to job 4 at 10.4, job 1 still completing then; a replay that queued job 2 at
-    job 1's end gave it to job 2.  Had job 1's Epilog ended at 10.1, job 2 would have had it."""
+    """A CI run on 24.11, in small: jobs 1 and 3 run on the first node beside a long job;
+    job 2 (afterok:1) and job 4 (afterok:3) each want three GPUs, which only the idle second
+    node has, and job 2 is first in the queue.  Job 1 ends at 10 and its Epilog takes 0.7 s
+    on a loaded machine; job 3 ends at 10.3, its Epilog at 10.4.  Slurm gives the second
+    node to job 4 at 10.4, job 1 still completing then, and job 2 waits for job 4's end; a
+    replay that queued job 2 at job 1's end gave the node to job 2.  Had job 1's Epilog
+    ended at 10.1, job 2 would have had it, and job 4 waited."""
 
     def jobs(release1: float) -> list[SimJob]:
         return [
-            replace(job(1, 0, 10, gpus=2, limit=60), release_s=release1),
-            replace(job(3, 0, 10.3, gpus=2, limit=60), release_s=0.1),
-            after(job(2, 1, 10, gpus=4, limit=60), 1),
-            after(job(4, 2, 10, gpus=4, limit=60), 3),
+            job(9, 0, 1000, gpus=2, limit=1000),
+            replace(job(1, 0, 10, limit=60), release_s=release1),
+            replace(job(3, 0, 10.3, limit=60), release_s=0.1),
+            after(job(2, 1, 10, gpus=3, limit=60), 1),
+            after(job(4, 2, 10, gpus=3, limit=60), 3),
         ]
 
     _, r = run(spec, jobs(0.7), completing_blocks_node=True)
-    assert r[4].start_s == pytest.approx(10.4) and r[2].start_s > r[4].start_s
+    assert r[4].start_s == pytest.approx(10.4)
+    assert r[2].start_s >= r[4].end_s  # it waited for the node job 4 took
     _, r = run(spec, jobs(0.1), completing_blocks_node=True)
-    assert r[2].start_s == pytest.approx(10.1) and r[4].start_s > r[2].start_s
+    assert r[2].start_s == pytest.approx(10.1)
+    assert r[4].start_s >= r[2].end_s
 
 
 def test_afterok_on_a_job_that_timed_out_never_runs_and_afterany_runs_at_its_end(spec):  # noqa: F811

@@ -291,8 +291,11 @@ def test_sbatch_input_variables_count_between_the_command_line_and_the_script(ca
     constraint = [a for a in with_env.argv if a.startswith("--constraint=")]
     assert constraint == [a for a in in_script.argv if a.startswith("--constraint=")] and "ib&" in constraint[0]
     for var, value in (("SBATCH_GPUS", "2"), ("SBATCH_GRES", "gpu:2")):
-        with pytest.raises(RequestError, match="several whole-GPU types"):
+        # named as given: the variable, not a --gpus the user never typed
+        with pytest.raises(RequestError, match=rf"untyped GPU request \({var}={value}\).*several whole-GPU types"):
             plan(["--wrap", "x"], None, catalog, MONDAY_NIGHT, env={var: value})
+    with pytest.raises(RequestError, match=r"untyped GPU request \(#SBATCH --gpus=2\)"):
+        plan(["job.sh"], "#!/bin/sh\n#SBATCH --gpus=2\n", catalog, MONDAY_NIGHT)
     # the command line wins over the variable, and the variable over the script
     line = plan(
         ["-C", "eth", *argv], "#!/bin/sh\n#SBATCH -C ib\n", catalog, MONDAY_NIGHT, env={"SBATCH_CONSTRAINT": "x"}

@@ -515,7 +515,7 @@ def _type_untyped(
     if not untyped:
         return args
     types = whole_types(catalog, eff("constraint"))
-    shown = ", ".join(f"--{n}={v}" for n, v in untyped)
+    shown = ", ".join(eff.said(n) for n, _ in untyped)
     typ, why_type = untyped_type(catalog, eff("constraint"), now) if policy == "auto" else (None, "")
     if typ is None:
         why = (
