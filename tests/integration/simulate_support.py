@@ -581,6 +581,7 @@ def _compare(
         f"{util_sim:.1f} %; switch at {switch_at:.0f} s, out of service median {percentile(out, 50):.1f} s"
     )
     print(_detail(real_wait, sim_wait, real_start, sim_start))
+    print(first_apart(real, epoch, sim, ids))
     figures = {"median wait": (med_r, med_s), "mean wait": (mean_r, mean_s), "p90 wait": (p90_r, p90_s)}
     if kept is not None:  # before the tolerances: a kept run that misses them counts in the error too
         waits = {measure.removesuffix(" wait"): v for measure, v in figures.items()}
@@ -613,6 +614,40 @@ def _detail(
         f"  waits about the median, Slurm: {about(real_wait)}; replay: {about(sim_wait)}\n"
         f"  starts farthest apart (job Slurm/replay s): {moved}"
     )
+
+
+def first_apart(real: dict, epoch: float, sim: dict, ids: Collection[str], window_s: float = 30.0) -> str:
+    """Where the replay first parted from Slurm, for a miss read from a CI log alone: the
+    job whose start came first (in either run) among those started more than 2 s apart, and
+    what ran on its node in Slurm in the ``window_s`` before the later of its two starts: each job's start and end in
+    Slurm and in the replay (a CI miss on 24.11 was a dependency's Epilog: its job 8 and
+    job 14 took that node in the other order).  Times in s from the first submission."""
+    apart = [j for j in ids if abs(sim[j].start_s - (real[j][1] - epoch)) > 2.0]
+    if not apart:
+        return "  no start more than 2 s apart"
+    j = min(apart, key=lambda k: (min(sim[k].start_s, real[k][1] - epoch), int(k)))
+    at = max(sim[j].start_s, real[j][1] - epoch)
+    nodes = set(NodeSet(real[j][3]))
+
+    def run(k: str) -> str:
+        r = sim[k]
+        sim_part = f"{r.start_s:.2f}-{r.end_s:.2f}" if r.start_s >= 0 else "not run"
+        return f"{k} ({r.need}) Slurm {real[k][1] - epoch:.2f}-{real[k][2] - epoch:.2f}, replay {sim_part}"
+
+    near = sorted(
+        (
+            k
+            for k in ids
+            if k != j
+            and nodes & set(NodeSet(real[k][3]))
+            and real[k][1] - epoch <= at
+            and real[k][2] - epoch >= at - window_s
+        ),
+        key=lambda k: real[k][1],
+    )
+    lines = [f"  first start apart: {run(j)}, submitted {real[j][0] - epoch:.2f}, on {real[j][3]} in Slurm"]
+    lines += [f"    ran there in Slurm within {window_s:.0f} s before: {run(k)}" for k in near[-8:]]
+    return "\n".join(lines)
 
 
 def _kept(err: RunError) -> None:
