@@ -107,21 +107,18 @@ def build(
             now = last  # running jobs end where the file does
             text.append(f"saved data ends at {last:%Y-%m-%d %H:%M} UTC: running jobs are counted up to then")
         span = file_span(jobs)
-        given = since, until
+        # the end given, named if the files' other end leaves the period empty (the CLI refuses
+        # an empty pair of its own before reading anything)
+        given = ("until", until) if until else ("since", since)
         if span is not None:
             since = since or span[0]
             until = until or span[1]
         until = until or now
         since = since or until - timedelta(days=7)
-        if since >= until:  # one end given, the other the files': an --until before their first job
+        if since >= until and given[1] is not None:
+            spanned = f"run from {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M} UTC" if span else "have no dates"
             raise UsageError(
-                f"--{'until' if given[1] else 'since'} {(given[1] or given[0]):%Y-%m-%d %H:%M} UTC",
-                "the period is empty: "
-                + (
-                    f"the saved files' jobs run from {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M} UTC"
-                    if span
-                    else "the saved files have no dated jobs"
-                ),
+                f"--{given[0]} {given[1]:%Y-%m-%d %H:%M} UTC", f"the period is empty: the saved files' jobs {spanned}"
             )
     assert since is not None and until is not None
     loaded = jobs

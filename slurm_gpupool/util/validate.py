@@ -140,7 +140,7 @@ def _read_bounded(path: Any, limit: int) -> bytes | None:
     try:
         chunks: list[bytes] = []
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            for tries in range(round(FIFO_WAIT_S / FIFO_STEP_S) + 1):
+            for _ in range(round(FIFO_WAIT_S / FIFO_STEP_S)):
                 try:
                     first = os.read(fd, READ_CHUNK)
                 except BlockingIOError:  # a writer holds it open and has not written yet
@@ -148,9 +148,9 @@ def _read_bounded(path: Any, limit: int) -> bytes | None:
                 if first:
                     chunks.append(first)
                     break
-                if tries * FIFO_STEP_S >= FIFO_WAIT_S:
-                    return None  # end of file, and nothing has opened it to write
-                select.select([], [], [], FIFO_STEP_S)  # a pause (this module reads no clock)
+                select.select([], [], [], FIFO_STEP_S)  # end of file, no writer yet: a pause (no clock here)
+            else:
+                return None  # nothing opened it to write
         os.set_blocking(fd, True)
         size = sum(map(len, chunks))
         while size < limit and (chunk := os.read(fd, min(READ_CHUNK, limit - size))):

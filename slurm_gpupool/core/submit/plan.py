@@ -78,21 +78,26 @@ class Effective:
         self.args = args  # the command line as the rules have rewritten it so far
         self.from_env, self.directives = from_env, directives
 
-    def __call__(self, name: str) -> str | None:
-        for layer in (self.args(), self.from_env, self.directives):
+    def _source(self, name: str) -> tuple[int, str] | None:
+        """(0 command line, 1 variable, 2 script; the value) of the first layer that sets it."""
+        for k, layer in enumerate((self.args(), self.from_env, self.directives)):
             if (v := layer.value(name)) is not None:
-                return v
+                return k, v
         return None
+
+    def __call__(self, name: str) -> str | None:
+        found = self._source(name)
+        return None if found is None else found[1]
 
     def said(self, name: str) -> str:
         """``--qos=x``, ``SBATCH_QOS=x`` or ``#SBATCH --qos=x``: where the value came from."""
-        for k, layer in enumerate((self.args(), self.from_env, self.directives)):
-            if (v := layer.value(name)) is not None:
-                if k == 1:
-                    var = next(var for var, option in ENV_OPTIONS.items() if option == name)
-                    return f"{var}={v}"
-                return f"{'#SBATCH ' if k == 2 else ''}--{name}={v}"
-        return f"--{name}"
+        found = self._source(name)
+        if found is None:
+            return f"--{name}"
+        k, v = found
+        if k == 1:
+            return f"{next(var for var, option in ENV_OPTIONS.items() if option == name)}={v}"
+        return f"{'#SBATCH ' if k == 2 else ''}--{name}={v}"
 
 
 class Plan:
