@@ -49,17 +49,23 @@ PORT_BASE = TEST_PORT_BASE + 150
 
 
 def rotated_here() -> None:
-    """Skip unless this commit's rotation gives the 16-node run to this release (scripts/test
-    names it ``host`` or a container's series, as ``$SLURM_GPUPOOL_CONTAINER`` does)."""
-    from slurm_gpupool.sandbox.tools import host_release
-
+    """Skip unless the rotation gives the 16-node run to this release: scripts/test names it
+    ``host`` or a container's series, as ``$SLURM_GPUPOOL_CONTAINER`` does (a series given by
+    hand also matches the host's own)."""
     picked = os.environ.get("SLURM_GPUPOOL_SCALE_RELEASE", "")
-    here = {os.environ.get("SLURM_GPUPOOL_CONTAINER") or "host"}
-    if here == {"host"} and (native := host_release()) is not None:
-        here.add(native.series)  # SLURM_GPUPOOL_SCALE_RELEASE=22.05 by hand, on a 22.05 host
-    if picked and picked not in here:
-        where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
-        pytest.skip(f"this commit's 16-node run is on {where} (SLURM_GPUPOOL_SCALE_RELEASE={picked})")
+    here = os.environ.get("SLURM_GPUPOOL_CONTAINER") or "host"
+    if not picked or picked == here:
+        return
+    if here == "host" and picked != "host":
+        from slurm_gpupool.sandbox.tools import host_release
+
+        native = host_release()
+        if native is not None and native.series == picked:
+            return
+    where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
+    pytest.skip(
+        f"the 16-node run is on {where} (SLURM_GPUPOOL_SCALE_RELEASE={picked}), not here ({here}); unset it to run anywhere"
+    )
 
 
 @pytest.fixture
