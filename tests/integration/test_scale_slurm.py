@@ -12,9 +12,8 @@ node's hook statistics count no failure and no health drain).
 
 A sandbox of its own (root ``<test root>-scale``, ports above the worker's): the worker's
 five-node sandbox keeps running beside it.  In CI it runs on one release a commit, in
-rotation (``$SLURM_GPUPOOL_SCALE_RELEASE``, which scripts/test draws from the commit's seed):
-on all three it cost each container's leg up to 3 minutes of CI's budget.  Without that
-variable it runs on any release.  The 128-node runs of every release are in
+rotation (``$SLURM_GPUPOOL_SCALE_RELEASE``, which scripts/test draws from the commit's seed;
+why: docs/development.md).  Without that variable it runs on any release.  The 128-node runs of every release are in
 docs/scale-sandbox.md.
 """
 
@@ -28,6 +27,7 @@ import pytest
 import yaml
 
 from slurm_gpupool.sandbox.cluster import Sandbox
+from slurm_gpupool.sandbox.container import CONTAINER_ENV
 from tests.exposition import parse, series
 
 from .conftest import TEST_PORT_BASE, TEST_ROOT, SandboxHandle
@@ -53,7 +53,7 @@ def rotated_here() -> None:
     ``host`` or a container's series, as ``$SLURM_GPUPOOL_CONTAINER`` does (a series given by
     hand also matches the host's own)."""
     picked = os.environ.get("SLURM_GPUPOOL_SCALE_RELEASE", "")
-    here = os.environ.get("SLURM_GPUPOOL_CONTAINER") or "host"
+    here = os.environ.get(CONTAINER_ENV) or "host"
     if not picked or picked == here:
         return
     if here == "host" and picked != "host":
