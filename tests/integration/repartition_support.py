@@ -20,6 +20,8 @@ from typing import TypeVar
 
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.controller.gres_install import render
+from slurm_gpupool.hw import open_backend
+from slurm_gpupool.node.apply import assert_node
 from slurm_gpupool.slurm.parse import parse_reservations, parse_sinfo_json
 from slurm_gpupool.slurm.types import gres_counts
 
@@ -79,12 +81,17 @@ def reserved(sb, reservation: str, node: str) -> bool:
 
 
 def assert_converged(sb, layouts: dict[str, str]) -> None:
-    """Each node: GPUs in its layout (node assert), Slurm's GRES those of the layout, the layout
-    feature, not drained; no reservation of ours; the journal's run finished."""
+    """Each node: GPUs in its layout, Slurm's GRES those of the layout, the layout feature, not
+    drained; no reservation of ours; the journal's run finished.
+
+    The GPUs are compared in this process, by the function ``gpupool node assert`` runs
+    (``node_matches``): a command a node cost about 0.3 s of CPU, and CI ran over a hundred
+    of them a release on its two cores.  The command itself is tested where it is the subject
+    (test_layouts_sandbox.py, test_ansible.py)."""
     cfg = load_config(sb.root / "etc" / "gpupool.yaml")
     infos = nodes_info(sb)
     for node, layout in layouts.items():
-        sb.gpupool("--node", node, "node", "assert", layout)
+        assert node_matches(cfg, node, layout) == [], (node, layout)
         (expected,) = render(cfg, [node], layout).nodes
         info = infos[node]
         assert gres_counts(info.gres) == gres_counts(expected.gres_value()), (node, info.gres)
@@ -93,6 +100,13 @@ def assert_converged(sb, layouts: dict[str, str]) -> None:
     path = sb.root / "controller" / "journal.json"
     if path.exists():  # no run yet on a fresh sandbox already in its layouts
         assert "finished" in json.loads(path.read_text())["run"]["steps"]
+
+
+def node_matches(cfg, node: str, layout: str) -> list[str]:
+    """What ``gpupool --node NODE node assert LAYOUT`` prints for each GPU that differs from
+    the layout (``nvidia-smi mig -lgi -lci`` against it), read in this process."""
+    with open_backend(node, cfg.sim_dir) as gpu:
+        return assert_node(cfg, layout, gpu.inventory())
 
 
 def sacct_states(sb, jobs: list[str]) -> dict[str, str]:

@@ -133,6 +133,25 @@ def test_the_most_run_commands_load_no_reports_templates_or_dataframes(tmp_path)
     assert not heavy_in(mods, banned), sorted(heavy_in(mods, banned))
 
 
+@pytest.mark.parametrize("verb", ["stop", "start", "restart"])
+def test_sandbox_stop_start_restart_read_a_plain_node_list_without_clustershell(tmp_path, verb):
+    """The repartitioner's `systemctl` stand-ins on the sandbox (hundreds a CI run): the
+    names of ``--nodes a100n[1-2]`` reach the sandbox (which refuses them here, as nodes it
+    does not have) without ClusterShell; a list only ClusterShell reads still gets its error."""
+    root = str(tmp_path / "no-sandbox")
+    rc, mods = loaded_by("sandbox", verb, "--root", root, "--nodes", "a100n[1-2]")
+    assert rc == 2
+    assert "ClusterShell" not in {m.split(".")[0] for m in mods}
+    out = subprocess.run(
+        [sys.executable, "-m", "slurm_gpupool.cli.main", "sandbox", verb, "--root", root, "--nodes", "a100n[1-2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2 and "not a hostlist (missing bracket" in out.stderr, out.stderr
+
+
 def first_paragraph(cmd: click.Command) -> str:
     return " ".join(inspect.cleandoc(cmd.help or "").split("\n\n")[0].split())
 
