@@ -210,6 +210,56 @@ def slurm_release_option(f: Any) -> Any:
     )(f)
 
 
+def slurm_config_option(f: Any) -> Any:
+    """``--slurm-config``: the site's priority setup for a replay (``simulate``, ``report advice``)."""
+    return click.option(
+        "--slurm-config",
+        "slurm_config",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="The site's slurm.conf, or `scontrol show config` saved to a file (default with live accounting: "
+        "`scontrol show config`): its PriorityType and QOS weight order the replay's queue, and the priority "
+        "factors it does not replay are named beside the figures.",
+    )(f)
+
+
+MAX_INCLUDES = 8  # slurm.conf Include lines followed, in all (a loop of includes ends here)
+
+
+def site_priority(path: Path | None, live: bool = False) -> Any:
+    """``--slurm-config``: the site's priority setup, its ``Include`` files read after it
+    (relative ones from its directory, as slurmctld resolves them).  Not given: with live
+    accounting (``--since``, sacct), the controller's own (``scontrol show config``), else
+    None (as also when Slurm does not answer: the report then says what it assumed)."""
+    from slurm_gpupool.simulate.site_priority import merged, parse
+
+    if path is None:
+        if not live:
+            return None
+        from slurm_gpupool.errors import SlurmUnavailableError
+        from slurm_gpupool.slurm.runner import SlurmRunner, show_config
+
+        try:
+            return parse(show_config(SlurmRunner()), "scontrol show config")[0]
+        except SlurmUnavailableError:
+            return None
+
+    todo, site, read = [path], None, 0
+    while todo:
+        current = todo.pop(0)
+        read += 1
+        if read > MAX_INCLUDES + 1:
+            raise UsageError(f"--slurm-config {path}", f"more than {MAX_INCLUDES} Include files (a loop?)")
+        try:
+            text = current.read_bytes()[: 16 << 20].decode("utf-8", "replace")
+        except OSError as e:
+            raise UsageError(f"--slurm-config {current}", f"cannot read: {e.strerror}") from None
+        found, includes = parse(text, str(current))
+        site = found if site is None else merged(site, found)
+        todo += [current.parent / name if not Path(name).is_absolute() else Path(name) for name in includes]
+    return site
+
+
 def slurm_release(text: str) -> str:
     """``--slurm-release``'s value, checked: 24.11 or 24.11.5."""
     import re
@@ -223,6 +273,7 @@ def _sim_options(f: Any) -> Any:
     """``report advice``/``all``: the simulator's part of the advice (#16)."""
     options = [
         slurm_release_option,
+        slurm_config_option,
         click.option(
             "--simulate/--no-simulate",
             default=True,
@@ -263,8 +314,8 @@ def _sim_settings(kw: dict[str, Any]):
 
     from slurm_gpupool.simulate.advise import Settings
 
-    keys = ("simulate", "slowdown", "resamples", "seed", "min_jobs", "workers", "slurm_release")
-    on, slowdown, resamples, seed, min_jobs, workers, release = (kw.pop(k) for k in keys)
+    keys = ("simulate", "slowdown", "resamples", "seed", "min_jobs", "workers", "slurm_release", "slurm_config")
+    on, slowdown, resamples, seed, min_jobs, workers, release, config = (kw.pop(k) for k in keys)
     if not on:
         return None
     try:
@@ -275,7 +326,12 @@ def _sim_settings(kw: dict[str, Any]):
         raise UsageError(f"--slowdown {slowdown}", "every value must be a finite number of at least 1")
     workers = workers or min(4, os.cpu_count() or 1)
     settings = Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
-    return replace(settings, slurm_release=slurm_release(release))
+    settings = replace(settings, slurm_release=slurm_release(release))
+    site = site_priority(config, live=not kw.get("files"))
+    if site is None:
+        return settings
+    release = settings.slurm_release
+    return replace(settings, priority_weight_qos=site.qos_weight(release), unreplayed=tuple(site.unreplayed(release)))
 
 
 def _progress():

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
-from slurm_gpupool.cli.report import _common, _load, _write, slurm_release_option
+from slurm_gpupool.cli.report import _common, _load, _write, site_priority, slurm_config_option, slurm_release_option
 from slurm_gpupool.cli.report import slurm_release as checked_release
 from slurm_gpupool.errors import UsageError
 
@@ -150,6 +150,7 @@ class Progress:
     metavar="Q=N,...",
     help="The Priority of QOS that are not tiers, as sacctmgr shows them (e.g. high=100,low=10): the queue's order.",
 )
+@slurm_config_option
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
     "--passes",
@@ -187,8 +188,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, qos_priority, bf_interval, passes_from, exact_backfill, slurm_release,
-             will_run,
+             limit_factor, max_time, switch_time, qos_priority, slurm_config, bf_interval, passes_from, exact_backfill,
+             slurm_release, will_run,
              prefer, typed, fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
              sacct_format):  # fmt: skip
     """Replay jobs against the pool's layouts and schedule, side by side.
@@ -231,6 +232,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     tiers = pol.tier_priorities(cfg)
     # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
     queue_qos = tuple({**tiers, **_qos_priorities(qos_priority, tiers)}.items())
+    site = site_priority(slurm_config, live=trace == "accounting" and not files)
+    weight_qos = site.qos_weight(slurm_release) if site is not None else Params.priority_weight_qos
     if layouts_file is not None:
         extra = load_yaml(layouts_file)
         if not isinstance(extra, dict) or not isinstance(extra.get("layouts"), dict):
@@ -239,6 +242,17 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     cfg, whole = pol.with_whole_layout(cfg)
     specs = pol.policies(cfg, list(policy_names) or None, whole)
     notes: list[str] = []
+    if site is None:
+        notes.append(
+            "The queue is ordered as priority/multifactor with only the QOS factor weighed (the validated "
+            "setup): give the site's slurm.conf with --slurm-config to replay its own PriorityType and weights."
+        )
+    elif site.unreplayed(slurm_release):
+        notes.append(
+            f"The site's queue is also ordered by {', '.join(site.unreplayed(slurm_release))}, which the replay "
+            "does not model: its waits are those of submission order within each QOS priority, and the measured "
+            "error below does not cover that difference (docs/simulate.md)."
+        )
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
     dating = bf_interval if passes_from == "dated" else None
     epoch, jobs, source, passes = _jobs(
@@ -286,6 +300,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 prefer=PREFER_MIG if prefer == "mig" else PREFER_SHARD,
                 any_model=not typed,
                 qos_priority=queue_qos,
+                priority_weight_qos=weight_qos,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),
                 qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),
@@ -322,6 +337,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
             "qos priority": ", ".join(f"{q} {p}" for q, p in queue_qos) or "none (one queue, by submission)",
+            "priority": site.describe(slurm_release)
+            if site is not None
+            else "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)",
         },
         "notes": notes,
         "accuracy": to_dict(shipped()),

@@ -68,6 +68,11 @@ class Settings:
     slurm_release: str = "22.05"  # whose backfill the replays follow (``willrun.release_params``)
     max_time_s: float | None = None  # the partition's MaxTime (lead time); None: the jobs' longest limit
     workers: int = 1  # processes the caller may fork for replays (``parallel``); not used here
+    # the site's priority setup (``site_priority.SitePriority``, from ``--slurm-config``): its
+    # PriorityWeightQOS as the queue feels it (0 under priority/basic), and the factors it weighs
+    # that the replays leave out; None: multifactor with only the QOS factor, as validated
+    priority_weight_qos: int = 10000
+    unreplayed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -252,6 +257,7 @@ class _Run:
             shard_slowdown=slowdown,
             # as `gpupool simulate` replays: the tiers' QOS order the queue, the clock is the trace's
             qos_priority=tuple(pol.tier_priorities(cfg).items()),
+            priority_weight_qos=self.settings.priority_weight_qos,
             clock_origin_s=self.epoch.timestamp(),
         )
         res = Engine(p.pool, sw, params).run(jobs)

@@ -82,3 +82,9 @@ def slurm_version(runner: SlurmRunner) -> tuple[int, int, int]:
         else:
             raise SlurmUnavailableError("slurm version", f"neither sinfo -V nor slurmd -V answered ({conf} missing?)")
     return _VERSIONS[key]
+
+
+def show_config(runner: SlurmRunner) -> str:
+    """``scontrol show config``: the controller's effective settings, its defaults and
+    ``Include`` files resolved (what ``simulate`` reads the site's priority setup from)."""
+    return runner.run(["scontrol", "show", "config"]).check("scontrol show config").stdout

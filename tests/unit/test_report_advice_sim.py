@@ -441,3 +441,49 @@ def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_f
     run = adv._Run(epoch, [jobs], ["n1", "n2"], 8, 10 * 86400, adv.Settings(resamples=0, slurm_release="26.05"), 18000)
     run.metrics(adv.current_policy(cfg), 0, 1.0)
     assert (seen[-1].will_run, seen[-1].bf_end_up, seen[-1].bf_overdue_now) == ("batch-nodes", True, True)
+
+
+def test_advice_follows_the_sites_priority_setup_and_names_what_it_does_not_replay(tmp_path, monkeypatch):
+    """``report advice --slurm-config``: the replays take the site's QOS weight (0 under
+    priority/basic, which orders by submission alone), and a factor it weighs that they leave
+    out (age, fair-share, ...) is a note beside the advice, as ``gpupool simulate`` says it."""
+    raw = {**WHOLE_ONLY, "tiers": {"urgent": {"priority": 500}}}
+    cfg = _config(tmp_path, raw)
+    f = tmp_path / "sacct.txt"
+    f.write_text(history(5, 90, 6))
+    seen = []
+    real_engine = adv.Engine
+
+    def engine(pool, sw, params):
+        seen.append(params)
+        return real_engine(pool, sw, params)
+
+    monkeypatch.setattr(adv, "Engine", engine)
+    env = {**os.environ, "SLURM_GPUPOOL_CONFIG": str(cfg)}
+    args = [
+        "report",
+        "advice",
+        "--from",
+        str(f),
+        "--tz",
+        "UTC",
+        "--format",
+        "json",
+        "--resamples",
+        "0",
+        "--workers",
+        "1",
+    ]
+    conf = tmp_path / "slurm.conf"
+    for text, weight, note in (
+        ("PriorityType=priority/basic\nPriorityWeightQOS=10000\n", 0, None),
+        ("PriorityType=priority/multifactor\nPriorityWeightQOS=2000\nPriorityWeightAge=1000\n", 2000, "age"),
+    ):
+        conf.write_text(text)
+        seen.clear()
+        res = CliRunner().invoke(cli, [*args, "--slurm-config", str(conf)], env=env, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert seen and {p.priority_weight_qos for p in seen} == {weight}
+        notes = json.loads(res.output)["reports"][0]["notes"]
+        said = [n for n in notes if "also ordered by" in n]
+        assert (said == []) if note is None else ("age (PriorityWeightAge=1000)" in said[0]), notes

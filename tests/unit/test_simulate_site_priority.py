@@ -1,0 +1,160 @@
+"""#27: the replay follows the site's own PriorityType and QOS weight (``--slurm-config``), and
+names each priority factor the site weighs that it does not model, beside its figures.
+
+The kept QOS run replayed here ran on the sandbox (multifactor, ``PriorityWeightQOS=10000``,
+no other weight: ``show-config.txt``, recorded from each release's sandbox with ``scontrol
+show config``).  Given that setup the replay is the one ``test_simulate_from_replay.py``
+checks; given ``priority/basic``, which orders the queue by submission alone, the same
+accounting no longer replays as Slurm ran it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_gpupool.errors import UsageError
+from slurm_gpupool.simulate.site_priority import BASIC, MULTIFACTOR, SitePriority, parse
+from tests.unit.test_simulate_from_replay import CONFIG, _kept, _label, _replay_and_compare
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASES = ("22.05", "24.11", "26.05")
+RUN = "22.05/simulate-qos-s6161"  # a kept run whose accounting replay agrees (test_simulate_from_replay.py)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_releases_show_config_reads_as_the_sandbox_set_it(release):
+    text = (ROOT / "tests" / "fixtures" / "slurm" / release / "show-config.txt").read_text()
+    site, includes = parse(text, "show-config.txt")
+    assert includes == []
+    assert site.type == MULTIFACTOR and site.qos_weight(release) == 10000
+    assert site.unreplayed(release) == []  # every other weight 0, PriorityWeightTRES (null)
+    assert dict(site.weights)["PriorityWeightAge"] == 0
+
+
+def test_slurm_conf_forms_case_comments_several_on_a_line_and_the_last_setting():
+    text = (
+        "# PriorityWeightAge=99999\n"
+        "prioritytype=priority/multifactor  PriorityWeightQOS=500 # tiers\n"
+        "PriorityWeightAge=1000\n"
+        "PriorityWeightFairshare=2000\n"
+        "PriorityWeightTRES=CPU=0,GRES/gpu=3000\n"
+        "PriorityWeightAge=1500\n"
+        "NodeName=n1 Gres=gpu:4\n"
+        "Include /etc/slurm/priority.conf\n"
+    )
+    site, includes = parse(text, "slurm.conf")
+    assert includes == ["/etc/slurm/priority.conf"]
+    assert site.type == MULTIFACTOR and site.qos_weight("22.05") == 500
+    assert site.unreplayed("22.05") == [
+        "age (PriorityWeightAge=1500)",
+        "fair-share (PriorityWeightFairshare=2000)",
+        "TRES (PriorityWeightTRES=CPU=0,GRES/gpu=3000)",
+    ]
+    assert "not replayed: age" in site.describe("22.05")
+
+
+def test_the_default_priority_type_is_the_releases():
+    """``DEFAULT_PRIORITY_TYPE`` (read_config.h): basic up to 23.02, multifactor from 23.11."""
+    site, _ = parse("PriorityWeightQOS=10000\nPriorityWeightAge=100\n", "slurm.conf")
+    assert site.type_for("22.05") == site.type_for("23.02.7") == BASIC
+    assert site.type_for("23.11") == site.type_for("24.11.5") == site.type_for("26.05") == MULTIFACTOR
+    # basic weighs nothing: no QOS order, and no factor left out
+    assert site.qos_weight("22.05") == 0 and site.unreplayed("22.05") == []
+    assert site.qos_weight("24.11") == 10000 and site.unreplayed("24.11") == ["age (PriorityWeightAge=100)"]
+    assert "default" in site.describe("22.05") and "submission order" in site.describe("22.05")
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "x", "4294967296", ""])
+def test_a_weight_slurmctld_would_refuse_names_the_file_and_line(bad):
+    with pytest.raises(UsageError) as e:
+        parse(f"PriorityType=priority/multifactor\nPriorityWeightQOS={bad}\n", "/etc/slurm/slurm.conf")
+    assert "/etc/slurm/slurm.conf, line 2" in str(e.value.what) and "PriorityWeightQOS" in e.value.why
+
+
+def _run_with(tmp_path: Path, monkeypatch, capsys, conf: str, *, check: bool) -> dict:
+    """The kept run's accounting replayed with ``--slurm-config`` (checked against Slurm's own
+    figures when ``check``); the report's JSON."""
+    (sacct,) = [p for p in _kept() if _label(p) == RUN]
+    path = tmp_path / "slurm.conf"
+    path.write_text(conf)
+    if check:
+        _replay_and_compare(sacct, monkeypatch, capsys, "--slurm-config", str(path))
+        return {}
+    from slurm_gpupool.cli.main import main
+
+    rec = json.loads(sacct.with_name(sacct.name.replace("-sacct.txt", ".json")).read_text())
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(CONFIG))
+    args = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--bf-interval", "5"]
+    args += ["--typed", "--qos-priority", ",".join(f"{q}={p}" for q, p in rec["qos"].items())]
+    args += ["--slurm-release", "22.05", "--format", "json", "--slurm-config", str(path)]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_sandboxs_own_setup_replays_the_run_and_basic_does_not(tmp_path, monkeypatch, capsys):
+    sandbox = (ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "show-config.txt").read_text()
+    _run_with(tmp_path, monkeypatch, capsys, sandbox, check=True)
+    # the same run as if the site ran priority/basic: the high QOS no longer jumps the queue
+    with pytest.raises(AssertionError, match="median wait"):
+        _run_with(tmp_path, monkeypatch, capsys, "PriorityType=priority/basic\n", check=True)
+
+
+def test_factors_the_replay_leaves_out_are_named_in_the_report(tmp_path, monkeypatch, capsys):
+    conf = "PriorityType=priority/multifactor\nPriorityWeightQOS=10000\nInclude more.conf\n"
+    (tmp_path / "more.conf").write_text("PriorityWeightAge=1000\nPriorityWeightFairshare=5000\n")
+    out = _run_with(tmp_path, monkeypatch, capsys, conf, check=False)
+    prio = out["context"]["parameters"]["priority"]
+    assert prio.startswith("priority/multifactor, QOS weight 10000; not replayed: age (PriorityWeightAge=1000)")
+    notes = " ".join(out["context"]["notes"])
+    assert "also ordered by age (PriorityWeightAge=1000), fair-share (PriorityWeightFairshare=5000)" in notes
+
+
+def test_without_slurm_config_the_assumed_setup_is_said(monkeypatch, capsys):
+    from slurm_gpupool.cli.main import main
+
+    (sacct,) = [p for p in _kept() if _label(p) == RUN]
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(CONFIG))
+    assert main(["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "assumed: no --slurm-config" in out["context"]["parameters"]["priority"]
+    assert any("--slurm-config" in n for n in out["context"]["notes"])
+
+
+def test_an_unreadable_or_looping_slurm_config_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from slurm_gpupool.cli.main import main
+
+    (sacct,) = [p for p in _kept() if _label(p) == RUN]
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(CONFIG))
+    base = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--format", "json"]
+    assert main([*base, "--slurm-config", str(tmp_path / "missing.conf")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "loop.conf").write_text("Include loop.conf\n")
+    assert main([*base, "--slurm-config", str(tmp_path / "loop.conf")]) == 2
+    assert "Include files" in capsys.readouterr().err
+
+
+def test_a_site_priority_without_settings_is_the_releases_default():
+    site = SitePriority("none")
+    assert site.unreplayed("24.11") == [] and site.qos_weight("24.11") == 0  # multifactor, weight 0
+
+
+def test_live_accounting_reads_the_controllers_setup_and_goes_on_without_it(tmp_path, monkeypatch):
+    """``--since`` without ``--slurm-config``: ``scontrol show config`` (here a stand-in printing
+    22.05's recorded answer); no Slurm answering: None, and the report says what it assumed."""
+    from slurm_gpupool.cli.report import site_priority
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    recorded = ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "show-config.txt"
+    (bindir / "scontrol").write_text(f'#!/bin/sh\n[ "$*" = "show config" ] && exec /bin/cat "{recorded}"\nexit 1\n')
+    (bindir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    site = site_priority(None, live=True)
+    assert site.source == "scontrol show config" and site.qos_weight("22.05") == 10000
+    assert site_priority(None, live=False) is None  # files: nothing of the site's is asked
+    (bindir / "scontrol").write_text("#!/bin/sh\necho 'slurm_load_ctl_conf error: Unable to contact' >&2\nexit 1\n")
+    assert site_priority(None, live=True) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert site_priority(None, live=True) is None
