@@ -203,11 +203,33 @@ def slurm_release_option(f: Any) -> Any:
     return click.option(
         "--slurm-release",
         metavar="RELEASE",
-        default="22.05",
-        show_default=True,
-        help="The site's Slurm release (as sinfo --version gives it): its backfill's will-run batches and how it "
-        "rounds a planned job's window (docs/simulate.md).",
+        help="The site's Slurm release (as sinfo --version gives it): its backfill's will-run batches, how it "
+        "rounds a planned job's window and its default PriorityType (docs/simulate.md). Default: with live "
+        "accounting, the site's own (sinfo --version); else the pool config's slurm.version; else 22.05.",
     )(f)
+
+
+DEFAULT_RELEASE = "22.05"  # the replay's rules without a release given or found
+
+
+def release_for(given: str | None, live: bool, config_version: str | None) -> str:
+    """``--slurm-release``, checked; not given: the live Slurm's (``sinfo --version``, when the
+    accounting is read live and Slurm answers), the pool config's ``slurm.version``, or 22.05.
+    The series is what the replay's rules depend on (``willrun.release_params``)."""
+    if given is not None:
+        return slurm_release(given)
+    if live:
+        from slurm_gpupool.errors import SlurmUnavailableError
+        from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
+
+        try:
+            major, minor, _ = slurm_version(SlurmRunner())
+            return f"{major:02d}.{minor:02d}"
+        except SlurmUnavailableError:
+            pass
+    if config_version:
+        return slurm_release(".".join(config_version.split(".")[:2]))
+    return DEFAULT_RELEASE
 
 
 def slurm_config_option(f: Any) -> Any:
@@ -224,6 +246,16 @@ def slurm_config_option(f: Any) -> Any:
 
 
 MAX_INCLUDES = 8  # slurm.conf Include lines followed, in all (a loop of includes ends here)
+
+
+def _config_version(app: AppContext) -> str | None:
+    """The pool config's ``slurm.version``, if there is a config that says it."""
+    from slurm_gpupool.errors import ConfigError
+
+    try:
+        return app.config().slurm.version
+    except ConfigError:
+        return None
 
 
 def site_priority(path: Path | None, live: bool = False) -> Any:
@@ -307,7 +339,7 @@ def _sim_options(f: Any) -> Any:
     return f
 
 
-def _sim_settings(kw: dict[str, Any]):
+def _sim_settings(kw: dict[str, Any], app: AppContext):
     """The simulator's settings from (and out of) the command's options; None with --no-simulate."""
     import os
     from dataclasses import replace
@@ -326,8 +358,9 @@ def _sim_settings(kw: dict[str, Any]):
         raise UsageError(f"--slowdown {slowdown}", "every value must be a finite number of at least 1")
     workers = workers or min(4, os.cpu_count() or 1)
     settings = Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
-    settings = replace(settings, slurm_release=slurm_release(release))
-    site = site_priority(config, live=not kw.get("files"))
+    live = not kw.get("files")
+    settings = replace(settings, slurm_release=release_for(release, live, _config_version(app)))
+    site = site_priority(config, live=live)
     if site is None:
         return settings
     release = settings.slurm_release
@@ -394,7 +427,7 @@ def _make(name: str) -> click.Command:
     @(_sim_options if name == "advice" else (lambda f: f))
     @pass_app
     def cmd(app: AppContext, by: str | None, fmt: str, output: Path | None, table: str | None, **kw: Any) -> None:
-        sim = _sim_settings(kw) if name == "advice" else None
+        sim = _sim_settings(kw, app) if name == "advice" else None
         data, stats, spool = _load(app, **kw)
         _emit([_run(name, data, spool, by, sim=sim)], stats, data, fmt, output, table)
 
@@ -413,7 +446,7 @@ for _name in REPORTS:
 @pass_app
 def all_reports(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
     """Every report in one document (HTML by default: charts included)."""
-    sim = _sim_settings(kw)
+    sim = _sim_settings(kw, app)
     data, stats, spool = _load(app, **kw)
     done: dict = {}
     for n in REPORTS:  # advice comes last and reuses what the others computed

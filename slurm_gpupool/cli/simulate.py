@@ -18,8 +18,15 @@ from typing import Any
 import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
-from slurm_gpupool.cli.report import _common, _load, _write, site_priority, slurm_config_option, slurm_release_option
-from slurm_gpupool.cli.report import slurm_release as checked_release
+from slurm_gpupool.cli.report import (
+    _common,
+    _load,
+    _write,
+    release_for,
+    site_priority,
+    slurm_config_option,
+    slurm_release_option,
+)
 from slurm_gpupool.errors import UsageError
 
 # simulate.willrun.RULES, spelled out: the CLI imports no simulator module until it runs one
@@ -57,6 +64,19 @@ def _qos_priorities(text: str | None, tiers: Collection[str]) -> dict[str, int]:
             raise UsageError(f"--qos-priority {item.strip()}", f"{name} is a tier's QOS: its priority is the config's")
         out[name] = number
     return out
+
+
+def _live_qos_priorities(tiers: Collection[str]) -> dict[str, int]:
+    """The Priority of each QOS that is not a tier, as the site's Slurm has it (``sacctmgr
+    show qos``), for a replay of live accounting without ``--qos-priority``; empty when
+    sacctmgr does not answer (the report then shows only the tiers')."""
+    from slurm_gpupool.errors import SlurmUnavailableError
+    from slurm_gpupool.slurm.qos import Sacctmgr
+
+    try:
+        return {name: q.priority for name, q in Sacctmgr().qos().items() if name not in tiers}
+    except SlurmUnavailableError:
+        return {}
 
 
 def _seconds(text: str | None, option: str) -> float | None:
@@ -148,7 +168,8 @@ class Progress:
     "--qos-priority",
     "qos_priority",
     metavar="Q=N,...",
-    help="The Priority of QOS that are not tiers, as sacctmgr shows them (e.g. high=100,low=10): the queue's order.",
+    help="The Priority of QOS that are not tiers, as sacctmgr shows them (e.g. high=100,low=10): the queue's order "
+    "(default with live accounting: `sacctmgr show qos`).",
 )
 @slurm_config_option
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
@@ -226,13 +247,19 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     if start is not None:
         _check_date(start, "--start")
     max_time_s = _seconds(max_time, "--max-time")
-    rules = release_params(checked_release(slurm_release))  # its backfill's will-run rule, window rounding, ...
-    rules["will_run"] = will_run = will_run or rules["will_run"]
     cfg = app.config()
+    live = trace == "accounting" and not files  # the site's own Slurm answers: ask it what is not given
+    slurm_release = release_for(slurm_release, live, cfg.slurm.version)
+    rules = release_params(slurm_release)  # its backfill's will-run rule, window rounding, ...
+    rules["will_run"] = will_run = will_run or rules["will_run"]
     tiers = pol.tier_priorities(cfg)
     # the tiers' QOS order the queue as `gpupool qos apply` sets them in Slurm, others as given
-    queue_qos = tuple({**tiers, **_qos_priorities(qos_priority, tiers)}.items())
-    site = site_priority(slurm_config, live=trace == "accounting" and not files)
+    others = _qos_priorities(qos_priority, tiers)
+    qos_from = ""
+    if qos_priority is None and live and (found := _live_qos_priorities(tiers)):
+        others, qos_from = found, " (sacctmgr show qos)"
+    queue_qos = tuple({**tiers, **others}.items())
+    site = site_priority(slurm_config, live=live)
     weight_qos = site.qos_weight(slurm_release) if site is not None else Params.priority_weight_qos
     if layouts_file is not None:
         extra = load_yaml(layouts_file)
@@ -336,7 +363,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + f"as Slurm {slurm_release}, will-run {will_run})",
             "requests": ("typed" if typed else "any model that holds them")
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
-            "qos priority": ", ".join(f"{q} {p}" for q, p in queue_qos) or "none (one queue, by submission)",
+            "qos priority": (", ".join(f"{q} {p}" for q, p in queue_qos) + qos_from)
+            or "none (one queue, by submission)",
             "priority": site.describe(slurm_release)
             if site is not None
             else "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)",

@@ -60,5 +60,6 @@ def test_the_readmes_demo_runs_every_step():
     assert proc.returncode == 0, f"scripts/demo exited {proc.returncode}:\n{tail}"
     assert f"== {STEPS}. What would" in proc.stdout, tail
     # the replay of the demo's own jobs (live sacct) ordered its queue by the controller's own
-    # priority setup, read with `scontrol show config` (docs/simulate.md): the sandbox's
+    # priority setup and QOS priorities, asked of Slurm (docs/simulate.md): the sandbox's
     assert "priority: priority/multifactor, QOS weight 10000 (scontrol show config)" in proc.stdout, tail
+    assert "qos priority: normal 0 (sacctmgr show qos)" in proc.stdout, tail

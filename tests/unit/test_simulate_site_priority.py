@@ -158,3 +158,20 @@ def test_live_accounting_reads_the_controllers_setup_and_goes_on_without_it(tmp_
     assert site_priority(None, live=True) is None
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert site_priority(None, live=True) is None
+
+
+def test_live_accounting_takes_the_other_qos_priorities_from_sacctmgr(tmp_path, monkeypatch):
+    """Without ``--qos-priority``, a replay of live accounting orders the QOS that are not tiers
+    by the Priority the site's Slurm gives them (a stand-in printing 22.05's recorded
+    ``sacctmgr show qos``); a tier's stays the config's; no sacctmgr answering: none."""
+    from slurm_gpupool.cli.simulate import _live_qos_priorities
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    recorded = ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "sacctmgr-qos.txt"
+    (bindir / "sacctmgr").write_text(f'#!/bin/sh\nexec /bin/cat "{recorded}"\n')
+    (bindir / "sacctmgr").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    assert _live_qos_priorities({"gpupool_exclusive"}) == {"normal": 0, "gpupool_shared": 100}
+    (bindir / "sacctmgr").write_text("#!/bin/sh\necho 'sacctmgr: error: Problem talking to the database' >&2\nexit 1\n")
+    assert _live_qos_priorities(set()) == {}

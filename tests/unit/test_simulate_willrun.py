@@ -6,6 +6,7 @@ beside each case."""
 
 from __future__ import annotations
 
+import click
 import pytest
 
 from slurm_gpupool.simulate.willrun import (
@@ -66,17 +67,39 @@ def test_jobs_on_no_usable_node_are_skipped_and_the_rule_names_which_end_counts(
 
 
 def test_the_cli_offers_every_rule_and_defaults_to_22_05_s():
+    from slurm_gpupool.cli.report import DEFAULT_RELEASE
     from slurm_gpupool.cli.simulate import WILL_RUN_RULES, simulate
 
     assert WILL_RUN_RULES == RULES
     option = next(p for p in simulate.params if p.name == "will_run")
     assert option.default not in RULES  # none given: the release's
     release = next(p for p in simulate.params if p.name == "slurm_release")
-    assert release.default == "22.05" and release_params(release.default) == {
-        "will_run": BATCH,
-        "bf_end_up": False,
-        "bf_overdue_now": False,
-    }
+    # none given: the site's own, the config's, or 22.05 (release_for)
+    assert release.default in (None, getattr(click.core, "UNSET", None)) and "else 22.05" in (release.help or "")
+    assert release_params(DEFAULT_RELEASE) == {"will_run": BATCH, "bf_end_up": False, "bf_overdue_now": False}
+
+
+def test_the_release_is_the_one_given_the_live_slurms_the_configs_or_22_05(tmp_path, monkeypatch):
+    """``--slurm-release`` not given: with live accounting the site's Slurm says it (``sinfo
+    -V``, here a stand-in printing 24.11.5), else the pool config's ``slurm.version``, else
+    22.05; given, it wins."""
+    from slurm_gpupool.cli.report import DEFAULT_RELEASE, release_for
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sinfo").write_text('#!/bin/sh\n[ "$1" = -V ] && echo "slurm 24.11.5" && exit 0\nexit 1\n')
+    (bindir / "sinfo").chmod(0o755)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    assert release_for(None, True, "26.05.1") == "24.11"
+    assert release_for(None, False, "26.05.1") == "26.05"
+    assert release_for(None, False, None) == DEFAULT_RELEASE == "22.05"
+    assert release_for("23.02.7", True, "26.05.1") == "23.02.7"
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no Slurm answers: the config's
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "other.conf"))
+    assert release_for(None, True, "26.05.1") == "26.05"
 
 
 def test_each_release_has_its_rule():
