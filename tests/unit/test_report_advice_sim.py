@@ -412,6 +412,19 @@ def test_an_elastic_config_is_replayed_as_its_elastic_policy(tmp_path):
     assert sim["recommendation"] is None or sim["recommendation"]["name"] != whole["name"]
 
 
+def engine_params(monkeypatch) -> list:
+    """The Params of every replay advice runs from now on (in this process)."""
+    seen: list = []
+    real_engine = adv.Engine
+
+    def engine(pool, sw, params):
+        seen.append(params)
+        return real_engine(pool, sw, params)
+
+    monkeypatch.setattr(adv, "Engine", engine)
+    return seen
+
+
 def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_first_job(tmp_path, monkeypatch):
     """``report advice`` replayed with every QOS at priority 0 and its backfill grid from the
     accounting's midnight, where ``gpupool simulate`` (whose measured error it prints) takes
@@ -422,14 +435,7 @@ def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_f
     from slurm_gpupool.reports.sim_accounting import accounting_jobs
 
     epoch, jobs, _ = accounting_jobs(data)
-    seen = []
-    real_engine = adv.Engine
-
-    def engine(pool, sw, params):
-        seen.append(params)
-        return real_engine(pool, sw, params)
-
-    monkeypatch.setattr(adv, "Engine", engine)
+    seen = engine_params(monkeypatch)
     run = adv._Run(epoch, [jobs], ["n1", "n2"], 8, 10 * 86400, adv.Settings(resamples=0), 18000)
     run.metrics(adv.current_policy(cfg), 0, 1.0)
     (params,) = seen
@@ -451,14 +457,7 @@ def test_advice_follows_the_sites_priority_setup_and_names_what_it_does_not_repl
     cfg = _config(tmp_path, raw)
     f = tmp_path / "sacct.txt"
     f.write_text(history(5, 90, 6))
-    seen = []
-    real_engine = adv.Engine
-
-    def engine(pool, sw, params):
-        seen.append(params)
-        return real_engine(pool, sw, params)
-
-    monkeypatch.setattr(adv, "Engine", engine)
+    seen = engine_params(monkeypatch)
     env = {**os.environ, "SLURM_GPUPOOL_CONFIG": str(cfg)}
     args = [
         "report",

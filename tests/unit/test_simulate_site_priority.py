@@ -140,21 +140,29 @@ def test_a_site_priority_without_settings_is_the_releases_default():
     assert site.unreplayed("24.11") == [] and site.qos_weight("24.11") == 0  # multifactor, weight 0
 
 
+def stand_in(tmp_path: Path, monkeypatch, name: str, script: str) -> Path:
+    """A Slurm command ``name`` that runs ``script`` (sh), alone on PATH."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / name).write_text("#!/bin/sh\n" + script)
+    (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    return bindir / name
+
+
 def test_live_accounting_reads_the_controllers_setup_and_goes_on_without_it(tmp_path, monkeypatch):
     """``--since`` without ``--slurm-config``: ``scontrol show config`` (here a stand-in printing
     22.05's recorded answer); no Slurm answering: None, and the report says what it assumed."""
     from slurm_gpupool.cli.report import site_priority
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     recorded = ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "show-config.txt"
-    (bindir / "scontrol").write_text(f'#!/bin/sh\n[ "$*" = "show config" ] && exec /bin/cat "{recorded}"\nexit 1\n')
-    (bindir / "scontrol").chmod(0o755)
-    monkeypatch.setenv("PATH", str(bindir))
+    scontrol = stand_in(
+        tmp_path, monkeypatch, "scontrol", f'[ "$*" = "show config" ] && exec /bin/cat "{recorded}"\nexit 1\n'
+    )
     site = site_priority(None, live=True)
     assert site.source == "scontrol show config" and site.qos_weight("22.05") == 10000
     assert site_priority(None, live=False) is None  # files: nothing of the site's is asked
-    (bindir / "scontrol").write_text("#!/bin/sh\necho 'slurm_load_ctl_conf error: Unable to contact' >&2\nexit 1\n")
+    scontrol.write_text("#!/bin/sh\necho 'slurm_load_ctl_conf error: Unable to contact' >&2\nexit 1\n")
     assert site_priority(None, live=True) is None
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert site_priority(None, live=True) is None
@@ -166,12 +174,8 @@ def test_live_accounting_takes_the_other_qos_priorities_from_sacctmgr(tmp_path, 
     ``sacctmgr show qos``); a tier's stays the config's; no sacctmgr answering: none."""
     from slurm_gpupool.cli.simulate import _live_qos_priorities
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     recorded = ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "sacctmgr-qos.txt"
-    (bindir / "sacctmgr").write_text(f'#!/bin/sh\nexec /bin/cat "{recorded}"\n')
-    (bindir / "sacctmgr").chmod(0o755)
-    monkeypatch.setenv("PATH", str(bindir))
+    sacctmgr = stand_in(tmp_path, monkeypatch, "sacctmgr", f'exec /bin/cat "{recorded}"\n')
     assert _live_qos_priorities({"gpupool_exclusive"}) == {"normal": 0, "gpupool_shared": 100}
-    (bindir / "sacctmgr").write_text("#!/bin/sh\necho 'sacctmgr: error: Problem talking to the database' >&2\nexit 1\n")
+    sacctmgr.write_text("#!/bin/sh\necho 'sacctmgr: error: Problem talking to the database' >&2\nexit 1\n")
     assert _live_qos_priorities(set()) == {}
