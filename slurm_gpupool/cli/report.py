@@ -204,31 +204,36 @@ def slurm_release_option(f: Any) -> Any:
         "--slurm-release",
         metavar="RELEASE",
         help="The site's Slurm release (as sinfo --version gives it): its backfill's will-run batches, how it "
-        "rounds a planned job's window and its default PriorityType (docs/simulate.md). Default: with live "
-        "accounting, the site's own (sinfo --version); else the pool config's slurm.version; else 22.05.",
+        "rounds a planned job's window and its default PriorityType (docs/simulate.md). Default: the pool "
+        "config's slurm.version; else, with live accounting, the site's own (sinfo --version); else 22.05.",
     )(f)
 
 
 DEFAULT_RELEASE = "22.05"  # the replay's rules without a release given or found
+ASSUMED_TEXT = "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)"
 
 
 def release_for(given: str | None, live: bool, config_version: str | None) -> str:
-    """``--slurm-release``, checked; not given: the live Slurm's (``sinfo --version``, when the
-    accounting is read live and Slurm answers), the pool config's ``slurm.version``, or 22.05.
-    The series is what the replay's rules depend on (``willrun.release_params``)."""
+    """``--slurm-release``, checked; not given: the pool config's ``slurm.version`` (which wins
+    over ``sinfo -V`` everywhere, ``controller/versions.py``), else the live Slurm's (``sinfo
+    --version``, when the accounting is read live and Slurm answers), else 22.05.  The whole
+    release, patch level too: the will-run rule changes at 25.05.1 (``willrun.rule_for``)."""
+    from slurm_gpupool.slurm.versions import parse_version
+
     if given is not None:
         return slurm_release(given)
+    if config_version:
+        major, minor, patch = parse_version(config_version)
+        return f"{major:02d}.{minor:02d}.{patch}"
     if live:
         from slurm_gpupool.errors import SlurmUnavailableError
         from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
 
         try:
-            major, minor, _ = slurm_version(SlurmRunner())
-            return f"{major:02d}.{minor:02d}"
+            major, minor, patch = slurm_version(SlurmRunner())
+            return f"{major:02d}.{minor:02d}.{patch}"
         except SlurmUnavailableError:
             pass
-    if config_version:
-        return slurm_release(".".join(config_version.split(".")[:2]))
     return DEFAULT_RELEASE
 
 
@@ -245,7 +250,8 @@ def slurm_config_option(f: Any) -> Any:
     )(f)
 
 
-MAX_INCLUDES = 8  # slurm.conf Include lines followed, in all (a loop of includes ends here)
+MAX_INCLUDE_DEPTH = 16  # Include files within Include files; one that includes itself is refused
+MAX_CONF_BYTES = 16 << 20
 
 
 def _config_version(app: AppContext) -> str | None:
@@ -259,11 +265,12 @@ def _config_version(app: AppContext) -> str | None:
 
 
 def site_priority(path: Path | None, live: bool = False) -> Any:
-    """``--slurm-config``: the site's priority setup, its ``Include`` files read after it
-    (relative ones from its directory, as slurmctld resolves them).  Not given: with live
-    accounting (``--since``, sacct), the controller's own (``scontrol show config``), else
-    None (as also when Slurm does not answer: the report then says what it assumed)."""
-    from slurm_gpupool.simulate.site_priority import merged, parse
+    """``--slurm-config``: the site's priority setup (``simulate.site_priority``), its
+    ``Include`` files read in their place, relative names from the main file's directory, as
+    slurmctld reads slurm.conf (``get_extra_conf_path``).  Not given: with live accounting
+    (``--since``, sacct), the controller's own (``scontrol show config``), else None (as also
+    when Slurm does not answer: the report then says what it assumed)."""
+    from slurm_gpupool.simulate import site_priority as sp
 
     if path is None:
         if not live:
@@ -272,24 +279,44 @@ def site_priority(path: Path | None, live: bool = False) -> Any:
         from slurm_gpupool.slurm.runner import SlurmRunner, show_config
 
         try:
-            return parse(show_config(SlurmRunner()), "scontrol show config")[0]
+            shown = show_config(SlurmRunner())
         except SlurmUnavailableError:
             return None
+        return sp.site_priority(sp.entries(shown, "scontrol show config"), "scontrol show config")
+    return sp.site_priority(_conf_entries(path, path.parent, ()), str(path))
 
-    todo, site, read = [path], None, 0
-    while todo:
-        current = todo.pop(0)
-        read += 1
-        if read > MAX_INCLUDES + 1:
-            raise UsageError(f"--slurm-config {path}", f"more than {MAX_INCLUDES} Include files (a loop?)")
-        try:
-            text = current.read_bytes()[: 16 << 20].decode("utf-8", "replace")
-        except OSError as e:
-            raise UsageError(f"--slurm-config {current}", f"cannot read: {e.strerror}") from None
-        found, includes = parse(text, str(current))
-        site = found if site is None else merged(site, found)
-        todo += [current.parent / name if not Path(name).is_absolute() else Path(name) for name in includes]
-    return site
+
+def _conf_entries(file: Path, base: Path, chain: tuple[Path, ...], via: str = "") -> Any:
+    """The entries of a slurm.conf, each ``Include`` replaced by its file's (a glob's files in
+    order, as slurmctld reads them); a missing, unreadable, oversized or self-including file
+    is a UsageError naming it (and the ``Include`` line that named it: ``via``)."""
+    import glob
+
+    from slurm_gpupool.simulate.site_priority import entries
+
+    where = f"--slurm-config {file}{via}"
+    resolved = file.resolve()
+    if resolved in chain:
+        raise UsageError(where, "includes itself: " + " -> ".join(str(p) for p in (*chain, resolved)))
+    if len(chain) > MAX_INCLUDE_DEPTH:
+        raise UsageError(where, f"Include files nested more than {MAX_INCLUDE_DEPTH} deep")
+    try:
+        with open(file, "rb") as f:
+            data = f.read(MAX_CONF_BYTES + 1)
+    except OSError as e:
+        raise UsageError(where, f"cannot read: {e.strerror}") from None
+    if len(data) > MAX_CONF_BYTES:
+        raise UsageError(where, f"larger than {MAX_CONF_BYTES >> 20} MiB: not a slurm.conf")
+    for entry in entries(data.decode("utf-8", "replace"), str(file)):
+        if entry.key != "Include":
+            yield entry
+            continue
+        name = entry.value
+        target = Path(name) if Path(name).is_absolute() else base / name
+        found = sorted(glob.glob(str(target))) if "*" in name else [str(target)]
+        for one in found:
+            line = f" (Include at {file}, line {entry.line})"
+            yield from _conf_entries(Path(one), base, (*chain, resolved), line)
 
 
 def slurm_release(text: str) -> str:
@@ -339,10 +366,11 @@ def _sim_options(f: Any) -> Any:
     return f
 
 
-def _sim_settings(kw: dict[str, Any], app: AppContext):
-    """The simulator's settings from (and out of) the command's options; None with --no-simulate."""
+def _sim_settings(kw: dict[str, Any]) -> Any:
+    """The simulator's settings from (and out of) the command's options, checked, with the
+    release and priority options still to resolve (``_site_settings``, once the accounting's
+    options are checked too); None with --no-simulate."""
     import os
-    from dataclasses import replace
 
     from slurm_gpupool.simulate.advise import Settings
 
@@ -356,15 +384,45 @@ def _sim_settings(kw: dict[str, Any], app: AppContext):
         raise UsageError(f"--slowdown {slowdown}", "expected numbers separated by commas") from None
     if not sds or any(not 1 <= v < float("inf") for v in sds):
         raise UsageError(f"--slowdown {slowdown}", "every value must be a finite number of at least 1")
+    if release is not None:
+        slurm_release(release)
     workers = workers or min(4, os.cpu_count() or 1)
     settings = Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
-    live = not kw.get("files")
-    settings = replace(settings, slurm_release=release_for(release, live, _config_version(app)))
+    return settings, release, config, not kw.get("files")
+
+
+def _site_settings(pending: Any, app: AppContext) -> Any:
+    """``_sim_settings``' settings with the site's release and priority setup (asked of Slurm
+    with live accounting: ``release_for``, ``site_priority``); None with --no-simulate."""
+    from dataclasses import replace
+
+    from slurm_gpupool.simulate.site_priority import notes
+
+    if pending is None:
+        return None
+    settings, release, config, live = pending
+    cfg_version = _config_version(app)
+    release = release_for(release, live, cfg_version)
     site = site_priority(config, live=live)
-    if site is None:
-        return settings
-    release = settings.slurm_release
-    return replace(settings, priority_weight_qos=site.qos_weight(release), unreplayed=tuple(site.unreplayed(release)))
+    preempting = _preempting(app)
+    said = (f"priority: {site.describe(release)}" if site is not None else f"priority: {ASSUMED_TEXT}",)
+    weight = site.qos_weight(release) if site is not None else settings.priority_weight_qos
+    return replace(
+        settings,
+        slurm_release=release,
+        priority_weight_qos=weight,
+        priority_notes=said + tuple(notes(site, release, preempting)),
+    )
+
+
+def _preempting(app: AppContext) -> bool:
+    """The pool config's tiers preempt (``preempt/qos``: Slurm queues preemptors first)."""
+    from slurm_gpupool.errors import ConfigError
+
+    try:
+        return any(t.preemptible for t in app.config().tiers)
+    except ConfigError:
+        return False
 
 
 def _progress():
@@ -427,8 +485,9 @@ def _make(name: str) -> click.Command:
     @(_sim_options if name == "advice" else (lambda f: f))
     @pass_app
     def cmd(app: AppContext, by: str | None, fmt: str, output: Path | None, table: str | None, **kw: Any) -> None:
-        sim = _sim_settings(kw, app) if name == "advice" else None
+        pending = _sim_settings(kw) if name == "advice" else None
         data, stats, spool = _load(app, **kw)
+        sim = _site_settings(pending, app)
         _emit([_run(name, data, spool, by, sim=sim)], stats, data, fmt, output, table)
 
     return cmd
@@ -446,8 +505,9 @@ for _name in REPORTS:
 @pass_app
 def all_reports(app: AppContext, fmt: str, output: Path | None, **kw: Any) -> None:
     """Every report in one document (HTML by default: charts included)."""
-    sim = _sim_settings(kw, app)
+    pending = _sim_settings(kw)
     data, stats, spool = _load(app, **kw)
+    sim = _site_settings(pending, app)
     done: dict = {}
     for n in REPORTS:  # advice comes last and reuses what the others computed
         done[n] = _run(n, data, spool, None, done, sim if n == "advice" else None)

@@ -19,6 +19,7 @@ import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
 from slurm_gpupool.cli.report import (
+    ASSUMED_TEXT,
     _common,
     _load,
     _write,
@@ -231,6 +232,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
     from slurm_gpupool.simulate.metrics import summarise
     from slurm_gpupool.simulate.pool import pool_spec
+    from slurm_gpupool.simulate.site_priority import notes as site_notes
     from slurm_gpupool.simulate.willrun import release_params
     from slurm_gpupool.util.validate import load_yaml
 
@@ -268,18 +270,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         cfg = pol.with_layouts(cfg, extra["layouts"], str(layouts_file))
     cfg, whole = pol.with_whole_layout(cfg)
     specs = pol.policies(cfg, list(policy_names) or None, whole)
-    notes: list[str] = []
-    if site is None:
-        notes.append(
-            "The queue is ordered as priority/multifactor with only the QOS factor weighed (the validated "
-            "setup): give the site's slurm.conf with --slurm-config to replay its own PriorityType and weights."
-        )
-    elif site.unreplayed(slurm_release):
-        notes.append(
-            f"The site's queue is also ordered by {', '.join(site.unreplayed(slurm_release))}, which the replay "
-            "does not model: its waits are those of submission order within each QOS priority, and the measured "
-            "error below does not cover that difference (docs/simulate.md)."
-        )
+    notes = site_notes(site, slurm_release, any(t.preemptible for t in cfg.tiers))
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
     dating = bf_interval if passes_from == "dated" else None
     epoch, jobs, source, passes = _jobs(
@@ -365,9 +356,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
             "qos priority": (", ".join(f"{q} {p}" for q, p in queue_qos) + qos_from)
             or "none (one queue, by submission)",
-            "priority": site.describe(slurm_release)
-            if site is not None
-            else "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)",
+            "priority": site.describe(slurm_release) if site is not None else ASSUMED_TEXT,
         },
         "notes": notes,
         "accuracy": to_dict(shipped()),

@@ -143,8 +143,14 @@ class NvmlBackend:
         if library is not None:
             pynvml.nvmlLib = library
             pynvml._nvmlGetFunctionPointer_cache.clear()
-        with nvml_errors(f"initialise NVML on {self.node}"):
-            pynvml.nvmlInit()
+        try:
+            with nvml_errors(f"initialise NVML on {self.node}"):
+                pynvml.nvmlInit()
+        except BaseException:  # nothing opened: the process's next backend starts from a clean pynvml
+            if library is not None and pynvml.nvmlLib is library:
+                pynvml.nvmlLib = None
+                pynvml._nvmlGetFunctionPointer_cache.clear()
+            raise
         self._open = True
         self._gpm_ok: dict[int, bool] = {}  # per GPU: does GPM measure it (asked once)
         self._gpm_last: dict[tuple[int, str | None], Any] = {}  # the previous GPM sample per GPU / MIG device

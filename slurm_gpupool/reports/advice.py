@@ -476,11 +476,7 @@ def simulated(
     sim["accuracy"] = to_dict(acc)
     sim["margins"] = {"p90_wait": wait_margin, "utilisation": util_margin}
     notes = [f"simulation: {v:,} jobs left out ({k})" for k, v in skipped.items() if v]
-    if settings.unreplayed:
-        notes.append(
-            f"simulation: the site's queue is also ordered by {', '.join(settings.unreplayed)}, which the "
-            "replays do not model (submission order within each QOS priority): the margins above do not cover it"
-        )
+    notes += [f"simulation: {n}" for n in settings.priority_notes]
     return _policy_table(sim), _recommendation_text(sim), notes, sim
 
 

@@ -72,7 +72,7 @@ class Settings:
     # PriorityWeightQOS as the queue feels it (0 under priority/basic), and the factors it weighs
     # that the replays leave out; None: multifactor with only the QOS factor, as validated
     priority_weight_qos: int = 10000
-    unreplayed: tuple[str, ...] = ()
+    priority_notes: tuple[str, ...] = ()  # what the report says about that (site_priority.notes)
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,27 @@ The replay orders its queue as ``priority/multifactor`` does with only the QOS f
 measured.  A site's own slurm.conf may say otherwise, and the replay must not hide it:
 
 * ``PriorityType=priority/basic`` orders the queue by submission alone: QOS priorities do not
-  reorder it (preemption by QOS still works).  It is the default up to Slurm 23.02; from 23.11
-  the default is ``priority/multifactor`` (``DEFAULT_PRIORITY_TYPE``, ``read_config.h``).
+  reorder it.  It is the default up to Slurm 23.02; from 23.11 the default is
+  ``priority/multifactor`` (``DEFAULT_PRIORITY_TYPE``, ``read_config.h``).
 * ``PriorityWeightQOS`` scales the QOS factor; 0 leaves it out, as basic does.
-* The age, fair-share, job size, partition, association and TRES factors reorder the queue
-  as jobs wait and users consume (``priority_multifactor.c``, ``_get_priority_internal``).
-  The replay does not model them: ``unreplayed`` names each one the site weighs, so a report
+* The age, fair-share, job size, partition, association and TRES factors, a site factor
+  plugin, and partitions of different ``PriorityTier`` reorder the queue as jobs wait and
+  users consume (``priority_multifactor.c``, ``_get_priority_internal``; ``sort_job_queue2``).
+  The replay does not model them: ``unreplayed`` names each one the site sets, so a report
   can say so beside its figures (docs/simulate.md, "What the other priority factors would take").
+
+The lines are read as slurmctld reads them (``parse_config.c``): ``Key=Value`` pairs, several
+to a line, keys case-insensitive, spaces allowed around ``=`` (``scontrol show config``'s
+``Key = Value``), a value quoted or up to the next space, ``#`` starting a comment unless
+escaped; numbers as ``s_p_handle_uint32`` takes them (decimal, ``0x`` hex, octal, a ``k``
+suffix for 1024, ``UNLIMITED``/``INFINITE``); a later setting wins, an ``Include`` read in
+its place.  Reading the files is the caller's (``entries`` returns the ``Include`` names).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurm_gpupool.errors import UsageError
@@ -31,23 +40,39 @@ FACTORS = (
 )
 QOS_KEY = "PriorityWeightQOS"
 TRES_KEY = "PriorityWeightTRES"
-KEYS = {k.lower(): k for k in ("PriorityType", QOS_KEY, TRES_KEY, *(k for k, _ in FACTORS))}
+SITE_KEY = "PrioritySiteFactorPlugin"
+TYPE_KEY = "PriorityType"
+WEIGHTS = (QOS_KEY, *(k for k, _ in FACTORS))
+KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, *WEIGHTS)}
 MULTIFACTOR, BASIC = "priority/multifactor", "priority/basic"
-MAX_WEIGHT = 0xFFFFFFFF  # slurm.conf reads the weights as uint32_t
-# ``scontrol show config``: "PriorityWeightAge       = 1000"; slurm.conf: "PriorityWeightAge=1000",
-# several on a line, comments after '#'
-_SHOW = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s+=\s+(.*?)\s*$")
-_PAIR = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(\S*)")
+INFINITE = 0xFFFFFFFF  # slurm.conf reads the weights as uint32_t; UNLIMITED is this
+UNSET = {"", "(null)", "none"}  # how `scontrol show config` shows a string not set
+# parse_config.c's keyvalue_pattern: a key, an optional operator, '=', a quoted or a bare value
+_PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*([-*+/]?)=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
+_NUMBER = re.compile(r"\s*\+?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)([kK]?)")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One setting (``key`` as slurm.conf spells it) or ``Include`` of a file, where it was."""
+
+    key: str
+    value: str
+    source: str
+    line: int
 
 
 @dataclass(frozen=True)
 class SitePriority:
-    """What orders the site's queue (``None`` for a key the file does not set)."""
+    """What orders the site's queue: the keys the files set (``None`` for one not set)."""
 
     source: str
     type: str | None = None
     weights: tuple[tuple[str, int], ...] = ()  # slurm.conf key -> weight, the keys set
     tres: str | None = None  # PriorityWeightTRES, e.g. "GRES/gpu=1000"
+    site_factor: str | None = None  # PrioritySiteFactorPlugin
+    tiers: tuple[int, ...] = ()  # the partitions' PriorityTier values, each once
+    found: bool = True  # any priority setting at all (a file without one is likely the wrong file)
 
     def type_for(self, release: str) -> str:
         """``PriorityType``, or the release's default (basic up to 23.02, multifactor from 23.11)."""
@@ -64,74 +89,152 @@ class SitePriority:
         return self.weight(QOS_KEY) if self.type_for(release) == MULTIFACTOR else 0
 
     def unreplayed(self, release: str) -> list[str]:
-        """Each factor the site weighs that the replay leaves out, as ``age (PriorityWeightAge=1000)``."""
+        """Each thing the site sets that reorders its queue and the replay leaves out, as
+        ``age (PriorityWeightAge=1000)``."""
+        out = []
+        if len(self.tiers) > 1:  # sort_job_queue2 orders by the partition's tier first, any PriorityType
+            out.append(f"partition tiers (PriorityTier={','.join(map(str, self.tiers))})")
         if self.type_for(release) != MULTIFACTOR:
-            return []
-        out = [f"{name} ({key}={self.weight(key)})" for key, name in FACTORS if self.weight(key) > 0]
+            return out
+        out += [f"{name} ({key}={self.weight(key)})" for key, name in FACTORS if self.weight(key) > 0]
         if self.tres and _tres_weighs(self.tres):
             out.append(f"TRES ({TRES_KEY}={self.tres})")
+        if self.site_factor:
+            out.append(f"a site factor ({SITE_KEY}={self.site_factor})")
         return out
 
     def describe(self, release: str) -> str:
         """One line for a report's parameters."""
         kind = self.type_for(release)
         given = "" if self.type is not None else f" (Slurm {release}'s default)"
+        nothing = "" if self.found else "; no priority setting in it"
         if kind != MULTIFACTOR:
-            return f"{kind}{given}: submission order, QOS priorities not weighed ({self.source})"
+            return f"{kind}{given}: submission order, QOS priorities not weighed ({self.source}{nothing})"
         left = self.unreplayed(release)
         unmodelled = f"; not replayed: {', '.join(left)}" if left else ""
-        return f"{kind}{given}, QOS weight {self.weight(QOS_KEY)}{unmodelled} ({self.source})"
+        return f"{kind}{given}, QOS weight {self.weight(QOS_KEY)}{unmodelled} ({self.source}{nothing})"
 
 
 def _tres_weighs(text: str) -> bool:
-    """A ``PriorityWeightTRES`` list with a weight above 0 (``CPU=1000,Mem=2000,GRES/gpu=3000``)."""
+    """A ``PriorityWeightTRES`` list with a weight above 0 (``CPU=1000,Mem=0.25G,GRES/gpu=3000``:
+    a number, perhaps with a unit)."""
     for item in text.split(","):
         _, _, value = item.partition("=")
-        try:
-            if float(value) > 0:
-                return True
-        except ValueError:
-            continue
+        number = re.match(r"\s*([0-9]*\.?[0-9]+)", value)
+        if number is not None and float(number.group(1)) > 0:
+            return True
     return False
 
 
-def parse(text: str, source: str) -> tuple[SitePriority, list[str]]:
-    """The priority keys of a slurm.conf or of ``scontrol show config`` output, and the files its
-    ``Include`` lines name (read by the caller, relative to the file's directory).  Keys are
-    case-insensitive, as slurm.conf's are; a later setting wins; a weight that is not a whole
-    number from 0 to 4294967295 is a UsageError naming the line, as slurmctld would refuse it."""
-    values: dict[str, tuple[str, int]] = {}
-    includes: list[str] = []
+def _uncommented(line: str) -> str:
+    """The line before its first ``#`` that is not escaped (``\\#`` stands for ``#``)."""
+    at = re.search(r"(?<!\\)#", line)
+    return (line if at is None else line[: at.start()]).replace("\\#", "#")
+
+
+def entries(text: str, source: str) -> list[Entry]:
+    """The priority settings, partitions' ``PriorityTier`` and ``Include`` lines of a slurm.conf
+    or of ``scontrol show config`` output, in order (``key`` ``Include``: a file to read in
+    its place; ``PriorityTier`` from a ``PartitionName`` line)."""
+    out = []
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+        line = _uncommented(raw).strip()
         if not line:
             continue
-        shown = _SHOW.match(line)
-        if shown is not None:
-            pairs = [(shown.group(1), shown.group(2))]
-        elif line.split(None, 1)[0].lower() == "include" and len(line.split(None, 1)) == 2:
-            includes.append(line.split(None, 1)[1].strip())
+        head = line.split(None, 1)
+        if head[0].lower() == "include" and len(head) == 2:
+            out.append(Entry("Include", head[1].split()[0], source, number))
             continue
-        else:
-            pairs = [(m.group(1), m.group(2)) for m in _PAIR.finditer(line)]
+        pairs = []
+        while line and (m := _PAIR.match(line)) is not None:
+            pairs.append((m.group(1), m.group(3) if m.group(3) is not None else m.group(4)))
+            line = line[m.end() :]
+        partition = bool(pairs) and pairs[0][0].lower() == "partitionname"
         for key, value in pairs:
-            if key.lower() in KEYS:
-                values[KEYS[key.lower()]] = (value, number)
+            if partition and key.lower() == "prioritytier":
+                out.append(Entry("PriorityTier", value, source, number))
+            elif not partition and key.lower() in KEYS:
+                out.append(Entry(KEYS[key.lower()], value, source, number))
+    return out
+
+
+def slurm_uint32(value: str) -> int | None:
+    """A number as slurmctld reads a uint32 setting (``s_p_handle_uint32``), None if it would
+    refuse it."""
+    if value.strip().upper() in ("UNLIMITED", "INFINITE"):
+        return INFINITE
+    m = _NUMBER.fullmatch(value)
+    if m is None:
+        return None
+    number = int(m.group(1), 0) if not m.group(1).startswith("0") or m.group(1) == "0" else _c_int(m.group(1))
+    number *= 1024 if m.group(2) else 1
+    return number if number <= INFINITE else None
+
+
+def _c_int(text: str) -> int:
+    """``strtoul(text, 0)`` of a number with a leading 0: hex after ``0x``, else octal."""
+    return int(text, 16) if text[:2] in ("0x", "0X") else int(text, 8)
+
+
+def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
+    """The setup the entries (read in order, includes in their place) leave: the last setting
+    of each key wins; a weight slurmctld would refuse is a UsageError naming its file and line."""
+    last: dict[str, Entry] = {}
+    tiers: set[int] = set()
+    for e in found:
+        if e.key == "PriorityTier":
+            tier = slurm_uint32(e.value)
+            if tier is None:
+                raise UsageError(f"{e.source}, line {e.line}", f"PriorityTier={e.value}: not a number")
+            tiers.add(tier)
+        elif e.key != "Include":
+            last[e.key] = e
     weights = []
-    for key, (value, number) in values.items():
-        if key in ("PriorityType", TRES_KEY):
-            continue
-        if not value.isdigit() or int(value) > MAX_WEIGHT:
-            raise UsageError(f"{source}, line {number}", f"{key}={value}: not a weight (0 to {MAX_WEIGHT})")
-        weights.append((key, int(value)))
-    kind = values.get("PriorityType", (None, 0))[0]
-    tres = values.get(TRES_KEY, (None, 0))[0]
-    return SitePriority(source, kind or None, tuple(sorted(weights)), tres or None), includes
+    for key in WEIGHTS:
+        if key in last:
+            e = last[key]
+            number = slurm_uint32(e.value)
+            if number is None:
+                raise UsageError(f"{e.source}, line {e.line}", f"{key}={e.value}: not a weight (0 to {INFINITE})")
+            weights.append((key, number))
 
+    def text(key: str) -> str | None:
+        value = last[key].value.strip() if key in last else ""
+        return None if value.lower() in UNSET else value
 
-def merged(first: SitePriority, later: SitePriority) -> SitePriority:
-    """``first`` with what an included file (read after it) sets."""
-    weights = {**dict(first.weights), **dict(later.weights)}
     return SitePriority(
-        first.source, later.type or first.type, tuple(sorted(weights.items())), later.tres or first.tres
+        source,
+        text(TYPE_KEY),
+        tuple(sorted(weights)),
+        text(TRES_KEY),
+        text(SITE_KEY),
+        tuple(sorted(tiers)),
+        found=bool(last),
     )
+
+
+def notes(site: SitePriority | None, release: str, preempting: bool) -> list[str]:
+    """What a report says beside its figures about the queue's order it replayed."""
+    if site is None:
+        return [
+            "The queue is ordered as priority/multifactor with only the QOS factor weighed (the validated "
+            "setup): give the site's slurm.conf with --slurm-config to replay its own PriorityType and weights."
+        ]
+    out = []
+    if not site.found:
+        out.append(
+            f"{site.source} sets no priority key: the release's defaults apply ({site.describe(release)}); "
+            "is it the slurm.conf?"
+        )
+    if left := site.unreplayed(release):
+        out.append(
+            f"The site's queue is also ordered by {', '.join(left)}, which the replay does not model: its "
+            "waits are those of submission order within each QOS priority, and the measured error does not "
+            "cover that difference (docs/simulate.md)."
+        )
+    if preempting and site.qos_weight(release) == 0:
+        out.append(
+            "With QOS preemption Slurm queues a job whose QOS preempts another's first whatever their priority "
+            "(sort_job_queue2); the replay, with no QOS weight, queues them by submission: not modelled."
+        )
+    return out

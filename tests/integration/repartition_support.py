@@ -91,7 +91,8 @@ def assert_converged(sb, layouts: dict[str, str]) -> None:
     cfg = load_config(sb.root / "etc" / "gpupool.yaml")
     infos = nodes_info(sb)
     for node, layout in layouts.items():
-        assert node_matches(cfg, node, layout) == [], (node, layout)
+        differs = node_matches(cfg, node, layout)  # (this module's asserts are not rewritten: say it all)
+        assert not differs, f"{node} does not match layout {layout}: " + "; ".join(differs)
         (expected,) = render(cfg, [node], layout).nodes
         info = infos[node]
         assert gres_counts(info.gres) == gres_counts(expected.gres_value()), (node, info.gres)

@@ -370,3 +370,19 @@ def test_a_gpu_the_catalog_does_not_know_is_named_with_its_pci_id_before_anythin
         assert calls(sim, "dgx1") == before  # nothing touched
     with pytest.raises(ConfigError, match="10de:20b0"), open_backend("dgx1", sim) as b:
         assert_node(parse_config(CONFIG, "test.yaml", Path(".")), "day", b.inventory())
+
+
+def test_a_backend_whose_nvml_init_fails_leaves_pynvml_as_it_found_it(env):
+    """The integration tests read nodes in their own long-lived process (``node_matches``): a
+    backend that could not start must not leave its simulated library beneath pynvml."""
+    import pynvml
+
+    from slurm_gpupool.errors import GpuOperationError
+
+    sim, _ = env
+    inject.add_fault(SimStore(sim / "dgx1.json"), "nvmlInitWithFlags", 999)  # NVML_ERROR_UNKNOWN
+    before = pynvml.nvmlLib
+    with pytest.raises(GpuOperationError, match="initialise NVML on dgx1"):
+        open_backend("dgx1", sim)
+    assert pynvml.nvmlLib is before
+    assert len(instances(sim, "hgx1")) == 8  # the next backend reads its node

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool.errors import UsageError
-from slurm_gpupool.simulate.site_priority import BASIC, MULTIFACTOR, SitePriority, parse
+from slurm_gpupool.simulate.site_priority import BASIC, INFINITE, MULTIFACTOR, SitePriority, entries, site_priority
 from tests.unit.test_simulate_from_replay import CONFIG, _kept, _label, _replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,41 +23,54 @@ RELEASES = ("22.05", "24.11", "26.05")
 RUN = "22.05/simulate-qos-s6161"  # a kept run whose accounting replay agrees (test_simulate_from_replay.py)
 
 
+def read(text: str, source: str = "slurm.conf") -> SitePriority:
+    return site_priority(entries(text, source), source)
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_each_releases_show_config_reads_as_the_sandbox_set_it(release):
     text = (ROOT / "tests" / "fixtures" / "slurm" / release / "show-config.txt").read_text()
-    site, includes = parse(text, "show-config.txt")
-    assert includes == []
+    assert not [e for e in entries(text, "show-config.txt") if e.key == "Include"]
+    site = read(text, "show-config.txt")
     assert site.type == MULTIFACTOR and site.qos_weight(release) == 10000
-    assert site.unreplayed(release) == []  # every other weight 0, PriorityWeightTRES (null)
-    assert dict(site.weights)["PriorityWeightAge"] == 0
+    # every other weight 0, PriorityWeightTRES and PrioritySiteFactorPlugin (null)
+    assert site.unreplayed(release) == [] and site.tres is None and site.site_factor is None
+    assert dict(site.weights)["PriorityWeightAge"] == 0 and site.found
 
 
-def test_slurm_conf_forms_case_comments_several_on_a_line_and_the_last_setting():
+def test_slurm_conf_forms_case_comments_quotes_several_on_a_line_and_the_last_setting():
     text = (
         "# PriorityWeightAge=99999\n"
-        "prioritytype=priority/multifactor  PriorityWeightQOS=500 # tiers\n"
-        "PriorityWeightAge=1000\n"
-        "PriorityWeightFairshare=2000\n"
-        "PriorityWeightTRES=CPU=0,GRES/gpu=3000\n"
+        'prioritytype="priority/multifactor"  PriorityWeightQOS =500 # tiers\n'
+        "PriorityWeightAge= 1000\n"
+        "PriorityWeightFairshare=2000 PriorityWeightJobSize=0\n"
+        "PriorityWeightTRES=CPU=0,Mem=0.25G\n"
         "PriorityWeightAge=1500\n"
-        "NodeName=n1 Gres=gpu:4\n"
-        "Include /etc/slurm/priority.conf\n"
+        "NodeName=n1 Gres=gpu:4 Weight=10\n"
+        "PrioritySiteFactorPlugin=site_factor/example\n"
+        "SlurmctldParameters=a\\#b  # an escaped '#' is not a comment\n"
     )
-    site, includes = parse(text, "slurm.conf")
-    assert includes == ["/etc/slurm/priority.conf"]
+    site = read(text)
     assert site.type == MULTIFACTOR and site.qos_weight("22.05") == 500
     assert site.unreplayed("22.05") == [
         "age (PriorityWeightAge=1500)",
         "fair-share (PriorityWeightFairshare=2000)",
-        "TRES (PriorityWeightTRES=CPU=0,GRES/gpu=3000)",
+        "TRES (PriorityWeightTRES=CPU=0,Mem=0.25G)",
+        "a site factor (PrioritySiteFactorPlugin=site_factor/example)",
     ]
     assert "not replayed: age" in site.describe("22.05")
 
 
+def test_partitions_of_different_priority_tiers_are_named_under_any_priority_type():
+    """``sort_job_queue2`` orders by the partition's PriorityTier before priority."""
+    text = "PartitionName=a Nodes=ALL PriorityTier=1\nPartitionName=b Nodes=ALL PriorityTier=2 Default=YES\n"
+    assert read(text).unreplayed("22.05") == ["partition tiers (PriorityTier=1,2)"]  # basic, 22.05's default
+    assert read("PartitionName=a Nodes=ALL PriorityTier=3\n").unreplayed("24.11") == []  # one tier orders nothing
+
+
 def test_the_default_priority_type_is_the_releases():
     """``DEFAULT_PRIORITY_TYPE`` (read_config.h): basic up to 23.02, multifactor from 23.11."""
-    site, _ = parse("PriorityWeightQOS=10000\nPriorityWeightAge=100\n", "slurm.conf")
+    site = read("PriorityWeightQOS=10000\nPriorityWeightAge=100\n")
     assert site.type_for("22.05") == site.type_for("23.02.7") == BASIC
     assert site.type_for("23.11") == site.type_for("24.11.5") == site.type_for("26.05") == MULTIFACTOR
     # basic weighs nothing: no QOS order, and no factor left out
@@ -66,11 +79,61 @@ def test_the_default_priority_type_is_the_releases():
     assert "default" in site.describe("22.05") and "submission order" in site.describe("22.05")
 
 
-@pytest.mark.parametrize("bad", ["-1", "1.5", "x", "4294967296", ""])
+@pytest.mark.parametrize(
+    ("given", "weight"),
+    [("16", 16), ("0x10", 16), ("010", 8), ("2k", 2048), ("+5", 5), ("UNLIMITED", INFINITE), ("infinite", INFINITE)],
+)
+def test_a_weight_is_read_as_slurmctld_reads_a_number(given, weight):
+    """``s_p_handle_uint32``: strtoul base 0, a k suffix, UNLIMITED/INFINITE."""
+    assert read(f"PriorityType=priority/multifactor\nPriorityWeightQOS={given}\n").qos_weight("24.11") == weight
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "x", "4294967296", '""', "08", "5m"])
 def test_a_weight_slurmctld_would_refuse_names_the_file_and_line(bad):
     with pytest.raises(UsageError) as e:
-        parse(f"PriorityType=priority/multifactor\nPriorityWeightQOS={bad}\n", "/etc/slurm/slurm.conf")
+        read(f"PriorityType=priority/multifactor\nPriorityWeightQOS={bad}\n", "/etc/slurm/slurm.conf")
     assert "/etc/slurm/slurm.conf, line 2" in str(e.value.what) and "PriorityWeightQOS" in e.value.why
+
+
+def test_includes_are_read_in_their_place_from_the_main_files_directory(tmp_path):
+    """slurmctld reads an Include where it stands (a later setting wins) and resolves a relative
+    name from slurm.conf's directory, nested ones too; a glob's files in order."""
+    from slurm_gpupool.cli.report import site_priority as from_file
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "defaults.conf").write_text("PriorityWeightQOS=100\nPriorityWeightAge=7\nInclude sub/more.conf\n")
+    (tmp_path / "sub" / "more.conf").write_text("PriorityWeightFairshare=3\n")  # relative to slurm.conf's dir
+    (tmp_path / "prio.d").mkdir()
+    (tmp_path / "prio.d" / "a.conf").write_text("PriorityWeightJobSize=1\n")
+    (tmp_path / "prio.d" / "b.conf").write_text("PriorityWeightJobSize=2\n")
+    main = tmp_path / "slurm.conf"
+    main.write_text(
+        "PriorityType=priority/multifactor\nInclude defaults.conf\nPriorityWeightQOS=5000\nInclude prio.d/*.conf\n"
+    )
+    site = from_file(main)
+    assert site.qos_weight("22.05") == 5000  # the main file's later line wins over the include's
+    assert dict(site.weights) == {
+        "PriorityWeightAge": 7,
+        "PriorityWeightFairshare": 3,
+        "PriorityWeightJobSize": 2,
+        "PriorityWeightQOS": 5000,
+    }
+
+
+def test_a_missing_include_or_one_that_includes_itself_is_a_usage_error(tmp_path):
+    from slurm_gpupool.cli.report import site_priority as from_file
+
+    main = tmp_path / "slurm.conf"
+    main.write_text("PriorityType=priority/multifactor\nInclude nowhere.conf\n")
+    with pytest.raises(UsageError) as e:
+        from_file(main)
+    assert f"Include at {main}, line 2" in e.value.what and "cannot read" in e.value.why
+    (tmp_path / "a.conf").write_text("Include b.conf\n")
+    (tmp_path / "b.conf").write_text("Include a.conf\n")
+    main.write_text("Include a.conf\n")
+    with pytest.raises(UsageError) as e:
+        from_file(main)
+    assert "includes itself" in e.value.why and "a.conf -> " in e.value.why
 
 
 def _run_with(tmp_path: Path, monkeypatch, capsys, conf: str, *, check: bool) -> dict:
@@ -95,6 +158,11 @@ def _run_with(tmp_path: Path, monkeypatch, capsys, conf: str, *, check: bool) ->
 
 def test_the_sandboxs_own_setup_replays_the_run_and_basic_does_not(tmp_path, monkeypatch, capsys):
     sandbox = (ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "show-config.txt").read_text()
+    out = _run_with(tmp_path, monkeypatch, capsys, sandbox, check=False)
+    assert (
+        out["context"]["parameters"]["priority"]
+        == f"priority/multifactor, QOS weight 10000 ({tmp_path / 'slurm.conf'})"
+    )
     _run_with(tmp_path, monkeypatch, capsys, sandbox, check=True)
     # the same run as if the site ran priority/basic: the high QOS no longer jumps the queue
     with pytest.raises(AssertionError, match="median wait"):
@@ -132,7 +200,7 @@ def test_an_unreadable_or_looping_slurm_config_is_a_usage_error(tmp_path, monkey
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "loop.conf").write_text("Include loop.conf\n")
     assert main([*base, "--slurm-config", str(tmp_path / "loop.conf")]) == 2
-    assert "Include files" in capsys.readouterr().err
+    assert "includes itself" in capsys.readouterr().err
 
 
 def test_a_site_priority_without_settings_is_the_releases_default():

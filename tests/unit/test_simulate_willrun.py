@@ -7,7 +7,6 @@ beside each case."""
 from __future__ import annotations
 
 import click
-import pytest
 
 from slurm_gpupool.simulate.willrun import (
     BATCH,
@@ -79,83 +78,25 @@ def test_the_cli_offers_every_rule_and_defaults_to_22_05_s():
     assert release_params(DEFAULT_RELEASE) == {"will_run": BATCH, "bf_end_up": False, "bf_overdue_now": False}
 
 
-def test_the_release_is_the_one_given_the_live_slurms_the_configs_or_22_05(tmp_path, monkeypatch):
-    """``--slurm-release`` not given: with live accounting the site's Slurm says it (``sinfo
-    -V``, here a stand-in printing 24.11.5), else the pool config's ``slurm.version``, else
-    22.05; given, it wins."""
+def test_the_release_is_the_one_given_the_configs_the_live_slurms_or_22_05(tmp_path, monkeypatch):
+    """``--slurm-release`` not given: the pool config's ``slurm.version`` (it wins over ``sinfo
+    -V`` everywhere), else with live accounting the site's Slurm (``sinfo -V``, here a stand-in
+    printing 25.05.3), else 22.05; given, it wins.  The patch level is kept: 25.05.1 changed
+    the will-run rule."""
     from slurm_gpupool.cli.report import DEFAULT_RELEASE, release_for
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "sinfo").write_text('#!/bin/sh\n[ "$1" = -V ] && echo "slurm 24.11.5" && exit 0\nexit 1\n')
+    (bindir / "sinfo").write_text('#!/bin/sh\n[ "$1" = -V ] && echo "slurm 25.05.3" && exit 0\nexit 1\n')
     (bindir / "sinfo").chmod(0o755)
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=x\n")
     monkeypatch.setenv("PATH", str(bindir))
     monkeypatch.setenv("SLURM_CONF", str(conf))
-    assert release_for(None, True, "26.05.1") == "24.11"
-    assert release_for(None, False, "26.05.1") == "26.05"
+    assert release_for(None, True, None) == "25.05.3" and rule_for("25.05.3") == BATCH_NODES
+    assert release_for(None, True, "slurm-wlm 24.11.5") == "24.11.5"  # the config's, as sinfo -V would say it
     assert release_for(None, False, None) == DEFAULT_RELEASE == "22.05"
     assert release_for("23.02.7", True, "26.05.1") == "23.02.7"
-    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no Slurm answers: the config's
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no Slurm answers: 22.05
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "other.conf"))
-    assert release_for(None, True, "26.05.1") == "26.05"
-
-
-def test_each_release_has_its_rule():
-    assert [rule_for(r) for r in ("22.05", "24.11.7", "25.05", "25.05.1", "25.11", "26.05")] == [
-        BATCH,
-        BATCH,
-        BATCH,
-        BATCH_NODES,
-        BATCH_NODES,
-        BATCH_NODES,
-    ]
-
-
-def test_each_release_rounds_a_planned_window_s_end_and_plans_an_overdue_job_its_own_way():
-    """``backfill.c`` rounds a planned job's window end down to bf_resolution up to 24.05, up
-    from 24.11.0 (``_set_slot_time``: ``+ backfill_resolution - 1``, commit b65719d1c2);
-    from 24.11.0 its will-run test starts at the pass's start and plans a job
-    past its limit to end then (``_build_cr_job_list``: ``end_time < args->start``)."""
-    releases = ("22.05", "23.11.10", "24.05.8", "24.11", "24.11.0", "25.05.1", "26.05")
-    assert [release_params(r)["bf_end_up"] for r in releases] == [False, False, False, True, True, True, True]
-    assert [release_params(r)["bf_overdue_now"] for r in releases] == [False, False, False, True, True, True, True]
-    assert [release_params(r)["will_run"] for r in releases] == [BATCH] * 5 + [BATCH_NODES] * 2
-
-
-def _scenario(job2_limit: float = 130) -> list:
-    return [
-        job(1, 0, 100, gpus=3, limit=100),  # n1: 3 of 4 GPUs until 100 (one idle)
-        job(2, 0, job2_limit, gpus=4, limit=job2_limit),  # n2 full
-        job(3, 1, 100, gpus=4, limit=100),  # the head: exact earliest start n1 at 100
-        job(4, 2, 90, gpus=1, limit=90),  # fits n1's idle GPU now, [30, 120)
-    ]
-
-
-@pytest.mark.parametrize(
-    ("rule", "head", "small"),
-    [
-        # batch (22.05-25.05.0): ends 100 and 130 in one batch (100 -> 120, up to 150): job 3
-        # planned at 130 on n1, [130, 230); job 4's [30, 120) clears it: backfilled at the
-        # pass at 30, in front; job 3 then starts when job 4 ends, at 120
-        (BATCH, 120.0, 30.0),
-        # batch-nodes (25.05.1 on): the last removed job on n1 ends at 100: planned at 100,
-        # as exactly: job 4 would end in its window and waits for n2, free at 130
-        (BATCH_NODES, 100.0, 130.0),
-        (EXACT, 100.0, 130.0),
-    ],
-)
-def test_a_later_planned_start_lets_a_smaller_job_backfill_in_front(spec, rule, head, small):  # noqa: F811
-    _, r = run(spec, _scenario(), bf_resolution_s=0, will_run=rule)
-    assert (r[3].start_s, r[4].start_s) == (head, small)
-
-
-def test_the_batches_follow_the_clock_of_the_run(spec):  # noqa: F811
-    """n2's job ends at 155: from a clock at 0 the first batch reaches 150 and leaves it out
-    (planned at 100, as exactly); from a clock at 20 s it reaches 160 and takes it in
-    (planned at 155): job 4 backfills in front, and job 3 starts at 120."""
-    _, r = run(spec, _scenario(155), bf_resolution_s=0, will_run=BATCH)
-    assert (r[3].start_s, r[4].start_s) == (100.0, 155.0)
-    _, r = run(spec, _scenario(155), bf_resolution_s=0, will_run=BATCH, clock_origin_s=20.0)
-    assert (r[3].start_s, r[4].start_s) == (120.0, 30.0)
+    assert release_for(None, True, None) == "22.05"
