@@ -210,7 +210,6 @@ def slurm_release_option(f: Any) -> Any:
 
 
 DEFAULT_RELEASE = "22.05"  # the replay's rules without a release given or found
-ASSUMED_TEXT = "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)"
 
 
 def release_for(given: str | None, live: bool, config_version: str | None) -> str:
@@ -222,19 +221,16 @@ def release_for(given: str | None, live: bool, config_version: str | None) -> st
 
     if given is not None:
         return slurm_release(given)
-    if config_version:
-        major, minor, patch = parse_version(config_version)
-        return f"{major:02d}.{minor:02d}.{patch}"
-    if live:
+    version = parse_version(config_version) if config_version else None
+    if version is None and live:
         from slurm_gpupool.errors import SlurmUnavailableError
         from slurm_gpupool.slurm.runner import SlurmRunner, slurm_version
 
         try:
-            major, minor, patch = slurm_version(SlurmRunner())
-            return f"{major:02d}.{minor:02d}.{patch}"
+            version = slurm_version(SlurmRunner())
         except SlurmUnavailableError:
             pass
-    return DEFAULT_RELEASE
+    return DEFAULT_RELEASE if version is None else "{:02d}.{:02d}.{}".format(*version)
 
 
 def slurm_config_option(f: Any) -> Any:
@@ -254,12 +250,12 @@ MAX_INCLUDE_DEPTH = 16  # Include files within Include files; one that includes 
 MAX_CONF_BYTES = 16 << 20
 
 
-def _config_version(app: AppContext) -> str | None:
-    """The pool config's ``slurm.version``, if there is a config that says it."""
+def _config_or_none(app: AppContext) -> Any:
+    """The pool config, or None (reports read files from elsewhere without one)."""
     from slurm_gpupool.errors import ConfigError
 
     try:
-        return app.config().slurm.version
+        return app.config()
     except ConfigError:
         return None
 
@@ -313,9 +309,8 @@ def _conf_entries(file: Path, base: Path, chain: tuple[Path, ...], via: str = ""
             continue
         name = entry.value
         target = Path(name) if Path(name).is_absolute() else base / name
-        found = sorted(glob.glob(str(target))) if "*" in name else [str(target)]
-        for one in found:
-            line = f" (Include at {file}, line {entry.line})"
+        line = f" (Include at {file}, line {entry.line})"
+        for one in sorted(glob.glob(str(target))) if "*" in name else [str(target)]:
             yield from _conf_entries(Path(one), base, (*chain, resolved), line)
 
 
@@ -396,33 +391,21 @@ def _site_settings(pending: Any, app: AppContext) -> Any:
     with live accounting: ``release_for``, ``site_priority``); None with --no-simulate."""
     from dataclasses import replace
 
-    from slurm_gpupool.simulate.site_priority import notes
+    from slurm_gpupool.simulate.site_priority import queue_setup
 
     if pending is None:
         return None
     settings, release, config, live = pending
-    cfg_version = _config_version(app)
-    release = release_for(release, live, cfg_version)
-    site = site_priority(config, live=live)
-    preempting = _preempting(app)
-    said = (f"priority: {site.describe(release)}" if site is not None else f"priority: {ASSUMED_TEXT}",)
-    weight = site.qos_weight(release) if site is not None else settings.priority_weight_qos
+    cfg = _config_or_none(app)
+    release = release_for(release, live, cfg.slurm.version if cfg is not None else None)
+    preempting = cfg is not None and any(t.preemptible for t in cfg.tiers)
+    queue = queue_setup(site_priority(config, live=live), release, preempting, settings.priority_weight_qos)
     return replace(
         settings,
         slurm_release=release,
-        priority_weight_qos=weight,
-        priority_notes=said + tuple(notes(site, release, preempting)),
+        priority_weight_qos=queue.qos_weight,
+        priority_notes=(f"priority: {queue.described}", *queue.notes),
     )
-
-
-def _preempting(app: AppContext) -> bool:
-    """The pool config's tiers preempt (``preempt/qos``: Slurm queues preemptors first)."""
-    from slurm_gpupool.errors import ConfigError
-
-    try:
-        return any(t.preemptible for t in app.config().tiers)
-    except ConfigError:
-        return False
 
 
 def _progress():

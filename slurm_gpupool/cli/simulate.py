@@ -19,7 +19,6 @@ import click
 
 from slurm_gpupool.cli.context import AppContext, pass_app
 from slurm_gpupool.cli.report import (
-    ASSUMED_TEXT,
     _common,
     _load,
     _write,
@@ -232,7 +231,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     from slurm_gpupool.simulate.mapping import PREFER_MIG, PREFER_SHARD
     from slurm_gpupool.simulate.metrics import summarise
     from slurm_gpupool.simulate.pool import pool_spec
-    from slurm_gpupool.simulate.site_priority import notes as site_notes
+    from slurm_gpupool.simulate.site_priority import queue_setup
     from slurm_gpupool.simulate.willrun import release_params
     from slurm_gpupool.util.validate import load_yaml
 
@@ -261,8 +260,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     if qos_priority is None and live and (found := _live_qos_priorities(tiers)):
         others, qos_from = found, " (sacctmgr show qos)"
     queue_qos = tuple({**tiers, **others}.items())
-    site = site_priority(slurm_config, live=live)
-    weight_qos = site.qos_weight(slurm_release) if site is not None else Params.priority_weight_qos
+    preempting = any(t.preemptible for t in cfg.tiers)
+    queue = queue_setup(site_priority(slurm_config, live=live), slurm_release, preempting, Params.priority_weight_qos)
     if layouts_file is not None:
         extra = load_yaml(layouts_file)
         if not isinstance(extra, dict) or not isinstance(extra.get("layouts"), dict):
@@ -270,7 +269,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         cfg = pol.with_layouts(cfg, extra["layouts"], str(layouts_file))
     cfg, whole = pol.with_whole_layout(cfg)
     specs = pol.policies(cfg, list(policy_names) or None, whole)
-    notes = site_notes(site, slurm_release, any(t.preemptible for t in cfg.tiers))
+    notes = list(queue.notes)
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
     dating = bf_interval if passes_from == "dated" else None
     epoch, jobs, source, passes = _jobs(
@@ -318,7 +317,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 prefer=PREFER_MIG if prefer == "mig" else PREFER_SHARD,
                 any_model=not typed,
                 qos_priority=queue_qos,
-                priority_weight_qos=weight_qos,
+                priority_weight_qos=queue.qos_weight,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),
                 qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),
@@ -356,7 +355,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
             "qos priority": (", ".join(f"{q} {p}" for q, p in queue_qos) + qos_from)
             or "none (one queue, by submission)",
-            "priority": site.describe(slurm_release) if site is not None else ASSUMED_TEXT,
+            "priority": queue.described,
         },
         "notes": notes,
         "accuracy": to_dict(shipped()),

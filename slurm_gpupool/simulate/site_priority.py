@@ -72,7 +72,11 @@ class SitePriority:
     tres: str | None = None  # PriorityWeightTRES, e.g. "GRES/gpu=1000"
     site_factor: str | None = None  # PrioritySiteFactorPlugin
     tiers: tuple[int, ...] = ()  # the partitions' PriorityTier values, each once
-    found: bool = True  # any priority setting at all (a file without one is likely the wrong file)
+
+    @property
+    def found(self) -> bool:
+        """Any priority setting at all (a file without one is likely the wrong file)."""
+        return bool(self.type or self.weights or self.tres or self.site_factor)
 
     def type_for(self, release: str) -> str:
         """``PriorityType``, or the release's default (basic up to 23.02, multifactor from 23.11)."""
@@ -166,14 +170,10 @@ def slurm_uint32(value: str) -> int | None:
     m = _NUMBER.fullmatch(value)
     if m is None:
         return None
-    number = int(m.group(1), 0) if not m.group(1).startswith("0") or m.group(1) == "0" else _c_int(m.group(1))
+    digits = m.group(1)  # strtoul base 0: 0x... hex, 0... octal (Python's int(.., 0) refuses "010")
+    number = int(digits, 8 if digits[:1] == "0" and digits[1:2].isdigit() else 0)
     number *= 1024 if m.group(2) else 1
     return number if number <= INFINITE else None
-
-
-def _c_int(text: str) -> int:
-    """``strtoul(text, 0)`` of a number with a leading 0: hex after ``0x``, else octal."""
-    return int(text, 16) if text[:2] in ("0x", "0X") else int(text, 8)
 
 
 def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
@@ -203,14 +203,28 @@ def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
         return None if value.lower() in UNSET else value
 
     return SitePriority(
-        source,
-        text(TYPE_KEY),
-        tuple(sorted(weights)),
-        text(TRES_KEY),
-        text(SITE_KEY),
-        tuple(sorted(tiers)),
-        found=bool(last),
+        source, text(TYPE_KEY), tuple(sorted(weights)), text(TRES_KEY), text(SITE_KEY), tuple(sorted(tiers))
     )
+
+
+ASSUMED = "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)"
+
+
+@dataclass(frozen=True)
+class QueueSetup:
+    """How a replay orders its queue, and what its report says about it."""
+
+    qos_weight: int  # Params.priority_weight_qos
+    described: str  # the report's "priority" parameter
+    notes: tuple[str, ...]  # beside the figures
+
+
+def queue_setup(site: SitePriority | None, release: str, preempting: bool, assumed_weight: int) -> QueueSetup:
+    """The replay's queue for the site's setup (``preempting``: the config's tiers preempt);
+    without one, the validated setup (multifactor, only the QOS factor at ``assumed_weight``)."""
+    if site is None:
+        return QueueSetup(assumed_weight, ASSUMED, tuple(notes(None, release, preempting)))
+    return QueueSetup(site.qos_weight(release), site.describe(release), tuple(notes(site, release, preempting)))
 
 
 def notes(site: SitePriority | None, release: str, preempting: bool) -> list[str]:

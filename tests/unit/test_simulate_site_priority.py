@@ -247,3 +247,15 @@ def test_live_accounting_takes_the_other_qos_priorities_from_sacctmgr(tmp_path, 
     assert _live_qos_priorities({"gpupool_exclusive"}) == {"normal": 0, "gpupool_shared": 100}
     sacctmgr.write_text("#!/bin/sh\necho 'sacctmgr: error: Problem talking to the database' >&2\nexit 1\n")
     assert _live_qos_priorities(set()) == {}
+
+
+def test_a_file_without_any_priority_key_is_noted_as_likely_the_wrong_file():
+    """A pool config given by mistake: the release's defaults apply, and the report says so."""
+    from slurm_gpupool.simulate.site_priority import queue_setup
+
+    site = read("version: 1\nnodesets: {}\nPartitionName=a Nodes=ALL PriorityTier=1\n", "gpupool.yaml")
+    assert not site.found and read("PriorityWeightQOS=0\n").found
+    queue = queue_setup(site, "22.05", False, 10000)
+    assert queue.qos_weight == 0 and "no priority setting in it" in queue.described
+    assert any(n.startswith("gpupool.yaml sets no priority key") for n in queue.notes)
+    assert queue_setup(None, "22.05", False, 10000).qos_weight == 10000  # none given: the validated setup
