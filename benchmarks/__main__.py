@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from benchmarks.common import SHARED_INSTALL
+
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parent
 MAIN_GUARD = 'if __name__ == "__main__":'
@@ -99,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     names = a.names or names
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpupool-smoke-") as tmp:
-        outcomes = {o.name: o for o in run_all(names, max(1, a.jobs), Path(tmp))}
+        os.environ[SHARED_INSTALL] = f"{tmp}/installed"  # one wheel install for every benchmark that measures one
+        try:
+            outcomes = {o.name: o for o in run_all(names, max(1, a.jobs), Path(tmp))}
+        finally:
+            del os.environ[SHARED_INSTALL]
     failed = 0
     for name in names:  # in name order, whatever order they finished in
         o = outcomes[name]
