@@ -49,6 +49,7 @@ def run_all(names: list[str], jobs: int, tmp: Path) -> list[Outcome]:
     """Each ``python -m benchmarks.NAME --smoke`` in its own process, ``jobs`` at a time; each
     child is reaped by wait4, which gives its own CPU time even when two run together."""
     todo, done = list(names), []
+    env = {**os.environ, SHARED_INSTALL: str(tmp / "installed")}  # one wheel install for all
     running: dict[int, tuple[str, subprocess.Popen[bytes], IO[str], IO[str], float]] = {}
     while todo or running:
         while todo and len(running) < jobs:
@@ -58,6 +59,7 @@ def run_all(names: list[str], jobs: int, tmp: Path) -> list[Outcome]:
             p = subprocess.Popen(
                 [sys.executable, "-m", f"benchmarks.{name}", "--smoke"],
                 cwd=TOP,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -101,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     names = a.names or names
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpupool-smoke-") as tmp:
-        os.environ[SHARED_INSTALL] = f"{tmp}/installed"  # one wheel install for every benchmark that measures one
-        try:
-            outcomes = {o.name: o for o in run_all(names, max(1, a.jobs), Path(tmp))}
-        finally:
-            del os.environ[SHARED_INSTALL]
+        outcomes = {o.name: o for o in run_all(names, max(1, a.jobs), Path(tmp))}
     failed = 0
     for name in names:  # in name order, whatever order they finished in
         o = outcomes[name]
