@@ -404,6 +404,9 @@ def _site_settings(pending: Any, app: AppContext) -> Any:
         settings,
         slurm_release=release,
         priority_weight_qos=queue.qos_weight,
+        priority_weight_age=queue.age_weight,
+        priority_max_age_s=queue.max_age_s,
+        priority_calc_period_s=queue.calc_period_s,
         priority_notes=(f"priority: {queue.described}", *queue.notes),
     )
 

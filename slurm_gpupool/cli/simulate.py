@@ -318,6 +318,9 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 any_model=not typed,
                 qos_priority=queue_qos,
                 priority_weight_qos=queue.qos_weight,
+                priority_weight_age=queue.age_weight,
+                priority_max_age_s=queue.max_age_s,
+                priority_calc_period_s=queue.calc_period_s,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),
                 qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),

@@ -72,6 +72,10 @@ class Settings:
     # PriorityWeightQOS as the queue feels it (0 under priority/basic), and the factors it weighs
     # that the replays leave out; None: multifactor with only the QOS factor, as validated
     priority_weight_qos: int = 10000
+    # PriorityWeightAge as the queue feels it, PriorityMaxAge and PriorityCalcPeriod (``aging``)
+    priority_weight_age: int = 0
+    priority_max_age_s: float = 7 * 86400.0
+    priority_calc_period_s: float = 300.0
     priority_notes: tuple[str, ...] = ()  # what the report says about that (site_priority.notes)
 
 
@@ -258,6 +262,9 @@ class _Run:
             # as `gpupool simulate` replays: the tiers' QOS order the queue, the clock is the trace's
             qos_priority=tuple(pol.tier_priorities(cfg).items()),
             priority_weight_qos=self.settings.priority_weight_qos,
+            priority_weight_age=self.settings.priority_weight_age,
+            priority_max_age_s=self.settings.priority_max_age_s,
+            priority_calc_period_s=self.settings.priority_calc_period_s,
             clock_origin_s=self.epoch.timestamp(),
         )
         res = Engine(p.pool, sw, params).run(jobs)

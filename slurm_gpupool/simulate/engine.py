@@ -5,7 +5,7 @@ the module that does it:
 
 * ``scheduler``: requests mapped as ``gpupool-sbatch`` maps them in the layout installed at
   submission (a later layout's: refused, resubmitted then); priority order (``priority``:
-  QOS priority, submission, job id); the main
+  QOS priority, submission, job id; ``aging``: the age factor, where it weighs); the main
   scheduler, run at every submission and job end, where the first job that does not fit
   blocks the rest unless no node offers its GRES now.
 * ``records``: typed GRES records per node, taken first fit; time-sliced GPUs whole or as
@@ -58,6 +58,7 @@ from slurm_gpupool.simulate.replay import (
     END,
     KILL,
     LIVE,
+    PRIO,
     REQUEUE,
     SAMPLE,
     SCHED,
@@ -159,6 +160,7 @@ class Engine(Switching, Backfill):
             JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
         ]
         self.rank = [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
+        self._aging_begin(jobs)
         self.rules = rules_of(p.qos_preempt, p.qos_preempt_mode, p.qos_grace_s, p.qos_priority, p.preempt_mode)
         self.preempting = self.rules.enabled
         self.priority_of = priorities(jobs, dict(p.qos_priority), p.priority_weight_qos) if self.preempting else []
@@ -235,6 +237,8 @@ class Engine(Switching, Backfill):
             self._submit(payload)  # type: ignore[arg-type]
         elif kind == SCHED:
             self._sched_round()
+        elif kind == PRIO:
+            self._reprioritize()
         elif kind == WITHDRAW:
             self._withdraw(payload)  # type: ignore[arg-type]
         elif kind == BACKFILL:

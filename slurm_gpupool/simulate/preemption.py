@@ -144,7 +144,7 @@ class Preemption(Scheduler):
         rec.requeues += 1
         rec.start_s = rec.end_s = -1.0
         self.gen[j] += 1
-        self.rank[j] = self._requeued_rank(j)
+        self.rank[j] = self._requeued_aged(j) if self.aging else self._requeued_rank(j)
         self._push(self.now + self.p.requeue_delay_s, ELIGIBLE, j)
 
     def _requeued_rank(self, j: int) -> float:

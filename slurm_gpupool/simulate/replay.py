@@ -29,7 +29,8 @@ from slurm_gpupool.simulate.switcher import Switcher
 # Epilogs are dated, at its END: Slurm's IS_JOB_COMPLETED); COMPLETING: a job's run has
 # ended, its nodes complete it until its END)
 # SCHED: the controller's background loop asks the main scheduler to run, for the jobs
-# submitted since its last round)
+# submitted since its last round; PRIO: the decay thread recomputes queued jobs' priorities,
+# ``aging``)
 (
     END,
     COMPLETING,
@@ -43,11 +44,12 @@ from slurm_gpupool.simulate.switcher import Switcher
     ELIGIBLE,
     WITHDRAW,
     SUBMIT,
+    PRIO,
     SCHED,
     BACKFILL,
     TICK,
     SAMPLE,
-) = range(16)
+) = range(17)
 # the events that change what the scheduler sees (the others are its passes, ticks, samples)
 LIVE = frozenset({END, DONE, KILL, BACK, SWITCH, AHEAD, CRON, REQUEUE, ELIGIBLE, WITHDRAW, SUBMIT, COMPLETING, SCHED})
 
@@ -77,6 +79,15 @@ class ReplayState:
     preempting: bool  # some QOS preempts another (``preemption``)
     priority_of: list[int]  # each job's priority (with preemption only: a requeued job's new place)
     rank: list[float]  # each job's place in Slurm's queue order (QOS priority, submission, job id)
+    # the age factor (``aging``; with ``Params.priority_weight_age`` only): each queued job's
+    # accrue time (epoch second), its QOS part, its place in submission order (and those
+    # places' keys, sorted), whether a round of the decay thread is in the queue
+    aging: bool
+    accrue: dict[int, int]
+    qos_parts: list[float]
+    sub_order: list[float]
+    sub_keys: list[tuple[float, int]]
+    prio_due: bool
     # queued jobs in priority order: (rank, job id, index: the key), then what a backfill
     # pass reads of each (the identity of its need, its limit)
     queue: list[tuple[float, int, int, int, float]]

@@ -21,8 +21,8 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Container, Sequence
 
+from slurm_gpupool.simulate.aging import Aging
 from slurm_gpupool.simulate.cadence import next_pass
-from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.records import Part, SimNode, apply, take
 from slurm_gpupool.simulate.replay import BACKFILL, COMPLETING, DONE, END, SCHED, SUBMIT
@@ -33,7 +33,7 @@ BROKEN = "its afterok dependency did not complete"
 NEVER_ENDS = "it depends on a job that never runs"
 
 
-class Scheduler(NodeIndex):
+class Scheduler(Aging):
     """Submission, start, end and release of jobs, and the main scheduler's pass."""
 
     # -- mapping --------------------------------------------------------------------------
@@ -129,7 +129,8 @@ class Scheduler(NodeIndex):
 
     def _key(self, i: int) -> tuple[float, int, int]:
         """Its place in the queue: Slurm's order (``priority.queue_ranks``: QOS priority, then
-        submission, then job id), fixed at the start (a requeued job keeps its place)."""
+        submission, then job id), fixed at the start (a requeued job keeps its place) unless
+        ages weigh (``aging``)."""
         return (self.rank[i], self.jobs[i].job_id, i)
 
     def _enqueue(self, i: int, at_tick: bool = False) -> None:
@@ -138,6 +139,7 @@ class Scheduler(NodeIndex):
         either way (``_more_work``: the queue changed)."""
         insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
         self.queued.add(i)
+        self._accrues(i)
         self.changed = True
         if not at_tick:
             self.dirty = True

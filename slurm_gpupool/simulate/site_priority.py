@@ -8,17 +8,20 @@ measured.  A site's own slurm.conf may say otherwise, and the replay must not hi
   reorder it.  It is the default up to Slurm 23.02; from 23.11 the default is
   ``priority/multifactor`` (``DEFAULT_PRIORITY_TYPE``, ``read_config.h``).
 * ``PriorityWeightQOS`` scales the QOS factor; 0 leaves it out, as basic does.
-* The age, fair-share, job size, partition, association and TRES factors, a site factor
-  plugin, and partitions of different ``PriorityTier`` reorder the queue as jobs wait and
-  users consume (``priority_multifactor.c``, ``_get_priority_internal``; ``sort_job_queue2``).
-  The replay does not model them: ``unreplayed`` names each one the site sets, so a report
-  can say so beside its figures (docs/simulate.md, "What the other priority factors would take").
+* The age factor (``PriorityWeightAge``, over ``PriorityMaxAge``, recomputed each
+  ``PriorityCalcPeriod``) is replayed (``aging``): ``QueueSetup`` carries the three.
+* The fair-share, job size, partition, association and TRES factors, a site factor plugin,
+  and partitions of different ``PriorityTier`` reorder the queue as users consume
+  (``priority_multifactor.c``, ``_get_priority_internal``; ``sort_job_queue2``).  The replay
+  does not model them: ``unreplayed`` names each one the site sets, so a report can say so
+  beside its figures (docs/simulate.md, "What the other priority factors would take").
 
 The lines are read as slurmctld reads them (``parse_config.c``): ``Key=Value`` pairs, several
 to a line, keys case-insensitive, spaces allowed around ``=`` (``scontrol show config``'s
 ``Key = Value``), a value quoted or up to the next space, ``#`` starting a comment unless
 escaped; numbers as ``s_p_handle_uint32`` takes them (decimal, ``0x`` hex, octal, a ``k``
-suffix for 1024, ``UNLIMITED``/``INFINITE``); a later setting wins, an ``Include`` read in
+suffix for 1024, ``UNLIMITED``/``INFINITE``), times as ``time_str2mins`` takes them; a later
+setting wins, an ``Include`` read in
 its place.  Reading the files is the caller's (``entries`` returns the ``Include`` names).
 """
 
@@ -42,14 +45,18 @@ QOS_KEY = "PriorityWeightQOS"
 TRES_KEY = "PriorityWeightTRES"
 SITE_KEY = "PrioritySiteFactorPlugin"
 TYPE_KEY = "PriorityType"
+AGE_KEY, MAX_AGE_KEY, CALC_KEY = "PriorityWeightAge", "PriorityMaxAge", "PriorityCalcPeriod"
+MODELLED = {AGE_KEY}  # the factors the replay weighs besides the QOS factor (``aging``)
 WEIGHTS = (QOS_KEY, *(k for k, _ in FACTORS))
-KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, *WEIGHTS)}
+KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, MAX_AGE_KEY, CALC_KEY, *WEIGHTS)}
+MAX_AGE_S, CALC_PERIOD_S = 604800, 300  # their defaults (DEFAULT_PRIORITY_DECAY, ..._CALC_PERIOD)
 MULTIFACTOR, BASIC = "priority/multifactor", "priority/basic"
 INFINITE = 0xFFFFFFFF  # slurm.conf reads the weights as uint32_t; UNLIMITED is this
 UNSET = {"", "(null)", "none"}  # how `scontrol show config` shows a string not set
 # parse_config.c's keyvalue_pattern: a key, an optional operator, '=', a quoted or a bare value
 _PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*([-*+/]?)=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
 _NUMBER = re.compile(r"\s*\+?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)([kK]?)")
+_TIME = re.compile(r"[0-9:-]+")  # parse_time.c's _is_valid_timespec: digits, ':' and '-'
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,8 @@ class SitePriority:
     tres: str | None = None  # PriorityWeightTRES, e.g. "GRES/gpu=1000"
     site_factor: str | None = None  # PrioritySiteFactorPlugin
     tiers: tuple[int, ...] = ()  # the partitions' PriorityTier values, each once
+    max_age_s: int = MAX_AGE_S  # PriorityMaxAge, in seconds as slurmctld keeps it
+    calc_period_s: int = CALC_PERIOD_S  # PriorityCalcPeriod, likewise
 
     @property
     def found(self) -> bool:
@@ -92,15 +101,23 @@ class SitePriority:
         """``PriorityWeightQOS`` as the queue feels it: 0 under basic, which ignores every factor."""
         return self.weight(QOS_KEY) if self.type_for(release) == MULTIFACTOR else 0
 
+    def age_weight(self, release: str) -> int:
+        """``PriorityWeightAge`` as the queue feels it (0 under basic)."""
+        return self.weight(AGE_KEY) if self.type_for(release) == MULTIFACTOR else 0
+
     def unreplayed(self, release: str) -> list[str]:
         """Each thing the site sets that reorders its queue and the replay leaves out, as
-        ``age (PriorityWeightAge=1000)``."""
+        ``fair-share (PriorityWeightFairshare=1000)``."""
         out = []
         if len(self.tiers) > 1:  # sort_job_queue2 orders by the partition's tier first, any PriorityType
             out.append(f"partition tiers (PriorityTier={','.join(map(str, self.tiers))})")
         if self.type_for(release) != MULTIFACTOR:
             return out
-        out += [f"{name} ({key}={self.weight(key)})" for key, name in FACTORS if self.weight(key) > 0]
+        out += [
+            f"{name} ({key}={self.weight(key)})"
+            for key, name in FACTORS
+            if self.weight(key) > 0 and key not in MODELLED
+        ]
         if self.tres and _tres_weighs(self.tres):
             out.append(f"TRES ({TRES_KEY}={self.tres})")
         if self.site_factor:
@@ -116,7 +133,21 @@ class SitePriority:
             return f"{kind}{given}: submission order, QOS priorities not weighed ({self.source}{nothing})"
         left = self.unreplayed(release)
         unmodelled = f"; not replayed: {', '.join(left)}" if left else ""
-        return f"{kind}{given}, QOS weight {self.weight(QOS_KEY)}{unmodelled} ({self.source}{nothing})"
+        age = ""
+        if self.age_weight(release):
+            age = (
+                f", age weight {self.age_weight(release)} (full at {_duration(self.max_age_s)}, "
+                f"recomputed every {_duration(self.calc_period_s)})"
+            )
+        return f"{kind}{given}, QOS weight {self.weight(QOS_KEY)}{age}{unmodelled} ({self.source}{nothing})"
+
+
+def _duration(seconds: int) -> str:
+    """``7 days``, ``5 min``, ``90 s`` (a report's words for a slurm.conf time)."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
 
 
 def _tres_weighs(text: str) -> bool:
@@ -176,6 +207,27 @@ def slurm_uint32(value: str) -> int | None:
     return number if number <= INFINITE else None
 
 
+def slurm_minutes(value: str) -> int | None:
+    """A time as slurmctld reads ``PriorityMaxAge`` and ``PriorityCalcPeriod`` (``time_str2mins``):
+    ``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``, ``days-hours[:minutes[:seconds]]``,
+    rounded up to whole minutes; ``INFINITE``/``UNLIMITED``/``-1`` is INFINITE; None if it
+    would refuse it."""
+    text = value.strip()
+    if text.upper() in ("INFINITE", "UNLIMITED", "-1"):
+        return INFINITE
+    if not _TIME.fullmatch(text):
+        return None
+    fields = [int(x) if x else 0 for x in re.split(r"[-:]", text)]  # (sscanf: a missing field is 0)
+    if "-" in text:
+        d, h, m, sec = [*fields, 0, 0, 0][:4]
+        secs = d * 86400 + h * 3600 + m * 60 + sec
+    elif len(fields) >= 3:
+        secs = fields[0] * 3600 + fields[1] * 60 + fields[2]
+    else:
+        secs = fields[0] * 60 + (fields[1] if len(fields) > 1 else 0)
+    return (secs + 59) // 60
+
+
 def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
     """The setup the entries (read in order, includes in their place) leave: the last setting
     of each key wins; a weight slurmctld would refuse is a UsageError naming its file and line."""
@@ -202,8 +254,25 @@ def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
         value = last[key].value.strip() if key in last else ""
         return None if value.lower() in UNSET else value
 
+    def seconds(key: str, default: int, least: int) -> int:
+        """A time setting in seconds (``read_config.c``: minutes times 60, as a uint32_t)."""
+        if key not in last:
+            return default
+        e = last[key]
+        minutes = slurm_minutes(e.value)
+        if minutes is None or (minutes < least and minutes != INFINITE):
+            raise UsageError(f"{e.source}, line {e.line}", f"{key}={e.value}: not a time slurmctld takes")
+        return (minutes * 60) & INFINITE
+
     return SitePriority(
-        source, text(TYPE_KEY), tuple(sorted(weights)), text(TRES_KEY), text(SITE_KEY), tuple(sorted(tiers))
+        source,
+        text(TYPE_KEY),
+        tuple(sorted(weights)),
+        text(TRES_KEY),
+        text(SITE_KEY),
+        tuple(sorted(tiers)),
+        seconds(MAX_AGE_KEY, MAX_AGE_S, 0),
+        seconds(CALC_KEY, CALC_PERIOD_S, 1),
     )
 
 
@@ -217,6 +286,9 @@ class QueueSetup:
     qos_weight: int  # Params.priority_weight_qos
     described: str  # the report's "priority" parameter
     notes: tuple[str, ...]  # beside the figures
+    age_weight: int = 0  # Params.priority_weight_age
+    max_age_s: float = float(MAX_AGE_S)  # Params.priority_max_age_s
+    calc_period_s: float = float(CALC_PERIOD_S)  # Params.priority_calc_period_s
 
 
 def queue_setup(site: SitePriority | None, release: str, preempting: bool, assumed_weight: int) -> QueueSetup:
@@ -224,7 +296,14 @@ def queue_setup(site: SitePriority | None, release: str, preempting: bool, assum
     without one, the validated setup (multifactor, only the QOS factor at ``assumed_weight``)."""
     if site is None:
         return QueueSetup(assumed_weight, ASSUMED, tuple(notes(None, release, preempting)))
-    return QueueSetup(site.qos_weight(release), site.describe(release), tuple(notes(site, release, preempting)))
+    return QueueSetup(
+        site.qos_weight(release),
+        site.describe(release),
+        tuple(notes(site, release, preempting)),
+        site.age_weight(release),
+        float(site.max_age_s),
+        float(site.calc_period_s),
+    )
 
 
 def notes(site: SitePriority | None, release: str, preempting: bool) -> list[str]:

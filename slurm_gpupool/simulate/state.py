@@ -52,6 +52,15 @@ class Params:
     # QOS name -> its Priority (sacctmgr); a QOS not listed has priority 0 ("normal")
     qos_priority: tuple[tuple[str, int], ...] = ()
     priority_weight_qos: int = 10000
+    # the age factor (PriorityWeightAge; 0, the sandbox's: not weighed): a queued job's age since
+    # it became eligible (its accrue time, whole seconds) over PriorityMaxAge, at most 1, times
+    # the weight.  The decay thread recomputes every pending job's priority each
+    # PriorityCalcPeriod, on the clock's epoch seconds = priority_calc_phase_s modulo it (when
+    # that controller started); between its rounds the queue keeps the last ones (``aging``)
+    priority_weight_age: int = 0
+    priority_max_age_s: float = 7 * 86400.0  # PriorityMaxAge (7-0)
+    priority_calc_period_s: float = 300.0  # PriorityCalcPeriod (5 minutes)
+    priority_calc_phase_s: float = 0.0
     # preempt/qos (``preempt``): QOS -> the QOS it preempts (Preempt=); QOS -> its PreemptMode
     # (requeue | cancel | off; a QOS not listed: ``preempt_mode``, slurm.conf's); QOS -> GraceTime
     qos_preempt: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -451,8 +451,9 @@ def test_advice_replays_as_simulate_does_the_tiers_queue_and_the_grid_from_the_f
 
 def test_advice_follows_the_sites_priority_setup_and_names_what_it_does_not_replay(tmp_path, monkeypatch):
     """``report advice --slurm-config``: the replays take the site's QOS weight (0 under
-    priority/basic, which orders by submission alone), and a factor it weighs that they leave
-    out (age, fair-share, ...) is a note beside the advice, as ``gpupool simulate`` says it."""
+    priority/basic, which orders by submission alone) and age factor, and a factor it weighs
+    that they leave out (fair-share, ...) is a note beside the advice, as ``gpupool simulate``
+    says it."""
     raw = {**WHOLE_ONLY, "tiers": {"urgent": {"priority": 500}}}
     cfg = _config(tmp_path, raw)
     f = tmp_path / "sacct.txt"
@@ -474,15 +475,21 @@ def test_advice_follows_the_sites_priority_setup_and_names_what_it_does_not_repl
         "1",
     ]
     conf = tmp_path / "slurm.conf"
+    age = "PriorityWeightAge=1000\nPriorityMaxAge=1-0\n"
     for text, weight, note in (
-        ("PriorityType=priority/basic\nPriorityWeightQOS=10000\n", 0, None),
-        ("PriorityType=priority/multifactor\nPriorityWeightQOS=2000\nPriorityWeightAge=1000\n", 2000, "age"),
+        ("PriorityType=priority/basic\nPriorityWeightQOS=10000\n" + age, 0, None),
+        ("PriorityType=priority/multifactor\nPriorityWeightQOS=2000\n" + age, 2000, None),
+        ("PriorityType=priority/multifactor\nPriorityWeightQOS=2000\nPriorityWeightFairshare=5\n", 2000, "fair-share"),
     ):
         conf.write_text(text)
         seen.clear()
         res = CliRunner().invoke(cli, [*args, "--slurm-config", str(conf)], env=env, catch_exceptions=False)
         assert res.exit_code == 0, res.output
         assert seen and {p.priority_weight_qos for p in seen} == {weight}
+        aged = "Age=1000" in text and weight > 0  # (basic weighs no factor)
+        assert {(p.priority_weight_age, p.priority_max_age_s) for p in seen} == {
+            (1000, 86400.0) if aged else (0, 604800.0)
+        }
         notes = json.loads(res.output)["reports"][0]["notes"]
         said = [n for n in notes if "also ordered by" in n]
-        assert (said == []) if note is None else ("age (PriorityWeightAge=1000)" in said[0]), notes
+        assert (said == []) if note is None else ("fair-share (PriorityWeightFairshare=5)" in said[0]), notes

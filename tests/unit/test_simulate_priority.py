@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
-from slurm_gpupool.simulate.priority import job_priority, queue_ranks
+from slurm_gpupool.simulate.priority import job_priority, multifactor, qos_part, queue_ranks
 from tests.unit.test_simulate_engine import run, spec  # noqa: F401 (spec: the fixture)
 
 TIERS = (("high", 100), ("low", 10))
@@ -56,3 +56,63 @@ def test_a_high_priority_job_submitted_later_starts_first(spec):  # noqa: F811
     assert (r[4].start_s, r[3].start_s) == (100, 200)
     _, r = run(spec, jobs)
     assert (r[3].start_s, r[4].start_s) == (100, 200)
+
+
+def test_the_age_factor_is_the_age_over_max_age_at_most_one_summed_with_qos_and_truncated():
+    """``set_priority_factors`` and ``_get_priority_internal``: age / PriorityMaxAge (1.0 from
+    it on) times PriorityWeightAge, plus the QOS part, truncated; at least 1."""
+    low = qos_part("low", dict(TIERS), 10000)
+    assert low == 1000.0 and qos_part("normal", dict(TIERS), 10000) == 0.0 and qos_part("high", {}, 10000) == 0.0
+    assert multifactor(low, 0, 10000, 1200) == 1000
+    assert multifactor(low, 1, 10000, 1200) == 1008  # 1000 + 8.33, truncated
+    assert multifactor(low, 600, 10000, 1200) == 6000
+    assert multifactor(low, 1200, 10000, 1200) == multifactor(low, 9999, 10000, 1200) == 11000
+    assert multifactor(0.0, 0, 10000, 1200) == 1  # 0 is a held job's: the floor of 1
+    assert multifactor(0.0, -5, 10000, 1200) == 1  # an accrue time after the round: no age
+    # without an age weight it is the QOS priority alone
+    assert all(
+        multifactor(qos_part(q, dict(TIERS), 10000), 500, 0, 1200) == job_priority(q, dict(TIERS), 10000)
+        for q in ("high", "low", "normal")
+    )
+
+
+AGED = {"priority_weight_age": 10000, "priority_max_age_s": 1200.0, "priority_calc_period_s": 300.0}
+
+
+def _aging_jobs(normal_at: float, low_at: float, frees_at: float) -> list[SimJob]:
+    """n1 busy until ``frees_at``, n2 far longer; then a normal and a low job that each want a
+    whole node: whichever is first in the queue when n1 frees takes it, the other follows."""
+    return [
+        _job(1, 0, frees_at, 4),
+        _job(2, 0, 5000, 4),
+        _job(3, normal_at, 100, 4),
+        _job(4, low_at, 100, 4, "low"),
+    ]
+
+
+def test_a_job_that_waited_long_enough_passes_a_higher_qos_once_the_decay_thread_recomputes(spec):  # noqa: F811
+    """The normal job queued at 1 s, the low one at 200 s; n1 frees at 700 s.  The decay
+    thread's round at 600 s gives the normal job 4991 (599 s of 1200 s of age) and the low
+    one 4333 (1000 + 400 s of age): the normal job takes n1 first.  Without the age weight
+    the low job's QOS puts it first; with a PriorityMaxAge both reach, both ages are 1 and the
+    QOS decides again."""
+    jobs = _aging_jobs(1, 200, 700)
+    _, r = run(spec, jobs, qos_priority=TIERS, **AGED)
+    assert (r[3].start_s, r[4].start_s) == (700, 800)
+    _, r = run(spec, jobs, qos_priority=TIERS)
+    assert (r[4].start_s, r[3].start_s) == (700, 800)
+    _, r = run(spec, jobs, qos_priority=TIERS, **{**AGED, "priority_max_age_s": 300.0})
+    assert (r[4].start_s, r[3].start_s) == (700, 800)
+
+
+def test_between_rounds_the_queue_keeps_the_last_priorities(spec):  # noqa: F811
+    """The normal job queued at 310 s, the low one at 550 s; n1 frees at 590 s, before the
+    round at 600 s.  Computed then, the normal job's 280 s of age (2333) would put it before
+    the low one (1000 + 333); but no round has run since either queued, so both have their
+    submission's priority (1 and 1000) and the low job goes first.  With the rounds' phase
+    moved so that one runs at 580 s, the normal job goes first."""
+    jobs = _aging_jobs(310, 550, 590)
+    _, r = run(spec, jobs, qos_priority=TIERS, **AGED)
+    assert (r[4].start_s, r[3].start_s) == (590, 690)
+    _, r = run(spec, jobs, qos_priority=TIERS, **{**AGED, "priority_calc_phase_s": 280.0})
+    assert (r[3].start_s, r[4].start_s) == (590, 690)

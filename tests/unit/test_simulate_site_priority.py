@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from slurm_gpupool.errors import UsageError
-from slurm_gpupool.simulate.site_priority import BASIC, INFINITE, MULTIFACTOR, SitePriority, entries, site_priority
+from slurm_gpupool.simulate.site_priority import (
+    BASIC,
+    INFINITE,
+    MULTIFACTOR,
+    SitePriority,
+    entries,
+    queue_setup,
+    site_priority,
+    slurm_minutes,
+)
 from tests.unit.test_simulate_from_replay import CONFIG, _kept, _label, _replay_and_compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,13 +61,16 @@ def test_slurm_conf_forms_case_comments_quotes_several_on_a_line_and_the_last_se
     )
     site = read(text)
     assert site.type == MULTIFACTOR and site.qos_weight("22.05") == 500
+    # the age factor is replayed (``aging``): it is not among the factors left out
+    assert site.age_weight("22.05") == 1500 and site.max_age_s == 7 * 86400 and site.calc_period_s == 300
     assert site.unreplayed("22.05") == [
-        "age (PriorityWeightAge=1500)",
         "fair-share (PriorityWeightFairshare=2000)",
         "TRES (PriorityWeightTRES=CPU=0,Mem=0.25G)",
         "a site factor (PrioritySiteFactorPlugin=site_factor/example)",
     ]
-    assert "not replayed: age" in site.describe("22.05")
+    assert "age weight 1500 (full at 7 days, recomputed every 5 min); not replayed: fair-share" in site.describe(
+        "22.05"
+    )
 
 
 def test_partitions_of_different_priority_tiers_are_named_under_any_priority_type():
@@ -75,7 +87,8 @@ def test_the_default_priority_type_is_the_releases():
     assert site.type_for("23.11") == site.type_for("24.11.5") == site.type_for("26.05") == MULTIFACTOR
     # basic weighs nothing: no QOS order, and no factor left out
     assert site.qos_weight("22.05") == 0 and site.unreplayed("22.05") == []
-    assert site.qos_weight("24.11") == 10000 and site.unreplayed("24.11") == ["age (PriorityWeightAge=100)"]
+    assert site.qos_weight("24.11") == 10000 and site.unreplayed("24.11") == []  # (the age factor is replayed)
+    assert site.age_weight("22.05") == 0 and site.age_weight("24.11") == 100
     assert "default" in site.describe("22.05") and "submission order" in site.describe("22.05")
 
 
@@ -174,9 +187,12 @@ def test_factors_the_replay_leaves_out_are_named_in_the_report(tmp_path, monkeyp
     (tmp_path / "more.conf").write_text("PriorityWeightAge=1000\nPriorityWeightFairshare=5000\n")
     out = _run_with(tmp_path, monkeypatch, capsys, conf, check=False)
     prio = out["context"]["parameters"]["priority"]
-    assert prio.startswith("priority/multifactor, QOS weight 10000; not replayed: age (PriorityWeightAge=1000)")
+    assert prio.startswith(
+        "priority/multifactor, QOS weight 10000, age weight 1000 (full at 7 days, recomputed every 5 min); "
+        "not replayed: fair-share (PriorityWeightFairshare=5000)"
+    )
     notes = " ".join(out["context"]["notes"])
-    assert "also ordered by age (PriorityWeightAge=1000), fair-share (PriorityWeightFairshare=5000)" in notes
+    assert "also ordered by fair-share (PriorityWeightFairshare=5000), which" in notes
 
 
 def test_without_slurm_config_the_assumed_setup_is_said(monkeypatch, capsys):
@@ -259,3 +275,35 @@ def test_a_file_without_any_priority_key_is_noted_as_likely_the_wrong_file():
     assert queue.qos_weight == 0 and "no priority setting in it" in queue.described
     assert any(n.startswith("gpupool.yaml sets no priority key") for n in queue.notes)
     assert queue_setup(None, "22.05", False, 10000).qos_weight == 10000  # none given: the validated setup
+
+
+@pytest.mark.parametrize(
+    ("given", "minutes"),
+    [
+        ("5", 5),  # minutes
+        ("2:30", 3),  # minutes:seconds, rounded up
+        ("00:05:00", 5),  # hours:minutes:seconds (``scontrol show config``)
+        ("7-00:00:00", 7 * 1440),  # days-hours:minutes:seconds
+        ("7-0", 7 * 1440),  # days-hours (slurm.conf's documented default)
+        ("1-", 1440),
+        ("UNLIMITED", INFINITE),
+        ("5m", None),
+        ("", None),
+    ],
+)
+def test_times_are_read_as_slurmctld_reads_them(given, minutes):
+    """``time_str2mins``: a number is minutes; with ':' minutes:seconds or hours:minutes:seconds;
+    with '-' days first; seconds rounded up to a minute."""
+    assert slurm_minutes(given) == minutes
+
+
+def test_the_age_settings_reach_the_replay_and_a_bad_one_names_its_line():
+    site = read("PriorityWeightAge=1000\nPriorityMaxAge=1-0\nPriorityCalcPeriod=2\n")
+    assert (site.max_age_s, site.calc_period_s) == (86400, 120)
+    queue = queue_setup(site, "24.11", False, 10000)
+    assert (queue.age_weight, queue.max_age_s, queue.calc_period_s) == (1000, 86400.0, 120.0)
+    assert queue_setup(read("PriorityType=priority/basic\nPriorityWeightAge=1000\n"), "24.11", False, 1).age_weight == 0
+    with pytest.raises(UsageError, match=r"slurm.conf, line 2.*PriorityCalcPeriod=0"):
+        read("PriorityWeightAge=1000\nPriorityCalcPeriod=0\n")
+    with pytest.raises(UsageError, match=r"PriorityMaxAge=7 days"):
+        read('PriorityMaxAge="7 days"\n')

@@ -1,0 +1,98 @@
+"""The age factor: queued jobs' priorities as the decay thread recomputes them (pure).
+
+Where ``Params.priority_weight_age`` is set (``PriorityWeightAge``), a queued job's priority
+grows with its age, and an old job of a low QOS may pass a new one of a higher QOS.  Slurm
+does not reorder its queue continuously: ``priority/multifactor``'s decay thread
+(``_decay_thread``, every ``PriorityCalcPeriod`` from the controller's start) recomputes
+every pending job's priority (``decay_apply_weighted_factors``, which logs ``priority for job
+N is now P`` at debug2), and the schedulers order the queue by the last values.  A job's
+priority at submission counts no age (its accrue time is that second: ``job_allocate`` ->
+``job_independent`` -> ``acct_policy_handle_accrue_time``).  Ages are whole seconds
+(``time_t``) from the accrue time to the round's start.
+
+The replay does the same: each job's rank is ``-priority * (jobs + 1)`` plus its place in
+submission order (then job id), so ranks order the queue as ``sort_job_queue2`` does
+(priority, then submission, then job id) exactly, in floats (below 2**53 for any uint32
+priority and a million jobs); a ``PRIO`` event at each round recomputes the queued jobs'
+ranks and re-sorts the queue.  Without an age weight nothing here runs.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from slurm_gpupool.simulate.index import NodeIndex
+from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.priority import multifactor, qos_part
+from slurm_gpupool.simulate.replay import PRIO
+
+
+class Aging(NodeIndex):
+    """Accrue times, the decay thread's rounds and the ranks they give."""
+
+    def _aging_begin(self, jobs: Sequence[SimJob]) -> None:
+        """Set the age model up (``run``'s start); the ranks ``priority.queue_ranks`` gives,
+        in this module's scale, when an age weight is set."""
+        p = self.p
+        self.aging = p.priority_weight_age > 0
+        self.accrue, self.prio_due = {}, False
+        if not self.aging:
+            return
+        table = dict(p.qos_priority)
+        self.qos_parts = [qos_part(j.qos, table, p.priority_weight_qos) for j in jobs]
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, jobs[i].job_id, i))
+        self.sub_order = [0.0] * len(jobs)
+        for place, i in enumerate(order):
+            self.sub_order[i] = float(place)
+        self.sub_keys = [(jobs[i].submit_s, jobs[i].job_id) for i in order]
+        self.rank = [self._aged_rank(i, multifactor(self.qos_parts[i], 0, 0, 1.0)) for i in range(len(jobs))]
+
+    def _aged_rank(self, i: int, priority: int) -> float:
+        """Job ``i``'s place in the queue at this priority (the module's scale)."""
+        return -float(priority) * (len(self.jobs) + 1) + self.sub_order[i]
+
+    def _second(self) -> int:
+        """The clock's epoch second now (``time(NULL)``)."""
+        return math.floor(self.now + self.p.clock_origin_s + 1e-9)
+
+    def _accrues(self, i: int) -> None:
+        """Job ``i`` queues: its age counts from this second, if it did not already."""
+        if self.aging:
+            self.accrue.setdefault(i, self._second())
+            self._next_prio()
+
+    def _requeued_aged(self, j: int) -> float:
+        """A job preemption requeued queues as if submitted now, with no age (its accrue time
+        is reset at the requeue: ``acct_policy_remove_accrue_time``)."""
+        self.accrue.pop(j, None)
+        key = (self.now, self.jobs[j].job_id)
+        self.sub_order[j] = bisect_right(self.sub_keys, key) - 0.5
+        return self._aged_rank(j, multifactor(self.qos_parts[j], 0, 0, 1.0))
+
+    def _next_prio(self) -> None:
+        """The decay thread's next round after now, unless one is due already."""
+        if self.prio_due:
+            return
+        p = self.p
+        period = p.priority_calc_period_s
+        at = self.now + p.clock_origin_s - p.priority_calc_phase_s
+        nxt = (math.floor(at / period + 1e-9) + 1) * period + p.priority_calc_phase_s - p.clock_origin_s
+        self.prio_due = True
+        self._push(nxt, PRIO, None)
+
+    def _reprioritize(self) -> None:
+        """A round of the decay thread (PRIO): every queued job's priority from its age now; the
+        queue re-sorted by them.  The chain of rounds stops while nothing is queued."""
+        self.prio_due = False
+        if not self.queued:
+            return
+        p, now = self.p, self._second()
+        for i in self.queued:
+            age = now - self.accrue.get(i, now)
+            prio = multifactor(self.qos_parts[i], age, p.priority_weight_age, p.priority_max_age_s)
+            self.rank[i] = self._aged_rank(i, prio)
+        self.queue[:] = sorted((self.rank[i], jid, i, need, limit) for _, jid, i, need, limit in self.queue)
+        self.changed = True  # (``last_job_update``: a backfill pass is due)
+        self._next_prio()

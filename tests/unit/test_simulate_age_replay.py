@@ -1,0 +1,119 @@
+"""#27's age factor, replayed from recorded runs: the QOS family's sandbox (``high`` 100,
+``low`` 10, the rest ``normal``; MIG slices beside whole A100s and V100s) with the age
+factor weighed as sites weigh it (``PriorityWeightAge=10000``, ``PriorityMaxAge`` 2 minutes,
+``PriorityCalcPeriod`` 1 minute) and a queue minutes deep: 96 jobs of 10-40 s, run on the
+sandbox of each release by ``tests/fixtures/record_simulate_age.py``
+(``tests/fixtures/slurm/<release>/simulate-age*``: what sacct said of each job, its request,
+QOS, user and account, the priority settings, and the controller's log lines of those jobs,
+each round of the decay thread among them).  Every kept run's replay must agree within the
+published tolerances with the age factor modelled (``simulate.aging``)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import time
+from dataclasses import replace
+
+import pytest
+
+from slurm_gpupool.simulate.engine import Params
+from slurm_gpupool.simulate.metrics import percentile
+from slurm_gpupool.simulate.priority import multifactor, qos_part
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
+from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
+
+PRIO_LINE = re.compile(r"debug2: priority for job (\d+) is now (\d+)")
+
+
+@pytest.fixture(params=support.kept_runs("age"), ids=lambda k: k.label)
+def kept(request) -> support.Kept:
+    return request.param
+
+
+@pytest.fixture
+def run(monkeypatch, kept):
+    monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
+    time.tzset()
+    yield support.real_runs(kept)
+    monkeypatch.undo()
+    time.tzset()
+
+
+def rounds(kept: support.Kept, since: float) -> list[tuple[float, dict[str, int]]]:
+    """The decay thread's rounds the log dates: (when its first line was logged, job ->
+    the priority it gave), in order."""
+    out: list[tuple[float, dict[str, int]]] = []
+    for at, text in support.stamped_lines(kept.log, since):
+        m = PRIO_LINE.search(text)
+        if m is None:
+            continue
+        if not out or at - out[-1][0] > 1.0:
+            out.append((at, {}))
+        out[-1][1][m[1]] = int(m[2])
+    return out
+
+
+def age_params(rec: dict, kept: support.Kept) -> Params:
+    """The sandbox's settings with the run's QOS priorities and age settings, the decay
+    thread's rounds on the phase the log dates (a site's simulator, which cannot know it,
+    starts them at its clock's epoch: the kept run's error is measured so)."""
+    pr = rec["priority"]
+    found = rounds(kept, rec["since"])
+    phase = found[0][0] % pr["calc_period_s"] if found else 0.0
+    return replace(
+        SANDBOX,
+        qos_priority=tuple(rec["qos"].items()),
+        priority_weight_age=pr["weight_age"],
+        priority_max_age_s=float(pr["max_age_s"]),
+        priority_calc_period_s=float(pr["calc_period_s"]),
+        priority_calc_phase_s=phase,
+    )
+
+
+def test_the_record_queued_deep_and_the_decay_thread_ran_every_minute(run, kept):
+    rec, real, ids, _, _ = run
+    support.assert_spread_over_users(rec)
+    assert len(real) == len(ids) == 96
+    found = rounds(kept, rec["since"])
+    assert len(found) >= 3
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(found)]
+    assert all(abs(g - 60) < 0.5 for g in gaps), gaps
+    waits = sorted(real[j][1] - real[j][0] for j in ids)
+    assert percentile(waits, 50) > 60  # most jobs saw at least one round
+
+
+def test_slurm_gave_each_waiting_job_the_priority_the_simulator_gives_it(run, kept):
+    """Every priority the decay thread logged is ``multifactor``'s: the QOS part plus the
+    weight times the job's whole seconds of age (from its submission's second to the
+    round's) over PriorityMaxAge, at most 1, truncated."""
+    rec, real, ids, _, _ = run
+    pr = rec["priority"]
+    checked = 0
+    for at, given in rounds(kept, rec["since"]):
+        for job, prio in given.items():
+            part = qos_part(ids[job][2], rec["qos"], 10000)
+            age = math.floor(at) - math.floor(real[job][0])
+            assert prio == multifactor(part, age, pr["weight_age"], pr["max_age_s"]), (job, at, prio, age)
+            checked += 1
+    assert checked >= 50
+
+
+def test_the_replay_with_the_age_factor_agrees_with_slurm(run, kept):
+    rec, real, ids, spec, handoff = run
+    got = replay_and_compare(
+        spec, age_params(rec, kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, kept=kept.label
+    )
+    for exact in (True, False):
+        assert got[exact]["median wait"][0] > 60
+
+
+def test_without_the_age_factor_the_replay_misses(run, kept):
+    """The same replay with the QOS factor alone (the engine before the age factor) orders
+    the queue by QOS, and misses Slurm's run."""
+    rec, real, ids, spec, handoff = run
+    qos_only = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    with pytest.raises(AssertionError):
+        replay_and_compare(spec, qos_only, ids, real, NO_SWITCH, [60.0], handoff, kept.release)
