@@ -326,9 +326,11 @@ def wait_until(
     timeout_s: float,
     pid: int | None = None,
     logs: Iterable[Path] = (),
-    interval_s: float = 0.1,
+    interval_s: float = 0.25,
 ) -> None:
-    """Poll ``ready`` until true.  Fail fast if ``pid`` dies; the error carries the log tails."""
+    """Poll ``ready`` until true.  Fail fast if ``pid`` dies; the error carries the log tails.
+    Every 0.25 s: a probe is a Slurm command (``scontrol ping``, ``sacctmgr``) that costs
+    slurmctld and munged as much as the caller, and a daemon starts in seconds (#29)."""
     logs = list(logs)
     deadline = time.monotonic() + timeout_s
     while True:

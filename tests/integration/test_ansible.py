@@ -41,7 +41,8 @@ from slurm_gpupool.slurm.types import gres_counts
 from .conftest import SandboxHandle
 from .repartition_support import repartition
 
-pytestmark = pytest.mark.integration
+# on the host's release every commit, on the others in turn (``one_container``: CI's time budget)
+pytestmark = [pytest.mark.integration, pytest.mark.one_container]
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"

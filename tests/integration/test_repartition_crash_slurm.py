@@ -25,7 +25,8 @@ from tests.unit.test_repartition_kills import KILL_POINTS
 
 from .repartition_support import GPUPOOL, assert_converged, job_state, nodes_info, repartition, wait_until
 
-pytestmark = pytest.mark.integration
+# on the host's release every commit, on the others in turn (``one_container``: CI's time budget)
+pytestmark = [pytest.mark.integration, pytest.mark.one_container]
 
 NODES = ["a30n1", "v100n1"]
 

@@ -16,7 +16,8 @@ import pytest
 
 from .repartition_support import assert_converged, nodes_info, repartition, wait_jobs_done, wait_until
 
-pytestmark = pytest.mark.integration
+# on the host's release every commit, on the others in turn (``one_container``: CI's time budget)
+pytestmark = [pytest.mark.integration, pytest.mark.one_container]
 
 SLURM_STEPS = [
     "reserved",  # the MAINT reservation made, nothing drained
