@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import time
 from dataclasses import replace
 
 import pytest
@@ -23,7 +22,7 @@ from slurm_gpupool.simulate.metrics import percentile
 from slurm_gpupool.simulate.priority import multifactor, qos_part
 from tests.integration import simulate_support as support
 from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
-from tests.unit.test_simulate_validation_replay import utc  # noqa: F401  (the recorded times are UTC)
+from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run, its times read in UTC)
 
 PRIO_LINE = re.compile(r"debug2: .*\bpriority for job (\d+) is now (\d+)")
 
@@ -31,15 +30,6 @@ PRIO_LINE = re.compile(r"debug2: .*\bpriority for job (\d+) is now (\d+)")
 @pytest.fixture(params=support.kept_runs("age"), ids=lambda k: k.label)
 def kept(request) -> support.Kept:
     return request.param
-
-
-@pytest.fixture
-def run(monkeypatch, kept):
-    monkeypatch.setenv("TZ", "UTC")  # the recorded times are UTC, as the recording machine read its log
-    time.tzset()
-    yield support.real_runs(kept)
-    monkeypatch.undo()
-    time.tzset()
 
 
 def rounds(kept: support.Kept, since: float) -> list[tuple[float, dict[str, int]]]:
@@ -73,7 +63,7 @@ def age_params(rec: dict, kept: support.Kept) -> Params:
     )
 
 
-def test_the_record_queued_deep_and_the_decay_thread_ran_every_minute(run, kept):
+def test_the_record_queued_deep_and_the_decay_thread_ran_every_minute(run, kept):  # noqa: F811
     rec, real, ids, _, _ = run
     support.assert_spread_over_users(rec)
     assert len(real) == len(ids) == 96
@@ -85,7 +75,7 @@ def test_the_record_queued_deep_and_the_decay_thread_ran_every_minute(run, kept)
     assert percentile(waits, 50) > 60  # most jobs saw at least one round
 
 
-def test_slurm_gave_each_waiting_job_the_priority_the_simulator_gives_it(run, kept):
+def test_slurm_gave_each_waiting_job_the_priority_the_simulator_gives_it(run, kept):  # noqa: F811
     """Every priority the decay thread logged is ``multifactor``'s: the QOS part plus the
     weight times the job's whole seconds of age (from its submission's second to the
     round's) over PriorityMaxAge, at most 1, truncated."""
@@ -101,7 +91,7 @@ def test_slurm_gave_each_waiting_job_the_priority_the_simulator_gives_it(run, ke
     assert checked >= 50
 
 
-def test_the_replay_with_the_age_factor_agrees_with_slurm(run, kept):
+def test_the_replay_with_the_age_factor_agrees_with_slurm(run, kept):  # noqa: F811
     """Replayed with the run's age settings, the decay thread's rounds on the phase its log
     dates, the replay agrees within every tolerance (22.05: median wait 108.7 s in Slurm,
     107.9 s replayed; 99.7 % of pairs in Slurm's order).  The kept run's error, which
@@ -116,7 +106,7 @@ def test_the_replay_with_the_age_factor_agrees_with_slurm(run, kept):
         assert got[exact]["median wait"][0] > 60
 
 
-def test_without_the_age_factor_the_replay_misses(run, kept):
+def test_without_the_age_factor_the_replay_misses(run, kept):  # noqa: F811
     """The same replay with the QOS factor alone (the engine before the age factor): the
     jobs that waited longest no longer pass newer ones of a higher QOS, and the median wait
     misses (22.05: 76.0 s replayed, 108.7 s in Slurm; 97.0 % of pairs in order)."""
