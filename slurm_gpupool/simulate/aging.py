@@ -32,22 +32,27 @@ from slurm_gpupool.simulate.replay import PRIO
 class Aging(NodeIndex):
     """Accrue times, the decay thread's rounds and the ranks they give."""
 
-    def _aging_begin(self, jobs: Sequence[SimJob]) -> None:
-        """Set the age model up (``run``'s start); the ranks ``priority.queue_ranks`` gives,
-        in this module's scale, when an age weight is set."""
+    def _aging_begin(self, jobs: Sequence[SimJob]) -> list[float] | None:
+        """Set the age model up (``run``'s start): with an age weight, the ranks
+        ``priority.queue_ranks`` would give, in this module's scale; None without one."""
         p = self.p
         self.aging = p.priority_weight_age > 0
         self.accrue, self.prio_due = {}, False
         if not self.aging:
-            return
+            return None
         table = dict(p.qos_priority)
-        self.qos_parts = [qos_part(j.qos, table, p.priority_weight_qos) for j in jobs]
+        parts = {q: qos_part(q, table, p.priority_weight_qos) for q in {j.qos for j in jobs}}
+        self.qos_parts = [parts[j.qos] for j in jobs]
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, jobs[i].job_id, i))
         self.sub_order = [0.0] * len(jobs)
         for place, i in enumerate(order):
             self.sub_order[i] = float(place)
         self.sub_keys = [(jobs[i].submit_s, jobs[i].job_id) for i in order]
-        self.rank = [self._aged_rank(i, multifactor(self.qos_parts[i], 0, 0, 1.0)) for i in range(len(jobs))]
+        return [self._aged_rank(i, self._ageless(i)) for i in range(len(jobs))]
+
+    def _ageless(self, i: int) -> int:
+        """Job ``i``'s priority with no age: at its submission, or requeued."""
+        return multifactor(self.qos_parts[i], 0, 0, 1.0)
 
     def _aged_rank(self, i: int, priority: int) -> float:
         """Job ``i``'s place in the queue at this priority (the module's scale)."""
@@ -69,7 +74,7 @@ class Aging(NodeIndex):
         self.accrue.pop(j, None)
         key = (self.now, self.jobs[j].job_id)
         self.sub_order[j] = bisect_right(self.sub_keys, key) - 0.5
-        return self._aged_rank(j, multifactor(self.qos_parts[j], 0, 0, 1.0))
+        return self._aged_rank(j, self._ageless(j))
 
     def _next_prio(self) -> None:
         """The decay thread's next round after now, unless one is due already."""

@@ -159,8 +159,12 @@ class Engine(Switching, Backfill):
         self.recs = [
             JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
         ]
-        self.rank = [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
-        self._aging_begin(jobs)
+        aged = self._aging_begin(jobs)
+        self.rank = (
+            aged
+            if aged is not None
+            else [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
+        )
         self.rules = rules_of(p.qos_preempt, p.qos_preempt_mode, p.qos_grace_s, p.qos_priority, p.preempt_mode)
         self.preempting = self.rules.enabled
         self.priority_of = priorities(jobs, dict(p.qos_priority), p.priority_weight_qos) if self.preempting else []

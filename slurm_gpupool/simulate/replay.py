@@ -3,10 +3,10 @@ nodes, and the counters of switches (pure).
 
 The engine is one object whose parts live in their own modules, each a class built on the
 one before: ``ReplayState`` (this), ``NodeIndex`` (which nodes offer what, how soon they
-free), ``Scheduler`` (jobs, the main scheduler), then ``Backfill`` and ``Switching`` side by
-side, and ``Engine`` (the event loop) over both.  They share state rather than pass it
-because Slurm's rules do: a switch changes what backfill may plan, a job's end may let a node
-switch.  The state is declared here, once, and set by ``Engine.run``.
+free), ``Aging`` (the age factor's rounds), ``Scheduler`` (jobs, the main scheduler), then
+``Backfill`` and ``Switching`` side by side, and ``Engine`` (the event loop) over both.
+They share state rather than pass it because Slurm's rules do: a switch changes what
+backfill may plan, a job's end may let a node switch.  The state is declared here, once, and set by ``Engine.run``.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from slurm_gpupool.core.policy.durations import format_duration, parse_slurm_time_s
 from slurm_gpupool.errors import UsageError
 
 # the weights ``_get_priority_internal`` multiplies, by slurm.conf key, with the factor's name
@@ -136,18 +137,10 @@ class SitePriority:
         age = ""
         if self.age_weight(release):
             age = (
-                f", age weight {self.age_weight(release)} (full at {_duration(self.max_age_s)}, "
-                f"recomputed every {_duration(self.calc_period_s)})"
+                f", age weight {self.age_weight(release)} (full at {format_duration(self.max_age_s)}, "
+                f"recomputed every {format_duration(self.calc_period_s)})"
             )
         return f"{kind}{given}, QOS weight {self.weight(QOS_KEY)}{age}{unmodelled} ({self.source}{nothing})"
-
-
-def _duration(seconds: int) -> str:
-    """``7 days``, ``5 min``, ``90 s`` (a report's words for a slurm.conf time)."""
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
 
 
 def _tres_weighs(text: str) -> bool:
@@ -208,24 +201,19 @@ def slurm_uint32(value: str) -> int | None:
 
 
 def slurm_minutes(value: str) -> int | None:
-    """A time as slurmctld reads ``PriorityMaxAge`` and ``PriorityCalcPeriod`` (``time_str2mins``):
-    ``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``, ``days-hours[:minutes[:seconds]]``,
-    rounded up to whole minutes; ``INFINITE``/``UNLIMITED``/``-1`` is INFINITE; None if it
-    would refuse it."""
+    """A time as slurmctld reads ``PriorityMaxAge`` and ``PriorityCalcPeriod`` (``time_str2mins``:
+    ``parse_slurm_time_s``'s forms, rounded up to whole minutes); ``INFINITE``/``UNLIMITED``/``-1``
+    is INFINITE; None if it would refuse it (anything but digits, ':' and '-')."""
     text = value.strip()
     if text.upper() in ("INFINITE", "UNLIMITED", "-1"):
         return INFINITE
     if not _TIME.fullmatch(text):
         return None
-    fields = [int(x) if x else 0 for x in re.split(r"[-:]", text)]  # (sscanf: a missing field is 0)
-    if "-" in text:
-        d, h, m, sec = [*fields, 0, 0, 0][:4]
-        secs = d * 86400 + h * 3600 + m * 60 + sec
-    elif len(fields) >= 3:
-        secs = fields[0] * 3600 + fields[1] * 60 + fields[2]
-    else:
-        secs = fields[0] * 60 + (fields[1] if len(fields) > 1 else 0)
-    return (secs + 59) // 60
+    try:
+        secs = parse_slurm_time_s(text)
+    except ValueError:  # a second '-'
+        return None
+    return None if secs is None else (secs + 59) // 60
 
 
 def site_priority(found: Iterable[Entry], source: str) -> SitePriority:

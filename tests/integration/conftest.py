@@ -29,6 +29,7 @@ import pytest
 
 from slurm_gpupool.config.load import load_config
 from slurm_gpupool.sandbox.cluster import Sandbox, default_config_path
+from slurm_gpupool.sandbox.container import CONTAINER_ENV
 from slurm_gpupool.sandbox.poolconfig import node_map
 from slurm_gpupool.sandbox.users import as_user
 from slurm_gpupool.slurm.cluster import lost_midway
@@ -45,7 +46,6 @@ def rotated_away(item: pytest.Item) -> str | None:
     """Why ``item`` does not run here: marked ``one_container`` (the host's release runs it
     every commit, the other releases in turn: CI's time budget), in a container whose series
     is not this commit's pick.  None: it runs."""
-    from slurm_gpupool.sandbox.container import CONTAINER_ENV
 
     here, picked = os.environ.get(CONTAINER_ENV), os.environ.get(ROTATED_ENV)
     if item.get_closest_marker("one_container") is None or not here or not picked or picked == here:

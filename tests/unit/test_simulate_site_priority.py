@@ -68,9 +68,7 @@ def test_slurm_conf_forms_case_comments_quotes_several_on_a_line_and_the_last_se
         "TRES (PriorityWeightTRES=CPU=0,Mem=0.25G)",
         "a site factor (PrioritySiteFactorPlugin=site_factor/example)",
     ]
-    assert "age weight 1500 (full at 7 days, recomputed every 5 min); not replayed: fair-share" in site.describe(
-        "22.05"
-    )
+    assert "age weight 1500 (full at 7d, recomputed every 5m); not replayed: fair-share" in site.describe("22.05")
 
 
 def test_partitions_of_different_priority_tiers_are_named_under_any_priority_type():
@@ -188,7 +186,7 @@ def test_factors_the_replay_leaves_out_are_named_in_the_report(tmp_path, monkeyp
     out = _run_with(tmp_path, monkeypatch, capsys, conf, check=False)
     prio = out["context"]["parameters"]["priority"]
     assert prio.startswith(
-        "priority/multifactor, QOS weight 10000, age weight 1000 (full at 7 days, recomputed every 5 min); "
+        "priority/multifactor, QOS weight 10000, age weight 1000 (full at 7d, recomputed every 5m); "
         "not replayed: fair-share (PriorityWeightFairshare=5000)"
     )
     notes = " ".join(out["context"]["notes"])

@@ -56,7 +56,8 @@ def format_duration(seconds: float) -> str:
 
 
 def parse_slurm_time_s(text: str) -> int | None:
-    """Slurm's ``[days-]hours:minutes:seconds`` / ``minutes`` / ``UNLIMITED`` → seconds (None: unlimited)."""
+    """Slurm's ``[days-]hours:minutes:seconds`` / ``minutes`` / ``UNLIMITED`` → seconds (None: unlimited),
+    as ``time_str2secs`` reads it (``sscanf``: a missing field, as in ``7-``, is 0)."""
     t = text.strip()
     if t.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A", ""):
         return None
@@ -64,10 +65,10 @@ def parse_slurm_time_s(text: str) -> int | None:
     if "-" in t:
         d, t = t.split("-", 1)
         days = int(d)
-        parts = [int(x) for x in t.split(":")] + [0, 0]
+        parts = [int(x) if x else 0 for x in t.split(":")] + [0, 0]
         h, m, s = parts[0], parts[1], parts[2]
     else:
-        parts = [int(x) for x in t.split(":")]
+        parts = [int(x) if x else 0 for x in t.split(":")]
         if len(parts) == 1:
             h, m, s = 0, parts[0], 0
         elif len(parts) == 2:
