@@ -37,20 +37,19 @@ from slurm_gpupool.slurm.cluster import lost_midway
 from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, repartition, wait_until
 
 WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
-# the release of the containers' that runs the tests marked ``one_container`` this commit
-# (scripts/test draws it from the commit's seed); unset, every release runs them
+# the release that runs the tests marked ``one_release`` this commit (``host`` or a container's
+# series: scripts/test draws it from the commit's seed); unset or empty, every release runs them
 ROTATED_ENV = "SLURM_GPUPOOL_ROTATED_RELEASE"
 
 
 def rotated_away(item: pytest.Item) -> str | None:
-    """Why ``item`` does not run here: marked ``one_container`` (the host's release runs it
-    every commit, the other releases in turn: CI's time budget), in a container whose series
-    is not this commit's pick.  None: it runs."""
-
-    here, picked = os.environ.get(CONTAINER_ENV), os.environ.get(ROTATED_ENV)
-    if item.get_closest_marker("one_container") is None or not here or not picked or picked == here:
+    """Why ``item`` does not run here: marked ``one_release`` (one release a commit, in turn:
+    CI's time budget) and this release is not this commit's pick.  None: it runs."""
+    here, picked = os.environ.get(CONTAINER_ENV) or "host", os.environ.get(ROTATED_ENV)
+    if item.get_closest_marker("one_release") is None or not picked or picked == here:
         return None
-    return f"this commit runs it on the host's Slurm and on Slurm {picked} ({ROTATED_ENV}), not on {here}"
+    where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
+    return f"this commit runs it on {where} ({ROTATED_ENV}={picked}), not here ({here})"
 
 
 @pytest.hookimpl(tryfirst=True)

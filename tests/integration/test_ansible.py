@@ -17,7 +17,8 @@ On the other Slurm releases (scripts/test) only the deployment itself runs, to t
 and the controller: check mode, the role's validation, the admin host (no Slurm daemon, no
 Slurm command) and the second run's "nothing changed" are the same on every release (no
 task's result is read from Slurm: the role asks Slurm nothing but its version, and restarts
-only on a change), so they run on the host's release only.
+only on a change), so they run on the host's release only. The module runs on one release a
+commit, in turn (``one_release``): a commit that draws the host runs all of it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from slurm_gpupool.slurm.types import gres_counts
 from .conftest import SandboxHandle
 from .repartition_support import repartition
 
-# on the host's release every commit, on the others in turn (``one_container``: CI's time budget)
-pytestmark = [pytest.mark.integration, pytest.mark.one_container]
+# on one release a commit, in turn (``one_release``: CI's time budget)
+pytestmark = [pytest.mark.integration, pytest.mark.one_release]
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"

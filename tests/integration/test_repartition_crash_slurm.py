@@ -25,8 +25,8 @@ from tests.unit.test_repartition_kills import KILL_POINTS
 
 from .repartition_support import GPUPOOL, assert_converged, job_state, nodes_info, repartition, wait_until
 
-# on the host's release every commit, on the others in turn (``one_container``: CI's time budget)
-pytestmark = [pytest.mark.integration, pytest.mark.one_container]
+# on one release a commit, in turn (``one_release``: CI's time budget)
+pytestmark = [pytest.mark.integration, pytest.mark.one_release]
 
 NODES = ["a30n1", "v100n1"]
 

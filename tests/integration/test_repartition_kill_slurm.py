@@ -16,8 +16,8 @@ import pytest
 
 from .repartition_support import assert_converged, nodes_info, repartition, wait_jobs_done, wait_until
 
-# on the host's release every commit, on the others in turn (``one_container``: CI's time budget)
-pytestmark = [pytest.mark.integration, pytest.mark.one_container]
+# on one release a commit, in turn (``one_release``: CI's time budget)
+pytestmark = [pytest.mark.integration, pytest.mark.one_release]
 
 SLURM_STEPS = [
     "reserved",  # the MAINT reservation made, nothing drained
