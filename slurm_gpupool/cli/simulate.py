@@ -172,6 +172,14 @@ class Progress:
     "(default with live accounting: `sacctmgr show qos`).",
 )
 @slurm_config_option
+@click.option(
+    "--slurmctld-started",
+    "started",
+    metavar="WHEN",
+    help="When slurmctld last started (`scontrol show config`'s BOOT_TIME, e.g. 2026-12-03T06:45:59), as the "
+    "accounting's times are: the age factor's rounds fall every PriorityCalcPeriod from it (default with live "
+    "accounting: BOOT_TIME; else on the clock's whole periods).",
+)
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
     "--passes",
@@ -209,7 +217,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, qos_priority, slurm_config, bf_interval, passes_from, exact_backfill,
+             limit_factor, max_time, switch_time, qos_priority, slurm_config, started, bf_interval, passes_from,
+             exact_backfill,
              slurm_release, will_run,
              prefer, typed, fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
              sacct_format):  # fmt: skip
@@ -287,6 +296,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         raise UsageError(f"--trace {trace}", "no job to replay", hint="widen --days/--since")
     tzinfo = cfg.schedule.tz if cfg.schedule is not None and cfg.schedule.tz is not None else UTC
     epoch = epoch.replace(tzinfo=tzinfo) if epoch.tzinfo is None else epoch
+    calc_phase_s, rounds = _decay_rounds(started, queue, epoch)
     span = max(j.submit_s for j in jobs) + max(j.limit_s for j in jobs) + 86400
     nodes = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
     fallback = cfg.schedule.default if cfg.schedule is not None else whole  # where uncovered nodes stay
@@ -321,6 +331,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 priority_weight_age=queue.age_weight,
                 priority_max_age_s=queue.max_age_s,
                 priority_calc_period_s=queue.calc_period_s,
+                priority_calc_phase_s=calc_phase_s,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),
                 qos_preempt_mode=tuple((t.qos, t.preempt_mode) for t in cfg.tiers if t.preemptible),
@@ -358,7 +369,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
             + f"; fractions to {prefer} first; shard slowdown {', '.join(f'{s:g}' for s in slowdowns)}",
             "qos priority": (", ".join(f"{q} {p}" for q, p in queue_qos) + qos_from)
             or "none (one queue, by submission)",
-            "priority": queue.described,
+            "priority": queue.described + rounds,
         },
         "notes": notes,
         "accuracy": to_dict(shipped()),
@@ -371,6 +382,27 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         text = sim_report.to_table(runs, context)
     ended = text if output is not None or text.endswith("\n") else text + "\n"
     _write(ended, output, str(output), atomic=False)
+
+
+def _decay_rounds(started: str | None, queue: Any, epoch: Any) -> tuple[float, str]:
+    """(``Params.priority_calc_phase_s``, what the report says of it) for the age factor:
+    slurmctld's decay thread recomputes priorities every PriorityCalcPeriod from its start
+    (``_decay_thread``), so that start (``--slurmctld-started``, else BOOT_TIME from
+    ``scontrol show config``) sets the rounds' phase; unknown, the clock's whole periods.  A
+    start is read as the accounting's times are (the replay's epoch's zone)."""
+    from datetime import datetime
+
+    if not queue.age_weight:
+        return 0.0, ""
+    given, option = (started, "--slurmctld-started") if started else (queue.boot_time, "BOOT_TIME")
+    if not given:
+        return 0.0, "; its rounds on the clock's whole periods (slurmctld's start unknown: --slurmctld-started)"
+    try:
+        when = datetime.fromisoformat(given)
+    except ValueError:
+        raise UsageError(f"{option} {given}", "not a time (e.g. 2026-12-03T06:45:59)") from None
+    when = when.replace(tzinfo=epoch.tzinfo) if when.tzinfo is None else when
+    return when.timestamp() % queue.calc_period_s, f"; its rounds from slurmctld's start at {given} ({option})"
 
 
 def _check_date(text: str, option: str) -> None:

@@ -47,9 +47,11 @@ TRES_KEY = "PriorityWeightTRES"
 SITE_KEY = "PrioritySiteFactorPlugin"
 TYPE_KEY = "PriorityType"
 AGE_KEY, MAX_AGE_KEY, CALC_KEY = "PriorityWeightAge", "PriorityMaxAge", "PriorityCalcPeriod"
+# `scontrol show config` only: when slurmctld started, which its decay thread's rounds follow
+BOOT_KEY = "BOOT_TIME"
 MODELLED = {AGE_KEY}  # the factors the replay weighs besides the QOS factor (``aging``)
 WEIGHTS = (QOS_KEY, *(k for k, _ in FACTORS))
-KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, MAX_AGE_KEY, CALC_KEY, *WEIGHTS)}
+KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, MAX_AGE_KEY, CALC_KEY, BOOT_KEY, *WEIGHTS)}
 MAX_AGE_S, CALC_PERIOD_S = 604800, 300  # their defaults (DEFAULT_PRIORITY_DECAY, ..._CALC_PERIOD)
 MULTIFACTOR, BASIC = "priority/multifactor", "priority/basic"
 INFINITE = 0xFFFFFFFF  # slurm.conf reads the weights as uint32_t; UNLIMITED is this
@@ -82,6 +84,7 @@ class SitePriority:
     tiers: tuple[int, ...] = ()  # the partitions' PriorityTier values, each once
     max_age_s: int = MAX_AGE_S  # PriorityMaxAge, in seconds as slurmctld keeps it
     calc_period_s: int = CALC_PERIOD_S  # PriorityCalcPeriod, likewise
+    boot_time: str | None = None  # BOOT_TIME as `scontrol show config` shows it (local time)
 
     @property
     def found(self) -> bool:
@@ -261,6 +264,7 @@ def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
         tuple(sorted(tiers)),
         seconds(MAX_AGE_KEY, MAX_AGE_S, 0),
         seconds(CALC_KEY, CALC_PERIOD_S, 1),
+        text(BOOT_KEY),
     )
 
 
@@ -277,6 +281,7 @@ class QueueSetup:
     age_weight: int = 0  # Params.priority_weight_age
     max_age_s: float = float(MAX_AGE_S)  # Params.priority_max_age_s
     calc_period_s: float = float(CALC_PERIOD_S)  # Params.priority_calc_period_s
+    boot_time: str | None = None  # slurmctld's start, as `scontrol show config` showed it
 
 
 def queue_setup(site: SitePriority | None, release: str, preempting: bool, assumed_weight: int) -> QueueSetup:
@@ -291,6 +296,7 @@ def queue_setup(site: SitePriority | None, release: str, preempting: bool, assum
         site.age_weight(release),
         float(site.max_age_s),
         float(site.calc_period_s),
+        site.boot_time,
     )
 
 

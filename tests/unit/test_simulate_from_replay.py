@@ -12,6 +12,8 @@ slices, whole GPUs, shards) within the validation's tolerance (10 % or 5 s).
 
 Only families whose every scheduling input sacct keeps: the dependency family's
 ``--dependency`` and trace A's pending cancellations are not in sacct's fields (docs/simulate.md).
+The age family's runs are replayed with the site's slurm.conf too (its age settings) and
+slurmctld's start, which the accounting does not date (``--slurmctld-started``, or BOOT_TIME).
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ def test_simulate_from_a_runs_accounting_gives_its_utilisation_and_waits_per_kin
     _replay_and_compare(sacct, monkeypatch, capsys)
 
 
-def _replay_and_compare(sacct: Path, monkeypatch, capsys, *extra: str) -> None:
+def _replay_and_compare(sacct: Path, monkeypatch, capsys, *extra: str) -> dict:
+    """The run's accounting replayed through the CLI (``extra``: more options), its
+    utilisation and each kind's median wait held to the tolerances; the replay's summary."""
     from slurm_gpupool.cli.main import main
 
     rec = json.loads(sacct.with_name(sacct.name.replace("-sacct.txt", ".json")).read_text())
@@ -107,6 +111,83 @@ def _replay_and_compare(sacct: Path, monkeypatch, capsys, *extra: str) -> None:
         med_r, med_s = percentile(sorted(w), 50), run["wait_s_by_kind"][kind]["p50"]
         assert abs(med_s - med_r) <= max(WAIT_REL * med_r, WAIT_ABS), (kind, "median wait", med_r, med_s)
     assert max(percentile(sorted(w), 50) for w in waits.values()) > WAIT_ABS  # the run did queue
+    run["priority"] = out["context"]["parameters"]["priority"]
+    return run
+
+
+AGE_RUNS = sorted((ROOT / "tests" / "fixtures" / "slurm").glob("*/simulate-age-sacct.txt"))
+
+
+def _age_setup(sacct: Path, tmp_path: Path) -> tuple[dict, Path, str]:
+    """(the age run's record, a slurm.conf with its priority settings, slurmctld's start as
+    ``scontrol show config`` would show BOOT_TIME: the second of the decay thread's first
+    round its log dates, which fall every PriorityCalcPeriod from the start)."""
+    from datetime import UTC, datetime
+
+    from tests.integration.simulate_support import Kept
+    from tests.unit.test_simulate_age_replay import rounds
+
+    rec = json.loads(sacct.with_name("simulate-age.json").read_text())
+    pr = rec["priority"]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "PriorityType=priority/multifactor\nPriorityWeightQOS=10000\n"
+        f"PriorityWeightAge={pr['weight_age']}\nPriorityMaxAge={pr['max_age_s'] // 60}\n"
+        f"PriorityCalcPeriod={pr['calc_period_s'] // 60}\n"
+    )
+    first = rounds(Kept(sacct.parent.name, "simulate-age"), rec["since"])[0][0]
+    boot = datetime.fromtimestamp(int(first), UTC).replace(tzinfo=None).isoformat()
+    return rec, conf, boot
+
+
+@pytest.mark.parametrize("sacct", AGE_RUNS, ids=_label)
+def test_simulate_from_replays_the_age_factor_given_the_sites_slurm_conf_and_its_start(
+    sacct, tmp_path, monkeypatch, capsys
+):
+    """The age family's accounting (``PriorityWeightAge=10000`` over ``PriorityMaxAge`` 2
+    minutes, recomputed every minute) replayed with the site's slurm.conf and slurmctld's
+    start: utilisation and each kind's median within the tolerances, as every run above, and
+    the median wait of all jobs too (22.05: 108.5 s in Slurm, 103.75 s replayed; 24.11: 110.5
+    and 110.5; 26.05: 109.5 and 109.5).  Without the start the rounds fall on the clock's
+    whole minutes: 24.11's came 45 s after them and its median is replayed 90.0 s, a miss.
+    Without the slurm.conf (the QOS factor alone) every release's median misses (71.5-75.5 s):
+    the per-kind medians do not tell the age factor, the median of all jobs does."""
+    rec, conf, boot = _age_setup(sacct, tmp_path)
+    med_r = percentile(sorted(start - submit for submit, start, _, _ in rec["real"].values()), 50)
+
+    def overall(*extra: str) -> tuple[bool, dict]:
+        run = _replay_and_compare(sacct, monkeypatch, capsys, *extra)
+        return abs(run["wait_s"]["p50"] - med_r) <= max(WAIT_REL * med_r, WAIT_ABS), run
+
+    within, run = overall("--slurm-config", str(conf), "--slurmctld-started", boot)
+    assert within, (med_r, run["wait_s"]["p50"])
+    assert f"from slurmctld's start at {boot} (--slurmctld-started)" in run["priority"]
+    within, run = overall("--slurm-config", str(conf))
+    assert within is (_label(sacct) != "24.11/simulate-age"), (med_r, run["wait_s"]["p50"])
+    assert "on the clock's whole periods" in run["priority"]
+    within, run = overall()
+    assert not within, (med_r, run["wait_s"]["p50"])
+
+
+def test_boot_time_from_scontrol_show_config_sets_the_rounds_and_a_bad_start_is_refused(tmp_path, monkeypatch, capsys):
+    """``scontrol show config`` saved to a file carries BOOT_TIME, which gives the rounds'
+    phase as ``--slurmctld-started`` does; a start that is not a time is a usage error."""
+    from slurm_gpupool.cli.main import main
+
+    (sacct,) = [p for p in AGE_RUNS if p.parent.name == "24.11"]
+    rec, conf, boot = _age_setup(sacct, tmp_path)
+    shown = tmp_path / "show-config.txt"
+    shown.write_text(
+        f"Configuration data as of {boot}\nBOOT_TIME               = {boot}\n"
+        + "".join(f"{k:<23} = {v}\n" for k, v in (line.split("=") for line in conf.read_text().splitlines()))
+    )
+    run = _replay_and_compare(sacct, monkeypatch, capsys, "--slurm-config", str(shown))
+    assert f"from slurmctld's start at {boot} (BOOT_TIME)" in run["priority"]
+    med_r = percentile(sorted(start - submit for submit, start, _, _ in rec["real"].values()), 50)
+    assert abs(run["wait_s"]["p50"] - med_r) <= max(WAIT_REL * med_r, WAIT_ABS)
+    base = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--format", "json"]
+    assert main([*base, "--slurm-config", str(conf), "--slurmctld-started", "yesterday"]) == 2
+    assert "--slurmctld-started yesterday" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("label", ["26.05/simulate-qos-s6161", "26.05/simulate-qos-s7171"])
