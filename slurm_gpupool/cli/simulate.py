@@ -176,9 +176,9 @@ class Progress:
     "--slurmctld-started",
     "started",
     metavar="WHEN",
-    help="When slurmctld last started (`scontrol show config`'s BOOT_TIME, e.g. 2026-12-03T06:45:59), as the "
-    "accounting's times are: the age factor's rounds fall every PriorityCalcPeriod from it (default with live "
-    "accounting: BOOT_TIME; else on the clock's whole periods).",
+    help="When slurmctld last started (`scontrol show config`'s BOOT_TIME, e.g. 2026-12-03T06:45:59; in --tz "
+    "without an offset): the age factor's rounds fall every PriorityCalcPeriod from it (default: BOOT_TIME from "
+    "`scontrol show config`, live or saved as --slurm-config; else on the clock's whole periods).",
 )
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
@@ -296,7 +296,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         raise UsageError(f"--trace {trace}", "no job to replay", hint="widen --days/--since")
     tzinfo = cfg.schedule.tz if cfg.schedule is not None and cfg.schedule.tz is not None else UTC
     epoch = epoch.replace(tzinfo=tzinfo) if epoch.tzinfo is None else epoch
-    calc_phase_s, rounds = _decay_rounds(started, queue, epoch)
+    last_submit_s = epoch.timestamp() + max(j.submit_s for j in jobs)
+    calc_phase_s, rounds = _decay_rounds(started, queue, tz, last_submit_s)
     span = max(j.submit_s for j in jobs) + max(j.limit_s for j in jobs) + 86400
     nodes = [n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine is not None]
     fallback = cfg.schedule.default if cfg.schedule is not None else whole  # where uncovered nodes stay
@@ -384,25 +385,44 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     _write(ended, output, str(output), atomic=False)
 
 
-def _decay_rounds(started: str | None, queue: Any, epoch: Any) -> tuple[float, str]:
+def _decay_rounds(started: str | None, queue: Any, tz: str, window_end_s: float) -> tuple[float, str]:
     """(``Params.priority_calc_phase_s``, what the report says of it) for the age factor:
     slurmctld's decay thread recomputes priorities every PriorityCalcPeriod from its start
-    (``_decay_thread``), so that start (``--slurmctld-started``, else BOOT_TIME from
-    ``scontrol show config``) sets the rounds' phase; unknown, the clock's whole periods.  A
-    start is read as the accounting's times are (the replay's epoch's zone)."""
-    from datetime import datetime
-
+    (``_decay_thread``), so that start sets the rounds' phase: ``--slurmctld-started`` (a
+    usage error if it is not a time), else BOOT_TIME from ``scontrol show config`` (not used
+    if unreadable, or if slurmctld started after the replayed window's last submission
+    ``window_end_s``: the window's rounds were another start's); unknown, the clock's whole
+    periods.  A time without an offset is read in ``--tz``, as sacct's are."""
+    given = _start_time(started, tz, "--slurmctld-started") if started else None
     if not queue.age_weight:
         return 0.0, ""
-    given, option = (started, "--slurmctld-started") if started else (queue.boot_time, "BOOT_TIME")
-    if not given:
-        return 0.0, "; its rounds on the clock's whole periods (slurmctld's start unknown: --slurmctld-started)"
+    unknown = "; its rounds on the clock's whole periods (slurmctld's start unknown: --slurmctld-started)"
+    if given is not None:
+        return given % queue.calc_period_s, f"; its rounds from slurmctld's start at {started} (--slurmctld-started)"
+    if not queue.boot_time:
+        return 0.0, unknown
     try:
-        when = datetime.fromisoformat(given)
+        boot = _start_time(queue.boot_time, tz, "BOOT_TIME")
+    except UsageError:
+        return 0.0, f"; its rounds on the clock's whole periods (BOOT_TIME {queue.boot_time[:40]!r} unreadable)"
+    if boot > window_end_s:
+        return 0.0, unknown.replace("unknown", f"after the window: BOOT_TIME {queue.boot_time}")
+    return boot % queue.calc_period_s, f"; its rounds from slurmctld's start at {queue.boot_time} (BOOT_TIME)"
+
+
+def _start_time(text: str, tz: str, option: str) -> float:
+    """``text`` (ISO 8601, as ``scontrol show config`` prints BOOT_TIME) as epoch seconds; a
+    time without an offset in ``tz`` (``local``: this machine's zone)."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    try:
+        when = datetime.fromisoformat(text)
     except ValueError:
-        raise UsageError(f"{option} {given}", "not a time (e.g. 2026-12-03T06:45:59)") from None
-    when = when.replace(tzinfo=epoch.tzinfo) if when.tzinfo is None else when
-    return when.timestamp() % queue.calc_period_s, f"; its rounds from slurmctld's start at {given} ({option})"
+        raise UsageError(f"{option} {text[:60]}", "not a time (e.g. 2026-12-03T06:45:59)") from None
+    if when.tzinfo is None:
+        when = when.astimezone() if tz == "local" else when.replace(tzinfo=ZoneInfo(tz))
+    return when.timestamp()
 
 
 def _check_date(text: str, option: str) -> None:

@@ -13,7 +13,6 @@ what differs between data parser versions is read in :mod:`.json_output`.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -28,7 +27,7 @@ from slurm_gpupool.slurm.parse import (
     parse_will_run,
     slurm_time,
 )
-from slurm_gpupool.slurm.runner import Result, SlurmRunner, slurm_version
+from slurm_gpupool.slurm.runner import Result, SlurmRunner, slurm_version, standard_times
 from slurm_gpupool.slurm.types import JobInfo, NodeInfo, Reservation, WillRun, hostlist
 from slurm_gpupool.slurm.versions import restart_crashes_on_finished_shard_jobs
 
@@ -143,10 +142,7 @@ class SlurmCluster:
         """``sbatch --test-only ARGV``: when and where Slurm would start the job now (nothing is
         submitted; job_submit.lua runs as for a real submission).  Run with
         ``SLURM_TIME_FORMAT=standard`` so the time reads the same whatever the caller set."""
-        runner = self.runner
-        if isinstance(runner, SlurmRunner) and runner.env.get("SLURM_TIME_FORMAT", "standard") != "standard":
-            runner = copy.copy(runner)
-            runner.env = {**runner.env, "SLURM_TIME_FORMAT": "standard"}
+        runner = standard_times(self.runner) if isinstance(self.runner, SlurmRunner) else self.runner
         r = runner.run(["sbatch", "--test-only", *argv], timeout_s=30)
         answer = parse_will_run(r.stderr + r.stdout)
         if answer.start is None and _controller_down(r.stderr):

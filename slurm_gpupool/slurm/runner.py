@@ -6,6 +6,7 @@ tests use the real commands against the sandbox Slurm.
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -84,7 +85,18 @@ def slurm_version(runner: SlurmRunner) -> tuple[int, int, int]:
     return _VERSIONS[key]
 
 
+def standard_times(runner: SlurmRunner) -> SlurmRunner:
+    """``runner`` with ``SLURM_TIME_FORMAT=standard`` (ISO 8601 times, whatever the caller set:
+    ``relative`` prints "Tomorrow 08:00")."""
+    if runner.env.get("SLURM_TIME_FORMAT", "standard") == "standard":
+        return runner
+    standard = copy.copy(runner)
+    standard.env = {**runner.env, "SLURM_TIME_FORMAT": "standard"}
+    return standard
+
+
 def show_config(runner: SlurmRunner) -> str:
     """``scontrol show config``: the controller's effective settings, its defaults and
-    ``Include`` files resolved (what ``simulate`` reads the site's priority setup from)."""
-    return runner.run(["scontrol", "show", "config"]).check("scontrol show config").stdout
+    ``Include`` files resolved (what ``simulate`` reads the site's priority setup from, and
+    BOOT_TIME, which its times are read from: ``standard_times``)."""
+    return standard_times(runner).run(["scontrol", "show", "config"]).check("scontrol show config").stdout

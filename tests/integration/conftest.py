@@ -42,14 +42,32 @@ WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
 ROTATED_ENV = "SLURM_GPUPOOL_ROTATED_RELEASE"
 
 
+def picked_elsewhere(variable: str) -> str | None:
+    """Where ``$variable`` (scripts/test's draw: ``host`` or a container's series) puts a
+    rotated test, if not on this release: None when it is unset or empty, or names this one
+    (``$SLURM_GPUPOOL_CONTAINER``'s series in a container; ``host`` or the host's own series
+    on the host)."""
+    picked = os.environ.get(variable, "")
+    here = os.environ.get(CONTAINER_ENV) or "host"
+    if not picked or picked == here:
+        return None
+    if here == "host":
+        from slurm_gpupool.sandbox.tools import host_release
+
+        native = host_release()
+        if native is not None and native.series == picked:
+            return None
+    where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
+    return f"{where} ({variable}={picked}), not here ({here})"
+
+
 def rotated_away(item: pytest.Item) -> str | None:
     """Why ``item`` does not run here: marked ``one_release`` (one release a commit, in turn:
     CI's time budget) and this release is not this commit's pick.  None: it runs."""
-    here, picked = os.environ.get(CONTAINER_ENV) or "host", os.environ.get(ROTATED_ENV)
-    if item.get_closest_marker("one_release") is None or not picked or picked == here:
+    if item.get_closest_marker("one_release") is None:
         return None
-    where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
-    return f"this commit runs it on {where} ({ROTATED_ENV}={picked}), not here ({here})"
+    elsewhere = picked_elsewhere(ROTATED_ENV)
+    return None if elsewhere is None else f"this commit runs it on {elsewhere}"
 
 
 @pytest.hookimpl(tryfirst=True)

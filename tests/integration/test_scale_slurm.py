@@ -27,10 +27,9 @@ import pytest
 import yaml
 
 from slurm_gpupool.sandbox.cluster import Sandbox
-from slurm_gpupool.sandbox.container import CONTAINER_ENV
 from tests.exposition import parse, series
 
-from .conftest import TEST_PORT_BASE, TEST_ROOT, SandboxHandle
+from .conftest import TEST_PORT_BASE, TEST_ROOT, SandboxHandle, picked_elsewhere
 from .repartition_support import (
     GPUPOOL,
     assert_converged,
@@ -52,20 +51,8 @@ def rotated_here() -> None:
     """Skip unless the rotation gives the 16-node run to this release: scripts/test names it
     ``host`` or a container's series, as ``$SLURM_GPUPOOL_CONTAINER`` does (a series given by
     hand also matches the host's own)."""
-    picked = os.environ.get("SLURM_GPUPOOL_SCALE_RELEASE", "")
-    here = os.environ.get(CONTAINER_ENV) or "host"
-    if not picked or picked == here:
-        return
-    if here == "host" and picked != "host":
-        from slurm_gpupool.sandbox.tools import host_release
-
-        native = host_release()
-        if native is not None and native.series == picked:
-            return
-    where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
-    pytest.skip(
-        f"the 16-node run is on {where} (SLURM_GPUPOOL_SCALE_RELEASE={picked}), not here ({here}); unset it to run anywhere"
-    )
+    if (elsewhere := picked_elsewhere("SLURM_GPUPOOL_SCALE_RELEASE")) is not None:
+        pytest.skip(f"the 16-node run is on {elsewhere}; unset it to run anywhere")
 
 
 @pytest.fixture

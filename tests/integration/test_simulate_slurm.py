@@ -76,14 +76,21 @@ from .simulate_support import (
 pytestmark = pytest.mark.integration
 
 
-# the live run's size: 100 jobs by day, 40 by night (the kept runs, tests/fixtures/slurm/*/simulate-
-# validation*, are 150 and 60).  At 150 and 60 the run took 5 minutes of one worker on an idle
+# CI's live run's size: 100 jobs by day, 40 by night; the kept runs' (tests/fixtures/slurm/*/
+# simulate-validation*: seed 16, unset, or recorded again with SLURM_GPUPOOL_SIM_RECORD) 150 and 60.  At 150 and 60 the run took 5 minutes of one worker on an idle
 # machine (the day's queue 2.8 minutes, the night's 2) and more than 5.5 under CI's load, and its
 # 210 jobs were a third of every job CI ran on a release: a commit drawing it ended CI's run
 # 3-4 minutes after one drawing the QOS family (21.1-21.3 against 16.6-17.2 min).  The same
 # rates and mix, so the queues build as they did; a run of this size still passes more than
 # 10 backfill passes each side of the switch and more than 20 hand-overs (``handoff_s``)
 DAY_JOBS, NIGHT_JOBS = 100, 40
+KEPT_JOBS = (150, 60)
+
+
+def live_sizes() -> tuple[int, int]:
+    """(day, night) jobs: the kept runs' for their workload or a recording, else CI's."""
+    kept = not os.environ.get("SLURM_GPUPOOL_VALIDATION_SEED") or os.environ.get("SLURM_GPUPOOL_SIM_RECORD")
+    return KEPT_JOBS if kept else (DAY_JOBS, NIGHT_JOBS)
 
 
 def _phase_a(rnd: random.Random, jobs: int = DAY_JOBS) -> list[tuple[float, TraceRequest, int]]:
@@ -219,7 +226,8 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     ids: dict[str, tuple[TraceRequest, int]] = {}
     t0 = time.monotonic()
     wall0 = time.time()
-    _submit(sandbox, _phase_a(rnd), mapper, "day", t0, ids)
+    day_jobs, night_jobs = live_sizes()
+    _submit(sandbox, _phase_a(rnd, day_jobs), mapper, "day", t0, ids)
     # every day job has started (none is left waiting for a GRES the night removes): switch
     deadline = time.monotonic() + 600  # (a failure's bound: a minute or two, even on CI's load)
     while time.monotonic() < deadline:
@@ -239,7 +247,7 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     out = sorted(v["out_of_service_s"] for v in rep["nodes"].values() if v["out_of_service_s"] is not None)
     assert len(out) == len(sandbox.nodes)
     _passes_and_epilogs_logged(sandbox)  # the restarted controller's too
-    _submit(sandbox, _phase_b(rnd), mapper, "night", time.monotonic(), ids)
+    _submit(sandbox, _phase_b(rnd, night_jobs), mapper, "night", time.monotonic(), ids)
     states = wait_jobs_done(sandbox, list(ids), timeout=600)
     assert set(states.values()) == {"COMPLETED"}, {j: s for j, s in states.items() if s != "COMPLETED"}
     real = _times(sandbox, list(ids))

@@ -19,6 +19,7 @@ slurmctld's start, which the accounting does not date (``--slurmctld-started``, 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,9 @@ AGE_RUNS = sorted((ROOT / "tests" / "fixtures" / "slurm").glob("*/simulate-age-s
 
 def _age_setup(sacct: Path, tmp_path: Path) -> tuple[dict, Path, str]:
     """(the age run's record, a slurm.conf with its priority settings, slurmctld's start as
-    ``scontrol show config`` would show BOOT_TIME: the second of the decay thread's first
-    round its log dates, which fall every PriorityCalcPeriod from the start)."""
+    ``scontrol show config`` would show BOOT_TIME: the rounds fall every PriorityCalcPeriod
+    from it, so the second of the decay thread's first round its log dates, whole periods
+    back to before the run: the run's log keeps its jobs' lines, not the restart's)."""
     from datetime import UTC, datetime
 
     from tests.integration.simulate_support import Kept
@@ -135,8 +137,9 @@ def _age_setup(sacct: Path, tmp_path: Path) -> tuple[dict, Path, str]:
         f"PriorityWeightAge={pr['weight_age']}\nPriorityMaxAge={pr['max_age_s'] // 60}\n"
         f"PriorityCalcPeriod={pr['calc_period_s'] // 60}\n"
     )
-    first = rounds(Kept(sacct.parent.name, "simulate-age"), rec["since"])[0][0]
-    boot = datetime.fromtimestamp(int(first), UTC).replace(tzinfo=None).isoformat()
+    first = int(rounds(Kept(sacct.parent.name, "simulate-age"), rec["since"])[0][0])
+    first -= pr["calc_period_s"] * math.ceil((first - rec["since"]) / pr["calc_period_s"])
+    boot = datetime.fromtimestamp(first, UTC).replace(tzinfo=None).isoformat()
     return rec, conf, boot
 
 
@@ -226,3 +229,43 @@ def test_qos_priority_takes_name_equals_priority_and_says_what_is_wrong(monkeypa
     assert shown == "high 100, low 10"
     assert main(base) == 0  # none given, no tiers: one queue
     assert json.loads(capsys.readouterr().out)["context"]["parameters"]["qos priority"].startswith("none")
+
+
+def test_slurmctld_s_start_is_read_in_the_accountings_zone_and_a_later_or_unreadable_boot_is_not_used():
+    """The rounds' phase is slurmctld's start modulo PriorityCalcPeriod, the start read as
+    sacct's times are (``--tz``): with a 7-minute period, an hour's offset moves the phase
+    (3600 % 420 = 240 s).  A BOOT_TIME after the window's last submission is another start's
+    (the window's rounds were not on it), and one that is not a time is left out with a
+    note; a ``--slurmctld-started`` that is not a time is a usage error, age weight or not."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from slurm_gpupool.cli.simulate import _decay_rounds
+    from slurm_gpupool.errors import UsageError
+
+    queue = SimpleNamespace(age_weight=1000, calc_period_s=420.0, boot_time=None)
+    start = "2026-12-03T08:00:00"
+    utc_s = datetime(2026, 12, 3, 8, tzinfo=UTC).timestamp()
+    end = utc_s + 86400
+    phase, said = _decay_rounds(start, queue, "UTC", end)
+    assert phase == utc_s % 420 and "from slurmctld's start at 2026-12-03T08:00:00 (--slurmctld-started)" in said
+    paris, _ = _decay_rounds(start, queue, "Europe/Paris", end)  # 08:00 in Paris is 07:00 UTC
+    assert paris == (utc_s - 3600) % 420 and paris != phase
+    assert _decay_rounds(start + "+01:00", queue, "UTC", end)[0] == paris  # an offset given wins
+    booted = SimpleNamespace(**{**vars(queue), "boot_time": start})
+    assert _decay_rounds(None, booted, "UTC", end) == (
+        phase,
+        f"; its rounds from slurmctld's start at {start} (BOOT_TIME)",
+    )
+    phase, said = _decay_rounds(None, booted, "UTC", utc_s - 1)
+    assert phase == 0.0 and "whole periods (slurmctld's start after the window: BOOT_TIME" in said
+    phase, said = _decay_rounds(None, SimpleNamespace(**{**vars(queue), "boot_time": "Tomorrow 08:00"}), "UTC", end)
+    assert phase == 0.0 and "unreadable" in said
+    assert _decay_rounds(None, queue, "UTC", end) == (
+        0.0,
+        "; its rounds on the clock's whole periods (slurmctld's start unknown: --slurmctld-started)",
+    )
+    for weight in (1000, 0):
+        with pytest.raises(UsageError, match="--slurmctld-started yesterday"):
+            _decay_rounds("yesterday", SimpleNamespace(**{**vars(queue), "age_weight": weight}), "UTC", end)
+    assert _decay_rounds(start, SimpleNamespace(**{**vars(queue), "age_weight": 0}), "UTC", end) == (0.0, "")
