@@ -22,9 +22,10 @@ BY = ("account", "user", "partition", "gres-type", "layout", "day-night", "tier"
 FORMATS = ("table", "csv", "json", "html")
 
 
-def parse_when(text: str, now: datetime, option: str, future: bool = False) -> datetime:
-    """``2026-11-01``, ``2026-11-01T08:00`` (local time unless it has an offset), ``now``,
-    or a duration before now (``7d``, ``36h``; after now with ``future``)."""
+def parse_when(text: str, now: datetime, option: str, future: bool = False, tz: str = "local") -> datetime:
+    """``2026-11-01``, ``2026-11-01T08:00`` (in ``tz`` unless it has an offset; ``local``:
+    this machine's zone), ``now``, or a duration before now (``7d``, ``36h``; after now with
+    ``future``)."""
     from slurm_gpupool.core.policy.durations import parse_duration_s
 
     t = text.strip()
@@ -41,7 +42,11 @@ def parse_when(text: str, now: datetime, option: str, future: bool = False) -> d
             ) from None
     if not YEARS[0] <= when.year <= YEARS[1]:  # pandas' times end in 2262; 0001 has no local offset
         raise UsageError(f"{option} {text[:60]}", f"a date from {YEARS[0]} to {YEARS[1]} (accounting has no other)")
-    return (when if when.tzinfo else when.astimezone()).astimezone(UTC)
+    if when.tzinfo is None:
+        from zoneinfo import ZoneInfo
+
+        when = when.astimezone() if tz == "local" else when.replace(tzinfo=ZoneInfo(tz))
+    return when.astimezone(UTC)
 
 
 YEARS = (1970, 2200)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Collection
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,12 +22,16 @@ from slurm_gpupool.cli.report import (
     _common,
     _load,
     _write,
+    parse_when,
     release_for,
     site_priority,
     slurm_config_option,
     slurm_release_option,
 )
 from slurm_gpupool.errors import UsageError
+
+if TYPE_CHECKING:  # the simulator's modules load only when a replay runs
+    from slurm_gpupool.simulate.site_priority import QueueSetup
 
 # simulate.willrun.RULES, spelled out: the CLI imports no simulator module until it runs one
 WILL_RUN_RULES = ("exact", "batch", "batch-nodes")
@@ -385,7 +389,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     _write(ended, output, str(output), atomic=False)
 
 
-def _decay_rounds(started: str | None, queue: Any, tz: str, window_end_s: float) -> tuple[float, str]:
+def _decay_rounds(started: str | None, queue: QueueSetup, tz: str, window_end_s: float) -> tuple[float, str]:
     """(``Params.priority_calc_phase_s``, what the report says of it) for the age factor:
     slurmctld's decay thread recomputes priorities every PriorityCalcPeriod from its start
     (``_decay_thread``), so that start sets the rounds' phase: ``--slurmctld-started`` (a
@@ -393,42 +397,26 @@ def _decay_rounds(started: str | None, queue: Any, tz: str, window_end_s: float)
     if unreadable, or if slurmctld started after the replayed window's last submission
     ``window_end_s``: the window's rounds were another start's); unknown, the clock's whole
     periods.  A time without an offset is read in ``--tz``, as sacct's are."""
-    given = _start_time(started, tz, "--slurmctld-started") if started else None
+    now = datetime.now(UTC)
+    given = parse_when(started, now, "--slurmctld-started", tz=tz).timestamp() if started else None
     if not queue.age_weight:
         return 0.0, ""
-    unknown = "; its rounds on the clock's whole periods (slurmctld's start unknown: --slurmctld-started)"
     if given is not None:
         return given % queue.calc_period_s, f"; its rounds from slurmctld's start at {started} (--slurmctld-started)"
+    whole = "; its rounds on the clock's whole periods"
     if not queue.boot_time:
-        return 0.0, unknown
+        return 0.0, f"{whole} (slurmctld's start unknown: --slurmctld-started)"
     try:
-        boot = _start_time(queue.boot_time, tz, "BOOT_TIME")
+        boot = parse_when(queue.boot_time, now, "BOOT_TIME", tz=tz).timestamp()
     except UsageError:
-        return 0.0, f"; its rounds on the clock's whole periods (BOOT_TIME {queue.boot_time[:40]!r} unreadable)"
+        return 0.0, f"{whole} (BOOT_TIME {queue.boot_time[:40]!r} unreadable)"
     if boot > window_end_s:
-        return 0.0, unknown.replace("unknown", f"after the window: BOOT_TIME {queue.boot_time}")
+        return 0.0, f"{whole} (slurmctld's start after the window: BOOT_TIME {queue.boot_time}: --slurmctld-started)"
     return boot % queue.calc_period_s, f"; its rounds from slurmctld's start at {queue.boot_time} (BOOT_TIME)"
-
-
-def _start_time(text: str, tz: str, option: str) -> float:
-    """``text`` (ISO 8601, as ``scontrol show config`` prints BOOT_TIME) as epoch seconds; a
-    time without an offset in ``tz`` (``local``: this machine's zone)."""
-    from datetime import datetime
-    from zoneinfo import ZoneInfo
-
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{option} {text[:60]}", "not a time (e.g. 2026-12-03T06:45:59)") from None
-    if when.tzinfo is None:
-        when = when.astimezone() if tz == "local" else when.replace(tzinfo=ZoneInfo(tz))
-    return when.timestamp()
 
 
 def _check_date(text: str, option: str) -> None:
     """A trace date (``2017-10-02``, ``2017-10-02T08:00``): a clear usage error, not pandas'."""
-    from datetime import datetime
-
     try:
         datetime.fromisoformat(text)
     except ValueError:

@@ -77,12 +77,13 @@ pytestmark = pytest.mark.integration
 
 
 # CI's live run's size: 100 jobs by day, 40 by night; the kept runs' (tests/fixtures/slurm/*/
-# simulate-validation*: seed 16, unset, or recorded again with SLURM_GPUPOOL_SIM_RECORD) 150 and 60.  At 150 and 60 the run took 5 minutes of one worker on an idle
-# machine (the day's queue 2.8 minutes, the night's 2) and more than 5.5 under CI's load, and its
-# 210 jobs were a third of every job CI ran on a release: a commit drawing it ended CI's run
-# 3-4 minutes after one drawing the QOS family (21.1-21.3 against 16.6-17.2 min).  The same
-# rates and mix, so the queues build as they did; a run of this size still passes more than
-# 10 backfill passes each side of the switch and more than 20 hand-overs (``handoff_s``)
+# simulate-validation*: seed 16, unset, or recorded again with SLURM_GPUPOOL_SIM_RECORD) 150
+# and 60.  At 150 and 60 the run took 5 minutes of one worker on an idle machine (the day's
+# queue 2.8 minutes, the night's 2) and more than 5.5 under CI's load, and its 210 jobs were a
+# third of every job CI ran on a release: a commit drawing it ended CI's run 3-4 minutes after
+# one drawing the QOS family (21.1-21.3 against 16.6-17.2 min).  The same rates and mix, so the
+# queues build as they did; a run of this size still passes more than 10 backfill passes each
+# side of the switch and more than 20 hand-overs (``handoff_s``)
 DAY_JOBS, NIGHT_JOBS = 100, 40
 KEPT_JOBS = (150, 60)
 
@@ -93,7 +94,7 @@ def live_sizes() -> tuple[int, int]:
     return KEPT_JOBS if kept else (DAY_JOBS, NIGHT_JOBS)
 
 
-def _phase_a(rnd: random.Random, jobs: int = DAY_JOBS) -> list[tuple[float, TraceRequest, int]]:
+def _phase_a(rnd: random.Random, jobs: int) -> list[tuple[float, TraceRequest, int]]:
     """(offset s, request, sleep s) by day: mostly fractions of a GPU, some whole A100s."""
     out, t = [], 0.0
     for _ in range(jobs):
@@ -107,7 +108,7 @@ def _phase_a(rnd: random.Random, jobs: int = DAY_JOBS) -> list[tuple[float, Trac
     return out
 
 
-def _phase_b(rnd: random.Random, jobs: int = NIGHT_JOBS) -> list[tuple[float, TraceRequest, int]]:
+def _phase_b(rnd: random.Random, jobs: int) -> list[tuple[float, TraceRequest, int]]:
     """By night: whole GPUs of each model, up to a whole node."""
     models = (("A100-SXM4-40GB", 8), ("H100-SXM5-80GB", 8), ("A30", 4), ("V100-SXM2-32GB", 8))
     out, t = [], 0.0
