@@ -270,20 +270,23 @@ def site_priority(path: Path | None, live: bool = False) -> Any:
     ``Include`` files read in their place, relative names from the main file's directory, as
     slurmctld reads slurm.conf (``get_extra_conf_path``).  Not given: with live accounting
     (``--since``, sacct), the controller's own (``scontrol show config``), else None (as also
-    when Slurm does not answer: the report then says what it assumed)."""
+    when Slurm does not answer: the report then says what it assumed), its partitions'
+    priority settings from ``scontrol -o show partition``."""
     from slurm_gpupool.simulate import site_priority as sp
 
     if path is None:
         if not live:
             return None
         from slurm_gpupool.errors import SlurmUnavailableError
-        from slurm_gpupool.slurm.runner import SlurmRunner, show_config
+        from slurm_gpupool.slurm.runner import SlurmRunner, show_config, show_partitions
 
         try:
-            shown = show_config(SlurmRunner())
+            runner = SlurmRunner()
+            shown, parts = show_config(runner), show_partitions(runner)
         except SlurmUnavailableError:
             return None
-        return sp.site_priority(sp.entries(shown, "scontrol show config"), "scontrol show config")
+        found = [*sp.entries(shown, "scontrol show config"), *sp.entries(parts, "scontrol show partition")]
+        return sp.site_priority(found, "scontrol show config")
     return sp.site_priority(_conf_entries(path, path.parent, ()), str(path))
 
 
@@ -412,6 +415,8 @@ def _site_settings(pending: Any, app: AppContext) -> Any:
         priority_weight_age=queue.age_weight,
         priority_max_age_s=queue.max_age_s,
         priority_calc_period_s=queue.calc_period_s,
+        partition_priority=queue.partitions,
+        priority_weight_partition=queue.partition_weight,
         priority_notes=(f"priority: {queue.described}", *queue.notes),
     )
 

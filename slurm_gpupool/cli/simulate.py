@@ -336,6 +336,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 priority_weight_age=queue.age_weight,
                 priority_max_age_s=queue.max_age_s,
                 priority_calc_period_s=queue.calc_period_s,
+                partition_priority=queue.partitions,
+                priority_weight_partition=queue.partition_weight,
                 priority_calc_phase_s=calc_phase_s,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),

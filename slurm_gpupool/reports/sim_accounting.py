@@ -55,6 +55,7 @@ def accounting_jobs(
                 req,
                 str(getattr(row, "account", "")),
                 qos=_qos(getattr(row, "qos", "")),
+                partition=_text(getattr(row, "partition", "")),
             )
         )
     out.sort(key=lambda j: (j.submit_s, j.job_id))
@@ -83,8 +84,12 @@ def accounting_passes(data: Data, epoch: datetime, bf_interval_s: float) -> tupl
 
 def _qos(value: object) -> str:
     """A job's QOS as sacct printed it; none recorded: Slurm's default QOS, normal."""
-    text = "" if value is None or value != value else str(value).strip()
-    return text or "normal"
+    return _text(value) or "normal"
+
+
+def _text(value: object) -> str:
+    """A text field as sacct printed it ("" for none: a missing value is NaN here)."""
+    return "" if value is None or value != value else str(value).strip()
 
 
 def _request(g: pd.DataFrame) -> TraceRequest | None:

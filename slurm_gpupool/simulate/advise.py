@@ -76,6 +76,9 @@ class Settings:
     priority_weight_age: int = 0
     priority_max_age_s: float = 7 * 86400.0
     priority_calc_period_s: float = 300.0
+    # the partitions' (name, PriorityJobFactor, PriorityTier) and PriorityWeightPartition (``priority``)
+    partition_priority: tuple[tuple[str, int, int], ...] = ()
+    priority_weight_partition: int = 0
     priority_notes: tuple[str, ...] = ()  # what the report says about that (site_priority.notes)
 
 
@@ -265,6 +268,8 @@ class _Run:
             priority_weight_age=self.settings.priority_weight_age,
             priority_max_age_s=self.settings.priority_max_age_s,
             priority_calc_period_s=self.settings.priority_calc_period_s,
+            partition_priority=self.settings.partition_priority,
+            priority_weight_partition=self.settings.priority_weight_partition,
             clock_origin_s=self.epoch.timestamp(),
         )
         res = Engine(p.pool, sw, params).run(jobs)

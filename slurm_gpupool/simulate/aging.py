@@ -11,10 +11,12 @@ priority at submission counts no age (its accrue time is that second: ``job_allo
 (``time_t``) from the accrue time to the round's start.
 
 The replay does the same: each job's rank is ``-priority * (jobs + 1)`` plus its place in
-submission order (then job id), so ranks order the queue as ``sort_job_queue2`` does
-(priority, then submission, then job id) exactly, in floats (below 2**53 for any uint32
-priority and a million jobs); a ``PRIO`` event at each round recomputes the queued jobs'
-ranks and re-sorts the queue.  Without an age weight nothing here runs.
+submission order (then job id), less its partition tier's offset, so ranks order the queue as
+``sort_job_queue2`` does (tier, then priority, then submission, then job id) exactly, in
+floats (below 2**53 while the weights' sum times the jobs times the tiers is: weights of
+10,000s and a million jobs leave room for thousands of tiers); a ``PRIO`` event at each round
+recomputes the queued jobs' ranks and re-sorts the queue.  Without an age weight nothing here
+runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 
 from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.jobs import SimJob
-from slurm_gpupool.simulate.priority import multifactor, qos_part
+from slurm_gpupool.simulate.priority import multifactor, static_parts, tiers
 from slurm_gpupool.simulate.replay import PRIO
 
 
@@ -40,9 +42,13 @@ class Aging(NodeIndex):
         self.accrue, self.prio_due = {}, False
         if not self.aging:
             return None
-        table = dict(p.qos_priority)
-        parts = {q: qos_part(q, table, p.priority_weight_qos) for q in {j.qos for j in jobs}}
-        self.qos_parts = [parts[j.qos] for j in jobs]
+        self.static_parts = static_parts(jobs, p)
+        # a higher tier before any priority: its distinct tiers' places, each above the
+        # highest priority the weights give (every factor at 1), in this module's scale
+        tier = tiers(jobs, p)
+        places = {t: k for k, t in enumerate(sorted(set(tier)))}
+        top = (p.priority_weight_age + p.priority_weight_qos + p.priority_weight_partition + 2) * (len(jobs) + 1)
+        self.tier_offset = [-float(places[t] * top) for t in tier]
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, jobs[i].job_id, i))
         self.sub_order = [0.0] * len(jobs)
         for place, i in enumerate(order):
@@ -52,11 +58,11 @@ class Aging(NodeIndex):
 
     def _ageless(self, i: int) -> int:
         """Job ``i``'s priority with no age: at its submission, or requeued."""
-        return multifactor(self.qos_parts[i], 0, 0, 1.0)
+        return multifactor(self.static_parts[i], 0, 0, 1.0)
 
     def _aged_rank(self, i: int, priority: int) -> float:
         """Job ``i``'s place in the queue at this priority (the module's scale)."""
-        return -float(priority) * (len(self.jobs) + 1) + self.sub_order[i]
+        return self.tier_offset[i] - float(priority) * (len(self.jobs) + 1) + self.sub_order[i]
 
     def _second(self) -> int:
         """The clock's epoch second now (``time(NULL)``)."""
@@ -96,7 +102,7 @@ class Aging(NodeIndex):
         p, now = self.p, self._second()
         for i in self.queued:
             age = now - self.accrue.get(i, now)
-            prio = multifactor(self.qos_parts[i], age, p.priority_weight_age, p.priority_max_age_s)
+            prio = multifactor(self.static_parts[i], age, p.priority_weight_age, p.priority_max_age_s)
             self.rank[i] = self._aged_rank(i, prio)
         self.queue[:] = sorted((self.rank[i], jid, i, need, limit) for _, jid, i, need, limit in self.queue)
         self.changed = True  # (``last_job_update``: a backfill pass is due)

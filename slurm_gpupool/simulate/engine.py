@@ -43,7 +43,7 @@ from slurm_gpupool.simulate.jobs import CIRCULAR, SimJob, circular, dependencies
 from slurm_gpupool.simulate.meter import Meter
 from slurm_gpupool.simulate.pool import PoolSpec
 from slurm_gpupool.simulate.preempt import rules_of
-from slurm_gpupool.simulate.priority import priorities, queue_ranks
+from slurm_gpupool.simulate.priority import priorities, queue_ranks, static_parts, tiers
 from slurm_gpupool.simulate.records import SimNode as _Node
 from slurm_gpupool.simulate.records import take as _take
 from slurm_gpupool.simulate.records import timeline as _timeline
@@ -157,17 +157,22 @@ class Engine(Switching, Backfill):
         p, sw = self.p, self.sw
         self.jobs = jobs
         self.recs = [
-            JobRecord(j.job_id, j.submit_s, j.submit_s, account=j.account, requested_eq=j.request.gpu_eq) for j in jobs
+            JobRecord(
+                j.job_id,
+                j.submit_s,
+                j.submit_s,
+                account=j.account,
+                partition=j.partition,
+                requested_eq=j.request.gpu_eq,
+            )
+            for j in jobs
         ]
         aged = self._aging_begin(jobs)
-        self.rank = (
-            aged
-            if aged is not None
-            else [float(r) for r in queue_ranks(jobs, dict(p.qos_priority), p.priority_weight_qos)]
-        )
+        self.rank = aged if aged is not None else [float(r) for r in queue_ranks(jobs, p)]
         self.rules = rules_of(p.qos_preempt, p.qos_preempt_mode, p.qos_grace_s, p.qos_priority, p.preempt_mode)
         self.preempting = self.rules.enabled
-        self.priority_of = priorities(jobs, dict(p.qos_priority), p.priority_weight_qos) if self.preempting else []
+        self.priority_of = priorities(static_parts(jobs, p)) if self.preempting else []
+        self.tier_of = tiers(jobs, p) if self.preempting else []
         self.preempt_busy, self.graced, self.dying = {}, {}, set()
         self.order_keys, self.order_ranks = [], []
         self.ends = []

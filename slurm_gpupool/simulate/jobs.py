@@ -31,6 +31,7 @@ class SimJob:
     model: str | None = None  # a catalog model the job insists on (a typed whole-GPU request); None: any
     requeue: bool = True  # Slurm's --requeue (the repartitioner's --requeue may requeue it)
     qos: str = "normal"  # its QOS (--qos): its priority orders the queue (``priority``)
+    partition: str = ""  # its partition (-p): its PriorityJobFactor and PriorityTier (``priority``); "": none named
     nodes: tuple[str, ...] = ()  # the only nodes it may run on (a running job replayed where it runs); (): any
     # when its user cancelled it (``scancel``), s from the start of the replay: it leaves the
     # queue then if still pending (and ends then if running); None: never

@@ -71,6 +71,9 @@ def summarise(res: Result) -> dict[str, Any]:
     kinds = sorted({j.kind for j in started})
     held = sum(j.eq for j in started)
     asked = sum(j.requested_eq for j in started)
+    # each partition's waits, where the jobs name their partitions (a site's accounting)
+    partitions = sorted({j.partition for j in started if j.partition})
+    by_partition = {p: distribution([j.wait_s for j in started if j.partition == p]) for p in partitions}
     return {
         "policy": res.policy,
         "jobs": len(res.jobs),
@@ -89,6 +92,7 @@ def summarise(res: Result) -> dict[str, Any]:
         "by_period": dict(sorted(by_period.items())),
         "wait_s": distribution([j.wait_s for j in started]),
         "wait_s_by_kind": {k: distribution([j.wait_s for j in started if j.kind == k]) for k in kinds},
+        **({"wait_s_by_partition": by_partition} if by_partition else {}),
         "completion_s": distribution([j.end_s - j.submit_s for j in finished]),
         "waited_for_later_layout": sum(1 for j in started if j.eligible_s > j.submit_s),
         "idle_fraction": sum(s[2] for s in samples) / weight if weight else math.nan,

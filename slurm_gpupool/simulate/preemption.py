@@ -33,7 +33,7 @@ class Preemption(Scheduler):
     preempt_busy: dict[int, float]  # a preemptor -> until when it preempts nothing more
     graced: dict[int, float]  # a preempted job in its grace time -> when it is ended
     dying: set[int]  # preempted jobs ended, their records not yet free
-    order_keys: list[tuple[int, float, int]]  # (-priority, submit, job id) of the queue, sorted
+    order_keys: list[tuple[int, int, float, int]]  # (-tier, -priority, submit, job id) of the queue, sorted
     order_ranks: list[float]  # the rank of each, in the same order
 
     def _preempt_for(self, i: int, all_gone: bool = False, blocked: Container[int] = ()) -> Chosen | None:
@@ -163,8 +163,8 @@ class Preemption(Scheduler):
         self.order_ranks.insert(k, rank)
         return rank
 
-    def _order_key(self, i: int, submit_s: float) -> tuple[int, float, int]:
-        return (-self.priority_of[i], submit_s, self.jobs[i].job_id)
+    def _order_key(self, i: int, submit_s: float) -> tuple[int, int, float, int]:
+        return (-self.tier_of[i], -self.priority_of[i], submit_s, self.jobs[i].job_id)
 
     def _eligible(self, j: int) -> None:
         """A requeued job's begin time has come: it queues again."""

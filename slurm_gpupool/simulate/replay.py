@@ -78,13 +78,15 @@ class ReplayState:
     overdue: bool  # this backfill pass found running jobs past their end_time (``_plan_overdue``)
     preempting: bool  # some QOS preempts another (``preemption``)
     priority_of: list[int]  # each job's priority (with preemption only: a requeued job's new place)
-    rank: list[float]  # each job's place in Slurm's queue order (QOS priority, submission, job id)
+    tier_of: list[int]  # each job's partition's PriorityTier (with preemption only, likewise)
+    rank: list[float]  # each job's place in Slurm's queue order (tier, priority, submission, job id)
     # the age factor (``aging``; with ``Params.priority_weight_age`` only): each queued job's
-    # accrue time (epoch second), its QOS part, its place in submission order (and those
+    # accrue time (epoch second), its static parts and tier's offset, its place in submission order (and those
     # places' keys, sorted), whether a round of the decay thread is in the queue
     aging: bool
     accrue: dict[int, int]
-    qos_parts: list[float]
+    static_parts: list[float]
+    tier_offset: list[float]
     sub_order: list[float]
     sub_keys: list[tuple[float, int]]
     prio_due: bool

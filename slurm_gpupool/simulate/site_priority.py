@@ -10,11 +10,15 @@ measured.  A site's own slurm.conf may say otherwise, and the replay must not hi
 * ``PriorityWeightQOS`` scales the QOS factor; 0 leaves it out, as basic does.
 * The age factor (``PriorityWeightAge``, over ``PriorityMaxAge``, recomputed each
   ``PriorityCalcPeriod``) is replayed (``aging``): ``QueueSetup`` carries the three.
-* The fair-share, job size, partition, association and TRES factors, a site factor plugin,
-  and partitions of different ``PriorityTier`` reorder the queue as users consume
-  (``priority_multifactor.c``, ``_get_priority_internal``; ``sort_job_queue2``).  The replay
-  does not model them: ``unreplayed`` names each one the site sets, so a report can say so
-  beside its figures (docs/simulate.md, "What the other priority factors would take").
+* The partition factor (``PriorityWeightPartition`` times a partition's ``PriorityJobFactor``
+  over the highest) and the partitions' ``PriorityTier`` (which order the queue before any
+  priority, ``sort_job_queue2``) are replayed (``priority``): ``partitions`` carries each
+  partition's two, from its ``PartitionName`` line (after ``PartitionName=DEFAULT``'s, and
+  ``Priority=``, which sets both) or from ``scontrol -o show partition``.
+* The fair-share, job size, association and TRES factors and a site factor plugin reorder
+  the queue as users consume (``priority_multifactor.c``, ``_get_priority_internal``).  The
+  replay does not model them: ``unreplayed`` names each one the site sets, so a report can
+  say so beside its figures (docs/simulate.md, "What the other priority factors would take").
 
 The lines are read as slurmctld reads them (``parse_config.c``): ``Key=Value`` pairs, several
 to a line, keys case-insensitive, spaces allowed around ``=`` (``scontrol show config``'s
@@ -49,7 +53,11 @@ TYPE_KEY = "PriorityType"
 AGE_KEY, MAX_AGE_KEY, CALC_KEY = "PriorityWeightAge", "PriorityMaxAge", "PriorityCalcPeriod"
 # `scontrol show config` only: when slurmctld started, which its decay thread's rounds follow
 BOOT_KEY = "BOOT_TIME"
-MODELLED = {AGE_KEY}  # the factors the replay weighs besides the QOS factor (``aging``)
+PART_KEY = "PriorityWeightPartition"
+MODELLED = {AGE_KEY, PART_KEY}  # the factors the replay weighs besides the QOS factor (``aging``, ``priority``)
+# a PartitionName line's keys the replay reads (``read_config.c``: uint16; ``Priority`` sets both)
+PART_FIELDS = {k.lower(): k for k in ("PriorityJobFactor", "PriorityTier", "Priority")}
+UINT16 = 0xFFFF
 WEIGHTS = (QOS_KEY, *(k for k, _ in FACTORS))
 KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, MAX_AGE_KEY, CALC_KEY, BOOT_KEY, *WEIGHTS)}
 MAX_AGE_S, CALC_PERIOD_S = 604800, 300  # their defaults (DEFAULT_PRIORITY_DECAY, ..._CALC_PERIOD)
@@ -81,7 +89,8 @@ class SitePriority:
     weights: tuple[tuple[str, int], ...] = ()  # slurm.conf key -> weight, the keys set
     tres: str | None = None  # PriorityWeightTRES, e.g. "GRES/gpu=1000"
     site_factor: str | None = None  # PrioritySiteFactorPlugin
-    tiers: tuple[int, ...] = ()  # the partitions' PriorityTier values, each once
+    # each partition's (name, PriorityJobFactor, PriorityTier), in the order defined
+    partitions: tuple[tuple[str, int, int], ...] = ()
     max_age_s: int = MAX_AGE_S  # PriorityMaxAge, in seconds as slurmctld keeps it
     calc_period_s: int = CALC_PERIOD_S  # PriorityCalcPeriod, likewise
     boot_time: str | None = None  # BOOT_TIME as `scontrol show config` shows it (local time)
@@ -101,6 +110,15 @@ class SitePriority:
     def weight(self, key: str) -> int:
         return dict(self.weights).get(key, 0)
 
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        """The partitions' PriorityTier values, each once."""
+        return tuple(sorted({t for _, _, t in self.partitions}))
+
+    def partition_weight(self, release: str) -> int:
+        """``PriorityWeightPartition`` as the queue feels it (0 under basic)."""
+        return self.weight(PART_KEY) if self.type_for(release) == MULTIFACTOR else 0
+
     def qos_weight(self, release: str) -> int:
         """``PriorityWeightQOS`` as the queue feels it: 0 under basic, which ignores every factor."""
         return self.weight(QOS_KEY) if self.type_for(release) == MULTIFACTOR else 0
@@ -112,9 +130,7 @@ class SitePriority:
     def unreplayed(self, release: str) -> list[str]:
         """Each thing the site sets that reorders its queue and the replay leaves out, as
         ``fair-share (PriorityWeightFairshare=1000)``."""
-        out = []
-        if len(self.tiers) > 1:  # sort_job_queue2 orders by the partition's tier first, any PriorityType
-            out.append(f"partition tiers (PriorityTier={','.join(map(str, self.tiers))})")
+        out: list[str] = []
         if self.type_for(release) != MULTIFACTOR:
             return out
         out += [
@@ -134,7 +150,9 @@ class SitePriority:
         given = "" if self.type is not None else f" (Slurm {release}'s default)"
         nothing = "" if self.found else "; no priority setting in it"
         if kind != MULTIFACTOR:
-            return f"{kind}{given}: submission order, QOS priorities not weighed ({self.source}{nothing})"
+            return (
+                f"{kind}{given}: submission order{self._tiered()}, QOS priorities not weighed ({self.source}{nothing})"
+            )
         left = self.unreplayed(release)
         unmodelled = f"; not replayed: {', '.join(left)}" if left else ""
         age = ""
@@ -143,7 +161,18 @@ class SitePriority:
                 f", age weight {self.age_weight(release)} (full at {format_duration(self.max_age_s)}, "
                 f"recomputed every {format_duration(self.calc_period_s)})"
             )
-        return f"{kind}{given}, QOS weight {self.weight(QOS_KEY)}{age}{unmodelled} ({self.source}{nothing})"
+        part = ""
+        if self.partition_weight(release):
+            factors = ", ".join(f"{n} {f}" for n, f, _ in self.partitions) or "none defined"
+            part = f", partition weight {self.partition_weight(release)} (PriorityJobFactor: {factors})"
+        weights = f"QOS weight {self.weight(QOS_KEY)}{age}{part}{self._tiered()}"
+        return f"{kind}{given}, {weights}{unmodelled} ({self.source}{nothing})"
+
+    def _tiered(self) -> str:
+        """The partitions' tiers where they differ (they order the queue, any PriorityType)."""
+        if len(self.tiers) < 2:
+            return ""
+        return ", partition tiers " + ", ".join(f"{n} {t}" for n, _, t in self.partitions)
 
 
 def _tres_weighs(text: str) -> bool:
@@ -164,9 +193,10 @@ def _uncommented(line: str) -> str:
 
 
 def entries(text: str, source: str) -> list[Entry]:
-    """The priority settings, partitions' ``PriorityTier`` and ``Include`` lines of a slurm.conf
-    or of ``scontrol show config`` output, in order (``key`` ``Include``: a file to read in
-    its place; ``PriorityTier`` from a ``PartitionName`` line)."""
+    """The priority settings, partitions and ``Include`` lines of a slurm.conf, of ``scontrol
+    show config`` or of ``scontrol -o show partition`` output, in order (``key`` ``Include``:
+    a file to read in its place; a ``PartitionName`` line gives its name's entry, then its
+    ``PriorityJobFactor``, ``PriorityTier`` and ``Priority``)."""
     out = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = _uncommented(raw).strip()
@@ -181,9 +211,11 @@ def entries(text: str, source: str) -> list[Entry]:
             pairs.append((m.group(1), m.group(3) if m.group(3) is not None else m.group(4)))
             line = line[m.end() :]
         partition = bool(pairs) and pairs[0][0].lower() == "partitionname"
+        if partition:
+            out.append(Entry("PartitionName", pairs[0][1], source, number))
         for key, value in pairs:
-            if partition and key.lower() == "prioritytier":
-                out.append(Entry("PriorityTier", value, source, number))
+            if partition and key.lower() in PART_FIELDS:
+                out.append(Entry(PART_FIELDS[key.lower()], value, source, number))
             elif not partition and key.lower() in KEYS:
                 out.append(Entry(KEYS[key.lower()], value, source, number))
     return out
@@ -223,13 +255,10 @@ def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
     """The setup the entries (read in order, includes in their place) leave: the last setting
     of each key wins; a weight slurmctld would refuse is a UsageError naming its file and line."""
     last: dict[str, Entry] = {}
-    tiers: set[int] = set()
+    parts = _Partitions()
     for e in found:
-        if e.key == "PriorityTier":
-            tier = slurm_uint32(e.value)
-            if tier is None:
-                raise UsageError(f"{e.source}, line {e.line}", f"PriorityTier={e.value}: not a number")
-            tiers.add(tier)
+        if e.key == "PartitionName" or e.key in PART_FIELDS.values():
+            parts.take(e)
         elif e.key != "Include":
             last[e.key] = e
     weights = []
@@ -261,11 +290,44 @@ def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
         tuple(sorted(weights)),
         text(TRES_KEY),
         text(SITE_KEY),
-        tuple(sorted(tiers)),
+        parts.settings(),
         seconds(MAX_AGE_KEY, MAX_AGE_S, 0),
         seconds(CALC_KEY, CALC_PERIOD_S, 1),
         text(BOOT_KEY),
     )
+
+
+class _Partitions:
+    """The partitions' ``PriorityJobFactor`` and ``PriorityTier`` as ``read_config.c`` leaves
+    them: a line's own value, else the ``PartitionName=DEFAULT`` lines' before it, else 1
+    (``_init_conf_part``); ``Priority`` (its own, else the defaults') sets both over them."""
+
+    def __init__(self) -> None:
+        self.defaults: dict[str, int] = {}
+        self.lines: dict[str, tuple[dict[str, int], dict[str, int]]] = {}  # name -> (its values, defaults then)
+        self.current: dict[str, int] = {}
+
+    def take(self, e: Entry) -> None:
+        if e.key == "PartitionName":
+            if e.value.upper() == "DEFAULT":
+                self.current = self.defaults
+            else:
+                self.current = {}
+                self.lines.pop(e.value, None)  # a later line of the same name replaces it
+                self.lines[e.value] = (self.current, dict(self.defaults))
+            return
+        value = slurm_uint32(e.value)
+        if value is None or value > UINT16:
+            raise UsageError(f"{e.source}, line {e.line}", f"{e.key}={e.value}: not a number (0 to {UINT16})")
+        self.current[e.key] = value
+
+    def settings(self) -> tuple[tuple[str, int, int], ...]:
+        out = []
+        for name, (own, dflt) in self.lines.items():
+            factor, tier = (own.get(k, dflt.get(k, 1)) for k in ("PriorityJobFactor", "PriorityTier"))
+            both = own.get("Priority", dflt.get("Priority"))
+            out.append((name, factor, tier) if both is None else (name, both, both))
+        return tuple(out)
 
 
 ASSUMED = "priority/multifactor, QOS weight 10000, no other factor (assumed: no --slurm-config)"
@@ -282,6 +344,8 @@ class QueueSetup:
     max_age_s: float = float(MAX_AGE_S)  # Params.priority_max_age_s
     calc_period_s: float = float(CALC_PERIOD_S)  # Params.priority_calc_period_s
     boot_time: str | None = None  # slurmctld's start, as `scontrol show config` showed it
+    partitions: tuple[tuple[str, int, int], ...] = ()  # Params.partition_priority
+    partition_weight: int = 0  # Params.priority_weight_partition
 
 
 def queue_setup(site: SitePriority | None, release: str, preempting: bool, assumed_weight: int) -> QueueSetup:
@@ -297,6 +361,8 @@ def queue_setup(site: SitePriority | None, release: str, preempting: bool, assum
         float(site.max_age_s),
         float(site.calc_period_s),
         site.boot_time,
+        site.partitions,
+        site.partition_weight(release),
     )
 
 
@@ -318,6 +384,11 @@ def notes(site: SitePriority | None, release: str, preempting: bool) -> list[str
             f"The site's queue is also ordered by {', '.join(left)}, which the replay does not model: its "
             "waits are those of submission order within each QOS priority, and the measured error does not "
             "cover that difference (docs/simulate.md)."
+        )
+    if preempting and len(site.tiers) > 1:
+        out.append(
+            "With QOS preemption Slurm queues a job whose QOS preempts another's before comparing the partitions' "
+            "PriorityTier (sort_job_queue2); the replay compares the tiers first: not modelled."
         )
     if preempting and site.qos_weight(release) == 0:
         out.append(

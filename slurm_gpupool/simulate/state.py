@@ -61,6 +61,11 @@ class Params:
     priority_max_age_s: float = 7 * 86400.0  # PriorityMaxAge (7-0)
     priority_calc_period_s: float = 300.0  # PriorityCalcPeriod (5 minutes)
     priority_calc_phase_s: float = 0.0
+    # the partition factor and tiers (``priority``): each partition's (name, PriorityJobFactor,
+    # PriorityTier); PriorityWeightPartition (0, the sandbox's: not weighed).  The tiers order
+    # the queue whatever the weight; a job's partition not named here weighs 0, tier 1
+    partition_priority: tuple[tuple[str, int, int], ...] = ()
+    priority_weight_partition: int = 0
     # preempt/qos (``preempt``): QOS -> the QOS it preempts (Preempt=); QOS -> its PreemptMode
     # (requeue | cancel | off; a QOS not listed: ``preempt_mode``, slurm.conf's); QOS -> GraceTime
     qos_preempt: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -187,6 +192,7 @@ class JobRecord:
     eq: float = 0.0  # GPU-equivalents held
     requested_eq: float = 0.0  # GPU-equivalents asked for
     account: str = ""
+    partition: str = ""  # the partition it was submitted to ("": none named)
     requeues: int = 0
     preemptions: int = 0  # times preempted (QOS preemption; requeued or ended)
     preempted_by: int = -1  # the job it was last preempted for

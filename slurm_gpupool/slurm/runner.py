@@ -100,3 +100,9 @@ def show_config(runner: SlurmRunner) -> str:
     ``Include`` files resolved (what ``simulate`` reads the site's priority setup from, and
     BOOT_TIME, which its times are read from: ``standard_times``)."""
     return standard_times(runner).run(["scontrol", "show", "config"]).check("scontrol show config").stdout
+
+
+def show_partitions(runner: SlurmRunner) -> str:
+    """``scontrol -o show partition``: one line per partition, ``PriorityJobFactor`` and
+    ``PriorityTier`` among its keys (what ``simulate`` orders a live replay's queue by)."""
+    return runner.run(["scontrol", "-o", "show", "partition"]).check("scontrol show partition").stdout

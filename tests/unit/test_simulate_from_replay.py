@@ -172,6 +172,50 @@ def test_simulate_from_replays_the_age_factor_given_the_sites_slurm_conf_and_its
     assert not within, (med_r, run["wait_s"]["p50"])
 
 
+PARTITION_RUNS = sorted((ROOT / "tests" / "fixtures" / "slurm").glob("*/simulate-partition*-sacct.txt"))
+
+
+@pytest.mark.parametrize("sacct", PARTITION_RUNS, ids=_label)
+def test_simulate_from_replays_the_partitions_given_the_sites_slurm_conf(sacct, tmp_path, monkeypatch, capsys):
+    """The partition family's accounting (``urgent``: PriorityJobFactor 4, ``express``:
+    PriorityTier 2, PriorityWeightPartition 10000) replayed with the site's slurm.conf: the
+    jobs' partitions come from sacct's Partition, the partitions' settings from their
+    PartitionName lines.  Utilisation and each kind's median within the tolerances, as every
+    run above, and each partition's median wait too (``wait_s_by_partition``).  Without the
+    slurm.conf the express tier's jobs queue behind the others and its median misses."""
+    rec = json.loads(sacct.with_name(sacct.name.replace("-sacct.txt", ".json")).read_text())
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "PriorityType=priority/multifactor\nPriorityWeightQOS=10000\n"
+        f"PriorityWeightPartition={rec['priority']['weight_partition']}\n"
+        + "".join(
+            f"PartitionName={n} Nodes=ALL PriorityJobFactor={f} PriorityTier={t}\n"
+            for n, (f, t) in rec["partitions"].items()
+        )
+    )
+    real = {
+        p: sorted(v[1] - v[0] for j, v in rec["real"].items() if rec["partition"][j] == p) for p in rec["partitions"]
+    }
+
+    def within(run: dict) -> dict[str, bool]:
+        return {
+            p: abs(run["wait_s_by_partition"][p]["p50"] - percentile(w, 50))
+            <= max(WAIT_REL * percentile(w, 50), WAIT_ABS)
+            for p, w in real.items()
+        }
+
+    run = _replay_and_compare(sacct, monkeypatch, capsys, "--slurm-config", str(conf))
+    assert all(within(run).values()), (real, run["wait_s_by_partition"])
+    assert "partition weight 10000 (PriorityJobFactor: gpu 1, urgent 4, express 1)" in run["priority"]
+    from slurm_gpupool.cli.main import main  # without it (not through _replay_and_compare: other medians move too)
+
+    qos = ",".join(f"{q}={p}" for q, p in rec["qos"].items())
+    args = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--bf-interval", "5", "--typed"]
+    assert main([*args, "--qos-priority", qos, "--slurm-release", sacct.parent.name, "--format", "json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert not within(run)["express"], (real["express"], run["wait_s_by_partition"]["express"])
+
+
 def test_boot_time_from_scontrol_show_config_sets_the_rounds_and_a_bad_start_is_refused(tmp_path, monkeypatch, capsys):
     """``scontrol show config`` saved to a file carries BOOT_TIME, which gives the rounds'
     phase as ``--slurmctld-started`` does; a start that is not a time is a usage error."""

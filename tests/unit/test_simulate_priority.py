@@ -5,9 +5,21 @@ PriorityWeightQOS, so a job's QOS priority first, then submission, then job id
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from slurm_gpupool.simulate.engine import Params
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
-from slurm_gpupool.simulate.priority import job_priority, multifactor, qos_part, queue_ranks
+from slurm_gpupool.simulate.priority import (
+    job_priority,
+    multifactor,
+    partition_part,
+    priorities,
+    qos_part,
+    queue_ranks,
+    static_parts,
+    tiers,
+)
 from tests.unit.test_simulate_engine import run, spec  # noqa: F401 (spec: the fixture)
 
 TIERS = (("high", 100), ("low", 10))
@@ -34,11 +46,11 @@ def test_the_queue_is_priority_then_submission_then_job_id():
         _job(3, 2, 10, 1, "high"),
         _job(8, 3, 10, 1),
     ]
-    ranks = queue_ranks(jobs, dict(TIERS), 10000)
+    ranks = queue_ranks(jobs, Params(qos_priority=TIERS))
     by_rank = [jobs[i].job_id for i in sorted(range(len(jobs)), key=ranks.__getitem__)]
     assert by_rank == [3, 7, 6, 5, 8]
     # without QOS priorities: submission order, ties by job id
-    ranks = queue_ranks(jobs, {}, 10000)
+    ranks = queue_ranks(jobs, Params())
     assert [jobs[i].job_id for i in sorted(range(len(jobs)), key=ranks.__getitem__)] == [5, 6, 3, 7, 8]
 
 
@@ -116,3 +128,53 @@ def test_between_rounds_the_queue_keeps_the_last_priorities(spec):  # noqa: F811
     assert (r[4].start_s, r[3].start_s) == (590, 690)
     _, r = run(spec, jobs, qos_priority=TIERS, **{**AGED, "priority_calc_phase_s": 280.0})
     assert (r[3].start_s, r[4].start_s) == (590, 690)
+
+
+PARTS = (("gpu", 1, 1), ("urgent", 4, 1), ("express", 1, 2))  # (name, PriorityJobFactor, PriorityTier)
+
+
+def test_the_partition_factor_is_its_job_factor_over_the_highest_times_the_weight():
+    """``norm_priority`` (``partition_mgr.c``): PriorityJobFactor over the highest of any
+    partition, times PriorityWeightPartition, summed with the QOS part before truncation."""
+    assert partition_part("urgent", PARTS, 10000) == 10000.0
+    assert partition_part("gpu", PARTS, 10000) == partition_part("express", PARTS, 10000) == 2500.0
+    assert partition_part("other", PARTS, 10000) == partition_part("gpu", (), 10000) == 0.0
+    assert partition_part("gpu", (("gpu", 0, 1),), 10000) == 0.0  # the highest is at least 1
+    jobs = [_job(1, 0, 10, 1, "low"), _job(2, 0, 10, 1, "high"), _job(3, 0, 10, 1)]
+    jobs = [replace(j, partition=p) for j, p in zip(jobs, ("urgent", "gpu", "nowhere"), strict=True)]
+    p = Params(qos_priority=TIERS, partition_priority=PARTS, priority_weight_partition=10000)
+    assert static_parts(jobs, p) == [11000.0, 12500.0, 0.0]
+    assert priorities(static_parts(jobs, p)) == [11000, 12500, 1]
+    assert tiers(jobs, p) == [1, 1, 1]
+
+
+def test_a_higher_partition_tier_goes_first_whatever_the_priority():
+    """``sort_job_queue2`` compares the partitions' PriorityTier before the priorities: an
+    ``express`` job of no QOS priority is ahead of a ``high`` one, with or without the
+    partition weight."""
+    jobs = [
+        replace(_job(5, 0, 10, 1, "high"), partition="urgent"),
+        replace(_job(6, 1, 10, 1, "low"), partition="express"),
+        replace(_job(7, 2, 10, 1), partition="gpu"),
+        replace(_job(8, 3, 10, 1), partition="express"),
+    ]
+    for weight in (10000, 0):
+        p = Params(qos_priority=TIERS, partition_priority=PARTS, priority_weight_partition=weight)
+        ranks = queue_ranks(jobs, p)
+        assert [jobs[i].job_id for i in sorted(range(len(jobs)), key=ranks.__getitem__)] == [6, 8, 5, 7]
+
+
+def test_a_job_of_a_weightier_partition_submitted_later_starts_first(spec):  # noqa: F811
+    """As ``test_a_high_priority_job_submitted_later_starts_first``, by partition: job 4
+    (``urgent``, 10000) passes job 3 (``gpu``, 2500) for n1 at 100; without the weight the
+    submission order holds, and a higher tier passes it whatever the weight."""
+    jobs = [_job(1, 0, 100, 4), _job(2, 0, 300, 4), _job(3, 1, 100, 4), _job(4, 2, 100, 4)]
+    jobs = [replace(j, partition=p) for j, p in zip(jobs, ("gpu", "gpu", "gpu", "urgent"), strict=True)]
+    _, r = run(spec, jobs, partition_priority=PARTS, priority_weight_partition=10000)
+    assert (r[4].start_s, r[3].start_s) == (100, 200)
+    _, r = run(spec, jobs, partition_priority=PARTS)
+    assert (r[3].start_s, r[4].start_s) == (100, 200)
+    tiered = (("gpu", 1, 1), ("urgent", 1, 3))
+    for aged in ({}, AGED):  # the age factor's ranks keep the tier first too
+        _, r = run(spec, jobs, partition_priority=tiered, qos_priority=TIERS, **aged)
+        assert (r[4].start_s, r[3].start_s) == (100, 200)

@@ -71,11 +71,41 @@ def test_slurm_conf_forms_case_comments_quotes_several_on_a_line_and_the_last_se
     assert "age weight 1500 (full at 7d, recomputed every 5m); not replayed: fair-share" in site.describe("22.05")
 
 
-def test_partitions_of_different_priority_tiers_are_named_under_any_priority_type():
-    """``sort_job_queue2`` orders by the partition's PriorityTier before priority."""
-    text = "PartitionName=a Nodes=ALL PriorityTier=1\nPartitionName=b Nodes=ALL PriorityTier=2 Default=YES\n"
-    assert read(text).unreplayed("22.05") == ["partition tiers (PriorityTier=1,2)"]  # basic, 22.05's default
-    assert read("PartitionName=a Nodes=ALL PriorityTier=3\n").unreplayed("24.11") == []  # one tier orders nothing
+def test_partitions_priority_settings_are_read_as_read_config_leaves_them():
+    """Each partition's (name, PriorityJobFactor, PriorityTier): its line's, else the
+    ``PartitionName=DEFAULT`` lines' before it, else 1; ``Priority=`` sets both over the
+    others, a default's too; a later line of a name replaces it.  The partition factor and the tiers are
+    replayed, so neither is named among the factors left out, under any PriorityType."""
+    text = (
+        "PartitionName=a Nodes=ALL\n"
+        "PartitionName=DEFAULT PriorityTier=3\n"
+        "PartitionName=b Nodes=ALL PriorityJobFactor=0x10 Default=YES\n"
+        "PartitionName=c Nodes=ALL Priority=7 PriorityTier=2 PriorityJobFactor=9\n"
+        "PartitionName=d Nodes=ALL PriorityTier=1 # PriorityTier=5\n"
+        "PartitionName=DEFAULT Priority=4\n"
+        "PartitionName=e Nodes=ALL PriorityJobFactor=2\n"
+        "PartitionName=a Nodes=ALL PriorityJobFactor=5\n"
+        "PriorityType=priority/multifactor PriorityWeightPartition=1000\n"
+    )
+    site = read(text)
+    assert site.partitions == (("b", 16, 3), ("c", 7, 7), ("d", 1, 1), ("e", 4, 4), ("a", 4, 4))
+    assert site.tiers == (1, 3, 4, 7) and site.partition_weight("22.05") == 1000
+    assert site.unreplayed("22.05") == [] and "partition weight 1000 (PriorityJobFactor: b 16" in site.describe("22.05")
+    assert "partition tiers b 3, c 7" in site.describe("22.05")
+    basic = read("PartitionName=a Nodes=ALL PriorityTier=1\nPartitionName=b Nodes=ALL PriorityTier=2\n")
+    assert basic.unreplayed("22.05") == [] and "submission order, partition tiers a 1, b 2" in basic.describe("22.05")
+    queue = queue_setup(site, "24.11", False, 10000)
+    assert (queue.partitions, queue.partition_weight) == (site.partitions, 1000) and queue.notes == ()
+    # tiers with QOS preemption: sort_job_queue2 puts the preemptor first, before the tiers
+    assert any("before comparing the partitions' PriorityTier" in n for n in queue_setup(site, "24.11", True, 1).notes)
+    assert queue_setup(read("PriorityWeightPartition=1000\n"), "22.05", False, 10000).partition_weight == 0  # basic
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "65536"])
+def test_a_partition_value_slurmctld_would_refuse_names_the_file_and_line(bad):
+    with pytest.raises(UsageError) as e:
+        read(f"PartitionName=a Nodes=ALL\nPartitionName=b PriorityTier={bad}\n", "/etc/slurm/slurm.conf")
+    assert "/etc/slurm/slurm.conf, line 2" in str(e.value.what) and "PriorityTier" in e.value.why
 
 
 def test_the_default_priority_type_is_the_releases():
@@ -233,16 +263,22 @@ def stand_in(tmp_path: Path, monkeypatch, name: str, script: str) -> Path:
 
 
 def test_live_accounting_reads_the_controllers_setup_and_goes_on_without_it(tmp_path, monkeypatch):
-    """``--since`` without ``--slurm-config``: ``scontrol show config`` (here a stand-in printing
-    22.05's recorded answer); no Slurm answering: None, and the report says what it assumed."""
+    """``--since`` without ``--slurm-config``: ``scontrol show config`` and ``scontrol -o show
+    partition`` (here a stand-in printing 22.05's recorded answers); no Slurm answering: None,
+    and the report says what it assumed."""
     from slurm_gpupool.cli.report import site_priority
 
-    recorded = ROOT / "tests" / "fixtures" / "slurm" / "22.05" / "show-config.txt"
+    recorded = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
     scontrol = stand_in(
-        tmp_path, monkeypatch, "scontrol", f'[ "$*" = "show config" ] && exec /bin/cat "{recorded}"\nexit 1\n'
+        tmp_path,
+        monkeypatch,
+        "scontrol",
+        f'[ "$*" = "show config" ] && exec /bin/cat "{recorded}/show-config.txt"\n'
+        f'[ "$*" = "-o show partition" ] && exec /bin/cat "{recorded}/partitions.txt"\nexit 1\n',
     )
     site = site_priority(None, live=True)
     assert site.source == "scontrol show config" and site.qos_weight("22.05") == 10000
+    assert site.partitions == (("gpu", 1, 1),)  # (scontrol -o show partition)
     assert site_priority(None, live=False) is None  # files: nothing of the site's is asked
     scontrol.write_text("#!/bin/sh\necho 'slurm_load_ctl_conf error: Unable to contact' >&2\nexit 1\n")
     assert site_priority(None, live=True) is None

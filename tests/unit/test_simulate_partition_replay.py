@@ -1,0 +1,103 @@
+"""#27's partition factor and partition tiers, replayed from recorded runs: the QOS family's
+sandbox (``high`` 100, ``low`` 10, the rest ``normal``; MIG slices beside whole A100s and
+V100s) with two more partitions over the same nodes, ``urgent`` (``PriorityJobFactor=4``)
+and ``express`` (``PriorityTier=2``), and ``PriorityWeightPartition=10000``; 80 jobs of
+6-24 s at 3 a second, half in the sandbox's ``gpu`` partition, run on the sandbox of each
+release by ``tests/fixtures/record_simulate_partition.py``
+(``tests/fixtures/slurm/<release>/simulate-partition*``: what sacct said of each job, its
+request, QOS, partition, user and account, the partitions' settings, and the controller's
+log lines of those jobs).  Every kept run's replay must agree within the published
+tolerances with the partition factor and tiers modelled (``simulate.priority``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from slurm_gpupool.simulate.engine import Params
+from slurm_gpupool.simulate.jobs import SimJob
+from slurm_gpupool.simulate.mapping import TraceRequest
+from slurm_gpupool.simulate.metrics import percentile
+from slurm_gpupool.simulate.priority import priorities, static_parts
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
+from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run, its times read in UTC)
+
+
+@pytest.fixture(params=support.kept_runs("partition"), ids=lambda k: k.label)
+def kept(request) -> support.Kept:
+    return request.param
+
+
+def partition_params(rec: dict) -> Params:
+    """The sandbox's settings with the run's QOS priorities and partitions."""
+    return replace(
+        SANDBOX,
+        qos_priority=tuple(rec["qos"].items()),
+        partition_priority=tuple((name, f, t) for name, (f, t) in rec["partitions"].items()),
+        priority_weight_partition=rec["priority"]["weight_partition"],
+    )
+
+
+def _waits(real: dict, rec: dict, partition: str) -> list[float]:
+    return sorted(real[j][1] - real[j][0] for j in rec["partition"] if rec["partition"][j] == partition)
+
+
+def test_the_record_queued_and_the_express_tier_went_first(run, kept):  # noqa: F811
+    rec, real, ids, _, _ = run
+    support.assert_spread_over_users(rec)
+    assert len(real) == len(ids) == 80
+    assert set(rec["partition"].values()) == set(rec["partitions"]) == {"gpu", "urgent", "express"}
+    gpu, express = _waits(real, rec, "gpu"), _waits(real, rec, "express")
+    # the gpu partition's jobs queued, the express tier's waited far less
+    assert percentile(gpu, 50) > 2 * SANDBOX.bf_interval_s and percentile(express, 50) < percentile(gpu, 50) / 2
+
+
+def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, kept):  # noqa: F811
+    """The controller logs each job's priority at submission (``InitPrio``): the QOS part plus
+    PriorityWeightPartition times its partition's PriorityJobFactor over the highest."""
+    rec, _, ids, _, _ = run
+    logged = {m[1]: int(m[2]) for m in support.INIT_PRIO.finditer(kept.log.read_text())}
+    assert set(logged) == set(ids)
+    jobs = [
+        SimJob(int(j), 0, 1, 1, TraceRequest(1, 1000), qos=q, partition=rec["partition"][j])
+        for j, (_, _, q) in ids.items()
+    ]
+    assert dict(zip(ids, priorities(static_parts(jobs, partition_params(rec))), strict=True)) == logged
+    assert {2500, 10000, 12500} <= set(logged.values())
+
+
+def test_the_replay_with_the_partitions_agrees_with_slurm(run, kept):  # noqa: F811
+    rec, real, ids, spec, handoff = run
+    got = replay_and_compare(
+        spec, partition_params(rec), ids, real, NO_SWITCH, [60.0], handoff, kept.release,
+        kept=kept.label, partition=rec["partition"],
+    )  # fmt: skip
+    for exact in (True, False):
+        assert got[exact]["median wait"][0] > 0
+
+
+def test_without_the_partitions_the_express_jobs_wait_behind_the_others_in_the_replay(run, kept):  # noqa: F811
+    """The QOS priorities alone (the engine before the partition factor and tiers): the express
+    tier's jobs no longer go first, and their median wait in the replay grows past Slurm's
+    by more than the tolerance allows."""
+    rec, real, ids, spec, handoff = run
+    qos_only = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    results: dict[str, dict] = {"with": {}, "without": {}}
+    for name, p in (("with", partition_params(rec)), ("without", qos_only)):
+        try:
+            replay_and_compare(
+                spec, p, ids, real, NO_SWITCH, [60.0], handoff, kept.release,
+                results=results[name], partition=rec["partition"],
+            )  # fmt: skip
+        except AssertionError:
+            assert name == "without"
+    express = [j for j in ids if rec["partition"][j] == "express"]
+
+    def replayed(name: str) -> float:
+        waits = {str(r.job_id): r.wait_s for r in results[name][True].jobs}
+        return percentile(sorted(waits[j] for j in express), 50)
+
+    real_median = percentile(_waits(real, rec, "express"), 50)
+    assert replayed("without") > max(real_median * 1.1, real_median + 5) >= replayed("with") - 5
