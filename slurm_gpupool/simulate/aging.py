@@ -25,6 +25,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from slurm_gpupool.simulate.fairshare import FairTree
 from slurm_gpupool.simulate.index import NodeIndex
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.priority import multifactor, static_parts, tiers
@@ -38,16 +39,25 @@ class Aging(NodeIndex):
         """Set the age model up (``run``'s start): with an age weight, the ranks
         ``priority.queue_ranks`` would give, in this module's scale; None without one."""
         p = self.p
-        self.aging = p.priority_weight_age > 0
+        self.aging = p.priority_weight_age > 0 or p.priority_weight_fairshare > 0
         self.accrue, self.prio_due = {}, False
+        self.fair, self.fs_runs, self.last_round = None, set(), None
         if not self.aging:
             return None
+        if p.priority_weight_fairshare > 0:
+            self.fair = FairTree(
+                p.fairshare_accounts, p.fairshare_users, p.fairshare_usage, p.priority_decay_half_life_s
+            )
+            self.fair.rank()  # (the factors the round before time 0 gave: from the usage then)
         self.static_parts = static_parts(jobs, p)
         # a higher tier before any priority: its distinct tiers' places, each above the
         # highest priority the weights give (every factor at 1), in this module's scale
         tier = tiers(jobs, p)
         places = {t: k for k, t in enumerate(sorted(set(tier)))}
-        top = (p.priority_weight_age + p.priority_weight_qos + p.priority_weight_partition + 2) * (len(jobs) + 1)
+        weights = (
+            p.priority_weight_age + p.priority_weight_qos + p.priority_weight_partition + p.priority_weight_fairshare
+        )
+        top = (weights + 2) * (len(jobs) + 1)
         self.tier_offset = [-float(places[t] * top) for t in tier]
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, jobs[i].job_id, i))
         self.sub_order = [0.0] * len(jobs)
@@ -58,7 +68,56 @@ class Aging(NodeIndex):
 
     def _ageless(self, i: int) -> int:
         """Job ``i``'s priority with no age: at its submission, or requeued."""
-        return multifactor(self.static_parts[i], 0, 0, 1.0)
+        return multifactor(self._parts(i), 0, 0, 1.0)
+
+    def _parts(self, i: int) -> float:
+        """Job ``i``'s weighted factors but its age: the static ones, and its association's
+        fair-share factor as the last round left it."""
+        if self.fair is None:
+            return self.static_parts[i]
+        job = self.jobs[i]
+        return self.static_parts[i] + self.p.priority_weight_fairshare * self.fair.factor.get(
+            (job.account, job.user), 0.0
+        )
+
+    def _submitted(self, i: int) -> None:
+        """Job ``i`` queues for the first time (or requeued): with fair-share, its priority is
+        its association's factor now (``priority_p_set``), not the one at time 0."""
+        if self.fair is not None and i not in self.accrue:
+            self.rank[i] = self._aged_rank(i, self._ageless(i))
+
+    def _runs(self, i: int) -> None:
+        """Job ``i`` started: its run adds to its association's usage (``fairshare``)."""
+        if self.fair is not None:
+            self.fs_runs.add(i)
+
+    def _fair_round(self) -> None:
+        """The usage and factors of a round of the decay thread now (``_apply_decay``, then
+        ``_apply_new_usage``: a run that ended since the last round was added at its end and
+        is decayed with the rest; a running one's is added after; then ``_apply_priority_fs``)."""
+        fair, now = self.fair, float(self._second())
+        assert fair is not None
+        last = self.last_round if self.last_round is not None else now - self.p.priority_calc_period_s
+        origin = self.p.clock_origin_s
+        ended: list[tuple[int, float, float]] = []
+        running: list[tuple[int, float, float]] = []
+        for i in list(self.fs_runs):
+            rec = self.recs[i]
+            if rec.start_s < 0:  # requeued by a preemption: its run's usage is not replayed
+                self.fs_runs.discard(i)
+                continue
+            end = rec.end_s + origin
+            (ended if rec.end_s >= 0 and end <= now else running).append((i, max(last, rec.start_s + origin), end))
+        for i, since, end in ended:
+            job = self.jobs[i]
+            fair.run((job.account, job.user), job.billing, end - since)
+            self.fs_runs.discard(i)
+        fair.decay(now - last)
+        for i, since, _ in running:
+            job = self.jobs[i]
+            fair.run((job.account, job.user), job.billing, now - since)
+        fair.rank()
+        self.last_round = now
 
     def _aged_rank(self, i: int, priority: int) -> float:
         """Job ``i``'s place in the queue at this priority (the module's scale)."""
@@ -97,12 +156,16 @@ class Aging(NodeIndex):
         """A round of the decay thread (PRIO): every queued job's priority from its age now; the
         queue re-sorted by them.  The chain of rounds stops while nothing is queued."""
         self.prio_due = False
+        if self.fair is not None:
+            self._fair_round()
+            if not self.queued and self.fs_runs:
+                self._next_prio()  # usage moves while jobs run (idle, it only decays: the ranks stay)
         if not self.queued:
             return
         p, now = self.p, self._second()
         for i in self.queued:
             age = now - self.accrue.get(i, now)
-            prio = multifactor(self.static_parts[i], age, p.priority_weight_age, p.priority_max_age_s)
+            prio = multifactor(self._parts(i), age, p.priority_weight_age, p.priority_max_age_s)
             self.rank[i] = self._aged_rank(i, prio)
         self.queue[:] = sorted((self.rank[i], jid, i, need, limit) for _, jid, i, need, limit in self.queue)
         self.changed = True  # (``last_job_update``: a backfill pass is due)

@@ -32,6 +32,8 @@ class SimJob:
     requeue: bool = True  # Slurm's --requeue (the repartitioner's --requeue may requeue it)
     qos: str = "normal"  # its QOS (--qos): its priority orders the queue (``priority``)
     partition: str = ""  # its partition (-p): its PriorityJobFactor and PriorityTier (``priority``); "": none named
+    user: str = ""  # who submitted it: with ``account``, its association (``fairshare``)
+    billing: float = 1.0  # what a second of its run adds to its association's usage (sacct's billing=)
     nodes: tuple[str, ...] = ()  # the only nodes it may run on (a running job replayed where it runs); (): any
     # when its user cancelled it (``scancel``), s from the start of the replay: it leaves the
     # queue then if still pending (and ends then if running); None: never

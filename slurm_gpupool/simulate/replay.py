@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from slurm_gpupool.simulate.fairshare import FairTree
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.meter import Meter
@@ -87,6 +88,11 @@ class ReplayState:
     accrue: dict[int, int]
     static_parts: list[float]
     tier_offset: list[float]
+    # the fair-share factor (``aging``, ``fairshare``; with ``Params.priority_weight_fairshare``
+    # only): the tree, the jobs whose runs add usage at the next round, that round's last
+    fair: FairTree | None
+    fs_runs: set[int]
+    last_round: float | None
     sub_order: list[float]
     sub_keys: list[tuple[float, int]]
     prio_due: bool

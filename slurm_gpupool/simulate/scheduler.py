@@ -137,6 +137,7 @@ class Scheduler(Aging):
         """Job ``i`` queues; the main scheduler runs now, or (``at_tick``: a submission,
         ``Params.sched_tick_s``) at the background loop's next round.  A backfill pass is due
         either way (``_more_work``: the queue changed)."""
+        self._submitted(i)
         insort(self.queue, (*self._key(i), id(self.need_of_job[i]), self.jobs[i].limit_s))
         self.queued.add(i)
         self._accrues(i)
@@ -200,6 +201,7 @@ class Scheduler(Aging):
         rec.timeout = run > job.limit_s
         rec.start_s = self.now
         rec.end_s = self.now + min(run, killed)
+        self._runs(i)
         # what backfill plans with: Slurm's end_time, the time limit (it knows neither run
         # times nor when the periodic check will end a job past it: ``_plan_overdue``)
         expected = self.end_time[i] = self.now + job.limit_s

@@ -66,6 +66,17 @@ class Params:
     # the queue whatever the weight; a job's partition not named here weighs 0, tier 1
     partition_priority: tuple[tuple[str, int, int], ...] = ()
     priority_weight_partition: int = 0
+    # the fair-share factor (PriorityWeightFairshare; 0, the sandbox's: not weighed), as Fair
+    # Tree ranks the associations (``fairshare``) each round of the decay thread: the accounts
+    # (account, parent account, RawShares; the root's parent ""), the users' associations
+    # (account, user, RawShares), their usage at time 0 (account, user, billing-seconds:
+    # ``sshare``'s RawUsage) and PriorityDecayHalfLife; a job's association is its account
+    # and user, its billing ``SimJob.billing``
+    priority_weight_fairshare: int = 0
+    fairshare_accounts: tuple[tuple[str, str, int], ...] = ()
+    fairshare_users: tuple[tuple[str, str, int], ...] = ()
+    fairshare_usage: tuple[tuple[str, str, float], ...] = ()
+    priority_decay_half_life_s: float = 7 * 86400.0
     # preempt/qos (``preempt``): QOS -> the QOS it preempts (Preempt=); QOS -> its PreemptMode
     # (requeue | cancel | off; a QOS not listed: ``preempt_mode``, slurm.conf's); QOS -> GraceTime
     qos_preempt: tuple[tuple[str, tuple[str, ...]], ...] = ()

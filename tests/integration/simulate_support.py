@@ -685,6 +685,8 @@ def replay_and_compare(
     checks: Collection[float] = (),
     judged: bool = True,
     partition: dict[str, str] | None = None,
+    owners: dict[str, list[str]] | None = None,
+    billing: dict[str, float] | None = None,
 ) -> dict[bool, dict[str, tuple[float, float]]]:
     """The same jobs in the simulator, with their submission and run times as Slurm recorded
     them, the switch when it began (``switch_at`` s after the first submission) and the
@@ -706,7 +708,9 @@ def replay_and_compare(
     ``burst_support.checks``): the replay's checks count from the nearest.
     ``handoff``: every job's, or the run's :class:`Handovers` (each job's own, the mean for
     the others).  ``judged``: False, the tolerances are not checked (the kept run's
-    error still is).  ``partition``: job -> the partition it was submitted to.  A job
+    error still is).  ``partition``: job -> the partition it was submitted to; ``owners``:
+    job -> [user, account] (its association, for the fair-share factor); ``billing``: job ->
+    what a second of its run adds to its association's usage.  A job
     that never started in Slurm (cancelled while pending, or its dependency never
     satisfied) is replayed but not compared.
 
@@ -722,7 +726,8 @@ def replay_and_compare(
     handoff = handoff.mean if isinstance(handoff, Handovers) else handoff
     if kept is not None and (own_release or passes or phase is not None):
         site = (spec, params, ids, real, switch_at, out, handoff, release, work, requeue, None, held, cancel)
-        replay_and_compare(*site, kept=kept, after=after, checks=checks, judged=False, partition=partition)
+        more = {"partition": partition, "owners": owners, "billing": billing}
+        replay_and_compare(*site, kept=kept, after=after, checks=checks, judged=False, **more)
         kept = None
     order = sorted(ids, key=lambda j: (real[j][0], int(j)))
     jobs = [
@@ -735,6 +740,9 @@ def replay_and_compare(
             requeue=j in requeue,
             qos=ids[j][2] if len(ids[j]) > 2 else "normal",
             partition=(partition or {}).get(j, ""),
+            user=(owners or {}).get(j, [""])[0],
+            account=(owners or {}).get(j, ["", ""])[1],
+            billing=float((billing or {}).get(j, 1.0)),
             cancel_s=(cancel or {})[j] - epoch if j in (cancel or {}) else None,
             after=tuple(int(d) for d in (after or {}).get(j, [[]])[0]),
             after_any=bool((after or {}).get(j, [[], False])[1]),

@@ -1,0 +1,137 @@
+"""#27's fair-share factor, replayed from recorded runs: the QOS family's sandbox (``high``
+100, ``low`` 10, the rest ``normal``; MIG slices beside whole A100s and V100s) with the
+fair-share factor weighed as sites weigh it (``PriorityWeightFairshare=10000``, Fair Tree,
+``PriorityCalcPeriod`` 1 minute, the users' usage set to 0 first), 80 jobs of 6-24 s at 3 a
+second, half of them by ``gpupool-alice``, 3 in 10 by ``gpupool-bob`` (both ``research``),
+1 in 5 by ``gpupool-carol`` (``teaching``), run on the sandbox of each release by
+``tests/fixtures/record_simulate_fairshare.py`` (``tests/fixtures/slurm/<release>/simulate-fairshare*``:
+what sacct said of each job, its request, QOS, user, account and billing, the association
+tree and its usage before the first job, and the controller's log lines of those jobs, each
+round of the decay thread among them).  Every priority Slurm gave must be the model's, and
+every kept run's replay must agree within the published tolerances."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from slurm_gpupool.simulate.engine import Params
+from slurm_gpupool.simulate.fairshare import FairTree
+from slurm_gpupool.simulate.metrics import percentile
+from slurm_gpupool.simulate.priority import qos_part
+from tests.integration import simulate_support as support
+from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
+from tests.unit.test_simulate_age_replay import rounds
+from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run, its times read in UTC)
+
+
+@pytest.fixture(params=support.kept_runs("fairshare"), ids=lambda k: k.label)
+def kept(request) -> support.Kept:
+    return request.param
+
+
+def tree(rec: dict) -> FairTree:
+    a = rec["associations"]
+    return FairTree(
+        [tuple(x) for x in a["accounts"]],
+        [tuple(x) for x in a["users"]],
+        [tuple(x) for x in a["usage"]],
+        rec["priority"]["half_life_s"],
+    )
+
+
+def fair_params(rec: dict, kept: support.Kept, phased: bool = True) -> Params:
+    """The sandbox's settings with the run's QOS priorities and fair-share settings, the
+    decay thread's rounds on the phase the log dates (``phased``; else on the clock's whole
+    minutes, as a site's simulator that knows no start places them)."""
+    pr, a = rec["priority"], rec["associations"]
+    found = rounds(kept, rec["since"])
+    phase = found[0][0] % pr["calc_period_s"] if found and phased else 0.0
+    return replace(
+        SANDBOX,
+        qos_priority=tuple(rec["qos"].items()),
+        priority_weight_fairshare=pr["weight_fairshare"],
+        priority_calc_period_s=float(pr["calc_period_s"]),
+        priority_calc_phase_s=phase,
+        priority_decay_half_life_s=float(pr["half_life_s"]),
+        fairshare_accounts=tuple(tuple(x) for x in a["accounts"]),
+        fairshare_users=tuple(tuple(x) for x in a["users"]),
+        fairshare_usage=tuple(tuple(x) for x in a["usage"]),
+    )
+
+
+def _assoc(rec: dict, job: str) -> tuple[str, str]:
+    user, account = rec["owners"][job]
+    return account, user
+
+
+def test_the_record_queued_deep_and_spread_its_usage_unevenly(run, kept):  # noqa: F811
+    rec, real, ids, _, _ = run
+    support.assert_spread_over_users(rec)
+    assert len(real) == len(ids) == 80
+    found = rounds(kept, rec["since"])
+    assert len(found) >= 2
+    assert all(u[2] == 0 for u in rec["associations"]["usage"])  # (set to 0 before the run)
+    by_user: dict[str, float] = {}
+    for j, (submit, start, end, _) in real.items():
+        by_user[rec["owners"][j][0]] = by_user.get(rec["owners"][j][0], 0.0) + end - start
+    assert by_user["gpupool-alice"] > 1.5 * by_user["gpupool-carol"]
+
+
+def test_slurm_gave_each_waiting_job_the_priority_fair_tree_gives_it(run, kept):  # noqa: F811
+    """Each round of the decay thread the log dates: the usage of every run up to it (an
+    ended one added at its end, then every usage decayed since the last round, then the
+    running ones' added), the tree ranked, and every pending job's priority its QOS part plus
+    10000 x its association's factor, truncated (``decay_apply_weighted_factors``)."""
+    rec, real, ids, _, _ = run
+    fair, last, checked = tree(rec), None, 0
+    found = rounds(kept, rec["since"])
+    for at, given in found:
+        now = float(math.floor(at))
+        since = last if last is not None else now - rec["priority"]["calc_period_s"]
+        for j, (_, start, end, _) in real.items():
+            if start < now and since < end <= now:
+                fair.run(_assoc(rec, j), rec["billing"][j], end - max(since, math.floor(start)))
+        fair.decay(now - since)
+        for j, (_, start, end, _) in real.items():
+            if start < now < end:
+                fair.run(_assoc(rec, j), rec["billing"][j], now - max(since, math.floor(start)))
+        factors = fair.rank()
+        for job, prio in given.items():
+            part = qos_part(ids[job][2], rec["qos"], 10000) + 10000 * factors[_assoc(rec, job)]
+            assert prio == max(1, int(part)), (job, at, prio, part, factors)
+            checked += 1
+        last = now
+    assert checked >= 30
+
+
+def test_the_replay_with_the_fair_share_factor_agrees_with_slurm(run, kept):  # noqa: F811
+    """Replayed with the run's fair-share settings, the decay thread's rounds on the phase its
+    log dates, the replay agrees within every tolerance.  The kept run's error, which
+    ``gpupool simulate`` prints, is measured as a site's simulator replays it: with no phase
+    known, the rounds on the clock's whole minutes."""
+    rec, real, ids, spec, handoff = run
+    more = {"owners": rec["owners"], "billing": rec["billing"]}
+    site = fair_params(rec, kept, phased=False)
+    replay_and_compare(
+        spec, site, ids, real, NO_SWITCH, [60.0], handoff, kept.release, kept=kept.label, judged=False, **more
+    )
+    got = replay_and_compare(spec, fair_params(rec, kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, **more)
+    for exact in (True, False):
+        assert got[exact]["median wait"][0] > 5
+
+
+def test_without_the_fair_share_factor_the_replay_misses(run, kept):  # noqa: F811
+    """The same replay with the QOS factor alone (the engine before the fair-share factor):
+    carol's jobs no longer pass alice's once alice has used more, and the comparison misses."""
+    rec, real, ids, spec, handoff = run
+    qos_only = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
+    results: dict = {}
+    with pytest.raises(AssertionError):
+        replay_and_compare(spec, qos_only, ids, real, NO_SWITCH, [60.0], handoff, kept.release, results=results)
+    carol = [j for j in ids if rec["owners"][j][0] == "gpupool-carol"]
+    waits = {str(r.job_id): r.wait_s for r in results[True].jobs}
+    real_carol = percentile(sorted(real[j][1] - real[j][0] for j in carol), 50)
+    assert percentile(sorted(waits[j] for j in carol), 50) > real_carol
