@@ -75,7 +75,7 @@ def test_the_record_queued_deep_and_spread_its_usage_unevenly(run, kept):  # noq
     assert len(found) >= 2
     assert all(u[2] == 0 for u in rec["associations"]["usage"])  # (set to 0 before the run)
     by_user: dict[str, float] = {}
-    for j, (submit, start, end, _) in real.items():
+    for j, (_, start, end, _) in real.items():
         by_user[rec["owners"][j][0]] = by_user.get(rec["owners"][j][0], 0.0) + end - start
     assert by_user["gpupool-alice"] > 1.5 * by_user["gpupool-carol"]
 
