@@ -70,6 +70,21 @@ def _qos_priorities(text: str | None, tiers: Collection[str]) -> dict[str, int]:
     return out
 
 
+def _shares(path: Path | None) -> Any:
+    """``--fairshare-from``: the associations, shares and usage of an ``sshare -a -l -P``
+    (``fairshare.read_sshare``); None without it.  Unreadable or not sshare's: a UsageError."""
+    if path is None:
+        return None
+    from slurm_gpupool.simulate.fairshare import read_sshare
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(16 << 20)
+    except OSError as e:
+        raise UsageError(f"--fairshare-from {path}", f"cannot read: {e.strerror}") from None
+    return read_sshare(data.decode("utf-8", "replace"), f"--fairshare-from {path}")
+
+
 def _live_qos_priorities(tiers: Collection[str]) -> dict[str, int]:
     """The Priority of each QOS that is not a tier, as the site's Slurm has it (``sacctmgr
     show qos``), for a replay of live accounting without ``--qos-priority``; empty when
@@ -184,6 +199,13 @@ class Progress:
     "without an offset): the age factor's rounds fall every PriorityCalcPeriod from it (default: BOOT_TIME from "
     "`scontrol show config`, live or saved as --slurm-config; else on the clock's whole periods).",
 )
+@click.option(
+    "--fairshare-from",
+    "shares_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="`sshare -a -l -P` taken at the window's start: the associations, their shares and usage, from which "
+    "the fair-share factor is replayed as Fair Tree ranks it (with --slurm-config's PriorityWeightFairshare).",
+)
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
     "--passes",
@@ -221,7 +243,8 @@ class Progress:
 @_common
 @pass_app
 def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, retime, openb_list, seed, thin, slowdown,
-             limit_factor, max_time, switch_time, qos_priority, slurm_config, started, bf_interval, passes_from,
+             limit_factor, max_time, switch_time, qos_priority, slurm_config, started, shares_file, bf_interval,
+             passes_from,
              exact_backfill,
              slurm_release, will_run,
              prefer, typed, fmt, output, since, until, files, fields, delimiter, tz, journal, spools, window,
@@ -233,6 +256,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     gpupool simulate --from sacct.txt --policy schedule --policy static:night
     gpupool simulate --trace openb --slowdown 1,1.5,2 --format html -o sim.html
     """
+    import dataclasses
     import time
 
     from slurm_gpupool.core.policy.qos import preempt_lists
@@ -274,7 +298,11 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
         others, qos_from = found, " (sacctmgr show qos)"
     queue_qos = tuple({**tiers, **others}.items())
     preempting = any(t.preemptible for t in cfg.tiers)
-    queue = queue_setup(site_priority(slurm_config, live=live), slurm_release, preempting, Params.priority_weight_qos)
+    site = site_priority(slurm_config, live=live)
+    shares = _shares(shares_file)
+    if site is not None and shares is not None:
+        site = dataclasses.replace(site, shares_known=True)
+    queue = queue_setup(site, slurm_release, preempting, Params.priority_weight_qos)
     if layouts_file is not None:
         extra = load_yaml(layouts_file)
         if not isinstance(extra, dict) or not isinstance(extra.get("layouts"), dict):
@@ -283,6 +311,15 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     cfg, whole = pol.with_whole_layout(cfg)
     specs = pol.policies(cfg, list(policy_names) or None, whole)
     notes = list(queue.notes)
+    if shares is not None and not queue.fairshare_weight:
+        notes.append(
+            "--fairshare-from is not weighed: "
+            + (
+                "no --slurm-config says PriorityWeightFairshare"
+                if site is None
+                else f"{site.source} weighs no fair-share"
+            )
+        )
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
     dating = bf_interval if passes_from == "dated" else None
     epoch, jobs, source, passes = _jobs(
@@ -338,6 +375,11 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
                 priority_calc_period_s=queue.calc_period_s,
                 partition_priority=queue.partitions,
                 priority_weight_partition=queue.partition_weight,
+                priority_weight_fairshare=queue.fairshare_weight,
+                priority_decay_half_life_s=queue.half_life_s,
+                fairshare_accounts=tuple(shares[0]) if shares else (),
+                fairshare_users=tuple(shares[1]) if shares else (),
+                fairshare_usage=tuple(shares[2]) if shares else (),
                 priority_calc_phase_s=calc_phase_s,
                 # ... and preempt as preempt/qos does: each tier the preemptible ones below it
                 qos_preempt=tuple(preempt_lists((t.qos, t.priority, t.preemptible) for t in cfg.tiers).items()),

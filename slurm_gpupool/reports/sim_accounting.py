@@ -56,6 +56,8 @@ def accounting_jobs(
                 str(getattr(row, "account", "")),
                 qos=_qos(getattr(row, "qos", "")),
                 partition=_text(getattr(row, "partition", "")),
+                user=_text(getattr(row, "user", "")),
+                billing=_billing(getattr(row, "alloc_tres", "")),
             )
         )
     out.sort(key=lambda j: (j.submit_s, j.job_id))
@@ -85,6 +87,18 @@ def accounting_passes(data: Data, epoch: datetime, bf_interval_s: float) -> tupl
 def _qos(value: object) -> str:
     """A job's QOS as sacct printed it; none recorded: Slurm's default QOS, normal."""
     return _text(value) or "normal"
+
+
+def _billing(value: object) -> float:
+    """What a second of the job's run adds to its association's usage: its ``AllocTRES``
+    ``billing=`` (its CPUs where the TRES has none; 1 where it has neither)."""
+    import re
+
+    text = _text(value)
+    for key in ("billing", "cpu"):
+        if (m := re.search(rf"(?:^|,){key}=([0-9.]+)", text)) is not None:
+            return float(m.group(1))
+    return 1.0
 
 
 def _text(value: object) -> str:

@@ -163,6 +163,7 @@ class Engine(Switching, Backfill):
                 j.submit_s,
                 account=j.account,
                 partition=j.partition,
+                user=j.user,
                 requested_eq=j.request.gpu_eq,
             )
             for j in jobs

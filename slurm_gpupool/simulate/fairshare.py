@@ -127,3 +127,59 @@ class FairTree:
             else:
                 self._walk(self.children.get(key, []), key, state, tied, count)
             prev = fs[key]
+
+
+SSHARE_COLUMNS = ("Account", "User", "RawShares", "RawUsage")
+
+
+def read_sshare(
+    text: str, source: str
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]], list[tuple[str, str, float]]]:
+    """The association tree, its shares and its usage from ``sshare -a -l -P`` (or any
+    ``sshare -a -P`` whose columns include Account, User, RawShares and RawUsage): (accounts
+    as (account, parent, shares), users as (account, user, shares), usage as (account, user,
+    billing-seconds)), for :class:`FairTree`.  An account's parent is the account above it
+    one level less indented (sshare indents the Account column by depth); ``RawShares=parent``
+    (Fair Tree then ranks its children with its parent's) is refused: not replayed."""
+    from slurm_gpupool.errors import UsageError
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise UsageError(source, "empty: expected the output of `sshare -a -l -P`")
+    header = lines[0].split("|")
+    missing = [c for c in SSHARE_COLUMNS if c not in header]
+    if missing:
+        raise UsageError(f"{source}, line 1", f"no {', '.join(missing)} column: expected `sshare -a -l -P`'s header")
+    col = {c: header.index(c) for c in SSHARE_COLUMNS}
+    accounts: list[tuple[str, str, int]] = []
+    users: list[tuple[str, str, int]] = []
+    usage: list[tuple[str, str, float]] = []
+    above: list[str] = []  # the accounts on the path to the current depth
+    for number, line in enumerate(lines[1:], 2):
+        cells = line.split("|")
+        if len(cells) != len(header):
+            raise UsageError(f"{source}, line {number}", f"{len(cells)} fields, the header has {len(header)}")
+        raw_account, user = cells[col["Account"]], cells[col["User"]].strip()
+        account = raw_account.strip()
+        depth = len(raw_account) - len(raw_account.lstrip(" "))
+        shares_text, usage_text = cells[col["RawShares"]].strip(), cells[col["RawUsage"]].strip()
+        where = f"{source}, line {number}"
+        if shares_text == "parent":
+            raise UsageError(where, f"{account} {user}: RawShares=parent is not replayed")
+        try:
+            shares = int(shares_text) if shares_text else 1  # (the root's is not shown)
+            used = float(usage_text) if usage_text else 0.0
+        except ValueError:
+            raise UsageError(where, f"RawShares {shares_text!r}, RawUsage {usage_text!r}: not numbers") from None
+        if user:
+            users.append((account, user, shares))
+            usage.append((account, user, used))
+            continue
+        if depth > len(above):
+            raise UsageError(where, f"account {account} is indented below no account")
+        del above[depth:]
+        accounts.append((account, above[-1] if above else "", shares))
+        above.append(account)
+    if not accounts:
+        raise UsageError(source, "no account in it: expected the output of `sshare -a -l -P`")
+    return accounts, users, usage

@@ -20,7 +20,7 @@ long jobs after it is the same under every policy and would only dilute the comp
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurm_gpupool.simulate.engine import JobRecord, Result
@@ -71,9 +71,9 @@ def summarise(res: Result) -> dict[str, Any]:
     kinds = sorted({j.kind for j in started})
     held = sum(j.eq for j in started)
     asked = sum(j.requested_eq for j in started)
-    # each partition's waits, where the jobs name their partitions (a site's accounting)
-    partitions = sorted({j.partition for j in started if j.partition})
-    by_partition = {p: distribution([j.wait_s for j in started if j.partition == p]) for p in partitions}
+    # each partition's and each user's waits, where the jobs name them (a site's accounting)
+    by_partition = _by(started, lambda j: j.partition)
+    by_user = _by(started, lambda j: j.user)
     return {
         "policy": res.policy,
         "jobs": len(res.jobs),
@@ -93,6 +93,7 @@ def summarise(res: Result) -> dict[str, Any]:
         "wait_s": distribution([j.wait_s for j in started]),
         "wait_s_by_kind": {k: distribution([j.wait_s for j in started if j.kind == k]) for k in kinds},
         **({"wait_s_by_partition": by_partition} if by_partition else {}),
+        **({"wait_s_by_user": by_user} if by_user else {}),
         "completion_s": distribution([j.end_s - j.submit_s for j in finished]),
         "waited_for_later_layout": sum(1 for j in started if j.eligible_s > j.submit_s),
         "idle_fraction": sum(s[2] for s in samples) / weight if weight else math.nan,
@@ -105,6 +106,15 @@ def summarise(res: Result) -> dict[str, Any]:
         "rounding_loss_fraction": (held - asked) / held if held else math.nan,
         "layout_node_h": {k: v / 3600 for k, v in sorted(res.layout_seconds.items())},
     }
+
+
+def _by(jobs: Sequence[JobRecord], key: Callable[[JobRecord], str]) -> dict[str, dict[str, float]]:
+    """The waits of the jobs per value of ``key`` (the jobs that name none left out)."""
+    groups: dict[str, list[float]] = {}
+    for j in jobs:
+        if name := key(j):
+            groups.setdefault(name, []).append(j.wait_s)
+    return {name: distribution(w) for name, w in sorted(groups.items())}
 
 
 def _reasons(jobs: Sequence[JobRecord]) -> dict[str, int]:

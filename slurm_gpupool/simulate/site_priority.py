@@ -51,6 +51,7 @@ TRES_KEY = "PriorityWeightTRES"
 SITE_KEY = "PrioritySiteFactorPlugin"
 TYPE_KEY = "PriorityType"
 AGE_KEY, MAX_AGE_KEY, CALC_KEY = "PriorityWeightAge", "PriorityMaxAge", "PriorityCalcPeriod"
+FS_KEY, HALF_LIFE_KEY = "PriorityWeightFairshare", "PriorityDecayHalfLife"
 # `scontrol show config` only: when slurmctld started, which its decay thread's rounds follow
 BOOT_KEY = "BOOT_TIME"
 PART_KEY = "PriorityWeightPartition"
@@ -59,7 +60,7 @@ MODELLED = {AGE_KEY, PART_KEY}  # the factors the replay weighs besides the QOS 
 PART_FIELDS = {k.lower(): k for k in ("PriorityJobFactor", "PriorityTier", "Priority")}
 UINT16 = 0xFFFF
 WEIGHTS = (QOS_KEY, *(k for k, _ in FACTORS))
-KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, MAX_AGE_KEY, CALC_KEY, BOOT_KEY, *WEIGHTS)}
+KEYS = {k.lower(): k for k in (TYPE_KEY, TRES_KEY, SITE_KEY, MAX_AGE_KEY, CALC_KEY, HALF_LIFE_KEY, BOOT_KEY, *WEIGHTS)}
 MAX_AGE_S, CALC_PERIOD_S = 604800, 300  # their defaults (DEFAULT_PRIORITY_DECAY, ..._CALC_PERIOD)
 MULTIFACTOR, BASIC = "priority/multifactor", "priority/basic"
 INFINITE = 0xFFFFFFFF  # slurm.conf reads the weights as uint32_t; UNLIMITED is this
@@ -94,6 +95,10 @@ class SitePriority:
     max_age_s: int = MAX_AGE_S  # PriorityMaxAge, in seconds as slurmctld keeps it
     calc_period_s: int = CALC_PERIOD_S  # PriorityCalcPeriod, likewise
     boot_time: str | None = None  # BOOT_TIME as `scontrol show config` shows it (local time)
+    half_life_s: int = MAX_AGE_S  # PriorityDecayHalfLife (7 days by default, as PriorityMaxAge)
+    # the associations' shares and usage were given (``--fairshare-from``): the fair-share
+    # factor is replayed (``fairshare``), else it is named among the factors left out
+    shares_known: bool = False
 
     @property
     def found(self) -> bool:
@@ -127,6 +132,11 @@ class SitePriority:
         """``PriorityWeightAge`` as the queue feels it (0 under basic)."""
         return self.weight(AGE_KEY) if self.type_for(release) == MULTIFACTOR else 0
 
+    def fairshare_weight(self, release: str) -> int:
+        """``PriorityWeightFairshare`` as the replay weighs it: 0 under basic, or where the
+        associations' shares and usage are not known."""
+        return self.weight(FS_KEY) if self.type_for(release) == MULTIFACTOR and self.shares_known else 0
+
     def unreplayed(self, release: str) -> list[str]:
         """Each thing the site sets that reorders its queue and the replay leaves out, as
         ``fair-share (PriorityWeightFairshare=1000)``."""
@@ -136,7 +146,7 @@ class SitePriority:
         out += [
             f"{name} ({key}={self.weight(key)})"
             for key, name in FACTORS
-            if self.weight(key) > 0 and key not in MODELLED
+            if self.weight(key) > 0 and key not in MODELLED and not (key == FS_KEY and self.shares_known)
         ]
         if self.tres and _tres_weighs(self.tres):
             out.append(f"TRES ({TRES_KEY}={self.tres})")
@@ -161,6 +171,9 @@ class SitePriority:
                 f", age weight {self.age_weight(release)} (full at {format_duration(self.max_age_s)}, "
                 f"recomputed every {format_duration(self.calc_period_s)})"
             )
+        if self.fairshare_weight(release):
+            half = format_duration(self.half_life_s)
+            age += f", fair-share weight {self.fairshare_weight(release)} (Fair Tree, half-life {half})"
         part = ""
         if self.partition_weight(release):
             factors = ", ".join(f"{n} {f}" for n, f, _ in self.partitions) or "none defined"
@@ -294,6 +307,7 @@ def site_priority(found: Iterable[Entry], source: str) -> SitePriority:
         seconds(MAX_AGE_KEY, MAX_AGE_S, 0),
         seconds(CALC_KEY, CALC_PERIOD_S, 1),
         text(BOOT_KEY),
+        seconds(HALF_LIFE_KEY, MAX_AGE_S, 0),
     )
 
 
@@ -346,6 +360,8 @@ class QueueSetup:
     boot_time: str | None = None  # slurmctld's start, as `scontrol show config` showed it
     partitions: tuple[tuple[str, int, int], ...] = ()  # Params.partition_priority
     partition_weight: int = 0  # Params.priority_weight_partition
+    fairshare_weight: int = 0  # Params.priority_weight_fairshare (0 unless the shares are known)
+    half_life_s: float = float(MAX_AGE_S)  # Params.priority_decay_half_life_s
 
 
 def queue_setup(site: SitePriority | None, release: str, preempting: bool, assumed_weight: int) -> QueueSetup:
@@ -363,6 +379,8 @@ def queue_setup(site: SitePriority | None, release: str, preempting: bool, assum
         site.boot_time,
         site.partitions,
         site.partition_weight(release),
+        site.fairshare_weight(release),
+        float(site.half_life_s),
     )
 
 

@@ -204,6 +204,7 @@ class JobRecord:
     requested_eq: float = 0.0  # GPU-equivalents asked for
     account: str = ""
     partition: str = ""  # the partition it was submitted to ("": none named)
+    user: str = ""  # who submitted it ("": none named)
     requeues: int = 0
     preemptions: int = 0  # times preempted (QOS preemption; requeued or ended)
     preempted_by: int = -1  # the job it was last preempted for

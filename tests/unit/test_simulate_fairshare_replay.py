@@ -73,7 +73,8 @@ def test_the_record_queued_deep_and_spread_its_usage_unevenly(run, kept):  # noq
     assert len(real) == len(ids) == 80
     found = rounds(kept, rec["since"])
     assert len(found) >= 2
-    assert all(u[2] == 0 for u in rec["associations"]["usage"])  # (set to 0 before the run)
+    users = {u.name for u in support.USERS}
+    assert all(u[2] == 0 for u in rec["associations"]["usage"] if u[1] in users)  # (set to 0 before the run)
     by_user: dict[str, float] = {}
     for j, (_, start, end, _) in real.items():
         by_user[rec["owners"][j][0]] = by_user.get(rec["owners"][j][0], 0.0) + end - start
@@ -107,31 +108,52 @@ def test_slurm_gave_each_waiting_job_the_priority_fair_tree_gives_it(run, kept):
     assert checked >= 30
 
 
+def _by_user(rec: dict, waits: dict[str, float]) -> dict[str, list[float]]:
+    """Each user's waits, sorted (the family's point: who waits is whose usage)."""
+    out: dict[str, list[float]] = {}
+    for j, w in waits.items():
+        out.setdefault(rec["owners"][j][0], []).append(w)
+    return {u: sorted(ws) for u, ws in out.items()}
+
+
+def _missed(rec: dict, real: dict, results: dict) -> dict[str, tuple[float, float]]:
+    """The users whose median wait the replay (every reservation placed) misses, by the
+    published median tolerance and band (``median_agrees``): (Slurm's, the replay's)."""
+    slurm = _by_user(rec, {j: v[1] - v[0] for j, v in real.items()})
+    replayed = _by_user(rec, {str(r.job_id): r.wait_s for r in results[True].jobs})
+    medians = {u: (percentile(w, 50), percentile(replayed[u], 50)) for u, w in slurm.items()}
+    return {u: m for u, m in medians.items() if not support.median_agrees(slurm[u], m[1])}
+
+
 def test_the_replay_with_the_fair_share_factor_agrees_with_slurm(run, kept):  # noqa: F811
     """Replayed with the run's fair-share settings, the decay thread's rounds on the phase its
-    log dates, the replay agrees within every tolerance.  The kept run's error, which
-    ``gpupool simulate`` prints, is measured as a site's simulator replays it: with no phase
-    known, the rounds on the clock's whole minutes."""
+    log dates, the replay agrees within every tolerance, and each user's median wait too
+    (22.05: alice 63.7 s in Slurm, 63.7 s replayed; bob 34.5 and 37.1 s; carol 10.6 and
+    10.5 s).  The kept run's error, which ``gpupool simulate`` prints, is measured as a site's
+    simulator replays it: with no phase known, the rounds on the clock's whole minutes."""
     rec, real, ids, spec, handoff = run
     more = {"owners": rec["owners"], "billing": rec["billing"]}
     site = fair_params(rec, kept, phased=False)
     replay_and_compare(
         spec, site, ids, real, NO_SWITCH, [60.0], handoff, kept.release, kept=kept.label, judged=False, **more
     )
-    got = replay_and_compare(spec, fair_params(rec, kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release, **more)
+    results: dict = {}
+    params = fair_params(rec, kept)
+    got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release, results=results, **more)
     for exact in (True, False):
         assert got[exact]["median wait"][0] > 5
+    assert not _missed(rec, real, results)
 
 
-def test_without_the_fair_share_factor_the_replay_misses(run, kept):  # noqa: F811
+def test_without_the_fair_share_factor_the_users_waits_miss(run, kept):  # noqa: F811
     """The same replay with the QOS factor alone (the engine before the fair-share factor):
-    carol's jobs no longer pass alice's once alice has used more, and the comparison misses."""
+    the job kinds' waits may still agree (22.05's run does: the kinds mix the users), but
+    whose jobs wait does not: alice's median wait is replayed 49.6 s against Slurm's 63.7 s."""
     rec, real, ids, spec, handoff = run
     qos_only = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
     results: dict = {}
-    with pytest.raises(AssertionError):
+    try:
         replay_and_compare(spec, qos_only, ids, real, NO_SWITCH, [60.0], handoff, kept.release, results=results)
-    carol = [j for j in ids if rec["owners"][j][0] == "gpupool-carol"]
-    waits = {str(r.job_id): r.wait_s for r in results[True].jobs}
-    real_carol = percentile(sorted(real[j][1] - real[j][0] for j in carol), 50)
-    assert percentile(sorted(waits[j] for j in carol), 50) > real_carol
+    except AssertionError:
+        pass  # (a miss of the kinds' waits is a miss too)
+    assert _missed(rec, real, results)

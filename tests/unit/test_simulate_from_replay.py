@@ -121,14 +121,7 @@ AGE_RUNS = sorted((ROOT / "tests" / "fixtures" / "slurm").glob("*/simulate-age-s
 
 def _age_setup(sacct: Path, tmp_path: Path) -> tuple[dict, Path, str]:
     """(the age run's record, a slurm.conf with its priority settings, slurmctld's start as
-    ``scontrol show config`` would show BOOT_TIME: the rounds fall every PriorityCalcPeriod
-    from it, so the second of the decay thread's first round its log dates, whole periods
-    back to before the run: the run's log keeps its jobs' lines, not the restart's)."""
-    from datetime import UTC, datetime
-
-    from tests.integration.simulate_support import Kept
-    from tests.unit.test_simulate_age_replay import rounds
-
+    ``scontrol show config`` would show BOOT_TIME: ``_boot``)."""
     rec = json.loads(sacct.with_name("simulate-age.json").read_text())
     pr = rec["priority"]
     conf = tmp_path / "slurm.conf"
@@ -137,10 +130,23 @@ def _age_setup(sacct: Path, tmp_path: Path) -> tuple[dict, Path, str]:
         f"PriorityWeightAge={pr['weight_age']}\nPriorityMaxAge={pr['max_age_s'] // 60}\n"
         f"PriorityCalcPeriod={pr['calc_period_s'] // 60}\n"
     )
-    first = int(rounds(Kept(sacct.parent.name, "simulate-age"), rec["since"])[0][0])
-    first -= pr["calc_period_s"] * math.ceil((first - rec["since"]) / pr["calc_period_s"])
-    boot = datetime.fromtimestamp(first, UTC).replace(tzinfo=None).isoformat()
-    return rec, conf, boot
+    return rec, conf, _boot(sacct, rec)
+
+
+def _boot(sacct: Path, rec: dict) -> str:
+    """slurmctld's start as ``scontrol show config`` would show BOOT_TIME: the decay thread's
+    rounds fall every PriorityCalcPeriod from it, so the second of its first round the run's
+    log dates, whole periods back to before the run (the log keeps its jobs' lines, not the
+    restart's)."""
+    from datetime import UTC, datetime
+
+    from tests.integration.simulate_support import Kept
+    from tests.unit.test_simulate_age_replay import rounds
+
+    period = rec["priority"]["calc_period_s"]
+    first = int(rounds(Kept(sacct.parent.name, sacct.name.removesuffix("-sacct.txt")), rec["since"])[0][0])
+    first -= period * math.ceil((first - rec["since"]) / period)
+    return datetime.fromtimestamp(first, UTC).replace(tzinfo=None).isoformat()
 
 
 @pytest.mark.parametrize("sacct", AGE_RUNS, ids=_label)
@@ -214,6 +220,94 @@ def test_simulate_from_replays_the_partitions_given_the_sites_slurm_conf(sacct, 
     assert main([*args, "--qos-priority", qos, "--slurm-release", sacct.parent.name, "--format", "json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert not within(run)["express"], (real["express"], run["wait_s_by_partition"]["express"])
+
+
+FAIRSHARE_RUNS = [
+    p
+    for p in sorted((ROOT / "tests" / "fixtures" / "slurm").glob("*/simulate-fairshare*-sacct.txt"))
+    if p.with_name(p.name.replace("-sacct.txt", "-sshare.txt")).exists()
+]
+
+
+@pytest.mark.parametrize("sacct", FAIRSHARE_RUNS, ids=_label)
+def test_simulate_from_replays_the_fair_share_factor_given_sshare_at_the_start(sacct, tmp_path, monkeypatch, capsys):
+    """The fair-share family's accounting (``PriorityWeightFairshare=10000``, Fair Tree,
+    recomputed every minute) replayed with the site's slurm.conf, slurmctld's start and
+    ``sshare -a -l -P`` taken before the run (``--fairshare-from``): utilisation and each
+    kind's median within the tolerances, as every run above, and each user's median wait
+    (``wait_s_by_user``) too.  Without the shares the fair-share factor is not replayed (a
+    note says so) and whose jobs wait is missed."""
+    from tests.integration.simulate_support import median_agrees
+
+    rec = json.loads(sacct.with_name(sacct.name.replace("-sacct.txt", ".json")).read_text())
+    pr = rec["priority"]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "PriorityType=priority/multifactor\nPriorityWeightQOS=10000\n"
+        f"PriorityWeightFairshare={pr['weight_fairshare']}\nPriorityCalcPeriod={pr['calc_period_s'] // 60}\n"
+    )
+    shares = sacct.with_name(sacct.name.replace("-sacct.txt", "-sshare.txt"))
+    real: dict[str, list[float]] = {}
+    for j, (submit, start, _, _) in rec["real"].items():
+        real.setdefault(rec["owners"][j][0], []).append(start - submit)
+    started = ("--slurm-config", str(conf), "--slurmctld-started", _boot(sacct, rec))
+
+    def missed(run: dict) -> list[str]:
+        by_user = run["wait_s_by_user"]
+        return [u for u, w in real.items() if not median_agrees(sorted(w), by_user[u]["p50"])]
+
+    run = _replay_and_compare(sacct, monkeypatch, capsys, *started, "--fairshare-from", str(shares))
+    assert "fair-share weight 10000 (Fair Tree, half-life 7d)" in run["priority"]
+    assert not missed(run), (real, run["wait_s_by_user"])
+    from slurm_gpupool.cli.main import main  # without the shares (not through _replay_and_compare: more moves)
+
+    qos = ",".join(f"{q}={p}" for q, p in rec["qos"].items())
+    args = ["simulate", "--from", str(sacct), "--tz", "UTC", "--policy", "static:day", "--bf-interval", "5", "--typed"]
+    assert main([*args, "--qos-priority", qos, "--slurm-release", sacct.parent.name, "--format", "json", *started]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "not replayed: fair-share (PriorityWeightFairshare=10000)" in out["context"]["parameters"]["priority"]
+    assert missed(out["runs"][0])
+
+
+def test_fairshare_from_reads_sshares_tree_and_says_what_is_wrong(tmp_path):
+    """``sshare -a -l -P``: the Account column's indent gives each account's parent; a user's
+    row its association; RawShares and RawUsage as printed (the root's shares blank)."""
+    from slurm_gpupool.errors import UsageError
+    from slurm_gpupool.simulate.fairshare import read_sshare
+
+    text = (
+        "Account|User|RawShares|NormShares|RawUsage|FairShare\n"
+        "root|||0.0|120|\n"
+        " root|root|1|0.3|0|1.0\n"
+        " research||2|0.6|100|\n"
+        "  research|alice|1|0.5|100|0.2\n"
+        "  ml||1|0.5|0|\n"
+        "   ml|bob|3|1.0|0|0.8\n"
+        " teaching||1|0.3|20|\n"
+        "  teaching|carol|1|1.0|20|0.6\n"
+    )
+    accounts, users, usage = read_sshare(text, "s.txt")
+    assert accounts == [("root", "", 1), ("research", "root", 2), ("ml", "research", 1), ("teaching", "root", 1)]
+    assert users == [("root", "root", 1), ("research", "alice", 1), ("ml", "bob", 3), ("teaching", "carol", 1)]
+    assert ("research", "alice", 100.0) in usage and ("teaching", "carol", 20.0) in usage
+    for bad, why in [
+        ("", "empty"),
+        ("Account|User|RawShares\nroot|||\n", "no RawUsage column"),
+        ("Account|User|RawShares|RawUsage\nroot|||0\n   deep||1|0\n", "indented below no account"),
+        ("Account|User|RawShares|RawUsage\nroot|||0\n root|u|parent|0\n", "RawShares=parent is not replayed"),
+        ("Account|User|RawShares|RawUsage\nroot|||x\n", "not numbers"),
+        ("Account|User|RawShares|RawUsage\nroot||\n", "3 fields"),
+    ]:
+        with pytest.raises(UsageError) as e:
+            read_sshare(bad, "s.txt")
+        assert why in e.value.why, (bad, e.value.why)
+    path = tmp_path / "s.txt"
+    path.write_text(text)
+    from slurm_gpupool.cli.simulate import _shares
+
+    assert _shares(path) == (accounts, users, usage) and _shares(None) is None
+    with pytest.raises(UsageError, match="cannot read"):
+        _shares(tmp_path / "missing.txt")
 
 
 def test_boot_time_from_scontrol_show_config_sets_the_rounds_and_a_bad_start_is_refused(tmp_path, monkeypatch, capsys):

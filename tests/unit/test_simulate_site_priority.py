@@ -341,3 +341,22 @@ def test_the_age_settings_reach_the_replay_and_a_bad_one_names_its_line():
         read("PriorityWeightAge=1000\nPriorityCalcPeriod=0\n")
     with pytest.raises(UsageError, match=r"PriorityMaxAge=7 days"):
         read('PriorityMaxAge="7 days"\n')
+
+
+def test_fair_share_is_replayed_only_with_the_shares_and_its_half_life_is_read():
+    """``PriorityWeightFairshare`` weighs in the replay once the associations' shares and
+    usage are known (``--fairshare-from``: ``shares_known``); before, it is named among the
+    factors left out.  ``PriorityDecayHalfLife`` is read as ``time_str2mins`` reads it."""
+    from dataclasses import replace
+
+    site = read("PriorityType=priority/multifactor\nPriorityWeightFairshare=5000\nPriorityDecayHalfLife=14-0\n")
+    assert site.half_life_s == 14 * 86400 and read("PriorityWeightQOS=1\n").half_life_s == 7 * 86400
+    assert site.fairshare_weight("24.11") == 0
+    assert site.unreplayed("24.11") == ["fair-share (PriorityWeightFairshare=5000)"]
+    known = replace(site, shares_known=True)
+    assert known.fairshare_weight("24.11") == 5000 and known.unreplayed("24.11") == []
+    assert "fair-share weight 5000 (Fair Tree, half-life 14d)" in known.describe("24.11")
+    queue = queue_setup(known, "24.11", False, 10000)
+    assert (queue.fairshare_weight, queue.half_life_s) == (5000, 14 * 86400.0)
+    basic = replace(read("PriorityWeightFairshare=5000\n"), shares_known=True)
+    assert basic.fairshare_weight("22.05") == 0  # priority/basic weighs nothing
