@@ -434,8 +434,8 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
 
 
 def _decay_rounds(started: str | None, queue: QueueSetup, tz: str, window_end_s: float) -> tuple[float, str]:
-    """(``Params.priority_calc_phase_s``, what the report says of it) for the age factor:
-    slurmctld's decay thread recomputes priorities every PriorityCalcPeriod from its start
+    """(``Params.priority_calc_phase_s``, what the report says of it) for the age and
+    fair-share factors: slurmctld's decay thread recomputes priorities every PriorityCalcPeriod from its start
     (``_decay_thread``), so that start sets the rounds' phase: ``--slurmctld-started`` (a
     usage error if it is not a time), else BOOT_TIME from ``scontrol show config`` (not used
     if unreadable, or if slurmctld started after the replayed window's last submission
@@ -443,7 +443,7 @@ def _decay_rounds(started: str | None, queue: QueueSetup, tz: str, window_end_s:
     periods.  A time without an offset is read in ``--tz``, as sacct's are."""
     now = datetime.now(UTC)
     given = parse_when(started, now, "--slurmctld-started", tz=tz).timestamp() if started else None
-    if not queue.age_weight:
+    if not queue.age_weight and not queue.fairshare_weight:
         return 0.0, ""
     if given is not None:
         return given % queue.calc_period_s, f"; its rounds from slurmctld's start at {started} (--slurmctld-started)"

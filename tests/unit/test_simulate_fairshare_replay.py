@@ -145,15 +145,29 @@ def test_the_replay_with_the_fair_share_factor_agrees_with_slurm(run, kept):  # 
     assert not _missed(rec, real, results)
 
 
-def test_without_the_fair_share_factor_the_users_waits_miss(run, kept):  # noqa: F811
+def _start_error(real: dict, results: dict) -> float:
+    """The mean distance between each job's start in Slurm and in the replay (every reservation placed), s."""
+    epoch = min(v[0] for v in real.values())
+    sim = {str(r.job_id): r.start_s for r in results[True].jobs}
+    return sum(abs(real[j][1] - epoch - sim[j]) for j in real) / len(real)
+
+
+def test_without_the_fair_share_factor_the_jobs_start_elsewhere(run, kept):  # noqa: F811
     """The same replay with the QOS factor alone (the engine before the fair-share factor):
-    the job kinds' waits may still agree (22.05's run does: the kinds mix the users), but
-    whose jobs wait does not: alice's median wait is replayed 49.6 s against Slurm's 63.7 s."""
+    the jobs start on average 12.5-15.5 s from their starts in Slurm, against 0.6-2.7 s with
+    it, on every kept run (their orders, 92-93 % against 99 %, and the job kinds' waits
+    stay within the tolerances: the kinds mix the users).  On the first seed's 22.05 run
+    whose jobs wait misses too: alice's median is replayed 49.6 s against Slurm's 63.7 s."""
     rec, real, ids, spec, handoff = run
+    more = {"owners": rec["owners"], "billing": rec["billing"]}
     qos_only = replace(SANDBOX, qos_priority=tuple(rec["qos"].items()))
-    results: dict = {}
-    try:
-        replay_and_compare(spec, qos_only, ids, real, NO_SWITCH, [60.0], handoff, kept.release, results=results)
-    except AssertionError:
-        pass  # (a miss of the kinds' waits is a miss too)
-    assert _missed(rec, real, results)
+    errors = {}
+    for name, params in (("with", fair_params(rec, kept)), ("without", qos_only)):
+        results: dict = {}
+        replay_and_compare(
+            spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release, results=results, judged=False, **more
+        )
+        errors[name] = _start_error(real, results)
+        if name == "without" and kept.label == "fairshare@22.05":
+            assert _missed(rec, real, results)
+    assert errors["without"] > max(10.0, 4 * errors["with"]), errors

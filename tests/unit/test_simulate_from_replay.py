@@ -234,9 +234,10 @@ def test_simulate_from_replays_the_fair_share_factor_given_sshare_at_the_start(s
     """The fair-share family's accounting (``PriorityWeightFairshare=10000``, Fair Tree,
     recomputed every minute) replayed with the site's slurm.conf, slurmctld's start and
     ``sshare -a -l -P`` taken before the run (``--fairshare-from``): utilisation and each
-    kind's median within the tolerances, as every run above, and each user's median wait
-    (``wait_s_by_user``) too.  Without the shares the fair-share factor is not replayed (a
-    note says so) and whose jobs wait is missed."""
+    kind's median within the tolerances, as every run above, and each user's median and mean
+    wait (``wait_s_by_user``) too.  Without the shares the fair-share factor is not replayed
+    (a note says so) and whose jobs wait is missed (26.05: carol's mean wait 20.8 s in
+    Slurm's accounting, 24.9 s replayed with the shares, 47.1 s without)."""
     from tests.integration.simulate_support import median_agrees
 
     rec = json.loads(sacct.with_name(sacct.name.replace("-sacct.txt", ".json")).read_text())
@@ -253,8 +254,14 @@ def test_simulate_from_replays_the_fair_share_factor_given_sshare_at_the_start(s
     started = ("--slurm-config", str(conf), "--slurmctld-started", _boot(sacct, rec))
 
     def missed(run: dict) -> list[str]:
+        """The users whose median or mean wait the replay misses (the validation's tolerances)."""
         by_user = run["wait_s_by_user"]
-        return [u for u, w in real.items() if not median_agrees(sorted(w), by_user[u]["p50"])]
+        return [
+            u
+            for u, w in real.items()
+            if not median_agrees(sorted(w), by_user[u]["p50"])
+            or abs(by_user[u]["mean"] - sum(w) / len(w)) > max(WAIT_REL * sum(w) / len(w), WAIT_ABS)
+        ]
 
     run = _replay_and_compare(sacct, monkeypatch, capsys, *started, "--fairshare-from", str(shares))
     assert "fair-share weight 10000 (Fair Tree, half-life 7d)" in run["priority"]
