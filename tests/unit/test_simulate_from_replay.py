@@ -382,13 +382,14 @@ def test_slurmctld_s_start_is_read_in_the_accountings_zone_and_a_later_or_unread
     (3600 % 420 = 240 s).  A BOOT_TIME after the window's last submission is another start's
     (the window's rounds were not on it), and one that is not a time is left out with a
     note; a ``--slurmctld-started`` that is not a time is a usage error, age weight or not."""
+    from dataclasses import replace
     from datetime import UTC, datetime
-    from types import SimpleNamespace
 
     from slurm_gpupool.cli.simulate import _decay_rounds
     from slurm_gpupool.errors import UsageError
+    from slurm_gpupool.simulate.site_priority import QueueSetup
 
-    queue = SimpleNamespace(age_weight=1000, calc_period_s=420.0, boot_time=None)
+    queue = QueueSetup(10000, "", (), age_weight=1000, calc_period_s=420.0)
     start = "2026-12-03T08:00:00"
     utc_s = datetime(2026, 12, 3, 8, tzinfo=UTC).timestamp()
     end = utc_s + 86400
@@ -397,14 +398,14 @@ def test_slurmctld_s_start_is_read_in_the_accountings_zone_and_a_later_or_unread
     paris, _ = _decay_rounds(start, queue, "Europe/Paris", end)  # 08:00 in Paris is 07:00 UTC
     assert paris == (utc_s - 3600) % 420 and paris != phase
     assert _decay_rounds(start + "+01:00", queue, "UTC", end)[0] == paris  # an offset given wins
-    booted = SimpleNamespace(**{**vars(queue), "boot_time": start})
+    booted = replace(queue, boot_time=start)
     assert _decay_rounds(None, booted, "UTC", end) == (
         phase,
         f"; its rounds from slurmctld's start at {start} (BOOT_TIME)",
     )
     phase, said = _decay_rounds(None, booted, "UTC", utc_s - 1)
     assert phase == 0.0 and "whole periods (slurmctld's start after the window: BOOT_TIME" in said
-    phase, said = _decay_rounds(None, SimpleNamespace(**{**vars(queue), "boot_time": "Tomorrow 08:00"}), "UTC", end)
+    phase, said = _decay_rounds(None, replace(queue, boot_time="Tomorrow 08:00"), "UTC", end)
     assert phase == 0.0 and "unreadable" in said
     assert _decay_rounds(None, queue, "UTC", end) == (
         0.0,
@@ -412,5 +413,9 @@ def test_slurmctld_s_start_is_read_in_the_accountings_zone_and_a_later_or_unread
     )
     for weight in (1000, 0):
         with pytest.raises(UsageError, match="--slurmctld-started yesterday"):
-            _decay_rounds("yesterday", SimpleNamespace(**{**vars(queue), "age_weight": weight}), "UTC", end)
-    assert _decay_rounds(start, SimpleNamespace(**{**vars(queue), "age_weight": 0}), "UTC", end) == (0.0, "")
+            _decay_rounds("yesterday", replace(queue, age_weight=weight), "UTC", end)
+    assert _decay_rounds(start, replace(queue, age_weight=0), "UTC", end) == (0.0, "")
+    # the fair-share factor moves in the same rounds: its phase is set alike (it was not, and
+    # the fair-share family's accounting replay of seed 82 put alice's median at 81 s, not 36)
+    fair = replace(queue, age_weight=0, fairshare_weight=10000)
+    assert _decay_rounds(start, fair, "UTC", end)[0] == utc_s % 420
