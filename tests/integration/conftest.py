@@ -38,16 +38,20 @@ from .repartition_support import SLURM_WAIT_S, assert_converged, nodes_info, rep
 
 WORKER_PORT_STRIDE = 300  # a sandbox uses base .. base+100+nodes
 # the release that runs the tests marked ``one_release`` this commit (``host`` or a container's
-# series: scripts/test draws it from the commit's seed); unset or empty, every release runs them
+# series), or each module's (``test_ansible=host,test_repartition_crash_slurm=24.11,...``:
+# scripts/test spreads them from the commit's seed); unset or empty, every release runs them
 ROTATED_ENV = "SLURM_GPUPOOL_ROTATED_RELEASE"
 
 
-def picked_elsewhere(variable: str) -> str | None:
-    """Where ``$variable`` (scripts/test's draw: ``host`` or a container's series) puts a
-    rotated test, if not on this release: None when it is unset or empty, or names this one
-    (``$SLURM_GPUPOOL_CONTAINER``'s series in a container; ``host`` or the host's own series
-    on the host)."""
+def picked_elsewhere(variable: str, module: str = "") -> str | None:
+    """Where ``$variable`` (scripts/test's draw: ``host`` or a container's series, or
+    ``MODULE=RELEASE,...`` per module, ``module`` naming the one asked about) puts a rotated
+    test, if not on this release: None when it is unset or empty (or names no release for
+    ``module``), or names this one (``$SLURM_GPUPOOL_CONTAINER``'s series in a container;
+    ``host`` or the host's own series on the host)."""
     picked = os.environ.get(variable, "")
+    if "=" in picked:
+        picked = dict(p.split("=", 1) for p in picked.split(",") if "=" in p).get(module, "")
     here = os.environ.get(CONTAINER_ENV) or "host"
     if not picked or picked == here:
         return None
@@ -58,7 +62,7 @@ def picked_elsewhere(variable: str) -> str | None:
         if native is not None and native.series == picked:
             return None
     where = "the host's Slurm" if picked == "host" else f"Slurm {picked}"
-    return f"{where} ({variable}={picked}), not here ({here})"
+    return f"{where} ({variable}={os.environ.get(variable)}), not here ({here})"
 
 
 def rotated_away(item: pytest.Item) -> str | None:
@@ -66,7 +70,7 @@ def rotated_away(item: pytest.Item) -> str | None:
     CI's time budget) and this release is not this commit's pick.  None: it runs."""
     if item.get_closest_marker("one_release") is None:
         return None
-    elsewhere = picked_elsewhere(ROTATED_ENV)
+    elsewhere = picked_elsewhere(ROTATED_ENV, item.path.stem)
     return None if elsewhere is None else f"this commit runs it on {elsewhere}"
 
 
