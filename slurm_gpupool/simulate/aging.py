@@ -15,8 +15,9 @@ submission order (then job id), less its partition tier's offset, so ranks order
 ``sort_job_queue2`` does (tier, then priority, then submission, then job id) exactly, in
 floats (below 2**53 while the weights' sum times the jobs times the tiers is: weights of
 10,000s and a million jobs leave room for thousands of tiers); a ``PRIO`` event at each round
-recomputes the queued jobs' ranks and re-sorts the queue.  Without an age weight nothing here
-runs.
+recomputes the queued jobs' ranks and re-sorts the queue.  The fair-share factor moves in the
+same rounds (``fairshare``: the usage counted and the associations ranked first).  Without an
+age or a fair-share weight nothing here runs.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ class Aging(NodeIndex):
     """Accrue times, the decay thread's rounds and the ranks they give."""
 
     def _aging_begin(self, jobs: Sequence[SimJob]) -> list[float] | None:
-        """Set the age model up (``run``'s start): with an age weight, the ranks
-        ``priority.queue_ranks`` would give, in this module's scale; None without one."""
+        """Set the age model up (``run``'s start): with an age or a fair-share weight, the
+        ranks ``priority.queue_ranks`` would give, in this module's scale; None without one."""
         p = self.p
         self.aging = p.priority_weight_age > 0 or p.priority_weight_fairshare > 0
         self.accrue, self.prio_due = {}, False
