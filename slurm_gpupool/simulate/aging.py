@@ -99,25 +99,17 @@ class Aging(NodeIndex):
         fair, now = self.fair, float(self._second())
         assert fair is not None
         last = self.last_round if self.last_round is not None else now - self.p.priority_calc_period_s
-        origin = self.p.clock_origin_s
-        ended: list[tuple[int, float, float]] = []
-        running: list[tuple[int, float, float]] = []
+        origin, runs = self.p.clock_origin_s, []
         for i in list(self.fs_runs):
-            rec = self.recs[i]
+            rec, job = self.recs[i], self.jobs[i]
             if rec.start_s < 0:  # requeued by a preemption: its run's usage is not replayed
                 self.fs_runs.discard(i)
                 continue
-            end = rec.end_s + origin
-            (ended if rec.end_s >= 0 and end <= now else running).append((i, max(last, rec.start_s + origin), end))
-        for i, since, end in ended:
-            job = self.jobs[i]
-            fair.run((job.account, job.user), job.billing, end - since)
-            self.fs_runs.discard(i)
-        fair.decay(now - last)
-        for i, since, _ in running:
-            job = self.jobs[i]
-            fair.run((job.account, job.user), job.billing, now - since)
-        fair.rank()
+            end = rec.end_s + origin if rec.end_s >= 0 else math.inf
+            runs.append(((job.account, job.user), job.billing, rec.start_s + origin, end))
+            if end <= now:
+                self.fs_runs.discard(i)
+        fair.round(last, now, runs)
         self.last_round = now
 
     def _aged_rank(self, i: int, priority: int) -> float:

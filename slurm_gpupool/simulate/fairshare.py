@@ -89,6 +89,21 @@ class FairTree:
         self.add(assoc, amount)
         return amount
 
+    def round(self, last: float, now: float, runs: Iterable[tuple[Assoc, float, float, float]]) -> dict[Assoc, float]:
+        """A round of the decay thread at ``now`` (epoch s; the last one at ``last``): each run
+        (association, billing, start, end; end past ``now`` while it runs) since the last
+        round counted as Slurm counts it (an ended one at its end, then every usage decayed,
+        then the running ones), and the tree ranked; the factors."""
+        runs = list(runs)
+        for assoc, billing, start, end in runs:
+            if end <= now:
+                self.run(assoc, billing, end - max(last, start))
+        self.decay(now - last)
+        for assoc, billing, start, end in runs:
+            if end > now:
+                self.run(assoc, billing, now - max(last, start))
+        return self.rank()
+
     def add(self, assoc: Assoc, amount: float) -> None:
         key: Assoc | None = assoc
         while key is not None and key in self.usage:

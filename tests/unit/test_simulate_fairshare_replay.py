@@ -92,14 +92,12 @@ def test_slurm_gave_each_waiting_job_the_priority_fair_tree_gives_it(run, kept):
     for at, given in found:
         now = float(math.floor(at))
         since = last if last is not None else now - rec["priority"]["calc_period_s"]
-        for j, (_, start, end, _) in real.items():
-            if start < now and since < end <= now:
-                fair.run(_assoc(rec, j), rec["billing"][j], end - max(since, math.floor(start)))
-        fair.decay(now - since)
-        for j, (_, start, end, _) in real.items():
-            if start < now < end:
-                fair.run(_assoc(rec, j), rec["billing"][j], now - max(since, math.floor(start)))
-        factors = fair.rank()
+        runs = [
+            (_assoc(rec, j), rec["billing"][j], math.floor(start), end)
+            for j, (_, start, end, _) in real.items()
+            if start < now and end > since
+        ]
+        factors = fair.round(since, now, runs)
         for job, prio in given.items():
             part = qos_part(ids[job][2], rec["qos"], 10000) + 10000 * factors[_assoc(rec, job)]
             assert prio == max(1, int(part)), (job, at, prio, part, factors)
