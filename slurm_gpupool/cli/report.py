@@ -251,6 +251,43 @@ def slurm_config_option(f: Any) -> Any:
     )(f)
 
 
+def fairshare_option(f: Any) -> Any:
+    """``--fairshare-from``: the associations' shares and usage for a replay's fair-share
+    factor (``simulate``, ``report advice``)."""
+    return click.option(
+        "--fairshare-from",
+        "shares_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="`sshare -a -l -P` taken at the window's start: the associations, their shares and usage, from which "
+        "the fair-share factor is replayed as Fair Tree ranks it (with --slurm-config's PriorityWeightFairshare).",
+    )(f)
+
+
+def fairshare_shares(path: Path | None) -> Any:
+    """``--fairshare-from``: the associations, shares and usage of an ``sshare -a -l -P``
+    (``fairshare.read_sshare``); None without it.  Unreadable or not sshare's: a UsageError."""
+    if path is None:
+        return None
+    from slurm_gpupool.simulate.fairshare import read_sshare
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONF_BYTES)
+    except OSError as e:
+        raise UsageError(f"--fairshare-from {path}", f"cannot read: {e.strerror}") from None
+    return read_sshare(data.decode("utf-8", "replace"), f"--fairshare-from {path}")
+
+
+def fairshare_notes(shares: Any, queue: Any, site: Any) -> list[str]:
+    """What the report says when ``--fairshare-from`` was given but the site weighs no
+    fair-share (or no slurm.conf says whether it does): the shares then change nothing."""
+    if shares is None or queue.fairshare_weight:
+        return []
+    why = "no --slurm-config says PriorityWeightFairshare" if site is None else f"{site.source} weighs no fair-share"
+    return [f"--fairshare-from is not weighed: {why}"]
+
+
 MAX_INCLUDE_DEPTH = 16  # Include files within Include files; one that includes itself is refused
 MAX_CONF_BYTES = 16 << 20
 
@@ -336,6 +373,7 @@ def _sim_options(f: Any) -> Any:
     options = [
         slurm_release_option,
         slurm_config_option,
+        fairshare_option,
         click.option(
             "--simulate/--no-simulate",
             default=True,
@@ -379,6 +417,7 @@ def _sim_settings(kw: dict[str, Any]) -> Any:
 
     keys = ("simulate", "slowdown", "resamples", "seed", "min_jobs", "workers", "slurm_release", "slurm_config")
     on, slowdown, resamples, seed, min_jobs, workers, release, config = (kw.pop(k) for k in keys)
+    shares_file = kw.pop("shares_file")
     if not on:
         return None
     try:
@@ -391,7 +430,7 @@ def _sim_settings(kw: dict[str, Any]) -> Any:
         slurm_release(release)
     workers = workers or min(4, os.cpu_count() or 1)
     settings = Settings(slowdowns=sds, resamples=resamples, seed=seed, min_jobs=min_jobs, workers=workers)
-    return settings, release, config, not kw.get("files")
+    return settings, release, config, not kw.get("files"), fairshare_shares(shares_file)
 
 
 def _site_settings(pending: Any, app: AppContext) -> Any:
@@ -403,11 +442,14 @@ def _site_settings(pending: Any, app: AppContext) -> Any:
 
     if pending is None:
         return None
-    settings, release, config, live = pending
+    settings, release, config, live, shares = pending
     cfg = _config_or_none(app)
     release = release_for(release, live, cfg.slurm.version if cfg is not None else None)
     preempting = cfg is not None and any(t.preemptible for t in cfg.tiers)
-    queue = queue_setup(site_priority(config, live=live), release, preempting, settings.priority_weight_qos)
+    site = site_priority(config, live=live)
+    if site is not None and shares is not None:
+        site = replace(site, shares_known=True)
+    queue = queue_setup(site, release, preempting, settings.priority_weight_qos)
     return replace(
         settings,
         slurm_release=release,
@@ -417,7 +459,10 @@ def _site_settings(pending: Any, app: AppContext) -> Any:
         priority_calc_period_s=queue.calc_period_s,
         partition_priority=queue.partitions,
         priority_weight_partition=queue.partition_weight,
-        priority_notes=(f"priority: {queue.described}", *queue.notes),
+        priority_weight_fairshare=queue.fairshare_weight,
+        priority_decay_half_life_s=queue.half_life_s,
+        fairshare=tuple(tuple(x) for x in shares) if shares else ((), (), ()),
+        priority_notes=(f"priority: {queue.described}", *queue.notes, *fairshare_notes(shares, queue, site)),
     )
 
 

@@ -22,6 +22,9 @@ from slurm_gpupool.cli.report import (
     _common,
     _load,
     _write,
+    fairshare_notes,
+    fairshare_option,
+    fairshare_shares,
     parse_when,
     release_for,
     site_priority,
@@ -68,21 +71,6 @@ def _qos_priorities(text: str | None, tiers: Collection[str]) -> dict[str, int]:
             raise UsageError(f"--qos-priority {item.strip()}", f"{name} is a tier's QOS: its priority is the config's")
         out[name] = number
     return out
-
-
-def _shares(path: Path | None) -> Any:
-    """``--fairshare-from``: the associations, shares and usage of an ``sshare -a -l -P``
-    (``fairshare.read_sshare``); None without it.  Unreadable or not sshare's: a UsageError."""
-    if path is None:
-        return None
-    from slurm_gpupool.simulate.fairshare import read_sshare
-
-    try:
-        with open(path, "rb") as f:
-            data = f.read(16 << 20)
-    except OSError as e:
-        raise UsageError(f"--fairshare-from {path}", f"cannot read: {e.strerror}") from None
-    return read_sshare(data.decode("utf-8", "replace"), f"--fairshare-from {path}")
 
 
 def _live_qos_priorities(tiers: Collection[str]) -> dict[str, int]:
@@ -199,13 +187,7 @@ class Progress:
     "without an offset): the age factor's rounds fall every PriorityCalcPeriod from it (default: BOOT_TIME from "
     "`scontrol show config`, live or saved as --slurm-config; else on the clock's whole periods).",
 )
-@click.option(
-    "--fairshare-from",
-    "shares_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="`sshare -a -l -P` taken at the window's start: the associations, their shares and usage, from which "
-    "the fair-share factor is replayed as Fair Tree ranks it (with --slurm-config's PriorityWeightFairshare).",
-)
+@fairshare_option
 @click.option("--bf-interval", type=float, default=30.0, show_default=True, help="Backfill interval (s).")
 @click.option(
     "--passes",
@@ -299,7 +281,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     queue_qos = tuple({**tiers, **others}.items())
     preempting = any(t.preemptible for t in cfg.tiers)
     site = site_priority(slurm_config, live=live)
-    shares = _shares(shares_file)
+    shares = fairshare_shares(shares_file)
     if site is not None and shares is not None:
         site = dataclasses.replace(site, shares_known=True)
     queue = queue_setup(site, slurm_release, preempting, Params.priority_weight_qos)
@@ -311,15 +293,7 @@ def simulate(app: AppContext, trace, policy_names, layouts_file, days, start, re
     cfg, whole = pol.with_whole_layout(cfg)
     specs = pol.policies(cfg, list(policy_names) or None, whole)
     notes = list(queue.notes)
-    if shares is not None and not queue.fairshare_weight:
-        notes.append(
-            "--fairshare-from is not weighed: "
-            + (
-                "no --slurm-config says PriorityWeightFairshare"
-                if site is None
-                else f"{site.source} weighs no fair-share"
-            )
-        )
+    notes += fairshare_notes(shares, queue, site)
     accounting = (since, until, files, fields, delimiter, tz, journal, spools, window, sacct_format)
     dating = bf_interval if passes_from == "dated" else None
     epoch, jobs, source, passes = _jobs(

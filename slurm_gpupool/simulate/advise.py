@@ -79,6 +79,11 @@ class Settings:
     # the partitions' (name, PriorityJobFactor, PriorityTier) and PriorityWeightPartition (``priority``)
     partition_priority: tuple[tuple[str, int, int], ...] = ()
     priority_weight_partition: int = 0
+    # PriorityWeightFairshare as the queue feels it (0 unless the shares were given), the
+    # decay's half-life, and the associations (accounts, users, usage: ``fairshare.read_sshare``)
+    priority_weight_fairshare: int = 0
+    priority_decay_half_life_s: float = 7 * 86400.0
+    fairshare: tuple[tuple, tuple, tuple] = ((), (), ())
     priority_notes: tuple[str, ...] = ()  # what the report says about that (site_priority.notes)
 
 
@@ -270,6 +275,11 @@ class _Run:
             priority_calc_period_s=self.settings.priority_calc_period_s,
             partition_priority=self.settings.partition_priority,
             priority_weight_partition=self.settings.priority_weight_partition,
+            priority_weight_fairshare=self.settings.priority_weight_fairshare,
+            priority_decay_half_life_s=self.settings.priority_decay_half_life_s,
+            fairshare_accounts=self.settings.fairshare[0],
+            fairshare_users=self.settings.fairshare[1],
+            fairshare_usage=self.settings.fairshare[2],
             clock_origin_s=self.epoch.timestamp(),
         )
         res = Engine(p.pool, sw, params).run(jobs)

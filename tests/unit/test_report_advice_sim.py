@@ -492,3 +492,51 @@ def test_advice_follows_the_sites_priority_setup_and_names_what_it_does_not_repl
         notes = json.loads(res.output)["reports"][0]["notes"]
         said = [n for n in notes if "also ordered by" in n]
         assert (said == []) if note is None else ("fair-share (PriorityWeightFairshare=5)" in said[0]), notes
+
+
+def test_advice_replays_the_fair_share_factor_from_the_shares_given(tmp_path, monkeypatch, capsys):
+    """``report advice --fairshare-from`` (``sshare -a -l -P`` at the window's start), as
+    ``gpupool simulate`` takes it: with the site's PriorityWeightFairshare, the replays rank
+    the associations as Fair Tree does and the factor is no longer named as left out; given
+    where the site weighs none, a note says the shares change nothing; an unreadable file is
+    a usage error naming the option."""
+    cfg = _config(tmp_path, WHOLE_ONLY)
+    f = tmp_path / "sacct.txt"
+    f.write_text(history(5, 90, 6))
+    shares = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "22.05" / "simulate-fairshare-s82-sshare.txt"
+    seen = engine_params(monkeypatch)
+    env = {**os.environ, "SLURM_GPUPOOL_CONFIG": str(cfg)}
+    args = ["report", "advice", "--from", str(f), "--tz", "UTC", "--format", "json", "--resamples", "0"]
+    args += ["--workers", "1"]
+    conf = tmp_path / "slurm.conf"
+    weighed = "PriorityType=priority/multifactor\nPriorityWeightFairshare=5000\nPriorityDecayHalfLife=14-0\n"
+
+    def advice(text: str, *more: str) -> list[str]:
+        conf.write_text(text)
+        seen.clear()
+        res = CliRunner().invoke(cli, [*args, "--slurm-config", str(conf), *more], env=env, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)["reports"][0]["notes"]
+
+    notes = advice(weighed, "--fairshare-from", str(shares))
+    assert seen and {p.priority_weight_fairshare for p in seen} == {5000}
+    assert {p.priority_decay_half_life_s for p in seen} == {14 * 86400.0}
+    users = {u for _, u, _ in seen[0].fairshare_users}
+    assert {"gpupool-alice", "gpupool-bob", "gpupool-carol"} <= users
+    assert not [n for n in notes if "fair-share" in n and "also ordered by" in n], notes
+    assert any("Fair Tree" in n for n in notes), notes
+    notes = advice(weighed)  # no shares: the factor is left out, and said so
+    assert {p.priority_weight_fairshare for p in seen} == {0}
+    assert any("also ordered by" in n and "fair-share" in n for n in notes), notes
+    notes = advice("PriorityType=priority/multifactor\nPriorityWeightQOS=10\n", "--fairshare-from", str(shares))
+    assert {p.priority_weight_fairshare for p in seen} == {0}
+    assert any("--fairshare-from is not weighed: " in n for n in notes), notes
+    conf.write_text(weighed)
+    missing = tmp_path / "none.txt"
+    from slurm_gpupool.cli.main import main
+
+    monkeypatch.setenv("SLURM_GPUPOOL_CONFIG", str(cfg))
+    capsys.readouterr()
+    assert main([*args, "--slurm-config", str(conf), "--fairshare-from", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--fairshare-from {missing}: cannot read" in err and "Traceback" not in err

@@ -140,8 +140,8 @@ def _boot(sacct: Path, rec: dict) -> str:
     restart's)."""
     from datetime import UTC, datetime
 
+    from tests.integration.priority_support import rounds
     from tests.integration.simulate_support import Kept
-    from tests.unit.test_simulate_age_replay import rounds
 
     period = rec["priority"]["calc_period_s"]
     first = int(rounds(Kept(sacct.parent.name, sacct.name.removesuffix("-sacct.txt")), rec["since"])[0][0])
@@ -310,11 +310,11 @@ def test_fairshare_from_reads_sshares_tree_and_says_what_is_wrong(tmp_path):
         assert why in e.value.why, (bad, e.value.why)
     path = tmp_path / "s.txt"
     path.write_text(text)
-    from slurm_gpupool.cli.simulate import _shares
+    from slurm_gpupool.cli.report import fairshare_shares
 
-    assert _shares(path) == (accounts, users, usage) and _shares(None) is None
+    assert fairshare_shares(path) == (accounts, users, usage) and fairshare_shares(None) is None
     with pytest.raises(UsageError, match="cannot read"):
-        _shares(tmp_path / "missing.txt")
+        fairshare_shares(tmp_path / "missing.txt")
 
 
 def test_boot_time_from_scontrol_show_config_sets_the_rounds_and_a_bad_start_is_refused(tmp_path, monkeypatch, capsys):
