@@ -11,56 +11,20 @@ published tolerances with the age factor modelled (``simulate.aging``)."""
 from __future__ import annotations
 
 import itertools
-import math
-import re
 from dataclasses import replace
 
 import pytest
 
-from slurm_gpupool.simulate.engine import Params
 from slurm_gpupool.simulate.metrics import percentile
-from slurm_gpupool.simulate.priority import multifactor, qos_part
 from tests.integration import simulate_support as support
+from tests.integration.priority_support import age_params, age_priorities_checked, rounds
 from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
 from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run, its times read in UTC)
-
-PRIO_LINE = re.compile(r"debug2: .*\bpriority for job (\d+) is now (\d+)")
 
 
 @pytest.fixture(params=support.kept_runs("age"), ids=lambda k: k.label)
 def kept(request) -> support.Kept:
     return request.param
-
-
-def rounds(kept: support.Kept, since: float) -> list[tuple[float, dict[str, int]]]:
-    """The decay thread's rounds the log dates: (when its first line was logged, job ->
-    the priority it gave), in order."""
-    out: list[tuple[float, dict[str, int]]] = []
-    for at, text in support.stamped_lines(kept.log, since):
-        m = PRIO_LINE.search(text)
-        if m is None:
-            continue
-        if not out or at - out[-1][0] > 1.0:
-            out.append((at, {}))
-        out[-1][1][m[1]] = int(m[2])
-    return out
-
-
-def age_params(rec: dict, kept: support.Kept) -> Params:
-    """The sandbox's settings with the run's QOS priorities and age settings, the decay
-    thread's rounds on the phase the log dates (a site's simulator, which cannot know it,
-    starts them at its clock's epoch: the kept run's error is measured so)."""
-    pr = rec["priority"]
-    found = rounds(kept, rec["since"])
-    phase = found[0][0] % pr["calc_period_s"] if found else 0.0
-    return replace(
-        SANDBOX,
-        qos_priority=tuple(rec["qos"].items()),
-        priority_weight_age=pr["weight_age"],
-        priority_max_age_s=float(pr["max_age_s"]),
-        priority_calc_period_s=float(pr["calc_period_s"]),
-        priority_calc_phase_s=phase,
-    )
 
 
 def test_the_record_queued_deep_and_the_decay_thread_ran_every_minute(run, kept):  # noqa: F811
@@ -80,14 +44,7 @@ def test_slurm_gave_each_waiting_job_the_priority_the_simulator_gives_it(run, ke
     weight times the job's whole seconds of age (from its submission's second to the
     round's) over PriorityMaxAge, at most 1, truncated."""
     rec, real, ids, _, _ = run
-    pr = rec["priority"]
-    checked = 0
-    for at, given in rounds(kept, rec["since"]):
-        for job, prio in given.items():
-            part = qos_part(ids[job][2], rec["qos"], 10000)
-            age = math.floor(at) - math.floor(real[job][0])
-            assert prio == multifactor(part, age, pr["weight_age"], pr["max_age_s"]), (job, at, prio, age)
-            checked += 1
+    checked = age_priorities_checked(kept, rec, real, ids)
     assert checked >= 50
 
 
@@ -98,8 +55,7 @@ def test_the_replay_with_the_age_factor_agrees_with_slurm(run, kept):  # noqa: F
     ``gpupool simulate`` prints, is measured as a site's simulator replays it: with no phase
     known, the rounds on the clock's whole minutes."""
     rec, real, ids, spec, handoff = run
-    params = age_params(rec, kept)
-    site = replace(params, priority_calc_phase_s=0.0)
+    params, site = age_params(rec, kept), age_params(rec, kept, phased=False)
     replay_and_compare(spec, site, ids, real, NO_SWITCH, [60.0], handoff, kept.release, kept=kept.label, judged=False)
     got = replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release)
     for exact in (True, False):

@@ -12,59 +12,25 @@ every kept run's replay must agree within the published tolerances."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 
-from slurm_gpupool.simulate.engine import Params
-from slurm_gpupool.simulate.fairshare import FairTree
-from slurm_gpupool.simulate.metrics import percentile
-from slurm_gpupool.simulate.priority import qos_part
 from tests.integration import simulate_support as support
+from tests.integration.priority_support import (
+    fair_params,
+    fair_priorities_checked,
+    group_medians_missed,
+    rounds,
+    users_of,
+)
 from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
-from tests.unit.test_simulate_age_replay import rounds
 from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run, its times read in UTC)
 
 
 @pytest.fixture(params=support.kept_runs("fairshare"), ids=lambda k: k.label)
 def kept(request) -> support.Kept:
     return request.param
-
-
-def tree(rec: dict) -> FairTree:
-    a = rec["associations"]
-    return FairTree(
-        [tuple(x) for x in a["accounts"]],
-        [tuple(x) for x in a["users"]],
-        [tuple(x) for x in a["usage"]],
-        rec["priority"]["half_life_s"],
-    )
-
-
-def fair_params(rec: dict, kept: support.Kept, phased: bool = True) -> Params:
-    """The sandbox's settings with the run's QOS priorities and fair-share settings, the
-    decay thread's rounds on the phase the log dates (``phased``; else on the clock's whole
-    minutes, as a site's simulator that knows no start places them)."""
-    pr, a = rec["priority"], rec["associations"]
-    found = rounds(kept, rec["since"])
-    phase = found[0][0] % pr["calc_period_s"] if found and phased else 0.0
-    return replace(
-        SANDBOX,
-        qos_priority=tuple(rec["qos"].items()),
-        priority_weight_fairshare=pr["weight_fairshare"],
-        priority_calc_period_s=float(pr["calc_period_s"]),
-        priority_calc_phase_s=phase,
-        priority_decay_half_life_s=float(pr["half_life_s"]),
-        fairshare_accounts=tuple(tuple(x) for x in a["accounts"]),
-        fairshare_users=tuple(tuple(x) for x in a["users"]),
-        fairshare_usage=tuple(tuple(x) for x in a["usage"]),
-    )
-
-
-def _assoc(rec: dict, job: str) -> tuple[str, str]:
-    user, account = rec["owners"][job]
-    return account, user
 
 
 def test_the_record_queued_deep_and_spread_its_usage_unevenly(run, kept):  # noqa: F811
@@ -87,40 +53,13 @@ def test_slurm_gave_each_waiting_job_the_priority_fair_tree_gives_it(run, kept):
     running ones' added), the tree ranked, and every pending job's priority its QOS part plus
     10000 x its association's factor, truncated (``decay_apply_weighted_factors``)."""
     rec, real, ids, _, _ = run
-    fair, last, checked = tree(rec), None, 0
-    found = rounds(kept, rec["since"])
-    for at, given in found:
-        now = float(math.floor(at))
-        since = last if last is not None else now - rec["priority"]["calc_period_s"]
-        runs = [
-            (_assoc(rec, j), rec["billing"][j], math.floor(start), end)
-            for j, (_, start, end, _) in real.items()
-            if start < now and end > since
-        ]
-        factors = fair.round(since, now, runs)
-        for job, prio in given.items():
-            part = qos_part(ids[job][2], rec["qos"], 10000) + 10000 * factors[_assoc(rec, job)]
-            assert prio == max(1, int(part)), (job, at, prio, part, factors)
-            checked += 1
-        last = now
+    checked = fair_priorities_checked(kept, rec, real, ids)
     assert checked >= 30
 
 
-def _by_user(rec: dict, waits: dict[str, float]) -> dict[str, list[float]]:
-    """Each user's waits, sorted (the family's point: who waits is whose usage)."""
-    out: dict[str, list[float]] = {}
-    for j, w in waits.items():
-        out.setdefault(rec["owners"][j][0], []).append(w)
-    return {u: sorted(ws) for u, ws in out.items()}
-
-
 def _missed(rec: dict, real: dict, results: dict) -> dict[str, tuple[float, float]]:
-    """The users whose median wait the replay (every reservation placed) misses, by the
-    published median tolerance and band (``median_agrees``): (Slurm's, the replay's)."""
-    slurm = _by_user(rec, {j: v[1] - v[0] for j, v in real.items()})
-    replayed = _by_user(rec, {str(r.job_id): r.wait_s for r in results[True].jobs})
-    medians = {u: (percentile(w, 50), percentile(replayed[u], 50)) for u, w in slurm.items()}
-    return {u: m for u, m in medians.items() if not support.median_agrees(slurm[u], m[1])}
+    """The users whose median wait the replay (every reservation placed) misses: (Slurm's, the replay's)."""
+    return group_medians_missed(real, {str(r.job_id): r.wait_s for r in results[True].jobs}, users_of(rec))
 
 
 def test_the_replay_with_the_fair_share_factor_agrees_with_slurm(run, kept):  # noqa: F811

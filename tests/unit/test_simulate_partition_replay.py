@@ -15,12 +15,9 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_gpupool.simulate.engine import Params
-from slurm_gpupool.simulate.jobs import SimJob
-from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.metrics import percentile
-from slurm_gpupool.simulate.priority import priorities, static_parts
 from tests.integration import simulate_support as support
+from tests.integration.priority_support import group_medians_missed, init_prio_mismatches, partition_params
 from tests.integration.simulate_support import NO_SWITCH, SANDBOX, replay_and_compare
 from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run, its times read in UTC)
 
@@ -28,16 +25,6 @@ from tests.unit.test_simulate_qos_replay import run  # noqa: F401  (the kept run
 @pytest.fixture(params=support.kept_runs("partition"), ids=lambda k: k.label)
 def kept(request) -> support.Kept:
     return request.param
-
-
-def partition_params(rec: dict) -> Params:
-    """The sandbox's settings with the run's QOS priorities and partitions."""
-    return replace(
-        SANDBOX,
-        qos_priority=tuple(rec["qos"].items()),
-        partition_priority=tuple((name, f, t) for name, (f, t) in rec["partitions"].items()),
-        priority_weight_partition=rec["priority"]["weight_partition"],
-    )
 
 
 def _waits(real: dict, rec: dict, partition: str) -> list[float]:
@@ -58,13 +45,8 @@ def test_slurm_gave_each_job_the_priority_the_simulator_gives_it(run, kept):  # 
     """The controller logs each job's priority at submission (``InitPrio``): the QOS part plus
     PriorityWeightPartition times its partition's PriorityJobFactor over the highest."""
     rec, _, ids, _, _ = run
+    assert not init_prio_mismatches(kept, rec, ids)
     logged = {m[1]: int(m[2]) for m in support.INIT_PRIO.finditer(kept.log.read_text())}
-    assert set(logged) == set(ids)
-    jobs = [
-        SimJob(int(j), 0, 1, 1, TraceRequest(1, 1000), qos=q, partition=rec["partition"][j])
-        for j, (_, _, q) in ids.items()
-    ]
-    assert dict(zip(ids, priorities(static_parts(jobs, partition_params(rec))), strict=True)) == logged
     assert {2500, 10000, 12500} <= set(logged.values())
 
 
@@ -90,10 +72,7 @@ def test_the_replay_with_the_partitions_agrees_with_slurm(run, kept):  # noqa: F
         results=results, partition=rec["partition"], passes=passes,
     )  # fmt: skip
     replayed = {str(r.job_id): r.wait_s for r in results[True].jobs}
-    for part in rec["partitions"]:
-        slurm = _waits(real, rec, part)
-        mine = percentile(sorted(replayed[j] for j in rec["partition"] if rec["partition"][j] == part), 50)
-        assert support.median_agrees(slurm, mine), (part, percentile(slurm, 50), mine)
+    assert not group_medians_missed(real, replayed, rec["partition"])
 
 
 def test_without_the_partitions_the_express_jobs_wait_behind_the_others_in_the_replay(run, kept):  # noqa: F811
