@@ -24,24 +24,28 @@ and on a loaded machine the cadence drifts; on the replay's own grid the median 
 by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 
 One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
-this day->night run, the QOS priorities family or the pipelines of dependent jobs, seed
-modulo 3) and draws its workload; the preemption family and trace A's bursts run when asked
-for.  The families run by their recorders and are replayed as their kept runs are, at
+this day->night run, the QOS priorities family, the pipelines of dependent jobs, or the age,
+partition and fair-share factors' families, seed modulo 6) and draws its workload; the
+preemption family and trace A's bursts run when asked for.  The families run by their recorders and are replayed as their kept runs are, at
 Slurm's logged passes.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +58,7 @@ from slurm_gpupool.simulate.priority import job_priority
 
 from . import burst_support as burst
 from . import preempt_support as preempt
+from . import priority_support as prio
 from .repartition_support import repartition, report_of, sacct_states, wait_jobs_done
 from .simulate_support import (
     INIT_PRIO,
@@ -67,6 +72,7 @@ from .simulate_support import (
     handoff_s,
     log_timed,
     pass_instants,
+    real_runs,
     recorded,
     recorded_handoff,
     replay_and_compare,
@@ -149,14 +155,16 @@ def _times(sb, jobs: list[str]) -> dict[str, tuple[float, float, float, str]]:
 KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm/*/simulate-validation*)
 # the families a commit's live run rotates through (the seed modulo their number): the
 # day->night switch, the QOS priorities family (its QOS made for the run and removed after
-# it, since the worker's other tests share the sandbox) and the pipelines of dependent jobs
+# it, since the worker's other tests share the sandbox), the pipelines of dependent jobs
 # (twelve live runs, four seeds on each release beside CPU-bound loops or other sandboxes,
-# all within the tolerances by a wide margin).  The QOS preemption family and trace A's
+# all within the tolerances by a wide margin), and the priority factors' families: age,
+# partition and fair-share (each with its slurm.conf for the run, slurmctld restarted on it
+# and on the sandbox's own after; docs/simulate.md says how they were tried first).  The QOS preemption family and trace A's
 # bursts run only when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt`` or
 # ``burst``): the first missed on 22.05 under load, Slurm's waits above the replay's; the
 # second's p90 came to 90 % of its tolerance on 26.05, and a seed's run took 7.5 minutes
 # (docs/simulate.md)
-FAMILIES = ("validation", "qos", "chains")
+FAMILIES = ("validation", "qos", "chains", "age", "partition", "fairshare")
 ASKED_ONLY = ("preempt", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
 # replayed on 60 seeds, 12 bursts ran a median 471 s (p90 564 s), 6 bursts 249 s (p90 337 s),
@@ -283,23 +291,33 @@ def test_the_simulator_starts_jobs_as_slurm_does_through_a_day_to_night_switch(b
     assert sacct_states(sandbox, list(ids)) == states
 
 
-def live_run(sandbox, tmp_path: Path, family: str, run: Callable[..., dict]) -> tuple[Kept, dict, list[float]]:
+def live_run(
+    sandbox,
+    tmp_path: Path,
+    family: str,
+    run: Callable[..., dict],
+    setting: Callable[[Any], AbstractContextManager[None]] | None = None,
+) -> tuple[Kept, dict, list[float]]:
     """One workload of ``family`` (its recorder's ``run``, the commit's seed) run on the
     sandbox in the day layout with its backfill passes logged, and kept as a kept run is
     (under ``tmp_path``; also in ``$SLURM_GPUPOOL_SIM_RECORD`` if set, to study it offline).
-    The controller logs at ``debug2`` meanwhile, so that its log dates each Epilog's end
-    (set after the switch to day, whose restart would reset it; ``backfill_logged`` sets
-    both back).  Returns the run, its record and when Slurm's backfill passes began."""
+    ``setting``: the family's slurm.conf for the run (its recorder's: slurmctld restarted on
+    it once in the day layout, and on the sandbox's own after the run, for the worker's later
+    tests).  The controller logs at ``debug2`` meanwhile, so that its log dates each Epilog's
+    end (set after the switch to day and the setting's restart, which would reset it;
+    ``backfill_logged`` sets both back).  Returns the run, its record and when Slurm's
+    backfill passes began."""
     day = repartition(sandbox, "--to", "day", "--json")
     assert day.returncode == 0, day.stdout + day.stderr
-    _passes_and_epilogs_logged(sandbox)
     release = ".".join(str(x) for x in sandbox.slurm_version)  # its backfill rules (willrun.release_params)
     seed = validation_seed()
-    rec = run(sandbox, seed, timeout=900)
     kept = Kept(release, f"simulate-{family}-s{seed}", tmp_path)
     (tmp_path / release).mkdir()
+    with setting(sandbox) if setting is not None else nullcontext():
+        _passes_and_epilogs_logged(sandbox)
+        rec = run(sandbox, seed, timeout=900)
+        shutil.copy(sandbox.root / "log" / "slurmctld.log", kept.log)
     kept.record.write_text(json.dumps(rec))
-    shutil.copy(sandbox.root / "log" / "slurmctld.log", kept.log)
     if os.environ.get("SLURM_GPUPOOL_SIM_RECORD"):
         shutil.copytree(tmp_path / release, Path(os.environ["SLURM_GPUPOOL_SIM_RECORD"]) / release, dirs_exist_ok=True)
     passes, logged = backfill_passes(kept.log, rec["since"], time.time()), pass_instants(kept.log, rec["since"])
@@ -413,3 +431,90 @@ def test_the_simulator_runs_pipelines_of_dependent_jobs_as_slurm_does(backfill_l
     replay_and_compare(*args, results, passes=logged, after=rec["after"], checks=checks)
     for exact, res in results.items():  # the same jobs never run
         assert {str(r.job_id) for r in res.jobs if r.rejected} == set(rec["never"]), exact
+
+
+# the age family's live run: its first 56 jobs.  The kept runs' 96 ran 350 s; live, 64 ran
+# 235-256 s on three seeds and 360-368 s on two beside CPU-bound loads, longer than any other
+# family's live run.  Replayed on 23 seeds, 56 jobs' longest wait came to a median 212 s
+# (64: 248 s), and every seed's waiting jobs still saw 8 or more of the decay thread's rounds
+# (the sum of each one's wait in whole minutes; 48 jobs: 6)
+LIVE_AGE_JOBS = 56
+
+
+def _priority_run(sandbox, tmp_path: Path, family: str, weighed: str, **how: Any) -> tuple[Kept, tuple, list[float]]:
+    """A priority family's workload live (its recorder's ``run`` under its QOS and its
+    slurm.conf, the recorder's context ``weighed``): the run, as its kept runs are read (``real_runs``: the log's
+    times, each job's hand-over), and Slurm's logged backfill passes.  The QOS go afterwards:
+    the worker's other tests share the sandbox."""
+    from tests.fixtures import record_simulate_qos as qos
+
+    recorder = importlib.import_module(f"tests.fixtures.record_simulate_{family}")
+    with qos.qos_made(sandbox, qos.QOS_SETS):
+        kept, _, logged = live_run(
+            sandbox, tmp_path, family, functools.partial(recorder.run, **how), getattr(recorder, weighed)
+        )
+    shown = sandbox.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout.split()
+    assert not set(qos.QOS) & set(shown), shown
+    config = sandbox.run(["scontrol", "show", "config"]).stdout  # the sandbox's own again
+    assert not re.search(r"PriorityWeight(Age|Partition|FairShare)\s*=\s*[1-9]", config, re.IGNORECASE), config
+    return kept, real_runs(kept), logged
+
+
+def test_the_simulator_ages_waiting_jobs_as_slurm_does(backfill_logged, tmp_path: Path):
+    """The age family live (``tests/fixtures/record_simulate_age.py``, its first
+    ``LIVE_AGE_JOBS``: PriorityWeightAge 10000, PriorityMaxAge 2 and PriorityCalcPeriod 1
+    minute, a queue minutes deep), replayed as its kept runs are
+    (``tests/unit/test_simulate_age_replay.py``), at Slurm's logged backfill passes and the
+    decay thread's rounds on the phase its log dates: every priority the decay thread
+    logged is the model's, and the replay agrees within every tolerance."""
+    rotated("age")
+    kept, (rec, real, ids, spec, handoff), logged = _priority_run(
+        backfill_logged, tmp_path, "age", "age_weighed", jobs=LIVE_AGE_JOBS
+    )
+    assert handoff.completing
+    assert prio.age_priorities_checked(kept, rec, real, ids) >= 5  # the decay thread's rounds met waiting jobs
+    params = prio.age_params(rec, kept)
+    replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release, passes=logged)
+
+
+def test_the_simulator_orders_jobs_by_partition_as_slurm_does(backfill_logged, tmp_path: Path):
+    """The partition family live (``tests/fixtures/record_simulate_partition.py``: ``urgent``
+    PriorityJobFactor 4 and ``express`` PriorityTier 2 over the sandbox's nodes,
+    PriorityWeightPartition 10000; 80 jobs), replayed as its kept runs are
+    (``tests/unit/test_simulate_partition_replay.py``), at Slurm's logged backfill passes:
+    every job's priority at submission is the model's, the replay agrees within every
+    tolerance, and so does each partition's median wait."""
+    rotated("partition")
+    kept, (rec, real, ids, spec, handoff), logged = _priority_run(
+        backfill_logged, tmp_path, "partition", "partitions_weighed"
+    )
+    assert handoff.completing
+    assert not prio.init_prio_mismatches(kept, rec, ids)
+    results: dict = {}
+    params = prio.partition_params(rec)
+    args = (spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release)
+    replay_and_compare(*args, results=results, partition=rec["partition"], passes=logged)
+    replayed = {str(r.job_id): r.wait_s for r in results[True].jobs}
+    assert not prio.group_medians_missed(real, replayed, rec["partition"])
+
+
+def test_the_simulator_shares_by_usage_as_slurm_does(backfill_logged, tmp_path: Path):
+    """The fair-share family live (``tests/fixtures/record_simulate_fairshare.py``: Fair Tree,
+    PriorityWeightFairshare 10000, PriorityCalcPeriod 1 minute, the users' usage set to 0
+    first; 80 jobs, half by one user), replayed as its kept runs are
+    (``tests/unit/test_simulate_fairshare_replay.py``), at Slurm's logged backfill passes
+    and the decay thread's rounds on the phase its log dates: every priority the decay
+    thread logged is Fair Tree's, the replay agrees within every tolerance, and so does
+    each user's median wait."""
+    rotated("fairshare")
+    kept, (rec, real, ids, spec, handoff), logged = _priority_run(
+        backfill_logged, tmp_path, "fairshare", "fairshare_weighed"
+    )
+    assert handoff.completing
+    assert prio.fair_priorities_checked(kept, rec, real, ids) >= 10
+    results: dict = {}
+    more = {"owners": rec["owners"], "billing": rec["billing"]}
+    args = (spec, prio.fair_params(rec, kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release)
+    replay_and_compare(*args, results=results, passes=logged, **more)
+    replayed = {str(r.job_id): r.wait_s for r in results[True].jobs}
+    assert not prio.group_medians_missed(real, replayed, prio.users_of(rec))
