@@ -4,7 +4,10 @@
 which hands out whole modules in collection order as workers free up; starting with
 the longest ones (measured alone on the host: about 7, 6, 5, 5, 3 and 1-2 minutes)
 keeps the workers' loads even, instead of one worker ending on a long module while
-the others idle.
+the others idle.  On the host, the modules marked ``one_release`` go last instead (before
+``test_zz_demo`` and ``test_zz_down``, which end a worker's sandbox): the host's leg ends
+minutes before the containers', which start only once the unit tests have ended, and a
+long module early on the host slowed the unit tests (scripts/test).
 
 Every report is made UTF-8-safe: a failure message or captured output holding a lone
 surrogate (a job name that is not UTF-8, decoded with ``surrogateescape``) made
@@ -14,9 +17,12 @@ which lost the failure and every test after it on that worker.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+
+from slurm_gpupool.sandbox.container import CONTAINER_ENV
 
 SLOW_FIRST = (
     "test_repartition_slurm.py",
@@ -36,8 +42,14 @@ SLOW_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    on_host = not os.environ.get(CONTAINER_ENV)
+
     def rank(item: pytest.Item) -> int:
         name = item.path.name
+        if on_host and item.get_closest_marker("one_release") is not None:
+            return len(SLOW_FIRST) + 1  # the host's last but the demo and the sandboxes' end
+        if on_host and name.startswith("test_zz_"):
+            return len(SLOW_FIRST) + 2
         return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)  # stable: every other module keeps its place

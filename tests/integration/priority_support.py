@@ -6,6 +6,7 @@ the priorities Slurm logged against the model's, and each group's median wait.""
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import replace
@@ -109,16 +110,32 @@ def init_prio_mismatches(kept: Kept, rec: dict, ids: dict) -> dict[str, tuple[in
     return {j: (logged.get(j), p) for j, p in model.items() if logged.get(j) != p}
 
 
-def age_priorities_checked(kept: Kept, rec: dict, real: dict, ids: dict) -> int:
+# A loaded controller (CI's: three releases on two cores) computes priorities a little
+# earlier than its log says: the decay thread dates a round when it begins (``start_time =
+# time(NULL)``), then takes the job lock and adds the usage, and only then logs each pending
+# job's priority; and a job accrues age from the main scheduler's first pass over it
+# (``acct_policy_handle_accrue_time`` in ``build_job_queue``, under
+# ``AccountingStorageEnforce=limits``), not from its submission.  On an idle machine both are
+# the same second (every kept run's priorities are checked exactly, ``lag_s`` 0); two CI
+# containers' live runs of the age family logged a round's first priority 0.4-0.5 s into
+# the second after the one their ages were counted to.  A live run's check allows
+# ``LIVE_LAG_S``: each age up to that many seconds short of the model's, a fair-share round
+# begun up to that many seconds before its first line.
+LIVE_LAG_S = 2
+
+
+def age_priorities_checked(kept: Kept, rec: dict, real: dict, ids: dict, lag_s: int = 0) -> int:
     """Every priority the decay thread logged is ``multifactor``'s: the QOS part plus the weight
-    times the job's whole seconds of age (from its submission's second to the round's) over
-    PriorityMaxAge, at most 1, truncated.  Returns how many were checked."""
+    times the job's whole seconds of age (from its submission's second to the round's, or up
+    to ``lag_s`` fewer) over PriorityMaxAge, at most 1, truncated.  Returns how many were
+    checked."""
     pr, checked = rec["priority"], 0
     for at, given in rounds(kept, rec["since"]):
         for job, prio in given.items():
             part = qos_part(ids[job][2], rec["qos"], QOS_WEIGHT)
             age = math.floor(at) - math.floor(real[job][0])
-            assert prio == multifactor(part, age, pr["weight_age"], pr["max_age_s"]), (job, at, prio, age)
+            allowed = {multifactor(part, age - k, pr["weight_age"], pr["max_age_s"]) for k in range(lag_s + 1)}
+            assert prio in allowed, (job, at, prio, age, sorted(allowed))
             checked += 1
     return checked
 
@@ -128,28 +145,36 @@ def _assoc(rec: dict, job: str) -> tuple[str, str]:
     return account, user
 
 
-def fair_priorities_checked(kept: Kept, rec: dict, real: dict, ids: dict) -> int:
+def fair_priorities_checked(kept: Kept, rec: dict, real: dict, ids: dict, lag_s: int = 0) -> int:
     """Each round of the decay thread the log dates: the usage of every run up to it (an ended
     one added at its end, then every usage decayed since the last round, then the running
     ones' added), the tree ranked, and every pending job's priority its QOS part plus the
-    weight x its association's factor, truncated (``decay_apply_weighted_factors``).
-    Returns how many were checked."""
+    weight x its association's factor, truncated (``decay_apply_weighted_factors``), at the
+    second of the round's first line or up to ``lag_s`` before (``LIVE_LAG_S``).  Returns how
+    many were checked."""
     fair, last, checked = fair_tree(rec), None, 0
     weight = rec["priority"]["weight_fairshare"]
     for at, given in rounds(kept, rec["since"]):
-        now = float(math.floor(at))
-        since = last if last is not None else now - rec["priority"]["calc_period_s"]
-        runs = [
-            (_assoc(rec, j), rec["billing"][j], math.floor(start), end)
-            for j, (_, start, end, _) in real.items()
-            if start < now and end > since
-        ]
-        factors = fair.round(since, now, runs)
-        for job, prio in given.items():
-            part = qos_part(ids[job][2], rec["qos"], QOS_WEIGHT) + weight * factors[_assoc(rec, job)]
-            assert prio == max(1, int(part)), (job, at, prio, part, factors)
-            checked += 1
-        last = now
+        tried = {}
+        for now in (float(math.floor(at) - k) for k in range(lag_s + 1)):
+            since = last if last is not None else now - rec["priority"]["calc_period_s"]
+            runs = [
+                (_assoc(rec, j), rec["billing"][j], math.floor(start), end)
+                for j, (_, start, end, _) in real.items()
+                if start < now and end > since
+            ]
+            tree = copy.deepcopy(fair)
+            factors = tree.round(since, now, runs)
+            model = {
+                j: max(1, int(qos_part(ids[j][2], rec["qos"], QOS_WEIGHT) + weight * factors[_assoc(rec, j)]))
+                for j in given
+            }
+            tried[now] = {j: (p, model[j]) for j, p in given.items() if model[j] != p}
+            if not tried[now]:
+                fair, last = tree, now
+                break
+        assert fair is tree, (at, tried)
+        checked += len(given)
     return checked
 
 

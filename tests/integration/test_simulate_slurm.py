@@ -472,7 +472,8 @@ def test_the_simulator_ages_waiting_jobs_as_slurm_does(backfill_logged, tmp_path
         backfill_logged, tmp_path, "age", "age_weighed", jobs=LIVE_AGE_JOBS
     )
     assert handoff.completing
-    assert prio.age_priorities_checked(kept, rec, real, ids) >= 5  # the decay thread's rounds met waiting jobs
+    checked = prio.age_priorities_checked(kept, rec, real, ids, prio.LIVE_LAG_S)
+    assert checked >= 5  # the decay thread's rounds met waiting jobs
     params = prio.age_params(rec, kept)
     replay_and_compare(spec, params, ids, real, NO_SWITCH, [60.0], handoff, kept.release, passes=logged)
 
@@ -511,7 +512,7 @@ def test_the_simulator_shares_by_usage_as_slurm_does(backfill_logged, tmp_path: 
         backfill_logged, tmp_path, "fairshare", "fairshare_weighed"
     )
     assert handoff.completing
-    assert prio.fair_priorities_checked(kept, rec, real, ids) >= 10
+    assert prio.fair_priorities_checked(kept, rec, real, ids, prio.LIVE_LAG_S) >= 10
     results: dict = {}
     more = {"owners": rec["owners"], "billing": rec["billing"]}
     args = (spec, prio.fair_params(rec, kept), ids, real, NO_SWITCH, [60.0], handoff, kept.release)
