@@ -26,8 +26,8 @@ by up to 5 s with the phase alone, and CI's loaded runs missed its tolerance.
 One live run a release: the commit's seed (``scripts/test``) picks the family (``FAMILIES``:
 this day->night run, the QOS priorities family, the pipelines of dependent jobs, or the age,
 partition and fair-share factors' families, seed modulo 6) and draws its workload; the
-preemption family and trace A's bursts run when asked for.  The families run by their recorders and are replayed as their kept runs are, at
-Slurm's logged passes.
+preemption family and trace A's bursts run when asked for.  The families run by their
+recorders and are replayed as their kept runs are, at Slurm's logged passes.
 """
 
 from __future__ import annotations
@@ -159,11 +159,11 @@ KEPT_SEED = 16  # the workload of the kept validation runs (tests/fixtures/slurm
 # (twelve live runs, four seeds on each release beside CPU-bound loops or other sandboxes,
 # all within the tolerances by a wide margin), and the priority factors' families: age,
 # partition and fair-share (each with its slurm.conf for the run, slurmctld restarted on it
-# and on the sandbox's own after; docs/simulate.md says how they were tried first).  The QOS preemption family and trace A's
-# bursts run only when asked for (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt`` or
-# ``burst``): the first missed on 22.05 under load, Slurm's waits above the replay's; the
-# second's p90 came to 90 % of its tolerance on 26.05, and a seed's run took 7.5 minutes
-# (docs/simulate.md)
+# and on the sandbox's own after; docs/simulate.md says how they were tried first).  The
+# QOS preemption family and trace A's bursts run only when asked for
+# (``SLURM_GPUPOOL_VALIDATION_FAMILY=preempt`` or ``burst``): the first missed on 22.05
+# under load, Slurm's waits above the replay's; the second's p90 came to 90 % of its
+# tolerance on 26.05, and a seed's run took 7.5 minutes (docs/simulate.md)
 FAMILIES = ("validation", "qos", "chains", "age", "partition", "fairshare")
 ASKED_ONLY = ("preempt", "burst")
 # trace A's live run: 6 of its kept runs' 12 bursts (about 60 jobs), for CI's time budget:
@@ -443,9 +443,10 @@ LIVE_AGE_JOBS = 56
 
 def _priority_run(sandbox, tmp_path: Path, family: str, weighed: str, **how: Any) -> tuple[Kept, tuple, list[float]]:
     """A priority family's workload live (its recorder's ``run`` under its QOS and its
-    slurm.conf, the recorder's context ``weighed``): the run, as its kept runs are read (``real_runs``: the log's
-    times, each job's hand-over), and Slurm's logged backfill passes.  The QOS go afterwards:
-    the worker's other tests share the sandbox."""
+    slurm.conf, the recorder's context ``weighed``): the run, as its kept runs are read
+    (``real_runs``: the log's times, each job's hand-over), and Slurm's logged backfill
+    passes.  The QOS and the slurm.conf go afterwards (checked): the worker's other tests
+    share the sandbox."""
     from tests.fixtures import record_simulate_qos as qos
 
     recorder = importlib.import_module(f"tests.fixtures.record_simulate_{family}")
