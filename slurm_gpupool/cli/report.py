@@ -238,14 +238,17 @@ def release_for(given: str | None, live: bool, config_version: str | None) -> st
     return DEFAULT_RELEASE if version is None else "{:02d}.{:02d}.{}".format(*version)
 
 
+def _file_option(flag: str, dest: str, text: str) -> Any:
+    """A replay's option naming a file of the site's (``simulate``, ``report advice``)."""
+    return click.option(flag, dest, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help=text)
+
+
 def slurm_config_option(f: Any) -> Any:
     """``--slurm-config``: the site's priority setup for a replay (``simulate``, ``report advice``)."""
-    return click.option(
+    return _file_option(
         "--slurm-config",
         "slurm_config",
-        type=click.Path(dir_okay=False, path_type=Path),
-        metavar="FILE",
-        help="The site's slurm.conf, or `scontrol show config` saved to a file (default with live accounting: "
+        "The site's slurm.conf, or `scontrol show config` saved to a file (default with live accounting: "
         "`scontrol show config`): its PriorityType and QOS weight order the replay's queue, and the priority "
         "factors it does not replay are named beside the figures.",
     )(f)
@@ -254,12 +257,10 @@ def slurm_config_option(f: Any) -> Any:
 def fairshare_option(f: Any) -> Any:
     """``--fairshare-from``: the associations' shares and usage for a replay's fair-share
     factor (``simulate``, ``report advice``)."""
-    return click.option(
+    return _file_option(
         "--fairshare-from",
         "shares_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        metavar="FILE",
-        help="`sshare -a -l -P` taken at the window's start: the associations, their shares and usage, from which "
+        "`sshare -a -l -P` taken at the window's start: the associations, their shares and usage, from which "
         "the fair-share factor is replayed as Fair Tree ranks it (with --slurm-config's PriorityWeightFairshare).",
     )(f)
 
@@ -271,12 +272,8 @@ def fairshare_shares(path: Path | None) -> Any:
         return None
     from slurm_gpupool.simulate.fairshare import read_sshare
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONF_BYTES)
-    except OSError as e:
-        raise UsageError(f"--fairshare-from {path}", f"cannot read: {e.strerror}") from None
-    return read_sshare(data.decode("utf-8", "replace"), f"--fairshare-from {path}")
+    where = f"--fairshare-from {path}"
+    return read_sshare(_site_text(path, where, "sshare's output"), where)
 
 
 def fairshare_notes(shares: Any, queue: Any, site: Any) -> list[str]:
@@ -341,14 +338,7 @@ def _conf_entries(file: Path, base: Path, chain: tuple[Path, ...], via: str = ""
         raise UsageError(where, "includes itself: " + " -> ".join(str(p) for p in (*chain, resolved)))
     if len(chain) > MAX_INCLUDE_DEPTH:
         raise UsageError(where, f"Include files nested more than {MAX_INCLUDE_DEPTH} deep")
-    try:
-        with open(file, "rb") as f:
-            data = f.read(MAX_CONF_BYTES + 1)
-    except OSError as e:
-        raise UsageError(where, f"cannot read: {e.strerror}") from None
-    if len(data) > MAX_CONF_BYTES:
-        raise UsageError(where, f"larger than {MAX_CONF_BYTES >> 20} MiB: not a slurm.conf")
-    for entry in entries(data.decode("utf-8", "replace"), str(file)):
+    for entry in entries(_site_text(file, where, "a slurm.conf"), str(file)):
         if entry.key != "Include":
             yield entry
             continue
@@ -357,6 +347,19 @@ def _conf_entries(file: Path, base: Path, chain: tuple[Path, ...], via: str = ""
         line = f" (Include at {file}, line {entry.line})"
         for one in sorted(glob.glob(str(target))) if "*" in name else [str(target)]:
             yield from _conf_entries(Path(one), base, (*chain, resolved), line)
+
+
+def _site_text(path: Path, where: str, what: str) -> str:
+    """A site file a replay reads (``--slurm-config`` and its Include files, ``--fairshare-from``):
+    unreadable or larger than ``MAX_CONF_BYTES`` (not ``what``), a UsageError naming ``where``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONF_BYTES + 1)
+    except OSError as e:
+        raise UsageError(where, f"cannot read: {e.strerror}") from None
+    if len(data) > MAX_CONF_BYTES:
+        raise UsageError(where, f"larger than {MAX_CONF_BYTES >> 20} MiB: not {what}")
+    return data.decode("utf-8", "replace")
 
 
 def slurm_release(text: str) -> str:
