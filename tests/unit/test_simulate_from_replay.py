@@ -315,6 +315,10 @@ def test_fairshare_from_reads_sshares_tree_and_says_what_is_wrong(tmp_path):
     assert fairshare_shares(path) == (accounts, users, usage) and fairshare_shares(None) is None
     with pytest.raises(UsageError, match="cannot read"):
         fairshare_shares(tmp_path / "missing.txt")
+    huge = tmp_path / "huge.txt"
+    huge.write_text(text + "x" * (16 << 20))  # (its start is sshare's: refused whole, not read in part)
+    with pytest.raises(UsageError, match="larger than 16 MiB: not sshare's output"):
+        fairshare_shares(huge)
 
 
 def test_boot_time_from_scontrol_show_config_sets_the_rounds_and_a_bad_start_is_refused(tmp_path, monkeypatch, capsys):
