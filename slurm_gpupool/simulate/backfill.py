@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from bisect import insort
 
+from slurm_gpupool.simulate.cores import best_fit, fit_cpus
 from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, overlaps, rounded
 from slurm_gpupool.simulate.preemption import Preemption
 from slurm_gpupool.simulate.records import Part, SimNode
@@ -247,6 +248,7 @@ class Backfill(Preemption):
         kth = INF  # the need.nodes-th best start found so far
         now, res, nodes, single = self.now, self.p.bf_resolution_s, self.nodes, need.nodes == 1
         best: tuple[float, int, SimNode, list[Part]] | None = None  # single: the best so far
+        at_once: list[tuple[int, SimNode, list[Part]]] = []  # single: the nodes it could start on now
         for lb, idx, typ in self._by_bound(need):
             if lb == NOW:
                 lb = now
@@ -293,6 +295,8 @@ class Backfill(Preemption):
             if t == INF:
                 continue
             if single:
+                if t <= now:
+                    at_once.append((idx, n, parts))
                 if t < kth or (best is not None and t == kth and idx < best[1]):
                     kth, best = t, (t, idx, n, parts)
                 continue
@@ -301,6 +305,10 @@ class Backfill(Preemption):
                 if len(found) >= need.nodes:
                     kth = sorted(v[0] for v in found.values())[need.nodes - 1]
         if single:
+            if len(at_once) > 1:  # it starts now: on the node cons_tres picks
+                at_once.sort(key=lambda c: c[0])
+                idx, n, parts = at_once[best_fit([(idx, fit_cpus(n, parts)) for idx, n, parts in at_once])]
+                return [(now, idx, n, parts)]
             return [best] if best is not None else None
         if len(found) < need.nodes:
             return None

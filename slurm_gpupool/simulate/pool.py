@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.gres.records import device_order
 from slurm_gpupool.pool.capacity import node_offers
+from slurm_gpupool.pool.planned import planned_node
 from slurm_gpupool.pool.submit_catalog import layout_offers, merged_offers
 
 
@@ -26,6 +28,13 @@ class Shape:
     shared: tuple[tuple[str, int, int], ...]  # (type, GPUs, shards per GPU): time-sliced GPUs
     eq: tuple[tuple[str, float], ...]  # GPU-equivalents of one record (a shared GPU: 1.0)
     kind: tuple[tuple[str, str], ...]  # mig | whole | shared
+    # where the records sit, for cons_tres's choice of node (``simulate.cores``): per plain
+    # type its records on each socket; per time-sliced type each GPU's socket; the node's
+    # cores on each socket and threads per core (empty: no machine description, no choice)
+    sockets: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    gpu_sockets: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    cores: tuple[int, ...] = ()
+    tpc: int = 1
 
     @property
     def gpu_eq(self) -> float:
@@ -41,7 +50,44 @@ def node_shape(cfg: PoolConfig, layout: str, node: str) -> Shape:
     offers = node_offers(cfg, layout, node)
     plain = tuple((o.type, o.count) for o in offers if o.kind != "shared")
     shared = tuple((o.type, o.count, o.shares) for o in offers if o.kind == "shared")
-    return Shape(plain, shared, tuple((o.type, o.eq_each) for o in offers), tuple((o.type, o.kind) for o in offers))
+    sockets, gpu_sockets, cores, tpc = _topology(cfg, layout, node, {o.type for o in offers if o.kind == "shared"})
+    return Shape(
+        plain,
+        shared,
+        tuple((o.type, o.eq_each) for o in offers),
+        tuple((o.type, o.kind) for o in offers),
+        sockets,
+        gpu_sockets,
+        cores,
+        tpc,
+    )
+
+
+def _topology(
+    cfg: PoolConfig, layout: str, node: str, shared: set[str]
+) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, tuple[int, ...]], ...], tuple[int, ...], int]:
+    """Each record's socket, from the machine description's GPU CPUs (what gres.conf's
+    ``Cores=`` says, ``gres render``): plain types' records per socket, time-sliced types'
+    GPUs' sockets in device order, cores per socket, threads per core.  Nothing when the
+    node has no machine description, or a GPU no CPUs (Slurm binds its GRES to no socket)."""
+    if not cfg.covers(layout, node) or (m := cfg.nodeset_of(node).machine) is None:
+        return (), (), (), 1
+    per: dict[str, list[int]] = {}
+    gpus: dict[str, list[int]] = {}
+    for g, _, typ in device_order(planned_node(cfg, layout, node).gpus, cfg.slurm.type_naming, cfg.slurm.autodetect):
+        if not g.cpus:
+            return (), (), (), 1
+        s = m.socket_of_cpu(g.cpus[0])
+        if typ in shared:
+            gpus.setdefault(typ, []).append(s)
+        else:
+            per.setdefault(typ, [0] * m.sockets)[s] += 1
+    return (
+        tuple((t, tuple(v)) for t, v in sorted(per.items())),
+        tuple((t, tuple(v)) for t, v in sorted(gpus.items())),
+        (m.cores_per_socket,) * m.sockets,
+        m.threads_per_core,
+    )
 
 
 @dataclass(frozen=True)

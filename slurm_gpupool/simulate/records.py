@@ -51,6 +51,14 @@ class SimNode:
     # its entries in the engine's bound lists (``NodeIndex``): (types, count, its type) -> lower bound
     bounds: dict[tuple[tuple[str, ...], int, str], float] = field(default_factory=dict)
     bounds_epoch: int = 0  # the bound lists its entries are in (``NodeIndex.bounds_epoch``)
+    # its sockets, for cons_tres's choice of node (``simulate.cores``; empty: none known):
+    # free records of each plain type per socket, idle cores per socket, threads per core,
+    # each time-sliced GPU's socket, and what each running job took (type, per socket, core)
+    sock_free: dict[str, list[int]] = field(default_factory=dict)
+    cores_free: list[int] = field(default_factory=list)
+    tpc: int = 1
+    gpu_sock: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    bound: dict[int, tuple[str, list[tuple[int, int]], int]] = field(default_factory=dict)
 
     def free_eq(self) -> float:
         f = sum(self.eq[t] * n for t, n in self.free.items())

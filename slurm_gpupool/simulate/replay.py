@@ -164,4 +164,8 @@ class ReplayState:
             shared={t: [0] * g for t, g, _ in shape.shared},
             shares={t: s for t, _, s in shape.shared},
             eq=dict(shape.eq),
+            sock_free={t: list(v) for t, v in shape.sockets},
+            cores_free=list(shape.cores),
+            tpc=shape.tpc,
+            gpu_sock=dict(shape.gpu_sockets),
         )

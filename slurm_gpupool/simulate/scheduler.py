@@ -23,6 +23,7 @@ from collections.abc import Container, Sequence
 
 from slurm_gpupool.simulate.aging import Aging
 from slurm_gpupool.simulate.cadence import next_pass
+from slurm_gpupool.simulate.cores import best_fit, bind, fit_cpus, unbind
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.records import Part, SimNode, apply, take
 from slurm_gpupool.simulate.replay import BACKFILL, COMPLETING, DONE, END, SCHED, SUBMIT
@@ -206,6 +207,7 @@ class Scheduler(Aging):
         # times nor when the periodic check will end a job past it: ``_plan_overdue``)
         expected = self.end_time[i] = self.now + job.limit_s
         for n, parts in chosen:
+            bind(n, i, parts)
             apply(n.free, n.shared, parts, +1)
             n.running[i] = (expected, parts)
             self.meter.alloc(parts[0][1], need.eq / need.nodes, self.now)
@@ -306,6 +308,7 @@ class Scheduler(Aging):
         for n in self.job_nodes.pop(i):
             _, parts = n.running.pop(i)
             n.completing.discard(i)
+            unbind(n, i)
             apply(n.free, n.shared, parts, -1)
             self.meter.alloc(parts[0][1], -need.eq / need.nodes, self.now)
             self._records_changed(n, parts)
@@ -364,9 +367,11 @@ class Scheduler(Aging):
     def _fit_now(
         self, need: Need, limit: float, blocked: Container[int] = ()
     ) -> list[tuple[SimNode, list[Part]]] | None:
-        """The first nodes that hold ``need`` now for ``limit`` (none of ``blocked``), or None."""
+        """The nodes that hold ``need`` now for ``limit`` (none of ``blocked``), or None: for
+        one node, the one cons_tres picks (``cores.best_fit``); for more, the first."""
         out = []
         end = self.now + limit
+        single = need.nodes == 1
         for n in self._offering(need.types):
             if not n.usable or end > n.ahead_at or n.index in blocked or n.completing:
                 continue
@@ -374,10 +379,14 @@ class Scheduler(Aging):
                 parts = take(n.free, n.shared, n.shares, need, typ)
                 if parts is not None:
                     out.append((n, parts))
-                    if len(out) == need.nodes:
+                    if len(out) == need.nodes and not single:
                         return out
                     break
-        return None
+        if not out or not single:
+            return None
+        if len(out) > 1:
+            out = [out[best_fit([(n.index, fit_cpus(n, parts)) for n, parts in out])]]
+        return out
 
 
 def _describe(req: TraceRequest) -> str:

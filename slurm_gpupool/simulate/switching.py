@@ -155,6 +155,13 @@ class Switching(Scheduler):
             fresh.shares,
             fresh.eq,
         )
+        n.sock_free, n.cores_free, n.tpc, n.gpu_sock, n.bound = (
+            fresh.sock_free,
+            fresh.cores_free,
+            fresh.tpc,
+            fresh.gpu_sock,
+            fresh.bound,
+        )
         self.meter.relayout(old, n.layout, self.now)
         n.lines.clear()
         self._index_types()

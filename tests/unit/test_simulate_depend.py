@@ -70,11 +70,14 @@ def test_a_dependent_whose_dependency_s_epilog_ends_later_loses_the_gpus_to_a_jo
     on a loaded machine; job 3 ends at 10.3, its Epilog at 10.4.  Slurm gives the second
     node to job 4 at 10.4, job 1 still completing then, and job 2 waits for job 4's end; a
     replay that queued job 2 at job 1's end gave the node to job 2.  Had job 1's Epilog
-    ended at 10.1, job 2 would have had it, and job 4 waited."""
+    ended at 10.1, job 2 would have had it, and job 4 waited.  (The long job is first in
+    the queue: it takes the first node's first socket, and jobs 1 and 3 the other socket
+    beside it, cons_tres's best fit; queued after them, it would go to the second node,
+    where its two GPUs share a socket.)"""
 
     def jobs(release1: float) -> list[SimJob]:
         return [
-            job(9, 0, 1000, gpus=2, limit=1000),
+            job(0, 0, 1000, gpus=2, limit=1000),
             replace(job(1, 0, 10, limit=60), release_s=release1),
             replace(job(3, 0, 10.3, limit=60), release_s=0.1),
             after(job(2, 1, 10, gpus=3, limit=60), 1),

@@ -1,0 +1,86 @@
+"""cons_tres's choice of node for a one-node job (``simulate.cores``): the run of consecutive
+candidates with the fewest available CPUs, in it the node with the fewest; a node's available
+CPUs are those of the sockets holding the job's free records."""
+
+from __future__ import annotations
+
+from slurm_gpupool.simulate.cores import best_fit, bind, fit_cpus, unbind
+from slurm_gpupool.simulate.records import SimNode
+from slurm_gpupool.simulate.state import GPU, SHARD
+
+
+def dgx(index: int, busy_socket1: int = 0) -> SimNode:
+    """A DGX A100 in the day layout: 1g.5gb on both sockets, 3g.20gb and whole A100s on
+    socket 1; 64 cores a socket, two threads a core; ``busy_socket1`` cores taken there."""
+    return SimNode(
+        name=f"a100n{index + 1}",
+        index=index,
+        layout="day",
+        free={"1g.5gb": 32, "3g.20gb": 2, "a100": 2},
+        cap={"1g.5gb": 32, "3g.20gb": 2, "a100": 2},
+        shared={},
+        shares={},
+        eq={},
+        sock_free={"1g.5gb": [28, 4], "3g.20gb": [0, 2], "a100": [0, 2]},
+        cores_free=[64, 64 - busy_socket1],
+        tpc=2,
+    )
+
+
+def test_the_run_of_consecutive_nodes_with_the_fewest_cpus_then_its_tightest_node():
+    assert best_fit([(0, 126), (1, 124)]) == 1  # one run: the tighter node
+    assert best_fit([(0, 128), (1, 128)]) == 0  # ties: the first
+    # two runs, {0, 1} with 250 CPUs and {3} with 200: the run with fewer CPUs wins, even
+    # though node 1 alone is tighter than node 3
+    assert best_fit([(0, 130), (1, 120), (3, 200)]) == 2
+    assert best_fit([(0, 0), (1, 0), (4, 0)]) == 0  # no sockets known: the first node (first fit)
+
+
+def test_a_jobs_cpus_are_those_of_the_socket_of_its_free_records():
+    n = dgx(0, busy_socket1=3)
+    assert fit_cpus(n, [(GPU, "3g.20gb", 1, -1)]) == 2 * 61  # socket 1 only
+    # 1g.5gb sits on both: the socket with the most idle cores that has one (socket 0)
+    assert fit_cpus(n, [(GPU, "1g.5gb", 1, -1)]) == 2 * 64
+    # thirty of them: socket 0's 28, then socket 1's too
+    assert fit_cpus(n, [(GPU, "1g.5gb", 30, -1)]) == 2 * (64 + 61)
+    n.sock_free["1g.5gb"][0] = 0
+    assert fit_cpus(n, [(GPU, "1g.5gb", 1, -1)]) == 2 * 61
+
+
+def test_binding_takes_a_core_and_the_records_on_their_socket_and_gives_them_back():
+    n = dgx(0)
+    bind(n, 7, [(GPU, "3g.20gb", 1, -1)])
+    assert n.sock_free["3g.20gb"] == [0, 1] and n.cores_free == [64, 63]
+    bind(n, 8, [(GPU, "1g.5gb", 1, -1)])
+    assert n.sock_free["1g.5gb"] == [27, 4] and n.cores_free == [63, 63]
+    unbind(n, 7)
+    unbind(n, 7)  # twice (a node reshaped since): nothing more
+    assert n.sock_free["3g.20gb"] == [0, 2] and n.cores_free == [63, 64]
+
+
+def test_a_time_sliced_gpu_binds_the_job_to_that_gpus_socket():
+    n = SimNode(
+        name="h100n1",
+        index=3,
+        layout="day",
+        free={},
+        cap={},
+        shared={"h100_shared": [0, 0]},
+        shares={"h100_shared": 4},
+        eq={},
+        cores_free=[56, 50],
+        tpc=2,
+        gpu_sock={"h100_shared": (0, 1)},
+    )
+    assert fit_cpus(n, [(SHARD, "h100_shared", 2, 1)]) == 100
+    bind(n, 1, [(SHARD, "h100_shared", 2, 1)])
+    assert n.cores_free == [56, 49]
+
+
+def test_where_slurm_put_the_3g_job_the_replay_puts_it_too():
+    """The partition family's seed 1d4f379c on 22.05: a100n1 held a 2-GPU job on socket 1
+    (one core), a100n2 two 1-GPU jobs there (two cores); Slurm started the 3g.20gb job on
+    a100n2, the busier socket.  (Replayed whole in ``test_simulate_partition_replay``.)"""
+    a, b = dgx(0, busy_socket1=1), dgx(1, busy_socket1=2)
+    parts = [(GPU, "3g.20gb", 1, -1)]
+    assert best_fit([(n.index, fit_cpus(n, parts)) for n in (a, b)]) == 1
