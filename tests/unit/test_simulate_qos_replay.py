@@ -160,6 +160,31 @@ def test_the_26_05_miss_of_seed_6161_is_the_grids_phase_at_any_other_it_agrees(u
         assert got[True]["median wait"][0] == 23.0
 
 
+def test_seed_7171_on_24_11_is_slurms_run_given_the_logs_submissions_and_passes(utc):  # noqa: F811
+    """A known miss (``KNOWN_MISSES``), and the one the passes' phase did not explain: at its
+    passes as the log dates them, with sacct's whole seconds, the median wait is 20.6 s
+    replayed against 33.0 s.  sacct's seconds moved the submissions up to a second early: the
+    normal A100x2 job submitted 0.57 s after a round of the main scheduler was replayed as
+    submitted at it, and started before the high job that took its A100 in Slurm.  Given the
+    controller's millisecond times too (``logged_times``, which the runs recorded with the
+    Epilogs' ends take), the replay is Slurm's run, every wait figure to 0.1 s."""
+    kept = support.Kept("24.11", "simulate-qos-s7171")
+    rec, real, ids, spec, handoff = support.real_runs(kept)
+    assert support.KNOWN_MISSES[kept.label] == "mean wait"
+    assert not support.epilog_ends(kept.log, ids, rec["since"])  # recorded at info: sacct's times
+    passes = support.pass_instants(kept.log, rec["since"])
+    args = (spec, qos_params(rec), ids)
+    rest = (NO_SWITCH, [60.0], handoff, "24.11")
+    seconds = replay_and_compare(*args, real, *rest, passes=passes, judged=False)
+    assert seconds[True]["median wait"] == pytest.approx((33.0, 20.6), abs=0.1)
+    runs = {j: [[*v[:3], "COMPLETED", v[3]]] for j, v in real.items()}
+    timed = support.logged_times(kept.log, {"since": rec["since"], "runs": runs}, ids)
+    logged = {j: (*timed[j], v[3]) for j, v in real.items()}
+    got = replay_and_compare(*args, logged, *rest, passes=passes)  # judged: within every tolerance
+    for measure in ("median wait", "mean wait", "p90 wait"):
+        assert got[True][measure][1] == pytest.approx(got[True][measure][0], abs=0.1), measure
+
+
 PHASES = [k / 2 for k in range(10)]  # 0, 0.5, ... 4.5 s: the phases a 5 s pass interval can have
 
 
