@@ -29,6 +29,10 @@ def instances(inv: dict) -> list[list[tuple[str, int]]]:
     ],
 )
 def test_day_night_day_on_sandbox_nodes(sandbox, node: str, day: list[Counter]):
+    # the layout Slurm has the node in (the worker's earlier tests may have left the sandbox
+    # in day): put back afterwards, not night, or the node's devices would no longer be the
+    # ones its gres.conf and slurmd list (a later MIG job's SLURM_JOB_GPUS index past them)
+    found = sandbox.node_state(node)["layout"]
     try:
         sandbox.gpupool("--node", node, "node", "apply", "day")
         inv = inventory(sandbox, node)
@@ -46,4 +50,5 @@ def test_day_night_day_on_sandbox_nodes(sandbox, node: str, day: list[Counter]):
         uuids = [d["uuid"] for g in a["gpus"] for gi in g["instances"] for d in gi["devices"]]
         assert uuids and uuids == [d["uuid"] for g in b["gpus"] for gi in g["instances"] for d in gi["devices"]]
     finally:
-        sandbox.gpupool("--node", node, "node", "apply", "night")
+        sandbox.gpupool("--node", node, "node", "apply", found)
+    assert sandbox.gpupool("--node", node, "node", "assert", found).returncode == 0
