@@ -248,7 +248,9 @@ class Backfill(Preemption):
         kth = INF  # the need.nodes-th best start found so far
         now, res, nodes, single = self.now, self.p.bf_resolution_s, self.nodes, need.nodes == 1
         best: tuple[float, int, SimNode, list[Part]] | None = None  # single: the best so far
-        at_once: list[tuple[int, SimNode, list[Part]]] = []  # single: the nodes it could start on now
+        # single: the nodes it could start on now, each with its first type in ``need.types`` order
+        at_once: dict[int, tuple[int, SimNode, list[Part]]] = {}
+        rank = {t: k for k, t in enumerate(need.types)}
         for lb, idx, typ in self._by_bound(need):
             if lb == NOW:
                 lb = now
@@ -295,8 +297,8 @@ class Backfill(Preemption):
             if t == INF:
                 continue
             if single:
-                if t <= now:
-                    at_once.append((idx, n, parts))
+                if t <= now and (idx not in at_once or rank[typ] < at_once[idx][0]):
+                    at_once[idx] = (rank[typ], n, parts)
                 if t < kth or (best is not None and t == kth and idx < best[1]):
                     kth, best = t, (t, idx, n, parts)
                 continue
@@ -306,8 +308,8 @@ class Backfill(Preemption):
                     kth = sorted(v[0] for v in found.values())[need.nodes - 1]
         if single:
             if len(at_once) > 1:  # it starts now: on the node cons_tres picks
-                at_once.sort(key=lambda c: c[0])
-                idx, n, parts = at_once[best_fit([(idx, fit_cpus(n, parts)) for idx, n, parts in at_once])]
+                cands = sorted((idx, n, parts) for idx, (_, n, parts) in at_once.items())
+                idx, n, parts = cands[best_fit([(idx, fit_cpus(n, parts)) for idx, n, parts in cands])]
                 return [(now, idx, n, parts)]
             return [best] if best is not None else None
         if len(found) < need.nodes:

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_gpupool.config.machines import MachineSpec
 from slurm_gpupool.config.model import PoolConfig
+from slurm_gpupool.core.gres.hostlist import node_order_key
 from slurm_gpupool.core.gres.records import device_order
 from slurm_gpupool.pool.capacity import node_offers
 from slurm_gpupool.pool.planned import planned_node
@@ -29,8 +31,8 @@ class Shape:
     eq: tuple[tuple[str, float], ...]  # GPU-equivalents of one record (a shared GPU: 1.0)
     kind: tuple[tuple[str, str], ...]  # mig | whole | shared
     # where the records sit, for cons_tres's choice of node (``simulate.cores``): per plain
-    # type its records on each socket; per time-sliced type each GPU's socket; the node's
-    # cores on each socket and threads per core (empty: no machine description, no choice)
+    # type its records on each socket and, last, those bound to none; per time-sliced type
+    # each GPU's socket (-1: none); the node's cores on each socket and threads per core
     sockets: tuple[tuple[str, tuple[int, ...]], ...] = ()
     gpu_sockets: tuple[tuple[str, tuple[int, ...]], ...] = ()
     cores: tuple[int, ...] = ()
@@ -67,21 +69,20 @@ def _topology(
     cfg: PoolConfig, layout: str, node: str, shared: set[str]
 ) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, tuple[int, ...]], ...], tuple[int, ...], int]:
     """Each record's socket, from the machine description's GPU CPUs (what gres.conf's
-    ``Cores=`` says, ``gres render``): plain types' records per socket, time-sliced types'
-    GPUs' sockets in device order, cores per socket, threads per core.  Nothing when the
-    node has no machine description, or a GPU no CPUs (Slurm binds its GRES to no socket)."""
+    ``Cores=`` says, ``gres render``): plain types' records per socket (one count more, last:
+    those bound to no socket), time-sliced types' GPUs' sockets in device order (-1: none),
+    cores per socket, threads per core.  Nothing when the layout does not cover the node or
+    it has no machine description (such a node is not in a replay)."""
     if not cfg.covers(layout, node) or (m := cfg.nodeset_of(node).machine) is None:
         return (), (), (), 1
     per: dict[str, list[int]] = {}
     gpus: dict[str, list[int]] = {}
     for g, _, typ in device_order(planned_node(cfg, layout, node).gpus, cfg.slurm.type_naming, cfg.slurm.autodetect):
-        if not g.cpus:
-            return (), (), (), 1
-        s = m.socket_of_cpu(g.cpus[0])
+        s = gres_socket(m, g.cpus)
         if typ in shared:
             gpus.setdefault(typ, []).append(s)
         else:
-            per.setdefault(typ, [0] * m.sockets)[s] += 1
+            per.setdefault(typ, [0] * (m.sockets + 1))[s] += 1
     return (
         tuple((t, tuple(v)) for t, v in sorted(per.items())),
         tuple((t, tuple(v)) for t, v in sorted(gpus.items())),
@@ -90,11 +91,19 @@ def _topology(
     )
 
 
+def gres_socket(m: MachineSpec, cpus: Sequence[int]) -> int:
+    """The socket cons_tres counts a device's records on (``_build_sock_gres_by_topo``): the
+    first socket its ``Cores=`` reach, or -1 (any socket, ``cnt_any_sock``) when it has no
+    CPUs or they reach every socket (an NPS0 or single-socket machine)."""
+    socks = {m.socket_of_cpu(c) for c in cpus}
+    return -1 if not socks or len(socks) == m.sockets else min(socks)
+
+
 @dataclass(frozen=True)
 class PoolSpec:
     """The nodes of a replay and their shapes in every layout a policy may use."""
 
-    nodes: tuple[str, ...]  # Slurm's node order (config order): first fit walks it
+    nodes: tuple[str, ...]  # Slurm's node order (natural order of names): first fit walks it
     shapes: dict[tuple[str, str], Shape]  # (layout, node) -> shape, for the layouts that cover it
     offers: dict[str, list[dict[str, Any]]]  # layout -> the submit catalog's offers (mapping)
     naming: str
@@ -122,6 +131,7 @@ def pool_spec(
     """Shapes of ``nodes`` (default: every node with a machine description) in ``layouts``;
     ``fallback`` (default: the schedule's default layout) holds the nodes a layout leaves out."""
     names = tuple(nodes) if nodes is not None else tuple(n for n in cfg.all_nodes() if cfg.nodeset_of(n).machine)
+    names = tuple(sorted(names, key=node_order_key))  # the order Slurm walks them in
     fallback = fallback or (cfg.schedule.default if cfg.schedule is not None else "")
     wanted = sorted({*layouts, *([fallback] if fallback else [])})
     shapes = {(lay, n): node_shape(cfg, lay, n) for lay in wanted for n in names if cfg.covers(lay, n)}

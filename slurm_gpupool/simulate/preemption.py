@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Collection, Container
 
+from slurm_gpupool.simulate.cores import rebind, unbind
 from slurm_gpupool.simulate.preempt import CANCEL, PreemptRules, run_now
 from slurm_gpupool.simulate.records import Part, SimNode, apply
 from slurm_gpupool.simulate.replay import ELIGIBLE, KILL
@@ -54,14 +55,16 @@ class Preemption(Scheduler):
         found: dict[tuple[int, ...], Chosen] = {}
 
         def fits(removed: Collection[int]) -> tuple[int, ...] | None:
-            held = [(n, n.running[j][1]) for j in removed for n in self.job_nodes[j]]
-            for n, parts in held:
+            # the victims' records and cores free meanwhile (their sockets count for the choice of node)
+            held = [(j, n, n.running[j][1], unbind(n, j)) for j in removed for n in self.job_nodes[j]]
+            for _, n, parts, _ in held:
                 apply(n.free, n.shared, parts, -1)
             try:
                 chosen = self._fit_now(need, limit, blocked)
             finally:
-                for n, parts in held:
+                for j, n, parts, got in held:
                     apply(n.free, n.shared, parts, +1)
+                    rebind(n, j, got)
             if chosen is None:
                 return None
             key = tuple(n.index for n, _ in chosen)

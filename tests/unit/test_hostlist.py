@@ -8,7 +8,7 @@ import re
 import pytest
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from slurm_gpupool.core.gres.hostlist import _fold, expand, expand_plain, slurm_hostlist
+from slurm_gpupool.core.gres.hostlist import _fold, expand, expand_plain, node_order_key, slurm_hostlist
 from slurm_gpupool.core.gres.records import fold
 
 # Slurm 22.05 reads brackets only at the end of a name: prefix[ranges]
@@ -126,3 +126,19 @@ def test_names_fold_as_clustershell_folds_them_without_importing_it():
     assert expand_plain("a[1-2]3") is None and expand("a[1-2]3") == ["a13", "a23"]  # ClusterShell's reading
     with pytest.raises(NodeSetParseError):
         expand("a[3-1]")
+
+
+def test_node_order_is_slurms_natural_order():
+    """``strnatcmp``: digit runs by value wherever they are, the rest as text."""
+    names = ["a100n10", "h100n1", "a100n2", "a30n1", "a100n1", "gpu-2-10", "gpu-2-9", "gpu-10-1"]
+    assert sorted(names, key=node_order_key) == [
+        "a30n1",
+        "a100n1",
+        "a100n2",
+        "a100n10",
+        "gpu-2-9",
+        "gpu-2-10",
+        "gpu-10-1",
+        "h100n1",
+    ]
+    assert sorted(["nx", "n1", "n-1"], key=node_order_key) == ["n-1", "n1", "nx"]  # by character code

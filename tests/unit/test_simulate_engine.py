@@ -711,3 +711,11 @@ def test_backfill_holds_a_job_a_completing_node_would_take_and_starts_it_at_a_la
     assert _completing_case(spec, 25.0, False, head, small, bf_resolution_s=1)[5].start_s == 30
     with_rule = _completing_case(spec, 25.0, True, head, small, bf_resolution_s=1)
     assert with_rule[5].start_s == 60 and with_rule[4].start_s == 125
+
+
+def test_nodes_are_walked_in_slurms_natural_order_of_names():
+    """slurmctld sorts its node table with ``strnatcmp`` (``_sort_node_record_table_ptr``, no
+    topology ranking): n2 before n10, which a plain sort of the names reverses."""
+    cfg = parse_config({**RAW, "nodesets": {"a30": {"nodes": "n[1-12]", "machine": "pcie-a30"}}}, "test.yaml")
+    assert pool_spec(cfg, ["whole"]).nodes == tuple(f"n{i}" for i in range(1, 13))
+    assert pool_spec(cfg, ["whole"], ["n10", "n2", "n1"]).nodes == ("n1", "n2", "n10")

@@ -9,6 +9,7 @@ import pytest
 from slurm_gpupool.simulate.jobs import SimJob
 from slurm_gpupool.simulate.mapping import TraceRequest
 from slurm_gpupool.simulate.preempt import rules_of, run_now
+from slurm_gpupool.simulate.scheduler import Scheduler
 from tests.unit.test_simulate_engine import run, spec  # noqa: F401 (spec: the fixture)
 
 PRIORITY = (("high", 100), ("low", 10), ("scav", 5))
@@ -139,3 +140,29 @@ def test_the_preempting_job_blocks_the_jobs_after_it(spec):  # noqa: F811
     ]
     _, r = run(spec, jobs, **PREEMPT, qos_grace_s=(("low", 20.0),))
     assert r[3].start_s == 30 and r[4].start_s >= 130
+
+
+def test_the_what_if_frees_the_victims_cores_and_sockets_and_puts_them_back(spec, monkeypatch):  # noqa: F811
+    """cons_tres's choice of node counts idle cores on the sockets of free records
+    (``simulate.cores``): while the what-if has a victim removed, its core and its records'
+    sockets are free too, or the node would score as if it still ran; afterwards they are
+    held again until the kill."""
+    seen: list[tuple[float, list[int], dict[str, list[int]]]] = []
+    plain = Scheduler._fit_now
+
+    def spy(self, need, limit, blocked=()):
+        n1 = self.nodes[0]
+        seen.append((self.now, list(n1.cores_free), {t: list(v) for t, v in n1.sock_free.items()}))
+        return plain(self, need, limit, blocked)
+
+    monkeypatch.setattr(Scheduler, "_fit_now", spy)
+    fresh = spec.shape("whole", "n1")
+    jobs = [_job(1, 0, 1000, 4, "low"), _job(2, 0, 1000, 4, "low"), _job(3, 10, 100, 4, "high")]
+    _, r = run(spec, jobs, **PREEMPT)
+    assert r[3].start_s == 10 and r[1].preemptions == 1
+    # at 10: job 3 does not fit (n1 as job 1 holds it), then the what-if with job 1 removed
+    # sees n1 as it was before job 1 started
+    at_10 = [(cores, socks) for t, cores, socks in seen if t == 10]
+    held, what_if = at_10[0], at_10[1]
+    assert what_if == (list(fresh.cores), {t: list(v) for t, v in fresh.sockets})
+    assert held != what_if and sum(held[0]) == sum(fresh.cores) - 1

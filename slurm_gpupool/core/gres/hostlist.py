@@ -106,3 +106,18 @@ def slurm_hostlist(names: Iterable[str]) -> str:
             folded = str(NodeSet.fromlist(group))
         parts.append(folded)
     return ",".join(sorted(parts))
+
+
+_RUNS = re.compile(r"(\d+)")
+
+
+def node_order_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Slurm's order of nodes (``_sort_node_record_table_ptr``: ``strnatcmp`` of the names, with
+    no topology ranking): runs of digits by value, so ``a100n2`` comes before ``a100n10``.
+    Text against digits compares by character, as strnatcmp does: ``n-1`` < ``n1`` < ``nx``.
+    (strnatcmp compares runs with a leading zero left-aligned; names numbered with a fixed
+    width, ``dgx01``, order the same either way.)"""
+    key: list[tuple[int, int | str]] = []
+    for p in _RUNS.split(name):
+        key += [(1, int(p))] if p.isdigit() else [(0 if c < "0" else 2, c) for c in p]
+    return tuple(key)
