@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import insort
 
-from slurm_gpupool.simulate.cores import best_fit, fit_cpus
+from slurm_gpupool.simulate.cores import eval_nodes, fit_cpus
 from slurm_gpupool.simulate.earliest import NOW, earliest, first_clear, overlaps, rounded
 from slurm_gpupool.simulate.preemption import Preemption
 from slurm_gpupool.simulate.records import Part, SimNode
@@ -309,9 +309,13 @@ class Backfill(Preemption):
         if single:
             if len(at_once) > 1:  # it starts now: on the node cons_tres picks
                 cands = sorted((idx, n, parts) for idx, (_, n, parts) in at_once.items())
-                idx, n, parts = cands[best_fit([(idx, fit_cpus(n, parts)) for idx, n, parts in cands])]
+                idx, n, parts = cands[eval_nodes([(idx, fit_cpus(n, parts)) for idx, n, parts in cands], 1)[0]]
                 return [(now, idx, n, parts)]
             return [best] if best is not None else None
         if len(found) < need.nodes:
             return None
+        now_on = sorted((idx, parts) for idx, (t, parts) in found.items() if t <= now)
+        if len(now_on) >= need.nodes:  # it starts now: on the nodes cons_tres picks
+            picked = eval_nodes([(idx, fit_cpus(nodes[idx], parts)) for idx, parts in now_on], need.nodes)
+            return [(now, now_on[p][0], nodes[now_on[p][0]], now_on[p][1]) for p in picked]
         return sorted((t, idx, nodes[idx], parts) for idx, (t, parts) in found.items())[: need.nodes]

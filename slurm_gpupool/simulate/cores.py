@@ -1,4 +1,4 @@
-"""Which node a one-node job starts on, as cons_tres chooses it (pure).
+"""Which nodes a job starts on, as cons_tres chooses them (pure).
 
 Slurm does not take the first node that fits.  ``_eval_nodes`` (``select/cons_tres``
 job_test.c in 22.05, ``topology/common/eval_nodes.c`` from 23.11 on, the same rule) splits the
@@ -12,7 +12,8 @@ and a node where they have no idle core is no candidate.  So a job goes to the n
 socket is already the busiest.  A replay that took the first node put a 3g.20gb job on a100n1
 where Slurm put it on a100n2, and the reservations that followed held two jobs back in Slurm
 but not in the replay (the partition family's seed 1d4f379c on 22.05, docs/simulate.md); with
-this rule that run replays exactly.
+this rule that run replays exactly.  A job on several nodes takes the run with nodes enough
+and the fewest CPUs from its start (:func:`eval_nodes`).
 
 Records are counted per socket as ``gres_sched``'s ``_build_sock_gres_by_topo`` does: free
 records of a plain type; of a time-sliced type, its idle GPUs for a GPU request and the free
@@ -76,13 +77,23 @@ def fit_cpus(n: SimNode, parts: Sequence[Part]) -> int | None:
 
 
 def best_fit(cands: Sequence[tuple[int, int | None]]) -> int:
-    """Of ``cands`` (node index, available CPUs; in node order), the position cons_tres picks:
-    the run of consecutive nodes with the fewest CPUs, in it the node with the fewest (ties:
-    the first).  Nodes with none available drop out (``_eval_nodes``: fewer than the job's
-    CPUs), unless all do; a node without sockets known counts none."""
+    """Of ``cands`` (node index, available CPUs; in node order), the position cons_tres picks
+    for a one-node job (:func:`eval_nodes`)."""
+    got = eval_nodes(cands, 1)
+    return got[0] if got else 0
+
+
+def eval_nodes(cands: Sequence[tuple[int, int | None]], count: int) -> list[int]:
+    """Of ``cands`` (node index, available CPUs; in node order), the positions of the
+    ``count`` nodes ``_eval_nodes`` picks.  Nodes with none available drop out (fewer than
+    the job's CPUs), unless all do (no sockets known: the first nodes); the rest form runs
+    of consecutive nodes.  Repeatedly it takes the best run (runs with nodes enough: the
+    fewest CPUs; without: the most; ties: the first) and from it, of one node, the node
+    with the fewest CPUs (ties: the first), of more, the run's nodes from its start, until
+    ``count`` are taken."""
     keep = [p for p, (_, c) in enumerate(cands) if c]
     if not keep:
-        return 0
+        return list(range(min(count, len(cands))))
     runs: list[list[int]] = []
     for pos in keep:
         if runs and cands[pos][0] == cands[runs[-1][-1]][0] + 1:
@@ -90,8 +101,21 @@ def best_fit(cands: Sequence[tuple[int, int | None]]) -> int:
         else:
             runs.append([pos])
     cpus = [c or 0 for _, c in cands]
-    run = min(runs, key=lambda r: sum(cpus[p] for p in r))
-    return min(run, key=lambda p: cpus[p])
+    out: list[int] = []
+    while runs and len(out) < count:
+        left = count - len(out)
+        run, run_cpus, run_enough = runs[0], -1, False
+        for r in runs:  # as ``_eval_nodes`` walks them (a run without nodes enough, with more
+            # CPUs than the best so far, displaces it even when that one had enough)
+            c, enough = sum(cpus[p] for p in r), len(r) >= left
+            if run_cpus < 0 or (enough and (not run_enough or c < run_cpus)) or (not enough and c > run_cpus):
+                run, run_cpus, run_enough = r, c, enough
+        runs.remove(run)
+        if left == 1:
+            out.append(min(run, key=lambda p: cpus[p]))
+        else:
+            out += run[:left]
+    return out
 
 
 def bind(n: SimNode, job: int, parts: Sequence[Part]) -> None:

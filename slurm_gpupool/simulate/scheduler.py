@@ -23,7 +23,7 @@ from collections.abc import Container, Sequence
 
 from slurm_gpupool.simulate.aging import Aging
 from slurm_gpupool.simulate.cadence import next_pass
-from slurm_gpupool.simulate.cores import best_fit, bind, fit_cpus, unbind
+from slurm_gpupool.simulate.cores import bind, eval_nodes, fit_cpus, unbind
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
 from slurm_gpupool.simulate.records import Part, SimNode, apply, take
 from slurm_gpupool.simulate.replay import BACKFILL, COMPLETING, DONE, END, SCHED, SUBMIT
@@ -367,11 +367,10 @@ class Scheduler(Aging):
     def _fit_now(
         self, need: Need, limit: float, blocked: Container[int] = ()
     ) -> list[tuple[SimNode, list[Part]]] | None:
-        """The nodes that hold ``need`` now for ``limit`` (none of ``blocked``), or None: for
-        one node, the one cons_tres picks (``cores.best_fit``); for more, the first."""
+        """The nodes that hold ``need`` now for ``limit`` (none of ``blocked``), or None: those
+        cons_tres picks among them (``cores.eval_nodes``)."""
         out = []
         end = self.now + limit
-        single = need.nodes == 1
         for n in self._offering(need.types):
             if not n.usable or end > n.ahead_at or n.index in blocked or n.completing:
                 continue
@@ -379,13 +378,11 @@ class Scheduler(Aging):
                 parts = take(n.free, n.shared, n.shares, need, typ)
                 if parts is not None:
                     out.append((n, parts))
-                    if len(out) == need.nodes and not single:
-                        return out
                     break
-        if not out or not single:
+        if len(out) < need.nodes:
             return None
-        if len(out) > 1:
-            out = [out[best_fit([(n.index, fit_cpus(n, parts)) for n, parts in out])]]
+        if len(out) > 1:  # (in node order: ``_offering``'s)
+            out = [out[p] for p in eval_nodes([(n.index, fit_cpus(n, parts)) for n, parts in out], need.nodes)]
         return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from slurm_gpupool.simulate.cores import best_fit, bind, fit_cpus, rebind, unbind
+from slurm_gpupool.simulate.cores import best_fit, bind, eval_nodes, fit_cpus, rebind, unbind
 from slurm_gpupool.simulate.pool import gres_socket
 from slurm_gpupool.simulate.records import SimNode
 from slurm_gpupool.simulate.state import GPU, SHARD
@@ -144,3 +144,21 @@ def test_where_slurm_put_the_3g_job_the_replay_puts_it_too():
     a, b = dgx(0, busy_socket1=1), dgx(1, busy_socket1=2)
     parts = [(GPU, "3g.20gb", 1, -1)]
     assert best_fit([(n.index, fit_cpus(n, parts)) for n in (a, b)]) == 1
+
+
+def test_a_job_on_several_nodes_takes_the_best_run_from_its_start():
+    """``_eval_nodes`` for more than one node: a run with nodes enough and the fewest CPUs,
+    its nodes from its start (not the tightest ones); without such a run, the run with the
+    most CPUs first, then the next best for the rest."""
+    # runs {0, 1, 2} (300 CPUs) and {5, 6} (250): two nodes fit in both, {5, 6} has fewer CPUs
+    cands = [(0, 100), (1, 100), (2, 100), (5, 120), (6, 130)]
+    assert eval_nodes(cands, 2) == [3, 4]
+    # three nodes: only {0, 1, 2} has enough
+    assert eval_nodes(cands, 3) == [0, 1, 2]
+    # four: no run has enough; the most CPUs first ({0, 1, 2}), then {5, 6}'s first
+    assert eval_nodes(cands, 4) == [0, 1, 2, 3]
+    # from the run's start, not its tightest nodes
+    assert eval_nodes([(0, 128), (1, 64), (2, 64)], 2) == [0, 1]
+    # Slurm's walk: a run without nodes enough but with more CPUs displaces a better one seen
+    # before it (then the next walk takes what is left of the first)
+    assert eval_nodes([(0, 10), (1, 10), (4, 500)], 2) == [2, 0]
