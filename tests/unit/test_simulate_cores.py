@@ -30,6 +30,24 @@ def dgx(index: int, busy_socket1: int = 0) -> SimNode:
     )
 
 
+def hgx_shared(cores: list[int], sockets: tuple[int, ...]) -> SimNode:
+    """An H100 node whose GPUs are all time-sliced (4 shares each, none in use), the GPUs on
+    ``sockets``, ``cores`` idle per socket."""
+    return SimNode(
+        name="h100n1",
+        index=3,
+        layout="day",
+        free={},
+        cap={},
+        shared={"h100_shared": [0] * len(sockets)},
+        shares={"h100_shared": 4},
+        eq={},
+        cores_free=cores,
+        tpc=2,
+        gpu_sock={"h100_shared": sockets},
+    )
+
+
 def test_the_run_of_consecutive_nodes_with_the_fewest_cpus_then_its_tightest_node():
     assert best_fit([(0, 126), (1, 124)]) == 1  # one run: the tighter node
     assert best_fit([(0, 128), (1, 128)]) == 0  # ties: the first
@@ -68,19 +86,7 @@ def test_binding_takes_a_core_and_the_records_on_their_socket_and_gives_them_bac
 
 
 def test_a_time_sliced_gpu_binds_the_job_to_that_gpus_socket():
-    n = SimNode(
-        name="h100n1",
-        index=3,
-        layout="day",
-        free={},
-        cap={},
-        shared={"h100_shared": [0, 0]},
-        shares={"h100_shared": 4},
-        eq={},
-        cores_free=[56, 50],
-        tpc=2,
-        gpu_sock={"h100_shared": (0, 1)},
-    )
+    n = hgx_shared(cores=[56, 50], sockets=(0, 1))
     bind(n, 1, [(SHARD, "h100_shared", 2, 1)])
     assert n.cores_free == [56, 49]
 
@@ -88,19 +94,7 @@ def test_a_time_sliced_gpu_binds_the_job_to_that_gpus_socket():
 def test_time_sliced_records_are_counted_per_socket_as_slurm_counts_them():
     """``_build_sock_gres_by_topo``: a shard request counts the free shards of each socket's
     GPUs not given whole, a GPU request the idle GPUs; sockets by most idle cores."""
-    n = SimNode(
-        name="h100n1",
-        index=3,
-        layout="day",
-        free={},
-        cap={},
-        shared={"h100_shared": [0, 0, 0]},
-        shares={"h100_shared": 4},
-        eq={},
-        cores_free=[50, 56],
-        tpc=2,
-        gpu_sock={"h100_shared": (0, 0, 1)},
-    )
+    n = hgx_shared(cores=[50, 56], sockets=(0, 0, 1))
     # the first-fit GPU is on socket 0, but socket 1 has more idle cores and 4 free shards
     assert fit_cpus(n, [(SHARD, "h100_shared", 2, 0)]) == 2 * 56
     n.shared["h100_shared"] = [0, 0, 3]  # socket 1's GPU has one shard left: too few for 2
