@@ -470,11 +470,13 @@ def simulated(
     parallel = process_map(settings.workers) if settings.workers > 1 else None
     # a change is recommended only where its gain is larger than the simulator's measured error
     acc = shipped()
-    wait_margin, util_margin = margins(settings.wait_margin, settings.util_margin, acc)
-    settings = dataclasses.replace(settings, wait_margin=wait_margin, util_margin=util_margin)
+    wait_margin, mean_margin, util_margin = margins(
+        settings.wait_margin, settings.mean_margin, settings.util_margin, acc
+    )
+    settings = dataclasses.replace(settings, wait_margin=wait_margin, mean_margin=mean_margin, util_margin=util_margin)
     sim = finite(advise(cfg, epoch, jobs, settings, progress, parallel))
     sim["accuracy"] = to_dict(acc)
-    sim["margins"] = {"p90_wait": wait_margin, "utilisation": util_margin}
+    sim["margins"] = {"p90_wait": wait_margin, "mean_wait": mean_margin, "utilisation": util_margin}
     notes = [f"simulation: {v:,} jobs left out ({k})" for k, v in skipped.items() if v]
     notes += [f"simulation: {n}" for n in settings.priority_notes]
     return _policy_table(sim), _recommendation_text(sim), notes, sim
@@ -536,7 +538,8 @@ def _error(sim: dict[str, Any]) -> str:
         return "the simulator's error is not known"
     return (
         f"the simulator's {acc['summary']}; a gain had to clear "
-        f"{100 * m['p90_wait']:.0f} % of the p90 wait or {100 * m['utilisation']:.0f} points of utilisation"
+        f"{100 * m['p90_wait']:.0f} % of the p90 wait or {100 * m['utilisation']:.1f} points of utilisation, "
+        f"with the mean wait not {100 * m['mean_wait']:.0f} % longer"
     )
 
 

@@ -151,11 +151,15 @@ def from_dict(d: Any, where: str) -> Accuracy:
     return acc
 
 
-def margins(wait_margin: float, util_margin: float, acc: Accuracy) -> tuple[float, float]:
-    """The margins a gain must clear (p90 wait relative, utilisation as a fraction), raised to
-    the measured error: a change is recommended only where its gain is larger than the
-    simulator's own error."""
-    return max(wait_margin, acc.wait_rel["p90"]), max(util_margin, acc.utilisation_points / 100)
+def margins(wait_margin: float, mean_margin: float, util_margin: float, acc: Accuracy) -> tuple[float, float, float]:
+    """The margins a gain must clear (p90 and mean wait relative, utilisation as a fraction),
+    raised to the measured error: a change is recommended only where its gain is larger than
+    the simulator's own error, and not where the mean wait grows by more than its error."""
+    return (
+        max(wait_margin, acc.wait_rel["p90"]),
+        max(mean_margin, acc.wait_rel["mean"]),
+        max(util_margin, acc.utilisation_points / 100),
+    )
 
 
 def to_dict(acc: Accuracy) -> dict[str, Any]:
