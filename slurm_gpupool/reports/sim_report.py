@@ -22,6 +22,7 @@ COLUMNS = {
     "utilisation": "GPU-eq util %",
     "p50": "wait p50",
     "p90": "wait p90",
+    "mean": "wait mean",
     "p99": "wait p99",
     "jct_p50": "JCT p50",
     "idle": "idle %",
@@ -54,6 +55,9 @@ def comparison(runs: list[dict[str, Any]]) -> pd.DataFrame:
                 COLUMNS["utilisation"]: 100 * s["utilisation"],
                 COLUMNS["p50"]: w["p50"],
                 COLUMNS["p90"]: w["p90"],
+                # beside the p90: a busy week's p90 sits where the waits jump from minutes
+                # to a day, and can fall while most jobs wait longer (docs/elastic.md)
+                COLUMNS["mean"]: w["mean"],
                 COLUMNS["p99"]: w["p99"],
                 COLUMNS["jct_p50"]: s["completion_s"]["p50"],
                 COLUMNS["idle"]: 100 * s["idle_fraction"],
@@ -151,6 +155,7 @@ def _with_error(df: pd.DataFrame, acc: dict[str, Any] | None) -> pd.DataFrame:
     names = {
         COLUMNS["p50"]: f"{COLUMNS['p50']} {a.wait('median')}",
         COLUMNS["p90"]: f"{COLUMNS['p90']} {a.wait('p90')}",
+        COLUMNS["mean"]: f"{COLUMNS['mean']} {a.wait('mean')}",
         COLUMNS["utilisation"]: f"{COLUMNS['utilisation']} ±{a.utilisation_points:g}",
     }
     return df.rename(columns=names)

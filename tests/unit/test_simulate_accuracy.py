@@ -119,8 +119,8 @@ def test_a_lower_p90_wait_with_a_higher_mean_wait_is_not_a_gain():
 
 
 def test_the_simulate_table_names_each_validated_figure_with_its_error():
-    acc = Accuracy(("a@22.05", "b@24.11"), 5.0, {"median": 0.0, "mean": 0.0, "p90": 0.092}, 1.9, 0.97)
-    wait = {"p50": 60.0, "p90": 600.0, "p99": 900.0}
+    acc = Accuracy(("a@22.05", "b@24.11"), 5.0, {"median": 0.0, "mean": 0.12, "p90": 0.092}, 1.9, 0.97)
+    wait = {"p50": 60.0, "p90": 600.0, "mean": 180.0, "p99": 900.0}
     run = {
         "policy": "static:day",
         "wait_s": wait,
@@ -139,5 +139,6 @@ def test_the_simulate_table_names_each_validated_figure_with_its_error():
     context = {"title": "t", "jobs": 10, "accuracy": json.loads(json.dumps(to_dict(acc)))}
     text = to_table([run], context)
     assert "wait p90 ±9 %" in text and "wait p50 ±5 s" in text and "GPU-eq util % ±1.9" in text
+    assert "wait mean ±12 %" in text and "3m 00s" in text  # the mean beside the p90, with its error
     assert "wait p99 ±" not in text  # not validated: no error claimed
     assert "accuracy: measured error against Slurm on 2 kept validation runs" in text
