@@ -311,11 +311,12 @@ KNOWN_MISSES = {
     # the phase of the replay's grid alone: at any other whole second of the 5 s it agrees
     # (test_simulate_qos_replay.py; 26.05 logs no backfill start to date Slurm's passes by)
     "qos-s6161@26.05": "median wait",
-    # not explained: Slurm started A100x2 jobs 30 s later than the replay; with the grid
-    # 1 s after the first submission the replay agrees (99.9 % of pairs on 24.11), but not
-    # at 24.11's passes as its log dates them (their first starts).  Its median (16.1 s
-    # replayed, 33.0 s in Slurm) lies in the gap of Slurm's waits from 16 to 32 s, within
-    # ``MEDIAN_BAND``; the mean (27.5-27.7 s against 32.9-33.1 s) misses
+    # sacct's whole seconds: Slurm started A100x2 jobs 30 s later than the replay, whose
+    # whole-second submissions put one such job into a round of the main scheduler 0.57 s
+    # before it was submitted; given the log's millisecond times and passes the replay is
+    # Slurm's run (test_seed_7171_on_24_11_is_slurms_run_given_the_logs_submissions_and_passes).
+    # Its median (16.1 s replayed, 33.0 s in Slurm) lies in the gap of Slurm's waits from
+    # 16 to 32 s, within ``MEDIAN_BAND``; the mean (27.5-27.7 s against 32.9-33.1 s) misses
     "qos-s7171@24.11": "mean wait",
     "qos-s7171@26.05": "mean wait",
 }
