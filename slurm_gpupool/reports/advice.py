@@ -499,6 +499,16 @@ def _pct(x: Any) -> float:
     return 100 * x if isinstance(x, int | float) else float("nan")
 
 
+def _pct1(x: float) -> str:
+    """A margin in per cent to a tenth, as measured (16.7, not 17)."""
+    return f"{round(100 * x, 1):g}"
+
+
+def _mean(point: dict[str, Any]) -> str:
+    m = point.get("mean_wait_s")
+    return human_s(m) if isinstance(m, int | float) else "-"
+
+
 def _bound(rng: dict[str, Any], metric: str, i: int) -> Any:
     return (rng.get(metric) or [None, None])[i]
 
@@ -516,6 +526,7 @@ def _policy_table(sim: dict[str, Any]) -> pd.DataFrame:
                 "p90_wait_s": p["p90_wait_s"],
                 "p90_low_s": _bound(rng, "p90_wait_s", 0),
                 "p90_high_s": _bound(rng, "p90_wait_s", 1),
+                "mean_wait_s": p.get("mean_wait_s"),
                 "utilisation_pct": _pct(p["utilisation"]),
                 "util_low_pct": _pct(_bound(rng, "utilisation", 0)),
                 "util_high_pct": _pct(_bound(rng, "utilisation", 1)),
@@ -526,7 +537,7 @@ def _policy_table(sim: dict[str, Any]) -> pd.DataFrame:
             }
         )
     t = pd.DataFrame(rows)
-    for c in ("p90_low_s", "p90_high_s"):
+    for c in ("p90_low_s", "p90_high_s", "mean_wait_s"):
         t[c] = pd.to_numeric(t[c], errors="coerce")
     return t
 
@@ -538,8 +549,8 @@ def _error(sim: dict[str, Any]) -> str:
         return "the simulator's error is not known"
     return (
         f"the simulator's {acc['summary']}; a gain had to clear "
-        f"{100 * m['p90_wait']:.0f} % of the p90 wait or {100 * m['utilisation']:.1f} points of utilisation, "
-        f"with the mean wait not {100 * m['mean_wait']:.0f} % longer"
+        f"{_pct1(m['p90_wait'])} % of the p90 wait or {_pct1(m['utilisation'])} points of utilisation, "
+        f"with the mean wait no more than {_pct1(m['mean_wait'])} % longer"
     )
 
 
@@ -560,7 +571,8 @@ def _recommendation_text(sim: dict[str, Any]) -> str:
         if best is not None:
             head += (
                 f"; the closest, {best['name']}: p90 wait {human_s(cur['point']['p90_wait_s'])} -> "
-                f"{human_s(best['point']['p90_wait_s'])}, utilisation {_pct(cur['point']['utilisation']):.0f} % -> "
+                f"{human_s(best['point']['p90_wait_s'])}, mean wait {_mean(cur['point'])} -> {_mean(best['point'])}, "
+                f"utilisation {_pct(cur['point']['utilisation']):.0f} % -> "
                 f"{_pct(best['point']['utilisation']):.0f} % ({best['verdict']})"
             )
         return head + f"\n  ({_error(sim)})\n"
@@ -571,6 +583,7 @@ def _recommendation_text(sim: dict[str, Any]) -> str:
         f"  {_error(sim)}",
         f"  p90 wait {human_s(cp['p90_wait_s'])} -> {human_s(p['p90_wait_s'])} "
         f"(range {human_s(r['p90_wait_s'][0])}-{human_s(r['p90_wait_s'][1])} {over}); "
+        f"mean wait {_mean(cp)} -> {_mean(p)}; "
         f"utilisation {_pct(cp['utilisation']):.0f} % -> {_pct(p['utilisation']):.0f} % "
         f"(range {_pct(r['utilisation'][0]):.0f}-{_pct(r['utilisation'][1]):.0f} %) at equal capacity",
         "  its MIG mixes are the planner's maximal combinations, placed again by the config parser; "

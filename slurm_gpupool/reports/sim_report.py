@@ -55,8 +55,8 @@ def comparison(runs: list[dict[str, Any]]) -> pd.DataFrame:
                 COLUMNS["utilisation"]: 100 * s["utilisation"],
                 COLUMNS["p50"]: w["p50"],
                 COLUMNS["p90"]: w["p90"],
-                # beside the p90: a busy week's p90 sits where the waits jump from minutes
-                # to a day, and can fall while most jobs wait longer (docs/elastic.md)
+                # beside the p90: a busy week's p90 sits where the waits rise to a day, and
+                # can fall while the mean wait grows (docs/elastic.md)
                 COLUMNS["mean"]: w["mean"],
                 COLUMNS["p99"]: w["p99"],
                 COLUMNS["jct_p50"]: s["completion_s"]["p50"],
