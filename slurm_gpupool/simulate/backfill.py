@@ -170,11 +170,12 @@ class Backfill(Preemption):
             if at <= now + 1.0:
                 return chosen
             running = [e for e in running if self.end_time[e[1]] > now]
-        last, removed = batch(
-            at, running, self._blocked(plans, res, res + limit), p.clock_origin_s, p.bf_window_linear_s
-        )
+        blocked = self._blocked(plans, res, res + limit)
+        last, removed = batch(at, running, blocked, p.clock_origin_s, p.bf_window_linear_s)
         if last > at:
-            chosen = self._first_fit(need, limit, last, plans) or chosen
+            # on the nodes of its avail_bitmap only: a node a higher job holds within the
+            # window stays out of the will-run test even where that hold ends before ``last``
+            chosen = self._first_fit(need, limit, last, plans, blocked) or chosen
             picked = {n.index for _, _, n, _ in chosen}
         planned = planned_start(at, last, removed, picked, p.will_run)
         if planned > horizon:
@@ -190,11 +191,17 @@ class Backfill(Preemption):
         return out
 
     def _first_fit(
-        self, need: Need, limit: float, by: float, plans: dict[int, list[tuple[float, float]]]
+        self,
+        need: Need,
+        limit: float,
+        by: float,
+        plans: dict[int, list[tuple[float, float]]],
+        blocked: set[int],
     ) -> list[tuple[float, int, SimNode, list[Part]]] | None:
         """The first ``need.nodes`` nodes, in node order, whose records are free by ``by``
         and whose reservations leave ``[by, by + limit)`` clear (what ``_job_test`` picks once
-        the batch's jobs are gone); None if fewer."""
+        the batch's jobs are gone), of those not ``blocked`` (outside the will-run test's
+        ``avail_bitmap``); None if fewer."""
         now, res, nodes = self.now, self.p.bf_resolution_s, self.nodes
         lo, hi = self._window(by, limit)
         fits: dict[int, list[Part]] = {}
@@ -202,7 +209,7 @@ class Backfill(Preemption):
             if lb > by:
                 break
             n = nodes[idx]
-            if idx in fits or by + limit > n.ahead_at:
+            if idx in fits or idx in blocked or by + limit > n.ahead_at:
                 continue
             windows = plans.get(idx, ())
             if windows and overlaps(windows, lo, hi):
