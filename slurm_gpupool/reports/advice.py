@@ -504,11 +504,6 @@ def _pct1(x: float) -> str:
     return f"{round(100 * x, 1):g}"
 
 
-def _mean(point: dict[str, Any]) -> str:
-    m = point.get("mean_wait_s")
-    return human_s(m) if isinstance(m, int | float) else "-"
-
-
 def _bound(rng: dict[str, Any], metric: str, i: int) -> Any:
     return (rng.get(metric) or [None, None])[i]
 
@@ -526,7 +521,7 @@ def _policy_table(sim: dict[str, Any]) -> pd.DataFrame:
                 "p90_wait_s": p["p90_wait_s"],
                 "p90_low_s": _bound(rng, "p90_wait_s", 0),
                 "p90_high_s": _bound(rng, "p90_wait_s", 1),
-                "mean_wait_s": p.get("mean_wait_s"),
+                "mean_wait_s": p["mean_wait_s"],
                 "utilisation_pct": _pct(p["utilisation"]),
                 "util_low_pct": _pct(_bound(rng, "utilisation", 0)),
                 "util_high_pct": _pct(_bound(rng, "utilisation", 1)),
@@ -571,7 +566,8 @@ def _recommendation_text(sim: dict[str, Any]) -> str:
         if best is not None:
             head += (
                 f"; the closest, {best['name']}: p90 wait {human_s(cur['point']['p90_wait_s'])} -> "
-                f"{human_s(best['point']['p90_wait_s'])}, mean wait {_mean(cur['point'])} -> {_mean(best['point'])}, "
+                f"{human_s(best['point']['p90_wait_s'])}, "
+                f"mean wait {human_s(cur['point']['mean_wait_s'])} -> {human_s(best['point']['mean_wait_s'])}, "
                 f"utilisation {_pct(cur['point']['utilisation']):.0f} % -> "
                 f"{_pct(best['point']['utilisation']):.0f} % ({best['verdict']})"
             )
@@ -583,7 +579,7 @@ def _recommendation_text(sim: dict[str, Any]) -> str:
         f"  {_error(sim)}",
         f"  p90 wait {human_s(cp['p90_wait_s'])} -> {human_s(p['p90_wait_s'])} "
         f"(range {human_s(r['p90_wait_s'][0])}-{human_s(r['p90_wait_s'][1])} {over}); "
-        f"mean wait {_mean(cp)} -> {_mean(p)}; "
+        f"mean wait {human_s(cp['mean_wait_s'])} -> {human_s(p['mean_wait_s'])}; "
         f"utilisation {_pct(cp['utilisation']):.0f} % -> {_pct(p['utilisation']):.0f} % "
         f"(range {_pct(r['utilisation'][0]):.0f}-{_pct(r['utilisation'][1]):.0f} %) at equal capacity",
         "  its MIG mixes are the planner's maximal combinations, placed again by the config parser; "

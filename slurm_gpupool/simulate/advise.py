@@ -492,14 +492,11 @@ def verdict(c: dict[str, float], cur: dict[str, float], s: Settings, conf: dict[
     """A candidate's line in the table, from its replay at the point estimate (``c``) and
     the confirmation over the range (``conf``; None: not replayed there).  A gain the mean
     wait took back is said so: its p90 or utilisation alone would read as one."""
-    g = gain(c, cur, s)
+    g = _p90_or_util_gain(c, cur, s)  # ``gain``'s two tests, each made once
     if g is None:
-        taken = _p90_or_util_gain(c, cur, s) if mean_longer(c, cur, s) else None
-        return (
-            f"no {taken} gain at the point estimate: its mean wait is longer"
-            if taken
-            else "no gain at the point estimate"
-        )
+        return "no gain at the point estimate"
+    if mean_longer(c, cur, s):
+        return f"no {g} gain at the point estimate: its mean wait is longer"
     if conf is None:
         return f"{g} gain at the point estimate; not replayed over the range (others first)"
     if conf["everywhere"]:
