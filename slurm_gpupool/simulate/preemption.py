@@ -83,8 +83,9 @@ class Preemption(Scheduler):
         return found[tuple(nodes)]
 
     def _running(self, j: int) -> bool:
-        """Still running as Slurm sees it: not ended by a preemption (in its grace time it is)."""
-        return j not in self.dying and self.graced.get(j, INF) > self.now
+        """Still running as Slurm sees it: not ended by a preemption (in its grace time it is),
+        nor ended and completing (``_completing``: its records are free already)."""
+        return j in self.end_time and j not in self.dying and self.graced.get(j, INF) > self.now
 
     def _preempt(self, j: int, by: int) -> None:
         """End job ``j`` for job ``by`` now, or when its QOS's GraceTime is up (unless it
@@ -121,8 +122,9 @@ class Preemption(Scheduler):
             self._records_changed(n, parts)
 
     def _kill(self, j: int, gen: int, stage: int) -> None:
-        """Stage 0: the preempted job is ended (its records free after the epilog); stage 1:
-        they are free: requeued (``batch_requeue_fini``) or done."""
+        """Stage 0: the preempted job is ended (its records free after the epilog, or at once
+        where its nodes complete it: ``_completing``); stage 1: its epilog is done: requeued
+        (``batch_requeue_fini``) or done."""
         if self.gen.get(j) != gen:  # the repartitioner requeued it meanwhile
             self.graced.pop(j, None)
             self.dying.discard(j)

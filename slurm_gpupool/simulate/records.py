@@ -34,8 +34,8 @@ class SimNode:
     shares: dict[str, int]
     eq: dict[str, float]
     running: dict[int, tuple[float, list[Part]]] = field(default_factory=dict)  # job -> (start + limit, parts)
-    # the jobs whose run ended here and whose records are not free yet (COMPLETING): with
-    # ``Params.completing_blocks_node``, no job starts on the node meanwhile
+    # the jobs whose run ended here and whose Epilogs have not (COMPLETING): with
+    # ``Params.completing_blocks_node`` their records are free, and no job starts on the node
     completing: set[int] = field(default_factory=set)
     usable: bool = True  # False: reserved for a switch, or out of service
     ahead_at: float = INF  # a reservation ahead starts then: it takes only jobs that end before
@@ -99,6 +99,11 @@ def apply(free: dict[str, int], shared: dict[str, list[int]], parts: Iterable[Pa
             shared[typ][g] = -1 if sign > 0 else 0
         elif shared[typ][g] >= 0 or sign < 0:
             shared[typ][g] += sign * count
+
+
+def idle(n: SimNode) -> bool:
+    """No job runs on the node, nor is it completing one (``sinfo``: idle, not ``comp``)."""
+    return not n.running and not n.completing
 
 
 def timeline(n: SimNode, typ: str) -> list[tuple[float, list[Part]]]:

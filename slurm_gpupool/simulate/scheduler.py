@@ -25,7 +25,7 @@ from slurm_gpupool.simulate.aging import Aging
 from slurm_gpupool.simulate.cadence import next_pass
 from slurm_gpupool.simulate.cores import bind, eval_nodes, fit_cpus, unbind
 from slurm_gpupool.simulate.mapping import RequestMapper, TraceRequest
-from slurm_gpupool.simulate.records import Part, SimNode, apply, take
+from slurm_gpupool.simulate.records import Part, SimNode, apply, idle, take
 from slurm_gpupool.simulate.replay import BACKFILL, COMPLETING, DONE, END, SCHED, SUBMIT
 from slurm_gpupool.simulate.state import SHARD, Need, need_of
 
@@ -249,11 +249,24 @@ class Scheduler(Aging):
             self._push(released if self.p.completing_blocks_node else end_s, DONE, (i, self.gen[i], completed))
 
     def _completing(self, i: int, gen: int) -> None:
-        """Job ``i``'s run has ended (COMPLETING): its nodes complete it, and take no job,
-        until its records come free (``_release``; ``Params.completing_blocks_node``)."""
-        if self.gen.get(i) == gen and i in self.job_nodes:
+        """Job ``i``'s run has ended (COMPLETING): its records come free, as the select
+        plugin frees them at ``_job_complete`` (``deallocate_nodes``: ``select_g_job_fini``),
+        but its nodes complete it, and take no job, until its Epilogs end (``_release``;
+        ``Params.completing_blocks_node``).
+
+        The end is a change a backfill pass works on (``_job_complete`` sets
+        ``last_job_update``, which ``backfill.c``'s ``_more_work`` reads): the pass plans a
+        job that fits on the completing node a second from now and holds the node for it,
+        and a lower job may then start now on the node that hold had kept it off.  A 26.05
+        run: a 2-GPU job was planned onto the node completing a 2-GPU job, and the 1-GPU job
+        behind it started at once on the other A100 node, 5 s before the replay's, which
+        skipped that pass and kept the ended job's records taken until its Epilog's end."""
+        if self.gen.get(i) == gen and i in self.end_time:
+            self._free(i)
             for n in self.job_nodes[i]:
                 n.completing.add(i)
+            self.changed = True
+            self._pass_due()
 
     def _release_s(self, i: int) -> float:
         """How long job ``i``'s records stay taken after its run ends: its own measured
@@ -300,21 +313,30 @@ class Scheduler(Aging):
         self.open_jobs -= 1
 
     def _release(self, i: int) -> None:
+        """Job ``i``'s nodes are done with it: its records free (at its end already, where its
+        nodes complete it: ``_completing``), and a node reserved for a switch that ran its
+        last job switches."""
+        if i in self.end_time:
+            self._free(i)
+        for n in self.job_nodes.pop(i):
+            n.completing.discard(i)
+            if n.target is not None and idle(n):
+                self._node_idle(n)
+        self.dirty = self.changed = True
+
+    def _free(self, i: int) -> None:
+        """Job ``i``'s records come free on its nodes (``scontrol show node``: AllocTRES)."""
         need = self.need_of_job[i]
         nodes = self.job_nodes[i]
         k = bisect_left(self.ends, (nodes[0].running[i][0], i))
         del self.ends[k]  # (end, i) is unique: the entry is at k
         del self.end_time[i]
-        for n in self.job_nodes.pop(i):
+        for n in nodes:
             _, parts = n.running.pop(i)
-            n.completing.discard(i)
             unbind(n, i)
             apply(n.free, n.shared, parts, -1)
             self.meter.alloc(parts[0][1], -need.eq / need.nodes, self.now)
             self._records_changed(n, parts)
-            if n.target is not None and not n.running:
-                self._node_idle(n)
-        self.dirty = self.changed = True
 
     def _preempt_for(
         self, i: int, all_gone: bool = False, blocked: Container[int] = ()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from slurm_gpupool.simulate.records import SimNode, free_records
+from slurm_gpupool.simulate.records import SimNode, free_records, idle
 from slurm_gpupool.simulate.replay import BACK, CRON, REQUEUE, TICK
 from slurm_gpupool.simulate.scheduler import Scheduler
 from slurm_gpupool.simulate.state import INF, Need, NodeState, Pending
@@ -58,7 +58,7 @@ class Switching(Scheduler):
                 n.name,
                 n.layout,
                 n.target,
-                not n.running,
+                idle(n),
                 n.usable,
                 max((e for e, _ in n.running.values()), default=self.now),
                 n.since,
@@ -86,7 +86,7 @@ class Switching(Scheduler):
         self._set_usable(n, False)
         if self.p.requeue and not drain:
             self._push(self.now + self.p.deadline_s, REQUEUE, (n.index, 0))
-        if not n.running:
+        if idle(n):
             self._node_idle(n)
 
     def _node_idle(self, n: SimNode) -> None:
@@ -104,16 +104,16 @@ class Switching(Scheduler):
 
     def _cron(self, index: int) -> None:
         n = self.nodes[index]
-        if n.target is not None and not n.running and n.out_until <= self.now:
+        if n.target is not None and idle(n) and n.out_until <= self.now:
             self._go(n)
 
     def _requeue(self, index: int, stage: int) -> None:
         """At the deadline: SIG<checkpoint_signal> to the requeueable jobs; after the grace,
         requeue those still running (the repartitioner's --requeue)."""
         n = self.nodes[index]
-        if n.target is None or not n.running or n.out_until > self.now or n.drain:
+        if n.target is None or idle(n) or n.out_until > self.now or n.drain:
             return  # (a drain is never requeued: an earlier switch's event finds it)
-        # still running: a job that has ended holds its records through its epilog
+        # still running: a job that has ended holds its node through its epilog
         # (``release_s``, COMPLETING in squeue) and the repartitioner requeues only RUNNING
         # jobs (``repartition.next_action``); it frees the node on its own
         live = [i for i in n.running if self.jobs[i].requeue and self.recs[i].end_s > self.now]

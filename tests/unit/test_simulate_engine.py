@@ -719,3 +719,27 @@ def test_nodes_are_walked_in_slurms_natural_order_of_names():
     cfg = parse_config({**RAW, "nodesets": {"a30": {"nodes": "n[1-12]", "machine": "pcie-a30"}}}, "test.yaml")
     assert pool_spec(cfg, ["whole"]).nodes == tuple(f"n{i}" for i in range(1, 13))
     assert pool_spec(cfg, ["whole"], ["n10", "n2", "n1"]).nodes == ("n1", "n2", "n10")
+
+
+def test_a_pass_between_an_end_and_its_epilog_holds_the_completing_node_and_a_lower_job_starts(spec):
+    """Job 3 ends on n2 at 10 and completes until 15 (its Epilog).  Job 5 (2 GPUs) heads the
+    queue, planned on n1 at 30 (job 1's end) and holding it, so job 6 (1 GPU) may not take
+    n1's idle GPU.  A job's end frees its records in the select plugin at once
+    (``_job_complete``: ``deallocate_nodes``) and makes the next backfill pass work
+    (``last_job_update``): the pass at 12 plans job 5 on the completing n2 a second from now
+    and holds n2 instead, and job 6 starts at once on n1.  The Epilog's end at 15 starts
+    job 5 (the main scheduler).  With job 3's records kept until its Epilog's end, and that
+    pass skipped, job 6 waited for it too (a 26.05 run, ``simulate-partition-s3498140236``:
+    a 1-GPU job started 5 s after Slurm's)."""
+    jobs = [
+        job(1, 0, 30, gpus=1, limit=30),
+        job(2, 0, 100, gpus=2, limit=100),
+        job(3, 0, 10, gpus=2, limit=60),
+        job(4, 0, 100, gpus=2, limit=100),
+        job(5, 1, 50, gpus=2, limit=60),
+        job(6, 1, 20, gpus=1, limit=60),
+    ]
+    passes = tuple(2.0 + 10 * k for k in range(30))
+    _, r = run(spec, jobs, release_s=5.0, completing_blocks_node=True, bf_passes_s=passes, bf_resolution_s=1)
+    assert r[6].start_s == 12.0
+    assert r[5].start_s == 15.0

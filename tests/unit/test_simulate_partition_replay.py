@@ -11,6 +11,7 @@ tolerances with the partition factor and tiers modelled (``simulate.priority``).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -98,3 +99,26 @@ def test_without_the_partitions_the_express_jobs_wait_behind_the_others_in_the_r
 
     real_median = percentile(_waits(real, rec, "express"), 50)
     assert replayed("without") > max(real_median * 1.1, real_median + 5) >= replayed("with") - 5
+
+
+def test_a_job_starts_in_the_pass_between_an_end_and_its_epilog_as_in_slurm(monkeypatch):
+    """26.05, seed 3498140236: job 12 ended on a100n2 at 17:46:51.27, its Epilog at .90.  The
+    backfill pass between, at .70, planned job 14 (2 GPUs, ahead in the queue) on the
+    completing a100n2 a second on, and so started job 15 (1 GPU) at once on a100n1, which
+    job 14's plan had held until then.  The replay, given that pass, starts job 15 in it
+    (it skipped the pass, and kept job 12's records taken until its Epilog's end: job 15
+    started 4.9 s late, in the next)."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    kept = support.Kept("26.05", "simulate-partition-s3498140236")
+    rec, real, ids, spec, handoff = support.real_runs(kept)
+    results: dict = {}
+    replay_and_compare(
+        spec, partition_params(rec), ids, real, NO_SWITCH, [60.0], handoff, kept.release,
+        results=results, partition=rec["partition"], passes=support.pass_instants(kept.log, rec["since"]),
+    )  # fmt: skip
+    replayed = {str(r.job_id): r.wait_s for r in results[True].jobs}
+    slurm_wait = real["15"][1] - real["15"][0]
+    assert replayed["15"] == pytest.approx(slurm_wait, abs=0.5)
+    monkeypatch.undo()
+    time.tzset()
