@@ -101,16 +101,12 @@ def test_without_the_partitions_the_express_jobs_wait_behind_the_others_in_the_r
     assert replayed("without") > max(real_median * 1.1, real_median + 5) >= replayed("with") - 5
 
 
-def test_a_job_starts_in_the_pass_between_an_end_and_its_epilog_as_in_slurm(monkeypatch):
-    """26.05, seed 3498140236: job 12 ended on a100n2 at 17:46:51.27, its Epilog at .90.  The
-    backfill pass between, at .70, planned job 14 (2 GPUs, ahead in the queue) on the
-    completing a100n2 a second on, and so started job 15 (1 GPU) at once on a100n1, which
-    job 14's plan had held until then.  The replay, given that pass, starts job 15 in it
-    (it skipped the pass, and kept job 12's records taken until its Epilog's end: job 15
-    started 4.9 s late, in the next)."""
+def _replayed_wait(monkeypatch, release: str, job: str) -> tuple[float, float]:
+    """Seed 3498140236's kept run on ``release``, replayed at its logged passes: ``job``'s
+    wait in Slurm and in the replay."""
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    kept = support.Kept("26.05", "simulate-partition-s3498140236")
+    kept = support.Kept(release, "simulate-partition-s3498140236")
     rec, real, ids, spec, handoff = support.real_runs(kept)
     results: dict = {}
     replay_and_compare(
@@ -118,7 +114,28 @@ def test_a_job_starts_in_the_pass_between_an_end_and_its_epilog_as_in_slurm(monk
         results=results, partition=rec["partition"], passes=support.pass_instants(kept.log, rec["since"]),
     )  # fmt: skip
     replayed = {str(r.job_id): r.wait_s for r in results[True].jobs}
-    slurm_wait = real["15"][1] - real["15"][0]
-    assert replayed["15"] == pytest.approx(slurm_wait, abs=0.5)
     monkeypatch.undo()
     time.tzset()
+    return real[job][1] - real[job][0], replayed[job]
+
+
+def test_a_job_starts_in_the_pass_between_an_end_and_its_epilog_as_in_slurm(monkeypatch):
+    """26.05, seed 3498140236: job 12 ended on a100n2 at 17:46:51.27, its Epilog at .90.  The
+    backfill pass between, at .70, planned job 14 (2 GPUs, ahead in the queue) on the
+    completing a100n2 a second on, and so started job 15 (1 GPU) at once on a100n1, which
+    job 14's plan had held until then.  The replay, given that pass, starts job 15 in it
+    (it skipped the pass, and kept job 12's records taken until its Epilog's end: job 15
+    started 4.9 s late, in the next)."""
+    slurm, replayed = _replayed_wait(monkeypatch, "26.05", "15")
+    assert replayed == pytest.approx(slurm, abs=0.5)
+
+
+def test_a_job_tried_again_from_later_start_is_planned_where_slurm_plans_it(monkeypatch):
+    """22.05, the same seed under CI's load: at 18:12:12.76 backfill found job 32 (1 A100) a
+    start on a100n2 at 18:13:12, after 18:13:00, when job 16's reservation on a100n1 ends
+    (``later_start``), so it tried again from there (``Try later``), on a100n1 too, and
+    planned it on a100n1 (node order); jobs 34 and 38 (slices) then started at once on
+    a100n2.  Keeping the first answer, the replay held a100n2 for job 32 and started them
+    5 s later."""
+    slurm, replayed = _replayed_wait(monkeypatch, "22.05", "34")
+    assert replayed == pytest.approx(slurm, abs=0.5)
