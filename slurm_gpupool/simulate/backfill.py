@@ -174,7 +174,7 @@ class Backfill(Preemption):
             if at <= now + 1.0:
                 return chosen
             running = [e for e in running if self.end_time[e[1]] > now]
-        res = now
+        res, planned = now, INF  # (INF: no plan found within the tries: beyond the window)
         for _ in range(len(self.nodes) + 8):  # (each retry moves res on to a later boundary)
             blocked = self._blocked(plans, res, res + limit)
             later = self._later_start(plans, res, res + limit)
@@ -199,7 +199,7 @@ class Backfill(Preemption):
                 res = later  # TRY_LATER: some node a reservation keeps from it frees before that
                 continue
             lo, hi = self._window(planned, limit)
-            if planned > now and any(overlaps(plans.get(x, ()), lo, hi) for x in picked):
+            if res < planned and any(overlaps(plans.get(x, ()), lo, hi) for x in picked):
                 res = planned  # its window meets a reservation on its nodes (_test_resv_overlap)
                 continue
             break
